@@ -1,0 +1,80 @@
+"""The image-facing contract: label keys, record files and their formats, paths.
+
+Everything an auditor reads (labels on the image, files under ``locks/``, artifacts) is named
+here and nowhere else; the README's "For the auditor" section documents this module.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+# Labels every image carries. OCI predefined keys where OCI has one; OCI defines no expiry or
+# owner key, so these two live under the project's own reverse-DNS prefix (like Quay's
+# ``quay.expires-after``, but an ISO date rather than a duration so it can be checked offline).
+LABEL_PREFIX = "io.k3-cu129"
+LABEL_EXPIRES = f"{LABEL_PREFIX}.expires"  # ISO date (YYYY-MM-DD) after which the image must not run
+LABEL_OWNER = f"{LABEL_PREFIX}.owner"  # who answers for this bridge build
+LABEL_TARGET = f"{LABEL_PREFIX}.target"  # matrix target name
+LABEL_CUDA = f"{LABEL_PREFIX}.cuda-version"  # CUDA version the image was built against
+LABEL_LOCK_SHA256 = f"{LABEL_PREFIX}.lock-sha256"  # sha256 of locks/<target>/requirements.txt
+OCI_CREATED = "org.opencontainers.image.created"
+OCI_SOURCE = "org.opencontainers.image.source"
+OCI_REVISION = "org.opencontainers.image.revision"
+OCI_VERSION = "org.opencontainers.image.version"
+OCI_TITLE = "org.opencontainers.image.title"
+OCI_DESCRIPTION = "org.opencontainers.image.description"
+OCI_VENDOR = "org.opencontainers.image.vendor"
+OCI_LICENSES = "org.opencontainers.image.licenses"
+OCI_BASE_NAME = "org.opencontainers.image.base.name"
+OCI_BASE_DIGEST = "org.opencontainers.image.base.digest"
+
+# Committed records, per target.
+DOCKERFILES_DIR = Path("dockerfiles")
+LOCKS_DIR = Path("locks")
+DOCKERFILE_NAME = "Dockerfile"
+LOCK_NAME = "requirements.txt"  # runtime environment of the image (installed with --require-hashes)
+BUILD_LOCK_NAME = "build-requirements.txt"  # build stage only (compilers' Python side)
+RECORD_NAME = "image.json"
+RECORD_SCHEMA = 1
+
+# Per-build artifacts (not committed): artifacts/<target>/<build-id>/build.log
+ARTIFACTS_DIR = Path("artifacts")
+BUILD_LOG_NAME = "build.log"
+METADATA_NAME = "metadata.json"
+
+# Fields of image.json, in the order they are written. ``build`` holds the volatile part
+# (time, duration, id); everything else is a pure function of the inputs and the digest.
+RECORD_FIELDS = (
+    "schema",
+    "target",
+    "image",
+    "digest",
+    "bases",
+    "source",
+    "lock_sha256",
+    "build_lock_sha256",
+    "dockerfile_sha256",
+    "source_date_epoch",
+    "tool_version",
+    "build",
+)
+
+
+def dockerfile_path(root: Path, target: str) -> Path:
+    return root / DOCKERFILES_DIR / target / DOCKERFILE_NAME
+
+
+def lock_path(root: Path, target: str) -> Path:
+    return root / LOCKS_DIR / target / LOCK_NAME
+
+
+def build_lock_path(root: Path, target: str) -> Path:
+    return root / LOCKS_DIR / target / BUILD_LOCK_NAME
+
+
+def record_path(root: Path, target: str) -> Path:
+    return root / LOCKS_DIR / target / RECORD_NAME
+
+
+def artifacts_path(root: Path, target: str, build_id: str) -> Path:
+    return root / ARTIFACTS_DIR / target / build_id

@@ -1,0 +1,71 @@
+"""Every failure class the tool knows, each with its exit code.
+
+Only ``cli.main()`` turns these into an exit; everything else raises. Messages are one line
+and say what to do next (modelled on cibuildwheel's errors.py).
+"""
+
+from __future__ import annotations
+
+
+class BuilderError(Exception):
+    """Base class: a failure the tool understands and reports without a traceback."""
+
+    exit_code = 1
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.message = message
+
+
+class ConfigError(BuilderError):
+    """Bad input: the matrix, a CLI option, a target name. Nothing has been written."""
+
+    exit_code = 2
+
+
+class RecordError(BuilderError):
+    """A committed record (image.json, a lock) is corrupt or does not match; never rebuilt over."""
+
+    exit_code = 2
+
+
+class SourceError(BuilderError):
+    """The pinned source cannot be fetched, or the branch does not carry the pinned commit."""
+
+    exit_code = 2
+
+
+class LockError(BuilderError):
+    """A lock cannot be made or is missing/stale for the build being asked for."""
+
+    exit_code = 2
+
+
+class EngineUnavailable(BuilderError):
+    """The Docker engine, buildx or the registry cannot be reached."""
+
+    exit_code = 3
+
+
+class BuildError(BuilderError):
+    """The engine ran and the build, push or inspect failed. The log is kept."""
+
+    exit_code = 1
+
+    def __init__(self, message: str, log_path: str | None = None) -> None:
+        if log_path:
+            message = f"{message} (log: {log_path})"
+        super().__init__(message)
+        self.log_path = log_path
+
+
+class DriftError(BuilderError):
+    """A committed Dockerfile differs from what the matrix renders."""
+
+    exit_code = 1
+
+
+class Interrupted(BuilderError):
+    """SIGINT/SIGTERM during a step; records are untouched."""
+
+    exit_code = 130

@@ -1,0 +1,513 @@
+"""matrix.yaml, parsed once into typed, frozen objects.
+
+Lookup order for every setting (fixed, first wins): the command line (only where a flag exists,
+e.g. ``--max-jobs``) > the target's own entry > the matrix's ``defaults:`` block > the defaults
+written in the models below. Past ``load()`` the rest of the code sees only these objects.
+
+Every string that can reach a Dockerfile, a label, a build argument or a lock line is checked
+against a strict pattern here. A newline, quote, ``$(...)`` or backtick fails the pattern, so
+it is reported (exit 2) and never rendered.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import difflib
+import re
+import typing
+from pathlib import Path
+from typing import Annotated, Any, Literal, Optional
+
+import yaml
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    StrictInt,
+    StrictStr,
+    ValidationError,
+)
+
+from builder.errors import ConfigError
+
+MAX_MATRIX_BYTES = 1 << 20  # a matrix is a few KB; anything past 1 MiB is not one
+
+
+# --- strict value patterns ------------------------------------------------------------------
+
+def _pattern(regex: str, what: str):
+    compiled = re.compile(regex)
+
+    def check(value: str) -> str:
+        # fullmatch, not match: Python's `$` would accept a trailing newline.
+        if not compiled.fullmatch(value):
+            raise ValueError(f"must be {what} (got {_show(value)})")
+        return value
+
+    return Annotated[StrictStr, AfterValidator(check)]
+
+
+def _show(value: Any, limit: int = 60) -> str:
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+_SEG = r"[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*"
+_HOST = r"[A-Za-z0-9](?:[A-Za-z0-9.-]{0,252}[A-Za-z0-9])?(?::[0-9]{1,5})?"
+
+TargetName = _pattern(r"[a-z0-9][a-z0-9._-]{0,62}", "a target name: lowercase letters, digits, '.', '_', '-'")
+Registry = _pattern(_HOST, "a registry host[:port], e.g. ghcr.io or 127.0.0.1:5000")
+Repository = _pattern(rf"{_SEG}(?:/{_SEG})*", "an image repository path, e.g. k3/vllm")
+Tag = _pattern(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}", "an image tag")
+Digest = _pattern(r"sha256:[0-9a-f]{64}", "a sha256 digest: 'sha256:' and 64 lowercase hex characters")
+Commit = _pattern(r"[0-9a-f]{40}", "a full 40-character lowercase hex commit")
+Branch = _pattern(
+    r"(?!.*\.\.)(?!.*//)(?!/)(?!.*/$)(?!.*\.lock$)[A-Za-z0-9][A-Za-z0-9._/-]{0,199}",
+    "a branch name (letters, digits, '.', '_', '-', '/'; no '..')",
+)
+Version = _pattern(
+    r"[0-9]+(?:\.[0-9]+)*(?:(?:a|b|rc)[0-9]+)?(?:\.post[0-9]+)?(?:\.dev[0-9]+)?(?:\+[a-z0-9]+(?:\.[a-z0-9]+)*)?",
+    "a PEP 440 version such as 2.13.0 or 2.13.0+cu129",
+)
+PythonVersion = _pattern(r"3\.[0-9]{1,2}", "a quoted Python major.minor such as \"3.12\"")
+CudaVersion = _pattern(r"[0-9]{1,2}\.[0-9]{1,2}(?:\.[0-9]{1,3})?", "a CUDA version such as 12.9.1")
+CudaArch = _pattern(r"[0-9]{1,2}\.[0-9][af]?(?:\+PTX)?", "a CUDA arch such as 9.0 or 10.0a or 12.0+PTX")
+HttpsUrl = _pattern(
+    r"https://" + _HOST + r"(?:/[A-Za-z0-9._~%+/-]*)?",
+    "an https:// URL without credentials, quotes, spaces or shell characters",
+)
+# The source is fetched by git on the host. file:// is for local mirrors and the smoke repo;
+# ext:: and other transports are not accepted.
+GitUrl = _pattern(
+    r"(?:https://" + _HOST + r"|file://)(?:/[A-Za-z0-9._~%+/-]*)",
+    "an https:// or file:// git URL without credentials, quotes, spaces or shell characters",
+)
+Requirement = _pattern(
+    r"[A-Za-z0-9](?:[A-Za-z0-9._-]*[A-Za-z0-9])?(?:\[[A-Za-z0-9._,-]+\])?"
+    r"(?:(?:===|==|>=|<=|~=|!=|<|>)[A-Za-z0-9.*+!]+)(?:,(?:===|==|>=|<=|~=|!=|<|>)[A-Za-z0-9.*+!]+)*",
+    "a requirement such as 'packaging==24.1' (name, extras, version specifiers only)",
+)
+ReqName = _pattern(
+    r"[A-Za-z0-9](?:[A-Za-z0-9._-]*[A-Za-z0-9])?(?:\[[A-Za-z0-9._,-]+\])?",
+    "a distribution name with optional [extras]",
+)
+DistName = _pattern(r"[A-Za-z0-9](?:[A-Za-z0-9._-]*[A-Za-z0-9])?", "a distribution name")
+RelPath = _pattern(
+    r"(?!.*(?:^|/)\.\.(?:/|$))[A-Za-z0-9_.-]+(?:/[A-Za-z0-9_.-]+)*",
+    "a relative path inside the source (no '..', no leading '/')",
+)
+ModuleName = _pattern(r"[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)*", "a dotted Python module name")
+Owner = _pattern(r"[A-Za-z0-9._%+-]+@[A-Za-z0-9.-]+\.[A-Za-z]{2,}", "an e-mail address (the owner who answers for this image)")
+Text = _pattern(r"[A-Za-z0-9][A-Za-z0-9 ,.:;()/_+=@#-]{0,199}", "plain text (letters, digits, spaces, ,.:;()/_+=@#-)")
+Arg = _pattern(r"[A-Za-z0-9_./:=@+-][A-Za-z0-9_./:=@+,-]{0,127}", "a plain command word (no spaces, quotes or shell characters)")
+AptPackage = _pattern(r"[a-z0-9][a-z0-9.+-]+(?:=[A-Za-z0-9.+:~-]+)?", "a Debian package name, optionally =version")
+
+_IMAGE_RE = re.compile(
+    rf"(?P<name>{_HOST}/{_SEG}(?:/{_SEG})*|{_SEG}(?:/{_SEG})*)"
+    r"(?::(?P<tag>[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}))?"
+    r"(?:@(?P<digest>sha256:[0-9a-f]{64}))?"
+)
+
+
+def _strict_date(value: Any) -> dt.date:
+    # YAML gives a date for an unquoted 2027-03-31; a quoted one arrives as text.
+    if isinstance(value, dt.datetime):
+        raise ValueError(f"must be a date YYYY-MM-DD, not a timestamp (got {_show(value)})")
+    if isinstance(value, dt.date):
+        return value
+    if isinstance(value, str) and re.fullmatch(r"[0-9]{4}-[0-9]{2}-[0-9]{2}", value):
+        try:
+            return dt.date.fromisoformat(value)
+        except ValueError:
+            pass
+    raise ValueError(f"must be a valid date YYYY-MM-DD (got {_show(value)})")
+
+
+IsoDate = Annotated[dt.date, BeforeValidator(_strict_date)]
+
+
+class _Frozen(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+# --- the schema --------------------------------------------------------------------------------
+
+class BaseImage(_Frozen):
+    """A base image pinned by digest. Written in the matrix as ``name[:tag]@sha256:...``."""
+
+    name: str  # repository with optional registry host, e.g. nvidia/cuda
+    tag: Optional[str] = None
+    digest: str
+
+    @property
+    def ref(self) -> str:
+        """The pinned reference the Dockerfile uses (tag kept for readers, digest decides)."""
+        tagged = f"{self.name}:{self.tag}" if self.tag else self.name
+        return f"{tagged}@{self.digest}"
+
+    @property
+    def display_name(self) -> str:
+        return f"{self.name}:{self.tag}" if self.tag else self.name
+
+
+def _parse_base(value: Any) -> Any:
+    if isinstance(value, BaseImage):
+        return value
+    if not isinstance(value, str):
+        raise ValueError(f"must be an image reference 'name[:tag]@sha256:<64 hex>' (got {_show(value)})")
+    m = _IMAGE_RE.fullmatch(value)
+    if not m:
+        raise ValueError(f"must be an image reference 'name[:tag]@sha256:<64 hex>' (got {_show(value)})")
+    if not m.group("digest"):
+        raise ValueError(f"must be pinned by digest: add @sha256:<64 hex> to {_show(value)}")
+    return BaseImage(name=m.group("name"), tag=m.group("tag"), digest=m.group("digest"))
+
+
+PinnedImage = Annotated[BaseImage, BeforeValidator(_parse_base)]
+
+
+class Bases(_Frozen):
+    build: PinnedImage  # compiles the source (vLLM: CUDA devel image)
+    runtime: PinnedImage  # the final image's parent (vLLM: CUDA base image)
+
+
+class ImageTarget(_Frozen):
+    registry: Registry
+    repository: Repository
+    tag: Tag
+
+    @property
+    def name(self) -> str:
+        return f"{self.registry}/{self.repository}"
+
+    @property
+    def tagged(self) -> str:
+        return f"{self.name}:{self.tag}"
+
+
+class Extensions(_Frozen):
+    """Compiled modules the image must import, beyond those derived from the source."""
+
+    add: tuple[ModuleName, ...] = ()
+    waive: dict[ModuleName, Text] = Field(default_factory=dict)  # module -> reason
+    ops: tuple[ModuleName, ...] = ()  # torch.ops namespaces/ops that must be registered
+
+
+class Source(_Frozen):
+    url: GitUrl
+    branch: Branch
+    commit: Commit
+    package: DistName  # the distribution the source builds (vllm, or the smoke stand-in)
+    version: Version  # its version at the pinned commit, for labels and the wheel
+    # Requirement files inside the source at the pinned commit that feed the locks.
+    requirements: tuple[RelPath, ...] = ()
+    build_requirements: tuple[RelPath, ...] = ()
+    # Respellings applied to those files' requirement names, e.g. a CUDA 13 extra -> CUDA 12.
+    rewrites: dict[ReqName, ReqName] = Field(default_factory=dict)
+    extensions: Extensions = Extensions()
+
+
+class Pin(_Frozen):
+    version: Version
+    index: Optional[HttpsUrl] = None  # an extra index this package is taken from
+
+
+class Cuda(_Frozen):
+    version: CudaVersion
+    arch_list: tuple[CudaArch, ...] = Field(min_length=1)
+
+    @property
+    def major_minor(self) -> str:
+        return ".".join(self.version.split(".")[:2])
+
+    @property
+    def short(self) -> str:  # 12.9.1 -> cu129
+        return "cu" + "".join(self.version.split(".")[:2])
+
+
+class Standalone(_Frozen):
+    """A relocatable CPython tarball (python-build-standalone), verified on the host."""
+
+    url: HttpsUrl
+    sha256: Annotated[StrictStr, AfterValidator(lambda v: _hex64(v))]
+
+
+def _hex64(value: str) -> str:
+    if not re.fullmatch(r"[0-9a-f]{64}", value):
+        raise ValueError(f"must be 64 lowercase hex characters (got {_show(value)})")
+    return value
+
+
+class Python(_Frozen):
+    version: PythonVersion
+    # system: the bases' own /usr/bin/python3 (must be this version in both bases);
+    # standalone: a pinned relocatable CPython unpacked under /opt/k3/python.
+    provider: Literal["system", "standalone"] = "system"
+    standalone: Optional[Standalone] = None
+    # glibc of the bases, for choosing manylinux wheels on the host (Ubuntu 22.04: 2.35).
+    glibc: Annotated[StrictStr, AfterValidator(lambda v: _glibc(v))] = "2.35"
+    arch: Literal["x86_64", "aarch64"] = "x86_64"
+
+    def wheel_platforms(self) -> tuple[str, ...]:
+        """pip --platform values: pip does not expand manylinux_2_X to older tags itself."""
+        minor = int(self.glibc.split(".")[1])
+        tags = [f"manylinux_2_{m}_{self.arch}" for m in range(minor, 4, -1)]
+        legacy = {17: "manylinux2014", 12: "manylinux2010", 5: "manylinux1"}
+        tags += [f"{name}_{self.arch}" for m, name in legacy.items() if m <= minor]
+        return tuple(tags)
+
+
+def _glibc(value: str) -> str:
+    if not re.fullmatch(r"2\.[0-9]{1,2}", value):
+        raise ValueError(f"must be a glibc version such as \"2.35\" (got {_show(value)})")
+    return value
+
+
+class Compile(_Frozen):
+    max_jobs: Optional[Annotated[StrictInt, Field(ge=1, le=512)]] = None  # None: derived from the builder
+    nvcc_threads: Annotated[StrictInt, Field(ge=1, le=64)] = 1
+    memory_per_job_gib: Annotated[StrictInt, Field(ge=1, le=256)] = 4  # per nvcc thread, for MAX_JOBS
+    apt_packages: tuple[AptPackage, ...] = ()  # build stage only; never in the final image
+
+
+class Target(_Frozen):
+    name: TargetName
+    description: Text
+    owner: Owner
+    expires: IsoDate
+    expiry_warning_days: Annotated[StrictInt, Field(ge=0, le=3650)] = 30
+    expiry_horizon_days: Annotated[StrictInt, Field(ge=1, le=3650)] = 365
+    licenses: Text = "Apache-2.0"
+    vendor: Text = "K3 cu129 image pipeline"
+    image: ImageTarget
+    bases: Bases
+    source: Source
+    python: Python
+    cuda: Cuda
+    torch: Optional[Pin] = None
+    flashinfer: Optional[Pin] = None
+    nccl: Optional[Pin] = None
+    indexes: tuple[HttpsUrl, ...] = Field(default=("https://pypi.org/simple",), min_length=1)
+    requirements: tuple[Requirement, ...] = ()
+    build_requirements: tuple[Requirement, ...] = ()
+    compile: Compile = Compile()
+    entrypoint: tuple[Arg, ...] = Field(min_length=1)
+
+    def pinned_requirements(self) -> tuple[str, ...]:
+        """Top-level runtime pins for the lock: the matrix's own list plus the named pins."""
+        pins = list(self.requirements)
+        if self.torch:
+            pins.append(f"torch=={self.torch.version}")
+        if self.flashinfer:
+            pins.append(f"flashinfer-python=={self.flashinfer.version}")
+        if self.nccl:
+            pins.append(f"nvidia-nccl-cu{self.cuda.version.split('.')[0]}=={self.nccl.version}")
+        return tuple(sorted(pins, key=str.lower))
+
+    def lock_indexes(self) -> tuple[str, ...]:
+        """Indexes for the lock, in a fixed order: the matrix's list, then each pin's own."""
+        extra = [p.index for p in (self.torch, self.flashinfer, self.nccl) if p and p.index]
+        return tuple(dict.fromkeys([*self.indexes, *extra]))
+
+
+class Matrix(_Frozen):
+    version: Literal[1]
+    targets: dict[TargetName, Target] = Field(min_length=1)
+    path: Path  # where it was read from, for messages
+
+    def target(self, name: str) -> Target:
+        if name not in self.targets:
+            hint = _did_you_mean(name, self.targets)
+            raise ConfigError(
+                f"{self.path}: targets: unknown target {name!r}{hint}; known: {', '.join(sorted(self.targets))}"
+            )
+        return self.targets[name]
+
+
+# --- loading -------------------------------------------------------------------------------------
+
+class _Loader(yaml.SafeLoader):
+    """Safe loader that refuses duplicate keys and aliases (no billion-laughs expansion)."""
+
+
+def _no_alias(loader: _Loader, node: yaml.Node) -> Any:  # pragma: no cover - replaced below
+    raise AssertionError
+
+
+def _compose_node(self: _Loader, parent: Any, index: Any) -> Any:
+    if self.check_event(yaml.events.AliasEvent):
+        event = self.peek_event()
+        raise yaml.constructor.ConstructorError(
+            None, None, "YAML aliases (*name) are not allowed in the matrix; write the value out", event.start_mark
+        )
+    return yaml.SafeLoader.compose_node(self, parent, index)
+
+
+def _construct_mapping(self: _Loader, node: yaml.MappingNode, deep: bool = False) -> dict:
+    seen: dict[Any, Any] = {}
+    for key_node, _ in node.value:
+        key = self.construct_object(key_node, deep=deep)
+        if not isinstance(key, str):
+            raise yaml.constructor.ConstructorError(
+                None, None, f"keys must be strings, got {_show(key)}", key_node.start_mark
+            )
+        if key in seen:
+            raise yaml.constructor.ConstructorError(
+                None, None, f"duplicate key {key!r}", key_node.start_mark
+            )
+        seen[key] = True
+    return yaml.SafeLoader.construct_mapping(self, node, deep=True)
+
+
+_Loader.compose_node = _compose_node  # type: ignore[method-assign]
+# Dates stay text until the schema parses them, so 2027-02-30 is a keyed error, not a crash.
+_Loader.yaml_implicit_resolvers = {
+    first: [(tag, rx) for tag, rx in resolvers if tag != "tag:yaml.org,2002:timestamp"]
+    for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()
+}
+_Loader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _construct_mapping)
+
+
+def _did_you_mean(word: str, options: typing.Iterable[str]) -> str:
+    close = difflib.get_close_matches(word, list(options), n=1, cutoff=0.6)
+    return f" (did you mean {close[0]!r}?)" if close else ""
+
+
+def _deep_merge(base: dict, over: dict) -> dict:
+    out = dict(base)
+    for key, value in over.items():
+        if isinstance(value, dict) and isinstance(out.get(key), dict):
+            out[key] = _deep_merge(out[key], value)
+        else:
+            out[key] = value
+    return out
+
+
+def _model_at(loc: tuple) -> type[BaseModel] | None:
+    """The model class that owns the mapping at ``loc`` (for "did you mean" suggestions)."""
+    model: Any = _RawMatrix
+    i = 0
+    while i < len(loc):
+        field = model.model_fields.get(loc[i]) if isinstance(loc[i], str) else None
+        if field is None:
+            return None
+        ann = field.annotation
+        i += 1
+        for _ in range(3):  # unwrap Optional[...], dict[str, X], tuple[X, ...]
+            origin = typing.get_origin(ann)
+            args = [a for a in typing.get_args(ann) if a is not type(None)]
+            if origin is dict and i < len(loc):
+                ann, i = args[1], i + 1
+            elif origin in (typing.Union, getattr(__import__("types"), "UnionType", None)) and args:
+                ann = args[0]
+            elif origin is typing.Annotated or (args and hasattr(ann, "__metadata__")):
+                ann = args[0]
+            else:
+                break
+        if isinstance(ann, type) and issubclass(ann, BaseModel):
+            model = ann
+        else:
+            return None
+        if i == len(loc):
+            return model
+    return model
+
+
+class _RawMatrix(_Frozen):
+    """The file's shape before targets get their names and defaults."""
+
+    version: Literal[1]
+    defaults: dict = Field(default_factory=dict)
+    targets: dict[TargetName, Target]
+
+
+def _format_error(path: Path, err: dict) -> str:
+    loc = tuple(err["loc"])
+    # pydantic appends the validator name for Annotated/union members; keep real keys only.
+    loc = tuple(p for p in loc if not (isinstance(p, str) and re.match(r"(function-|\[key\]$|[a-z-]+\[.*\(\))", p)))
+    where = ".".join(str(p) for p in loc) or "(top level)"
+    kind = err["type"]
+    if kind == "extra_forbidden":
+        owner = _model_at(loc[:-1])
+        options = list(owner.model_fields) if owner else []
+        options = [o for o in options if o != "name"] if owner is Target else options
+        return f"{path}: {where}: unknown key{_did_you_mean(str(loc[-1]), options)}"
+    if kind == "missing":
+        return f"{path}: {where}: required key is missing"
+    msg = err["msg"]
+    msg = msg.removeprefix("Value error, ")
+    if kind in ("string_type", "int_type", "bool_type", "date_type", "tuple_type", "dict_type", "model_type"):
+        msg = f"{msg} (got {_show(err.get('input'))}{'; quote it' if kind == 'string_type' and isinstance(err.get('input'), (int, float)) else ''})"
+    elif kind.startswith("literal") or kind.endswith("_parsing") or kind in ("greater_than_equal", "less_than_equal", "too_short"):
+        msg = f"{msg} (got {_show(err.get('input'))})"
+    return f"{path}: {where}: {msg}"
+
+
+def parse(text: str, path: Path) -> Matrix:
+    """Parse matrix text. Raises ConfigError with one line naming the file and the key."""
+    if len(text.encode("utf-8", "surrogatepass")) > MAX_MATRIX_BYTES:
+        raise ConfigError(f"{path}: the file is larger than {MAX_MATRIX_BYTES} bytes; is it really a matrix?")
+    try:
+        raw = yaml.load(text, Loader=_Loader)  # noqa: S506 - _Loader is a SafeLoader
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None) or getattr(exc, "context_mark", None)
+        where = f"line {mark.line + 1}, column {mark.column + 1}" if mark else "(unknown position)"
+        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+        raise ConfigError(f"{path}: {where}: invalid YAML: {problem}") from None
+    except RecursionError:
+        raise ConfigError(f"{path}: nesting too deep to be a matrix") from None
+    except (ValueError, TypeError, OverflowError) as exc:  # a scalar YAML could not construct
+        raise ConfigError(f"{path}: invalid YAML value: {_show(str(exc))}") from None
+    if not isinstance(raw, dict):
+        raise ConfigError(f"{path}: (top level): must be a mapping with 'version' and 'targets'")
+    defaults = raw.get("defaults", {})
+    targets = raw.get("targets")
+    if not isinstance(defaults, dict):
+        raise ConfigError(f"{path}: defaults: must be a mapping")
+    if isinstance(targets, dict):
+        merged = {}
+        for name, entry in targets.items():
+            if isinstance(entry, dict):
+                entry = _deep_merge(defaults, entry)
+                entry = {"name": name, **entry} if "name" not in entry else entry
+            merged[name] = entry
+        raw = {**raw, "targets": merged}
+    try:
+        checked = _RawMatrix.model_validate(raw)
+    except ValidationError as exc:
+        errors = sorted(exc.errors(include_url=False), key=lambda e: tuple(map(str, e["loc"])))
+        raise ConfigError(_format_error(path, errors[0])) from None
+    for name, target in checked.targets.items():
+        if target.name != name:
+            raise ConfigError(f"{path}: targets.{name}.name: 'name' is set from the key; remove it")
+        _cross_checks(path, target)
+    return Matrix(version=checked.version, targets=checked.targets, path=path)
+
+
+def _cross_checks(path: Path, t: Target) -> None:
+    where = f"{path}: targets.{t.name}"
+    if t.python.provider == "standalone" and t.python.standalone is None:
+        raise ConfigError(f"{where}.python.standalone: required when provider is 'standalone' (url and sha256)")
+    if t.python.provider == "system" and t.python.standalone is not None:
+        raise ConfigError(f"{where}.python.standalone: only used with provider 'standalone'; remove it")
+    if t.torch and t.torch.version.partition("+")[2] not in ("", t.cuda.short):
+        raise ConfigError(
+            f"{where}.torch.version: local version {t.torch.version!r} does not match CUDA {t.cuda.version} "
+            f"(expected +{t.cuda.short})"
+        )
+
+
+def load(path: Path) -> Matrix:
+    try:
+        raw = path.read_bytes()
+    except FileNotFoundError:
+        raise ConfigError(f"{path}: no such file (pass --matrix PATH)") from None
+    except OSError as exc:
+        raise ConfigError(f"{path}: cannot read: {exc.strerror}") from None
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"{path}: not UTF-8 (byte {exc.start})") from None
+    return parse(text, path)
