@@ -1,0 +1,80 @@
+"""Lock helpers: hermetic pip environment, index lines dropped, overrides, strict parsing."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from builder import lock
+from builder.errors import LockError
+
+LOCK = """\
+# Lock for target t (runtime), made by `build lock`; do not edit.
+# k3-lock-inputs-sha256: abc
+nvidia-nccl-cu12==2.27.3 \\
+    --hash=sha256:1111 \\
+    --hash=sha256:2222
+    # via torch
+torch==2.13.0+cu129 \\
+    --hash=sha256:3333
+    # via -r matrix.in
+"""
+
+
+def test_hermetic_env_drops_machine_pip_settings(monkeypatch):
+    monkeypatch.setenv("PIP_FIND_LINKS", "/opt/wheels")
+    monkeypatch.setenv("PIP_EXTRA_INDEX_URL", "file:///opt/pypi/simple")
+    monkeypatch.setenv("PIP_CONSTRAINT", "/etc/xdg/pip/constraints.txt")
+    monkeypatch.setenv("PIP_CERT", "/etc/ssl/certs/ca-certificates.crt")
+    env = lock.hermetic_env()
+    assert env["PIP_CONFIG_FILE"] == "/dev/null"
+    assert "PIP_FIND_LINKS" not in env and "PIP_EXTRA_INDEX_URL" not in env and "PIP_CONSTRAINT" not in env
+    assert env["PIP_CERT"] == "/etc/ssl/certs/ca-certificates.crt"  # trust, not an index
+
+
+def test_source_requirement_files_lose_index_lines_and_get_rewrites():
+    data = (b"-r common.txt\n--extra-index-url https://flashinfer.ai/whl/\n-i https://x/simple\n"
+            b"nvidia-cutlass-dsl[cu13]==4.7.1\nhumming-kernels[cu13]==0.1.12 ; sys_platform == 'linux'\n")
+    out = lock._transform(data, {"nvidia-cutlass-dsl[cu13]": "nvidia-cutlass-dsl",
+                                 "humming-kernels[cu13]": "humming-kernels[cu12]"}).decode()
+    assert "-r common.txt" in out
+    assert "\n--extra-index-url" not in out and "\n-i " not in out
+    assert "# dropped by build lock" in out
+    assert "\nnvidia-cutlass-dsl==4.7.1\n" in out
+    assert "\nhumming-kernels[cu12]==0.1.12 ; sys_platform == 'linux'\n" in out
+
+
+def test_override_replaces_the_resolved_entry_with_its_own_hashes():
+    out = lock.apply_override(LOCK, "nvidia-nccl-cu12", "2.30.7", lambda n, v: ["bbbb", "aaaa"], "matrix nccl")
+    _, entries = lock.parse_lock(out, Path("x"))
+    nccl = next(e for e in entries if e.name == "nvidia-nccl-cu12")
+    assert (nccl.version, nccl.hashes) == ("2.30.7", ("aaaa", "bbbb"))
+    assert "2.27.3" not in out and "# via override (matrix nccl)" in out
+    assert any(e.name == "torch" and e.hashes == ("3333",) for e in entries)
+
+
+def test_override_without_hashes_is_an_error():
+    with pytest.raises(LockError, match="no files with hashes"):
+        lock.apply_override(LOCK, "nvidia-nccl-cu12", "9.9.9", lambda n, v: [], "m")
+
+
+def test_parse_lock_reads_header_and_entries():
+    sha, entries = lock.parse_lock(LOCK, Path("x"))
+    assert sha == "abc"
+    assert [(e.name, e.version) for e in entries] == [("nvidia-nccl-cu12", "2.27.3"), ("torch", "2.13.0+cu129")]
+
+
+@pytest.mark.parametrize("bad,message", [
+    ("requests>=2\n", "not a pinned requirement line"),
+    ("requests==2.0\n", "has no --hash"),
+    ("    --hash=sha256:1\n", "hash line without a requirement"),
+])
+def test_parse_lock_refuses_unpinned_or_unhashed(bad, message):
+    with pytest.raises(LockError, match=message):
+        lock.parse_lock(bad, Path("x"))
+
+
+def test_missing_lock_says_how_to_make_one(tmp_path):
+    with pytest.raises(LockError, match="run `build lock --target t` first"):
+        lock.read_entries(tmp_path / "t" / "requirements.txt")
