@@ -1,0 +1,189 @@
+"""Command line: ``build [--matrix M] [--target T] [COMMAND] ...``. Only ``main()`` exits."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from builder import __version__, contract, lock, log, render, source
+from builder.errors import BuilderError, ConfigError, DriftError
+from builder.fsutil import atomic_write
+from builder.matrix import Matrix, load
+
+DESCRIPTION = """\
+Reproducible builds of vLLM for Kimi K3 against CUDA 12.9, from matrix.yaml.
+
+With no command, builds --target (the maintainer's `build --target cu129`).
+--matrix and --target may stand before or after the command."""
+
+EPILOG = """\
+exit codes: 0 ok; 1 build/check failed or drift found; 2 bad input (matrix, target, lock,
+record, source); 3 Docker engine or registry unreachable; 130 interrupted."""
+
+
+def _globals(parser: argparse.ArgumentParser, top: bool) -> None:
+    # Subcommand copies use SUPPRESS so a value given before the command is not reset after it.
+    default = (lambda v: v) if top else (lambda v: argparse.SUPPRESS)
+    parser.add_argument("--matrix", type=Path, default=default(Path("matrix.yaml")),
+                        help="the build matrix (default: ./matrix.yaml)")
+    parser.add_argument("--target", default=default(None), help="a target name from the matrix")
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="build", description=DESCRIPTION, epilog=EPILOG,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
+    _globals(p, top=True)
+    _build_options(p, top=True)
+    sub = p.add_subparsers(dest="command", metavar="COMMAND")
+
+    r = sub.add_parser("render", help="render dockerfiles/<target>/Dockerfile from the matrix",
+                       description="Render every target's Dockerfile (or --target's) from the matrix "
+                                   "into dockerfiles/<target>/Dockerfile beside the matrix.")
+    _globals(r, top=False)
+    r.add_argument("--check", action="store_true",
+                   help="write nothing; exit 1 if a committed Dockerfile differs from what the matrix renders")
+
+    lk = sub.add_parser("lock", help="resolve and hash-lock a target's dependencies (pip-compile)",
+                        description="Write locks/<target>/requirements.txt and build-requirements.txt with "
+                                    "pip-compile --generate-hashes, from the matrix's pins and indexes and the "
+                                    "source's requirement files at the pinned commit. Ignores the machine's "
+                                    "pip configuration; emits no index URLs.")
+    _globals(lk, top=False)
+
+    pl = sub.add_parser("plan", help="show everything a build of --target reads and produces (no network)",
+                        description="Print bases with digests, source commit, versions, build args, locks "
+                                    "and the output reference. Reads only the matrix and local files.")
+    _globals(pl, top=False)
+
+    b = sub.add_parser("build", help="build, push and record --target (the default command)",
+                       description="Check the committed Dockerfile and locks, fetch the pinned source, "
+                                   "assemble a hermetic context, build and push with buildx, confirm the "
+                                   "registry serves the digest, and record it in locks/<target>/image.json.")
+    _globals(b, top=False)
+    _build_options(b, top=False)
+
+    sm = sub.add_parser("smoke-init", help="make the smoke target's bases, source repo and matrix (demo/tests)",
+                        description="Create the smoke target on this machine: Debian 12 base images "
+                                    "(debootstrap) pushed to --registry and pinned by digest, a git "
+                                    "repository of the stand-in source, and OUT/matrix.yaml.")
+    sm.add_argument("--out", type=Path, default=Path("artifacts/smoke"), help="where to write (default: artifacts/smoke)")
+    sm.add_argument("--registry", default="127.0.0.1:5000", help="registry for the bases and the image")
+    sm.add_argument("--repository", default="k3/smoke", help="repository of the smoke image (default: k3/smoke)")
+    return p
+
+
+def _build_options(parser: argparse.ArgumentParser, top: bool) -> None:
+    default = (lambda v: v) if top else (lambda v: argparse.SUPPRESS)
+    parser.add_argument("--no-cache", action="store_true", default=default(False),
+                        help="build without the engine's layer cache")
+    parser.add_argument("--builder", default=default(None), help="buildx builder to use (default: the current one)")
+    parser.add_argument("--max-jobs", type=int, default=default(None),
+                        help="override MAX_JOBS for the compile (default: derived from the builder's memory)")
+
+
+def _targets(matrix: Matrix, name: str | None) -> list[str]:
+    if name is None:
+        return sorted(matrix.targets)
+    matrix.target(name)  # raises with a "did you mean"
+    return [name]
+
+
+def _need_target(args: argparse.Namespace, command: str) -> str:
+    if not args.target:
+        raise ConfigError(f"{command}: --target is required (e.g. `build {command} --target cu129`)")
+    return args.target
+
+
+def cmd_render(args: argparse.Namespace) -> int:
+    matrix = load(args.matrix)
+    names = _targets(matrix, args.target)
+    rendered = {n: render.render(matrix.target(n)) for n in names}  # all rendered before any write
+    drift = []
+    for name, text in rendered.items():
+        path = render.output_path(args.matrix, name)
+        current = path.read_text() if path.exists() else None
+        if current == text:
+            log.info(f"{path}: up to date")
+            continue
+        if args.check:
+            drift.append(f"{path}: {'missing' if current is None else 'differs from what the matrix renders'}")
+            continue
+        atomic_write(path, text)
+        log.info(f"{path}: written")
+    if drift:
+        for line in drift:
+            log.info(line)
+        raise DriftError(f"{len(drift)} Dockerfile(s) out of date; run `build render` and commit the result")
+    return 0
+
+
+def cmd_lock(args: argparse.Namespace) -> int:
+    matrix = load(args.matrix)
+    target = matrix.target(_need_target(args, "lock"))
+    root = args.matrix.resolve().parent
+    with log.step(f"{target.name}: fetch source {target.source.branch} @ {target.source.commit[:12]}"):
+        pinned = source.fetch(target.source)
+    with log.step(f"{target.name}: pip-compile runtime and build locks"):
+        written = lock.write(root, target, pinned)
+    for path in written.values():
+        log.info(f"{path}: written")
+    return 0
+
+
+def cmd_plan(args: argparse.Namespace) -> int:
+    from builder.pipeline import Plan
+
+    matrix = load(args.matrix)
+    plan = Plan.of(matrix, _need_target(args, "plan"))
+    width = max(len(k) for k, _ in plan.rows())
+    for key, value in plan.rows():
+        print(f"{key.ljust(width)}  {value}")
+    return 0
+
+
+def cmd_build(args: argparse.Namespace) -> int:
+    from builder.engine import Engine
+    from builder.pipeline import Plan, build
+
+    matrix = load(args.matrix)
+    plan = Plan.of(matrix, _need_target(args, "build"))
+    outcome = build(plan, Engine(), no_cache=args.no_cache, builder=args.builder, max_jobs_override=args.max_jobs)
+    size = f"{outcome.size / 1e6:.1f} MB" if outcome.size else "?"
+    log.summary([log.SummaryRow(outcome.image.split("@")[0], outcome.digest, size, outcome.seconds,
+                                "pushed" if outcome.changed else "pushed (same digest)")])
+    log.info(f"recorded in {outcome.record}; log in {outcome.log}")
+    print(outcome.image)
+    return 0
+
+
+def cmd_smoke_init(args: argparse.Namespace) -> int:
+    from builder import smoke
+    from builder.engine import Engine
+
+    matrix_path = smoke.init(args.out, args.registry, Engine(), repository=args.repository)
+    print(matrix_path)
+    return 0
+
+
+COMMANDS = {"render": cmd_render, "lock": cmd_lock, "plan": cmd_plan, "build": cmd_build,
+            "smoke-init": cmd_smoke_init}
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = _parser()
+    args = parser.parse_args(argv)
+    command = args.command or "build"
+    if args.command is None and not args.target:
+        parser.print_help(sys.stderr)
+        sys.exit(2)
+    try:
+        code = COMMANDS[command](args)
+    except BuilderError as exc:
+        log.info(f"error: {exc.message}")
+        sys.exit(exc.exit_code)
+    except KeyboardInterrupt:
+        log.info("error: interrupted; records untouched")
+        sys.exit(130)
+    sys.exit(code)

@@ -1,0 +1,213 @@
+"""The one engine seam: every Docker, buildx and registry call lives here.
+
+The rest of the code asks for ``preflight``/``build``/``resolve_digest``/``serves`` and gets
+typed results or a ``BuildError``/``EngineUnavailable``. Unit tests swap this class for a fake;
+integration tests use it against the real engine and registry.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, Iterator
+
+from python_on_whales import DockerClient
+from python_on_whales.exceptions import DockerException
+from python_on_whales.utils import run
+
+from builder.errors import BuildError, EngineUnavailable
+
+MIN_ENGINE = (25, 0)
+MIN_BUILDX = (0, 13)
+
+
+@dataclass(frozen=True)
+class EngineInfo:
+    server_version: str
+    buildx_version: str
+    builder: str
+    driver: str
+    cpus: int
+    memory_bytes: int
+
+
+@dataclass(frozen=True)
+class BuildRequest:
+    context: Path
+    dockerfile: Path
+    tags: tuple[str, ...]
+    build_args: dict[str, str]
+    build_contexts: dict[str, Path] = field(default_factory=dict)
+    source_date_epoch: int | None = None
+    push: bool = True
+    no_cache: bool = False
+    builder: str | None = None
+    secrets: tuple[str, ...] = ()  # buildx --secret specs (id=...,src=...); values never logged
+
+
+@dataclass(frozen=True)
+class BuildResult:
+    digest: str  # manifest digest the registry serves (from buildx's metadata file)
+    config_digest: str | None
+    metadata: dict
+
+
+def _version_tuple(text: str) -> tuple[int, ...]:
+    return tuple(int(x) for x in re.findall(r"\d+", text)[:2])
+
+
+@contextlib.contextmanager
+def _env(**values: str) -> Iterator[None]:
+    # python-on-whales streams buildx with the process environment; SOURCE_DATE_EPOCH must be
+    # in buildx's own environment too (it forwards it to BuildKit), so set it around the call.
+    old = {k: os.environ.get(k) for k in values}
+    os.environ.update(values)
+    try:
+        yield
+    finally:
+        for k, v in old.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
+class Engine:
+    def __init__(self, docker: DockerClient | None = None) -> None:
+        self.docker = docker or DockerClient()
+
+    def preflight(self, builder: str | None = None) -> EngineInfo:
+        try:
+            info = self.docker.system.info()
+            bx = self.docker.buildx.version()
+            b = self.docker.buildx.inspect(builder)
+        except DockerException as exc:
+            first = (exc.stderr or str(exc)).strip().splitlines()
+            raise EngineUnavailable(
+                f"Docker engine not reachable: {first[0] if first else exc}; start it (ci/setup.sh does)"
+            ) from None
+        except FileNotFoundError:
+            raise EngineUnavailable("docker CLI not found; run ci/setup.sh") from None
+        server = info.server_version or "0"
+        bx_text = bx.get("version", "0") if isinstance(bx, dict) else str(bx)
+        found = re.search(r"\d+\.\d+(?:\.\d+)?", bx_text.split(" ", 1)[-1])
+        bx_version = found.group() if found else "0"
+        if _version_tuple(server) < MIN_ENGINE:
+            raise EngineUnavailable(f"Docker Engine {server} is older than 25; run ci/setup.sh")
+        if _version_tuple(bx_version) < MIN_BUILDX:
+            raise EngineUnavailable(f"buildx {bx_version} is older than 0.13; run ci/setup.sh")
+        return EngineInfo(
+            server_version=server,
+            buildx_version=bx_version,
+            builder=b.name,
+            driver=b.driver,
+            cpus=int(info.n_cpu or 1),
+            memory_bytes=int(info.mem_total or 0),
+        )
+
+    def build(self, req: BuildRequest, log_path: Path, echo: Callable[[str], None]) -> BuildResult:
+        """Build (and push), streaming the plain progress log to ``log_path`` and ``echo``."""
+        metadata_file = log_path.parent / "metadata.json"
+        env = {"SOURCE_DATE_EPOCH": str(req.source_date_epoch)} if req.source_date_epoch is not None else {}
+        log_path.parent.mkdir(parents=True, exist_ok=True)
+        with log_path.open("a", encoding="utf-8") as log, _env(**env):
+            try:
+                stream = self.docker.buildx.build(
+                    req.context,
+                    file=req.dockerfile,
+                    tags=list(req.tags),
+                    build_args=dict(req.build_args),
+                    build_contexts={k: str(v) for k, v in req.build_contexts.items()},
+                    push=req.push,
+                    cache=not req.no_cache,
+                    builder=req.builder,
+                    secrets=list(req.secrets),
+                    metadata_file=metadata_file,
+                    progress="plain",
+                    stream_logs=True,
+                )
+                for line in stream:
+                    log.write(line)
+                    log.flush()
+                    echo(line.rstrip("\n"))
+            except DockerException as exc:
+                log.write(f"\n[k3-builder] buildx exited with code {exc.return_code}\n")
+                raise BuildError(f"buildx build failed (exit {exc.return_code}): {_last_error(log_path)}",
+                                 str(log_path)) from None
+            except KeyboardInterrupt:
+                log.write("\n[k3-builder] interrupted: build stopped, records untouched\n")
+                raise
+        try:
+            metadata = json.loads(metadata_file.read_text())
+        except (OSError, ValueError):
+            raise BuildError("buildx wrote no readable metadata file", str(log_path)) from None
+        digest = metadata.get("containerimage.digest")
+        if not digest or not re.fullmatch(r"sha256:[0-9a-f]{64}", digest):
+            raise BuildError(f"buildx metadata has no image digest: {sorted(metadata)}", str(log_path))
+        return BuildResult(digest=digest, config_digest=metadata.get("containerimage.config.digest"),
+                           metadata=metadata)
+
+    def import_and_push(self, rootfs_tar: Path, ref: str) -> str:
+        """Import a root filesystem tarball as an image, push it, return the registry's digest."""
+        try:
+            self.docker.import_(rootfs_tar, tag=ref)
+            self.docker.image.push(ref, quiet=True)
+        except DockerException as exc:
+            raise BuildError(f"cannot import and push {ref}: {(exc.stderr or '').strip()[:200]}") from None
+        digest = self.resolve_digest(ref)
+        if not digest:
+            raise BuildError(f"pushed {ref} but the registry does not serve it")
+        return digest
+
+    def image_size(self, ref: str) -> int | None:
+        """Compressed size in the registry: config plus layers of the manifest ``ref`` names."""
+        doc = self._imagetools(ref, raw=True)
+        if not doc or "layers" not in doc:
+            return None
+        return int(doc["config"]["size"]) + sum(int(layer["size"]) for layer in doc["layers"])
+
+    def _imagetools(self, ref: str, raw: bool = False) -> dict | None:
+        fmt = ["--raw"] if raw else ["--format", "{{json .Manifest}}"]
+        cmd = self.docker.client_config.docker_cmd + ["buildx", "imagetools", "inspect", *fmt, ref]
+        try:
+            return json.loads(run(cmd))
+        except DockerException as exc:
+            text = (exc.stderr or "").lower()
+            if "not found" in text or "manifest unknown" in text:
+                return None
+            raise EngineUnavailable(f"registry lookup of {ref} failed: {(exc.stderr or '').strip()[:200]}") from None
+
+    def resolve_digest(self, ref: str) -> str | None:
+        """The manifest digest the registry serves for ``ref`` (tag or digest), or None."""
+        doc = self._imagetools(ref)
+        return doc.get("digest") if doc else None
+
+    def serves(self, name: str, digest: str) -> bool:
+        """Whether the registry serves ``name@digest`` (content-addressed, so it is that image)."""
+        return self.resolve_digest(f"{name}@{digest}") == digest
+
+    def image_labels(self, ref: str) -> dict[str, str]:
+        """Labels of an image in the registry (read from its config blob)."""
+        cmd = self.docker.client_config.docker_cmd + [
+            "buildx", "imagetools", "inspect", "--format", "{{json .Image}}", ref,
+        ]
+        try:
+            doc = json.loads(run(cmd))
+        except DockerException as exc:
+            raise BuildError(f"cannot read the image config of {ref}: {(exc.stderr or '').strip()[:200]}") from None
+        return (doc.get("config") or {}).get("Labels") or {}
+
+
+def _last_error(log_path: Path) -> str:
+    try:
+        lines = log_path.read_text(errors="replace").splitlines()
+    except OSError:
+        return "see the log"
+    for line in reversed(lines):
+        if "ERROR:" in line or "error:" in line.lower():
+            return line.strip()[:300]
+    return lines[-1].strip()[:300] if lines else "see the log"

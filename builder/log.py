@@ -1,0 +1,80 @@
+"""The one logger: steps with timings, CI log groups, and a final summary table.
+
+Human output goes to stderr (stdout stays clean for machine-readable results, e.g. the image
+reference that ci/demo.sh prints last). Under GitHub Actions each step is a collapsible log
+group and the summary table is appended to $GITHUB_STEP_SUMMARY.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import sys
+import time
+from dataclasses import dataclass
+from typing import Iterator
+
+from rich.console import Console
+from rich.table import Table
+
+_console = Console(stderr=True, highlight=False, soft_wrap=True)
+
+
+def _in_actions() -> bool:
+    return os.environ.get("GITHUB_ACTIONS") == "true"
+
+
+def info(message: str) -> None:
+    _console.print(message, markup=False)
+
+
+def warn(message: str) -> None:
+    _console.print(f"warning: {message}", style="yellow", markup=False)
+
+
+def raw(line: str) -> None:
+    """A line of a child's output (the build log), passed through untouched."""
+    sys.stderr.write(line + "\n")
+    sys.stderr.flush()
+
+
+@contextlib.contextmanager
+def step(name: str) -> Iterator[None]:
+    if _in_actions():
+        sys.stderr.write(f"::group::{name}\n")
+    _console.print(f"[bold]==>[/bold] {name}", markup=True)
+    start = time.monotonic()
+    ok = False
+    try:
+        yield
+        ok = True
+    finally:
+        took = time.monotonic() - start
+        if _in_actions():
+            sys.stderr.write("::endgroup::\n")
+        _console.print(f"    {'done' if ok else 'FAILED'}: {name} ({took:.1f}s)", markup=False,
+                       style=None if ok else "red")
+
+
+@dataclass(frozen=True)
+class SummaryRow:
+    image: str
+    digest: str
+    size: str
+    seconds: float
+    status: str
+
+
+def summary(rows: list[SummaryRow]) -> None:
+    table = Table(title="build summary")
+    for col in ("image", "digest", "size", "time", "status"):
+        table.add_column(col)
+    for r in rows:
+        table.add_row(r.image, r.digest, r.size, f"{r.seconds:.1f}s", r.status)
+    _console.print(table)
+    path = os.environ.get("GITHUB_STEP_SUMMARY")
+    if path:
+        lines = ["| image | digest | size | time | status |", "|---|---|---|---|---|"]
+        lines += [f"| `{r.image}` | `{r.digest}` | {r.size} | {r.seconds:.1f}s | {r.status} |" for r in rows]
+        with open(path, "a", encoding="utf-8") as fh:
+            fh.write("\n".join(lines) + "\n")

@@ -1,0 +1,68 @@
+"""The command line: global options before or after the command; plan needs no network."""
+
+from __future__ import annotations
+
+import socket
+
+import pytest
+
+from builder.cli import _parser, main
+from tests.conftest import REPO
+
+
+@pytest.mark.parametrize("command", ["render", "lock", "plan", "build"])
+def test_matrix_and_target_before_or_after_the_command(command):
+    p = _parser()
+    before = p.parse_args(["--matrix", "m.yaml", "--target", "t", command])
+    after = p.parse_args([command, "--matrix", "m.yaml", "--target", "t"])
+    mixed = p.parse_args(["--matrix", "m.yaml", command, "--target", "t"])
+    for ns in (after, mixed):
+        assert (ns.command, str(ns.matrix), ns.target) == (before.command, str(before.matrix), before.target)
+    assert str(before.matrix) == "m.yaml" and before.target == "t"
+
+
+def test_defaults():
+    ns = _parser().parse_args(["plan"])
+    assert str(ns.matrix) == "matrix.yaml" and ns.target is None
+
+
+def test_help_documents_each_command(capsys):
+    for command in ("render", "lock", "plan", "build", "smoke-init"):
+        with pytest.raises(SystemExit) as info:
+            main([command, "--help"])
+        assert info.value.code == 0
+        assert "usage: build" in capsys.readouterr().out
+
+
+@pytest.fixture()
+def no_network(monkeypatch):
+    def refuse(*args, **kwargs):
+        raise AssertionError("network access during plan")
+
+    monkeypatch.setattr(socket.socket, "connect", refuse)
+    monkeypatch.setattr(socket, "create_connection", refuse)
+
+
+def test_plan_for_the_real_target_is_offline_and_complete(no_network, capsys, monkeypatch):
+    monkeypatch.chdir(REPO)
+    with pytest.raises(SystemExit) as info:
+        main(["plan", "--target", "cu129"])
+    assert info.value.code == 0
+    out = capsys.readouterr().out
+    for needle in (
+        "nvidia/cuda:12.9.1-devel-ubuntu22.04@sha256:38804006c937a83f28f63a959abcee688042072319c8614ad57b350958a30bd3",
+        "nvidia/cuda:12.9.1-base-ubuntu22.04@sha256:59436e8ac61921052d8f420be8b8cb8b117f1d7cc643397a289e37aaa0b83ea1",
+        "ced6857afa0ea7b2e3f0846a62e1394e90f15607",
+        "2.13.0+cu129", "0.6.18.post1", "2.30.7", "TORCH_CUDA_ARCH_LIST=", "NVCC_THREADS=8",
+        "ghcr.io/k3-cu129/vllm-openai:kimi-k3-cu129",
+    ):
+        assert needle in out
+
+
+@pytest.mark.parametrize("argv", [["plan"], ["plan", "--target", "nope"], ["lock"]])
+def test_bad_target_is_exit_2(argv, capsys, monkeypatch):
+    monkeypatch.chdir(REPO)
+    with pytest.raises(SystemExit) as info:
+        main(argv)
+    assert info.value.code == 2
+    assert capsys.readouterr().err.startswith("error: ")

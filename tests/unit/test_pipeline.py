@@ -1,0 +1,67 @@
+"""Pipeline rules that need no engine: MAX_JOBS, offline refusals before any engine call."""
+
+from __future__ import annotations
+
+import shutil
+
+import pytest
+
+from builder import matrix, pipeline
+from builder.errors import DriftError, LockError
+from tests.conftest import REPO
+
+GIB = 1024**3
+
+
+@pytest.fixture()
+def cu129():
+    return matrix.load(REPO / "matrix.yaml").target("cu129")
+
+
+def test_max_jobs_is_bounded_by_memory_then_cores(cu129):
+    # 4 GiB per nvcc thread x 8 threads = 32 GiB per job
+    assert pipeline.max_jobs(cu129, cpus=64, memory_bytes=256 * GIB) == 8
+    assert pipeline.max_jobs(cu129, cpus=4, memory_bytes=256 * GIB) == 4
+    assert pipeline.max_jobs(cu129, cpus=2, memory_bytes=24 * GIB) == 1  # never 0
+    assert pipeline.max_jobs(cu129, cpus=2, memory_bytes=24 * GIB, override=6) == 6
+    fixed = cu129.model_copy(update={"compile": cu129.compile.model_copy(update={"max_jobs": 3})})
+    assert pipeline.max_jobs(fixed, cpus=64, memory_bytes=512 * GIB) == 3
+
+
+class _NoEngine:
+    """The engine seam, swapped: any call means the pipeline did not refuse early enough."""
+
+    def __getattr__(self, name):
+        raise AssertionError(f"engine.{name} called before the offline checks refused")
+
+
+@pytest.fixture()
+def checkout(tmp_path):
+    shutil.copy(REPO / "matrix.yaml", tmp_path / "matrix.yaml")
+    shutil.copytree(REPO / "dockerfiles", tmp_path / "dockerfiles")
+    return tmp_path
+
+
+def test_cu129_refuses_without_a_lock_before_touching_the_engine(checkout):
+    plan = pipeline.Plan.of(matrix.load(checkout / "matrix.yaml"), "cu129")
+    with pytest.raises(LockError, match="no lock for this target"):
+        pipeline.build(plan, _NoEngine())
+    assert not (checkout / "locks" / "cu129" / "image.json").exists()
+
+
+def test_cu129_refuses_a_lock_with_pypi_torch(checkout):
+    locks = checkout / "locks" / "cu129"
+    locks.mkdir(parents=True)
+    for name in ("requirements.txt", "build-requirements.txt"):
+        (locks / name).write_text("# k3-lock-inputs-sha256: x\ntorch==2.13.0 \\\n    --hash=sha256:abcd\n")
+    plan = pipeline.Plan.of(matrix.load(checkout / "matrix.yaml"), "cu129")
+    with pytest.raises(LockError, match=r"torch must be a \+cu129 build.*has 2.13.0"):
+        pipeline.build(plan, _NoEngine())
+
+
+def test_drifted_dockerfile_refuses_before_the_engine(checkout):
+    df = checkout / "dockerfiles" / "cu129" / "Dockerfile"
+    df.write_text(df.read_text() + "RUN echo sneaky\n")
+    plan = pipeline.Plan.of(matrix.load(checkout / "matrix.yaml"), "cu129")
+    with pytest.raises(DriftError, match="differs from what the matrix renders"):
+        pipeline.build(plan, _NoEngine())
