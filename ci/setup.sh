@@ -73,6 +73,10 @@ start_dockerd() {
     systemctl start docker || true
   fi
   if ! docker info >/dev/null 2>&1; then
+    # A dockerd killed with its session leaves pid files that make the next one refuse to start.
+    for pidfile in /var/run/docker.pid /run/docker/containerd/containerd.pid; do
+      if [ -f "$pidfile" ] && ! kill -0 "$(cat "$pidfile" 2>/dev/null)" 2>/dev/null; then rm -f "$pidfile"; fi
+    done
     nohup /usr/sbin/dockerd --storage-driver=overlay2 >"$STATE_DIR/dockerd.log" 2>&1 &
   fi
   for _ in $(seq 1 60); do
