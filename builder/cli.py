@@ -64,6 +64,13 @@ def _parser() -> argparse.ArgumentParser:
     _globals(b, top=False)
     _build_options(b, top=False)
 
+    t = sub.add_parser("test", help="run the image checks (testinfra) on --target's recorded image or --image",
+                       description="Check an image against the matrix: CUDA version, no other CUDA major, "
+                                   "compiled modules and ops, pinned versions, expiry and labels, contents "
+                                   "equal to the lock, pip check, non-root. Writes a JUnit report.")
+    _globals(t, top=False)
+    t.add_argument("--image", help="image reference to check (default: the digest in locks/<target>/image.json)")
+
     sm = sub.add_parser("smoke-init", help="make the smoke target's bases, source repo and matrix (demo/tests)",
                         description="Create the smoke target on this machine: Debian 12 base images "
                                     "(debootstrap) pushed to --registry and pinned by digest, a git "
@@ -81,6 +88,8 @@ def _build_options(parser: argparse.ArgumentParser, top: bool) -> None:
     parser.add_argument("--builder", default=default(None), help="buildx builder to use (default: the current one)")
     parser.add_argument("--max-jobs", type=int, default=default(None),
                         help="override MAX_JOBS for the compile (default: derived from the builder's memory)")
+    parser.add_argument("--no-checks", action="store_true", default=default(False),
+                        help="skip the image checks after the push (they run by default)")
 
 
 def _targets(matrix: Matrix, name: str | None) -> list[str]:
@@ -149,12 +158,41 @@ def cmd_build(args: argparse.Namespace) -> int:
 
     matrix = load(args.matrix)
     plan = Plan.of(matrix, _need_target(args, "build"))
-    outcome = build(plan, Engine(), no_cache=args.no_cache, builder=args.builder, max_jobs_override=args.max_jobs)
+    outcome = build(plan, Engine(), no_cache=args.no_cache, builder=args.builder, max_jobs_override=args.max_jobs,
+                    run_checks=not args.no_checks)
     size = f"{outcome.size / 1e6:.1f} MB" if outcome.size else "?"
     log.summary([log.SummaryRow(outcome.image.split("@")[0], outcome.digest, size, outcome.seconds,
                                 "pushed" if outcome.changed else "pushed (same digest)")])
     log.info(f"recorded in {outcome.record}; log in {outcome.log}")
     print(outcome.image)
+    return 0
+
+
+def cmd_test(args: argparse.Namespace) -> int:
+    import datetime as dt
+
+    from builder import checks, records
+    from builder.engine import Engine
+    from builder.pipeline import Plan
+
+    matrix = load(args.matrix)
+    plan = Plan.of(matrix, _need_target(args, "test"))
+    target = plan.target
+    record = records.read(contract.record_path(plan.root, target.name))
+    ref = checks.image_ref_for(target, record, args.image)
+    lock.read_entries(plan.locks["runtime"])
+    engine = Engine()
+    with log.step(f"{target.name}: engine preflight"):
+        engine.preflight()
+    with log.step(f"{target.name}: fetch source {target.source.branch} @ {target.source.commit[:12]}"):
+        pinned = source.fetch(target.source)
+    recorded = record is not None and ref == record.image
+    build_date = dt.date.fromisoformat(record.build["finished"][:10]) if recorded else dt.date.today()
+    out = plan.root / contract.ARTIFACTS_DIR / target.name / ("test-" + dt.datetime.now(dt.timezone.utc)
+                                                              .strftime("%Y%m%dT%H%M%SZ"))
+    with log.step(f"{target.name}: image checks on {ref}"):
+        checks.check_target(engine, target, plan.locks["runtime"], pinned, ref, build_date, out)
+    print(ref)
     return 0
 
 
@@ -167,7 +205,7 @@ def cmd_smoke_init(args: argparse.Namespace) -> int:
     return 0
 
 
-COMMANDS = {"render": cmd_render, "lock": cmd_lock, "plan": cmd_plan, "build": cmd_build,
+COMMANDS = {"render": cmd_render, "lock": cmd_lock, "plan": cmd_plan, "build": cmd_build, "test": cmd_test,
             "smoke-init": cmd_smoke_init}
 
 

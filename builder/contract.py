@@ -78,3 +78,25 @@ def record_path(root: Path, target: str) -> Path:
 
 def artifacts_path(root: Path, target: str, build_id: str) -> Path:
     return root / ARTIFACTS_DIR / target / build_id
+
+
+# The image checks `build test` runs (builder/checklist.py holds one test per entry, same name).
+# Expectations come from the matrix (and the record); nothing here is a constant of a test.
+CHECKS = {
+    "cuda_runtime": "libcudart in the image reports the matrix's CUDA major.minor (cudaRuntimeGetVersion); "
+                    "/usr/local/cuda/version.json, CUDA_VERSION and torch.version.cuda agree where present",
+    "no_other_cuda_major": "no libcudart/libcublas of another CUDA major, no *-cuNN distribution of another "
+                           "major, no torch +cuNNN build of another CUDA",
+    "compiled_modules": "every compiled module the source's setup.py declares (plus matrix adds, minus waives) imports",
+    "ops_registered": "every op/attribute the matrix names resolves after the modules are imported "
+                      "(vLLM: torch.ops._C.<op>)",
+    "pinned_versions": "FlashInfer and NCCL distributions in the image equal the matrix pins",
+    "expiry": "the expiry label holds the matrix's ISO date, is not past, is within the horizon after the "
+              "build date; a warning inside the warning window",
+    "labels": "owner label and OCI revision/source/version/created/base.name/base.digest match the matrix",
+    "lock_contents": "every distribution in the image's environment is in the lock at the same version, "
+                     "and every lock entry is installed",
+    "pip_check": "pip check passes (conflicts with a matrix override, e.g. NCCL, are reported, not failed)",
+    "non_root": "the image runs as a non-root user by default",
+}
+CHECK_REPORT_NAME = "checks.xml"  # JUnit, beside build.log

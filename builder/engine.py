@@ -50,6 +50,16 @@ class BuildRequest:
 
 
 @dataclass(frozen=True)
+class ImageConfig:
+    ref: str
+    id: str
+    labels: dict[str, str]
+    env: dict[str, str]
+    user: str
+    entrypoint: tuple[str, ...]
+
+
+@dataclass(frozen=True)
 class BuildResult:
     digest: str  # manifest digest the registry serves (from buildx's metadata file)
     config_digest: str | None
@@ -162,6 +172,40 @@ class Engine:
         if not digest:
             raise BuildError(f"pushed {ref} but the registry does not serve it")
         return digest
+
+    def image_config(self, ref: str) -> ImageConfig:
+        """The image's config (labels, env, user), pulling it first if the engine lacks it."""
+        try:
+            if not self.docker.image.exists(ref):
+                self.docker.image.pull(ref, quiet=True)
+            img = self.docker.image.inspect(ref)
+        except DockerException as exc:
+            raise BuildError(f"cannot pull or inspect {ref}: {(exc.stderr or '').strip()[:200]}") from None
+        cfg = img.config
+        env = dict(item.split("=", 1) for item in (cfg.env or []) if "=" in item)
+        return ImageConfig(ref=ref, id=img.id, labels=dict(cfg.labels or {}), env=env, user=cfg.user or "",
+                           entrypoint=tuple(cfg.entrypoint or ()))
+
+    def start(self, ref: str) -> str:
+        """Start a container of ``ref`` that idles (no network) for checks; returns its id."""
+        try:
+            container = self.docker.run(ref, ["infinity"], entrypoint="sleep", detach=True,
+                                        networks=["none"], labels={"io.k3-cu129.check": "1"})
+        except DockerException as exc:
+            raise BuildError(f"cannot start a container of {ref}: {(exc.stderr or '').strip()[:200]}") from None
+        return container.id
+
+    def copy_into(self, container_id: str, src: Path, dest: str) -> None:
+        try:
+            self.docker.container.copy(src, (container_id, dest))
+        except DockerException as exc:
+            raise BuildError(f"cannot copy into container {container_id[:12]}: {(exc.stderr or '').strip()[:200]}") from None
+
+    def remove(self, container_id: str) -> None:
+        try:
+            self.docker.container.remove(container_id, force=True, volumes=True)
+        except DockerException:
+            pass  # already gone
 
     def image_size(self, ref: str) -> int | None:
         """Compressed size in the registry: config plus layers of the manifest ``ref`` names."""

@@ -59,6 +59,12 @@ class BuildError(BuilderError):
         self.log_path = log_path
 
 
+class CheckFailed(BuilderError):
+    """An image check failed. The image is kept; the JUnit report says which and why."""
+
+    exit_code = 1
+
+
 class DriftError(BuilderError):
     """A committed Dockerfile differs from what the matrix renders."""
 

@@ -198,6 +198,7 @@ class LockEntry:
     name: str
     version: str
     hashes: tuple[str, ...]
+    override: bool = False  # forced by the matrix over what the resolver's packages declare
 
 
 def parse_lock(text: str, path: Path) -> tuple[str | None, list[LockEntry]]:
@@ -210,6 +211,9 @@ def parse_lock(text: str, path: Path) -> tuple[str | None, list[LockEntry]]:
             input_sha = line[len(INPUT_HEADER):].strip()
             continue
         stripped = line.strip()
+        if stripped.startswith("# via override") and current is not None:
+            current[3] = True
+            continue
         if not stripped or stripped.startswith("#"):
             continue
         if line.startswith("    --hash=sha256:"):
@@ -220,9 +224,9 @@ def parse_lock(text: str, path: Path) -> tuple[str | None, list[LockEntry]]:
         m = _ENTRY.match(line)
         if not m:
             raise LockError(f"{path}:{lineno}: not a pinned requirement line: {stripped[:60]!r}")
-        current = [m.group("name"), m.group("version").rstrip(" \\"), []]
+        current = [m.group("name"), m.group("version").rstrip(" \\"), [], False]
         entries.append(current)  # type: ignore[arg-type]
-    result = [LockEntry(n, v, tuple(h)) for n, v, h in entries]  # type: ignore[misc]
+    result = [LockEntry(n, v, tuple(h), o) for n, v, h, o in entries]  # type: ignore[misc]
     for e in result:
         if not e.hashes:
             raise LockError(f"{path}: {e.name}=={e.version} has no --hash; re-run `build lock`")

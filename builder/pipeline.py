@@ -13,7 +13,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from builder import __version__, contract, lock, log, records, render, source
+from builder import __version__, checks, contract, lock, log, records, render, source
 from builder.context import assemble
 from builder.engine import BuildRequest, Engine, EngineInfo
 from builder.errors import BuildError, DriftError, LockError
@@ -135,7 +135,7 @@ def _check_torch_build(target: Target, entries: list[lock.LockEntry], path: Path
 
 
 def build(plan: Plan, engine: Engine, *, no_cache: bool = False, builder: str | None = None,
-          max_jobs_override: int | None = None) -> Outcome:
+          max_jobs_override: int | None = None, run_checks: bool = True) -> Outcome:
     target = plan.target
     record_path = contract.record_path(plan.root, target.name)
     started = time.monotonic()
@@ -196,10 +196,18 @@ def build(plan: Plan, engine: Engine, *, no_cache: bool = False, builder: str | 
             raise BuildError(f"the registry does not serve {target.image.name}@{result.digest} after the push",
                              str(log_path))
         size = engine.image_size(f"{target.image.name}@{result.digest}")
+    pushed = f"{target.image.name}@{result.digest}"
+    if run_checks:
+        # Before the record: image.json only ever names an image that passed its checks. A failing
+        # check fails the command; the image stays in the registry for inspection and the JUnit
+        # report sits beside the build log.
+        with log.step(f"{target.name}: image checks on {pushed}"):
+            checks.check_target(engine, target, plan.locks["runtime"], pinned, pushed,
+                                dt.datetime.now(dt.timezone.utc).date(), workdir)
     seconds = time.monotonic() - started
     record = records.Record(
         target=target.name,
-        image=f"{target.image.name}@{result.digest}",
+        image=pushed,
         digest=result.digest,
         bases={role: {"name": getattr(target.bases, role).display_name, "digest": getattr(target.bases, role).digest}
                for role in ("build", "runtime")},

@@ -116,6 +116,8 @@ def matrix_text(registry: str, bases: dict[str, str], url: str, commit: str, exp
                 "source": {
                     "url": url, "branch": BRANCH, "commit": commit, "package": "k3smoke", "version": "0.1.0",
                     "requirements": ["requirements.txt"], "build_requirements": ["build-requirements.txt"],
+                    # The stand-in for torch.ops._C.<op>: must resolve once the modules are imported.
+                    "extensions": {"ops": ["k3smoke._C.rms"]},
                 },
                 "python": {"version": PYTHON, "provider": "system", "glibc": GLIBC},
                 "cuda": {"version": "12.9.1", "arch_list": ["9.0"]},

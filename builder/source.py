@@ -68,13 +68,16 @@ def fetch(source: Source) -> PinnedSource:
         # Full ref names only: a tag or another ref of the same short name is never picked.
         repo.git.fetch("--no-tags", "--force", source.url, f"+{ref}:{local}")
     except git.GitCommandError as exc:
-        detail = (exc.stderr or "").strip().splitlines()
-        reason = detail[-1].strip() if detail else f"git exited {exc.status}"
+        detail = [ln.strip().removeprefix("stderr: ").strip("'") for ln in (exc.stderr or "").strip().splitlines()]
+        detail = [ln for ln in detail if ln]
+        reason = detail[-1] if detail else f"git exited {exc.status}"
         if "couldn't find remote ref" in " ".join(detail):
             raise SourceError(
                 f"source {source.url}: branch {source.branch!r} not found ({ref}); check source.branch in the matrix"
             ) from None
-        raise SourceError(f"source {source.url}: cannot fetch {ref}: {reason}") from None
+        raise SourceError(
+            f"source {source.url}: cannot fetch {ref}: {reason} (is the source's host reachable from here?)"
+        ) from None
     head = repo.git.rev_parse(f"{local}^{{commit}}")
     try:
         repo.git.cat_file("-e", f"{source.commit}^{{commit}}")

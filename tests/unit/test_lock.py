@@ -51,7 +51,8 @@ def test_override_replaces_the_resolved_entry_with_its_own_hashes():
     nccl = next(e for e in entries if e.name == "nvidia-nccl-cu12")
     assert (nccl.version, nccl.hashes) == ("2.30.7", ("aaaa", "bbbb"))
     assert "2.27.3" not in out and "# via override (matrix nccl)" in out
-    assert any(e.name == "torch" and e.hashes == ("3333",) for e in entries)
+    assert nccl.override
+    assert any(e.name == "torch" and e.hashes == ("3333",) and not e.override for e in entries)
 
 
 def test_override_without_hashes_is_an_error():

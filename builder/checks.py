@@ -1,0 +1,240 @@
+"""`build test`: run the image checks (builder/checklist.py) with pytest and testinfra.
+
+Expectations are computed here from the matrix, the record and the source at the pinned commit,
+then handed to the checklist as a fixture; the checklist holds no constants of its own. A
+container of the image (by digest) idles with no network while testinfra's docker backend
+runs commands in it; the container is removed afterwards whatever happened.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime as dt
+import sys
+import re
+import shutil
+import tempfile
+import xml.etree.ElementTree as ET
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pip
+import pytest
+
+from builder import contract, extensions, lock, log
+from builder.engine import Engine, ImageConfig
+from builder.errors import BuildError, CheckFailed, ConfigError
+from builder.fsutil import sha256_file
+from builder.matrix import Target
+from builder.source import PinnedSource
+
+CHECKLIST = Path(__file__).with_name("checklist.py")
+
+
+def _norm(name: str) -> str:
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+@dataclass(frozen=True)
+class Expectations:
+    target: str
+    cuda_version: str  # e.g. 12.9.1
+    modules: extensions.ModulePlan
+    ops: tuple[str, ...]
+    pins: dict[str, str]  # normalized distribution -> version (flashinfer, nccl)
+    labels: dict[str, str]  # label -> exact expected value
+    expires: dt.date
+    build_date: dt.date
+    today: dt.date
+    warning_days: int
+    horizon_days: int
+    lock: dict[str, str]  # normalized name -> version
+    overrides: frozenset[str]  # normalized names forced by the matrix over resolver pins
+    source_package: tuple[str, str]  # (normalized name, version): the wheel built from source
+
+    @property
+    def cuda_major(self) -> int:
+        return int(self.cuda_version.split(".")[0])
+
+    @property
+    def cuda_major_minor(self) -> str:
+        return ".".join(self.cuda_version.split(".")[:2])
+
+    @property
+    def cudart_version(self) -> int:  # what cudaRuntimeGetVersion returns: 12.9 -> 12090
+        major, minor = (int(x) for x in self.cuda_version.split(".")[:2])
+        return major * 1000 + minor * 10
+
+
+def expectations(target: Target, pinned: PinnedSource, lock_path: Path, build_date: dt.date,
+                 today: dt.date | None = None) -> Expectations:
+    from builder.pipeline import created_iso
+    from builder.render import static_labels
+
+    setup_py = pinned.read("setup.py")
+    modules = extensions.plan(setup_py, target.source.extensions)
+    _, entries = lock.parse_lock(lock_path.read_text(), lock_path)
+    pins = {}
+    if target.flashinfer:
+        pins["flashinfer-python"] = target.flashinfer.version
+    if target.nccl:
+        pins[f"nvidia-nccl-cu{target.cuda.version.split('.')[0]}"] = target.nccl.version
+    labels = static_labels(target)
+    labels[contract.OCI_CREATED] = created_iso(pinned.source_date_epoch)
+    labels[contract.LABEL_LOCK_SHA256] = sha256_file(lock_path)
+    return Expectations(
+        target=target.name,
+        cuda_version=target.cuda.version,
+        modules=modules,
+        ops=tuple(target.source.extensions.ops),
+        pins=pins,
+        labels=labels,
+        expires=target.expires,
+        build_date=build_date,
+        today=today or dt.date.today(),
+        warning_days=target.expiry_warning_days,
+        horizon_days=target.expiry_horizon_days,
+        lock={_norm(e.name): e.version for e in entries},
+        overrides=frozenset(_norm(e.name) for e in entries if e.override),
+        source_package=(_norm(target.source.package), target.source.version),
+    )
+
+
+@dataclass
+class CheckResult:
+    name: str
+    passed: bool
+    message: str = ""
+    skipped: bool = False
+
+    @property
+    def status(self) -> str:
+        return "skip" if self.skipped else "pass" if self.passed else "FAIL"
+
+
+@dataclass
+class Report:
+    image: str
+    results: list[CheckResult]
+    warnings: list[str] = field(default_factory=list)
+    junit: Path | None = None
+
+    @property
+    def ok(self) -> bool:
+        return bool(self.results) and all(r.passed for r in self.results)
+
+    def failed(self) -> list[CheckResult]:
+        return [r for r in self.results if not r.passed]
+
+
+class _Plugin:
+    """Hands the checklist its fixtures; collects warnings it raises for the report."""
+
+    def __init__(self, expect: Expectations, config: ImageConfig, container_id: str, pip_dir: str) -> None:
+        self._expect = expect
+        self._config = config
+        self._container = container_id
+        self._pip_dir = pip_dir
+        self.warnings: list[str] = []
+
+    @pytest.fixture(scope="session")
+    def expect(self) -> Expectations:
+        return self._expect
+
+    @pytest.fixture(scope="session")
+    def image(self) -> ImageConfig:
+        return self._config
+
+    @pytest.fixture(scope="session")
+    def image_host(self):
+        import testinfra
+
+        return testinfra.get_host(f"docker://{self._container}")
+
+    @pytest.fixture(scope="session")
+    def pip_dir(self) -> str:
+        return self._pip_dir
+
+    @pytest.fixture(scope="session")
+    def report_warning(self):
+        return self.warnings.append
+
+
+def run(engine: Engine, ref: str, expect: Expectations, junit: Path) -> Report:
+    """Start a container of ``ref``, run the checklist against it, remove the container."""
+    config = engine.image_config(ref)
+    container = engine.start(ref)
+    try:
+        with tempfile.TemporaryDirectory(prefix="k3-check-") as tmp:
+            # pip is not in the image (nothing outside the lock is); pip check runs from a copy.
+            shutil.copytree(Path(pip.__file__).parent, Path(tmp) / "pip-path" / "pip",
+                            ignore=shutil.ignore_patterns("__pycache__"))
+            engine.copy_into(container, Path(tmp) / "pip-path", "/tmp/k3-check-pip")
+            plugin = _Plugin(expect, config, container, "/tmp/k3-check-pip")
+            junit.parent.mkdir(parents=True, exist_ok=True)
+            ini = Path(tmp) / "pytest.ini"
+            ini.write_text("[pytest]\n")
+            # testinfra's own plugin is off: its parametrized "host" fixture would run checks on this
+            # machine; the checklist gets a testinfra host for the container from image_host.
+            with contextlib.redirect_stdout(sys.stderr):  # stdout is for machine-readable results
+                code = pytest.main(
+                [str(CHECKLIST), "-c", str(ini), "--rootdir", tmp, "-p", "no:cacheprovider", "-p", "no:testinfra",
+                 "-q", "--tb=line", "--no-header", "-W", "ignore::DeprecationWarning",
+                 f"--junitxml={junit}", "-o", "junit_family=xunit2", "-o", "junit_suite_name=k3-image-checks"],
+                plugins=[plugin],
+                )
+    finally:
+        engine.remove(container)
+    if code not in (0, 1):
+        raise BuildError(f"the image checks could not run (pytest exit {code}); report: {junit}")
+    return Report(image=ref, results=_parse_junit(junit), warnings=plugin.warnings, junit=junit)
+
+
+def _parse_junit(path: Path) -> list[CheckResult]:
+    try:
+        root = ET.parse(path).getroot()
+    except (OSError, ET.ParseError) as exc:
+        raise BuildError(f"{path}: unreadable check report: {exc}") from None
+    results = []
+    for case in root.iter("testcase"):
+        name = case.get("name", "?").removeprefix("test_")
+        problem = case.find("failure")
+        if problem is None:
+            problem = case.find("error")
+        message = ""
+        if problem is not None:
+            message = (problem.get("message") or problem.text or "").strip()
+            message = message.splitlines()[0] if message else "failed"
+            message = re.sub(r"^(AssertionError|Failed): ", "", message)
+        skipped = case.find("skipped")
+        if skipped is not None:
+            message = (skipped.get("message") or "").strip()
+        results.append(CheckResult(name, problem is None, message, skipped is not None))
+    if {r.name for r in results} != set(contract.CHECKS):
+        missing = sorted(set(contract.CHECKS) - {r.name for r in results})
+        raise BuildError(f"{path}: checks missing from the report: {', '.join(missing) or '(extra checks)'}")
+    return results
+
+
+def check_target(engine: Engine, target: Target, lock_path: Path, pinned: PinnedSource, ref: str,
+                 build_date: dt.date, out_dir: Path) -> Report:
+    """Run every check on ``ref`` for ``target``; log a table; raise CheckFailed when one fails."""
+    expect = expectations(target, pinned, lock_path, build_date)
+    report = run(engine, ref, expect, out_dir / contract.CHECK_REPORT_NAME)
+    for r in report.results:
+        log.info(f"    {r.status}  {r.name:<20} {r.message}")
+    for w in report.warnings:
+        log.warn(w)
+    log.info(f"    JUnit report: {report.junit}")
+    if not report.ok:
+        names = ", ".join(r.name for r in report.failed())
+        raise CheckFailed(f"{ref}: image checks failed: {names}; the image is kept; report: {report.junit}")
+    return report
+
+
+def image_ref_for(target: Target, record, override: str | None) -> str:
+    if override:
+        return override
+    if record is None:
+        raise ConfigError(f"{target.name}: no recorded image to test; build it first or pass --image REF")
+    return record.image
