@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 
 from builder import __version__, contract, lock, log, render, source
-from builder.errors import BuilderError, ConfigError, DriftError
+from builder.errors import BuilderError, ConfigError, DriftError, VerifyFailed
 from builder.fsutil import atomic_write
 from builder.matrix import Matrix, load
 
@@ -70,6 +70,21 @@ def _parser() -> argparse.ArgumentParser:
                                    "equal to the lock, pip check, non-root. Writes a JUnit report.")
     _globals(t, top=False)
     t.add_argument("--image", help="image reference to check (default: the digest in locks/<target>/image.json)")
+
+    v = sub.add_parser("verify", help="check the audit chain: matrix, Dockerfile, locks, image.json, SBOM, provenance",
+                       description="Offline by default: matrix <-> rendered Dockerfile <-> lock <-> image.json <-> "
+                                   "SBOM <-> provenance, one row per link. --registry also checks the registry "
+                                   "serves the recorded digest (and the tag points at it) and that the SBOM and "
+                                   "provenance attached to it equal the committed files. Exit 0 only if all hold.")
+    _globals(v, top=False)
+    v.add_argument("--registry", action="store_true", help="also check the registry")
+
+    rp = sub.add_parser("reproduce", help="rebuild the recorded image with no cache and compare digests",
+                        description="Rebuild --target from the committed records with no cache, push it as "
+                                    "<tag>-reproduce and compare with the recorded digest. On a difference, "
+                                    "report config fields, then layer by layer and file by file.")
+    _globals(rp, top=False)
+    rp.add_argument("--builder", default=None, help="buildx builder to use")
 
     sm = sub.add_parser("smoke-init", help="make the smoke target's bases, source repo and matrix (demo/tests)",
                         description="Create the smoke target on this machine: Debian 12 base images "
@@ -196,6 +211,42 @@ def cmd_test(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_verify(args: argparse.Namespace) -> int:
+    from builder.verify import Verifier
+
+    matrix = load(args.matrix)
+    names = _targets(matrix, args.target)
+    engine = None
+    if args.registry:
+        from builder.engine import Engine
+
+        engine = Engine()
+    failed = []
+    root = args.matrix.resolve().parent
+    for name in names:
+        if not contract.record_path(root, name).exists() and args.target is None:
+            log.info(f"{name}: not built yet (no image.json); skipped")
+            continue
+        for row in Verifier(root, matrix.target(name)).rows(engine):
+            log.info(f"{'ok  ' if row.ok else 'FAIL'}  {name:<8} {row.check:<28} {row.detail}")
+            if not row.ok:
+                failed.append(f"{name}: {row.check}")
+    if failed:
+        raise VerifyFailed(f"verify failed: {'; '.join(failed)}")
+    return 0
+
+
+def cmd_reproduce(args: argparse.Namespace) -> int:
+    from builder.engine import Engine
+    from builder.pipeline import Plan, reproduce
+
+    matrix = load(args.matrix)
+    plan = Plan.of(matrix, _need_target(args, "reproduce"))
+    digest = reproduce(plan, Engine(), builder=args.builder)
+    print(f"{plan.target.image.name}@{digest}")
+    return 0
+
+
 def cmd_smoke_init(args: argparse.Namespace) -> int:
     from builder import smoke
     from builder.engine import Engine
@@ -206,6 +257,7 @@ def cmd_smoke_init(args: argparse.Namespace) -> int:
 
 
 COMMANDS = {"render": cmd_render, "lock": cmd_lock, "plan": cmd_plan, "build": cmd_build, "test": cmd_test,
+            "verify": cmd_verify, "reproduce": cmd_reproduce,
             "smoke-init": cmd_smoke_init}
 
 

@@ -35,6 +35,8 @@ DOCKERFILE_NAME = "Dockerfile"
 LOCK_NAME = "requirements.txt"  # runtime environment of the image (installed with --require-hashes)
 BUILD_LOCK_NAME = "build-requirements.txt"  # build stage only (compilers' Python side)
 RECORD_NAME = "image.json"
+SBOM_NAME = "sbom.cdx.json"  # CycloneDX 1.6 JSON, same image -> same bytes
+PROVENANCE_NAME = "provenance.intoto.json"  # in-toto Statement v1, SLSA provenance v1 predicate
 RECORD_SCHEMA = 1
 
 # Per-build artifacts (not committed): artifacts/<target>/<build-id>/build.log
@@ -74,6 +76,14 @@ def build_lock_path(root: Path, target: str) -> Path:
 
 def record_path(root: Path, target: str) -> Path:
     return root / LOCKS_DIR / target / RECORD_NAME
+
+
+def sbom_path(root: Path, target: str) -> Path:
+    return root / LOCKS_DIR / target / SBOM_NAME
+
+
+def provenance_path(root: Path, target: str) -> Path:
+    return root / LOCKS_DIR / target / PROVENANCE_NAME
 
 
 def artifacts_path(root: Path, target: str, build_id: str) -> Path:

@@ -20,6 +20,7 @@ from python_on_whales.exceptions import DockerException
 from python_on_whales.utils import run
 
 from builder.errors import BuildError, EngineUnavailable
+from builder.registry import Manifest, Registry, RegistryError, split_ref
 
 MIN_ENGINE = (25, 0)
 MIN_BUILDX = (0, 13)
@@ -47,6 +48,7 @@ class BuildRequest:
     no_cache: bool = False
     builder: str | None = None
     secrets: tuple[str, ...] = ()  # buildx --secret specs (id=...,src=...); values never logged
+    attest: bool = False  # BuildKit provenance + SBOM attestations (not on the docker driver)
 
 
 @dataclass(frozen=True)
@@ -137,6 +139,8 @@ class Engine:
                     builder=req.builder,
                     secrets=list(req.secrets),
                     metadata_file=metadata_file,
+                    provenance={"mode": "max"} if req.attest else None,
+                    sbom=True if req.attest else None,
                     progress="plain",
                     stream_logs=True,
                 )
@@ -206,6 +210,50 @@ class Engine:
             self.docker.container.remove(container_id, force=True, volumes=True)
         except DockerException:
             pass  # already gone
+
+    def run_capture(self, ref: str, entrypoint: str, args: list[str]) -> str:
+        """Run ``entrypoint args`` in a throwaway container of ``ref`` (no network); its stdout."""
+        try:
+            return self.docker.run(ref, args, entrypoint=entrypoint, remove=True, networks=["none"])
+        except DockerException as exc:
+            raise BuildError(f"cannot run {entrypoint} in {ref}: {(exc.stderr or '').strip()[:300]}") from None
+
+    # -- registry: raw manifests, blobs, attached artifacts ------------------------------------
+    def _registry(self, name: str) -> tuple[Registry, str]:
+        host, repo = split_ref(name)
+        return Registry(host), repo
+
+    def raw_manifest(self, name: str, reference: str) -> Manifest | None:
+        registry, repo = self._registry(name)
+        try:
+            return registry.manifest(repo, reference)
+        except RegistryError as exc:
+            raise EngineUnavailable(f"registry: {exc}") from None
+
+    def blob(self, name: str, digest: str) -> bytes:
+        registry, repo = self._registry(name)
+        try:
+            return registry.blob(repo, digest)
+        except RegistryError as exc:
+            raise EngineUnavailable(f"registry: {exc}") from None
+
+    def attach(self, name: str, digest: str, artifact_type: str, content: bytes, annotations: dict[str, str]) -> str:
+        """Attach an artifact (SBOM, provenance) to ``name@digest`` via the referrers tag schema."""
+        registry, repo = self._registry(name)
+        try:
+            subject = registry.manifest(repo, digest)
+            if subject is None:
+                raise BuildError(f"cannot attach {artifact_type}: the registry does not serve {name}@{digest}")
+            return registry.attach(repo, subject, artifact_type, content, annotations)
+        except RegistryError as exc:
+            raise BuildError(f"cannot attach {artifact_type} to {name}@{digest}: {exc}") from None
+
+    def referrers(self, name: str, digest: str) -> dict[str, bytes]:
+        registry, repo = self._registry(name)
+        try:
+            return registry.referrers(repo, digest)
+        except RegistryError as exc:
+            raise EngineUnavailable(f"registry: {exc}") from None
 
     def image_size(self, ref: str) -> int | None:
         """Compressed size in the registry: config plus layers of the manifest ``ref`` names."""

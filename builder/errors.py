@@ -65,6 +65,18 @@ class CheckFailed(BuilderError):
     exit_code = 1
 
 
+class VerifyFailed(BuilderError):
+    """A link in the audit chain does not hold; the table says which."""
+
+    exit_code = 1
+
+
+class NotReproduced(BuilderError):
+    """A rebuild from the records gave another digest; the report says what differs."""
+
+    exit_code = 1
+
+
 class DriftError(BuilderError):
     """A committed Dockerfile differs from what the matrix renders."""
 

@@ -17,7 +17,8 @@ from typing import Iterator
 from rich.console import Console
 from rich.table import Table
 
-_console = Console(stderr=True, highlight=False, soft_wrap=True)
+# Wide when not a terminal (CI logs), so digests in the summary table are never cut.
+_console = Console(stderr=True, highlight=False, soft_wrap=True, width=None if sys.stderr.isatty() else 200)
 
 
 def _in_actions() -> bool:

@@ -13,11 +13,12 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from builder import __version__, checks, contract, lock, log, records, render, source
+from builder import __version__, attest, checks, contract, imagediff, lock, log, records, render, source
 from builder.context import assemble
-from builder.engine import BuildRequest, Engine, EngineInfo
-from builder.errors import BuildError, DriftError, LockError
-from builder.fsutil import sha256_bytes, sha256_file
+from builder.engine import BuildRequest, BuildResult, Engine, EngineInfo
+from builder.errors import BuildError, DriftError, LockError, NotReproduced, RecordError
+from builder.fsutil import atomic_write, sha256_bytes, sha256_file
+from builder.source import PinnedSource
 from builder.matrix import Matrix, Target
 
 GIB = 1024**3
@@ -134,12 +135,33 @@ def _check_torch_build(target: Target, entries: list[lock.LockEntry], path: Path
         )
 
 
-def build(plan: Plan, engine: Engine, *, no_cache: bool = False, builder: str | None = None,
-          max_jobs_override: int | None = None, run_checks: bool = True) -> Outcome:
+@dataclass
+class Prepared:
+    """Everything checked and assembled for one engine build of a plan."""
+
+    plan: Plan
+    info: EngineInfo
+    pinned: PinnedSource
+    dockerfile_text: str
+    build_id: str
+    workdir: Path
+    request: BuildRequest
+    started_iso: str
+
+    @property
+    def log_path(self) -> Path:
+        return self.workdir / contract.BUILD_LOG_NAME
+
+
+_ATTEST_DRIVERS = ("docker-container", "remote", "kubernetes")
+_said_no_attestations = False
+
+
+def prepare(plan: Plan, engine: Engine, *, tag: str, no_cache: bool = False, builder: str | None = None,
+            max_jobs_override: int | None = None) -> Prepared:
+    """All checks that can refuse, then the context: nothing here pushes or records anything."""
+    global _said_no_attestations
     target = plan.target
-    record_path = contract.record_path(plan.root, target.name)
-    started = time.monotonic()
-    previous = records.read(record_path)  # a damaged record stops the build before anything runs
     # Offline refusals first: nothing below runs for a drifted Dockerfile or a missing/wrong lock.
     with log.step(f"{target.name}: check the committed Dockerfile and locks"):
         dockerfile_text = check_rendered(plan)
@@ -149,6 +171,11 @@ def build(plan: Plan, engine: Engine, *, no_cache: bool = False, builder: str | 
     with log.step(f"{target.name}: engine preflight"):
         info: EngineInfo = engine.preflight(builder)
         log.info(f"    engine {info.server_version}, buildx {info.buildx_version}, builder {info.builder} ({info.driver})")
+    attest_here = info.driver in _ATTEST_DRIVERS
+    if not attest_here and not _said_no_attestations:
+        _said_no_attestations = True
+        log.info(f"    note: the {info.driver} driver cannot make BuildKit attestations; the tool's own SBOM "
+                 f"and provenance (locks/{target.name}/) are the record, attached to the image in the registry")
     with log.step(f"{target.name}: fetch source {target.source.branch} @ {target.source.commit[:12]}"):
         pinned = source.fetch(target.source)
         if pinned.branch_head != target.source.commit:
@@ -158,52 +185,71 @@ def build(plan: Plan, engine: Engine, *, no_cache: bool = False, builder: str | 
         lock.check_current(plan.locks["runtime"], lock.inputs(target, pinned, "runtime"))
         lock.check_current(plan.locks["build"], lock.inputs(target, pinned, "build"))
     epoch = pinned.source_date_epoch
-    build_id = dt.datetime.now(dt.timezone.utc).strftime("%Y%m%dT%H%M%SZ") + "-" + secrets.token_hex(3)
+    now = dt.datetime.now(dt.timezone.utc)
+    build_id = now.strftime("%Y%m%dT%H%M%SZ") + "-" + secrets.token_hex(3)
     workdir = contract.artifacts_path(plan.root, target.name, build_id)
-    log_path = workdir / contract.BUILD_LOG_NAME
     workdir.mkdir(parents=True)
     with log.step(f"{target.name}: assemble the build context"):
         ctx = assemble(target, plan.locks["runtime"].parent, workdir / "context", epoch)
         src = pinned.export(workdir / "source")
     jobs = max_jobs(target, info.cpus, info.memory_bytes, max_jobs_override)
-    lock_sha = sha256_file(plan.locks["runtime"])
     request = BuildRequest(
         context=ctx,
         dockerfile=plan.dockerfile,
-        tags=(target.image.tagged,),
+        tags=(f"{target.image.name}:{tag}",),
         build_args={
             "SOURCE_DATE_EPOCH": str(epoch),
             "MAX_JOBS": str(jobs),
             "NVCC_THREADS": str(target.compile.nvcc_threads),
             "K3_CREATED": created_iso(epoch),
-            "K3_LOCK_SHA256": lock_sha,
+            "K3_LOCK_SHA256": sha256_file(plan.locks["runtime"]),
         },
         build_contexts={"source": src},
         source_date_epoch=epoch,
         push=True,
         no_cache=no_cache,
         builder=builder,
+        attest=attest_here,
     )
-    log_path.write_text(
+    (workdir / contract.BUILD_LOG_NAME).write_text(
         f"[k3-builder] build {build_id} of target {target.name}, tool {__version__}\n"
         f"[k3-builder] source {target.source.url} @ {target.source.commit}, SOURCE_DATE_EPOCH={epoch}\n"
         f"[k3-builder] MAX_JOBS={jobs} NVCC_THREADS={target.compile.nvcc_threads}\n"
     )
-    with log.step(f"{target.name}: buildx build and push {target.image.tagged} (log: {log_path})"):
-        result = engine.build(request, log_path, log.raw)
+    return Prepared(plan, info, pinned, dockerfile_text, build_id, workdir, request,
+                    now.strftime("%Y-%m-%dT%H:%M:%SZ"))
+
+
+def run_engine(prep: Prepared, engine: Engine) -> BuildResult:
+    """Build and push, then make sure the registry serves the digest buildx reported."""
+    target = prep.plan.target
+    with log.step(f"{target.name}: buildx build and push {prep.request.tags[0]} (log: {prep.log_path})"):
+        result = engine.build(prep.request, prep.log_path, log.raw)
     with log.step(f"{target.name}: confirm the registry serves {result.digest[:19]}"):
         if not engine.serves(target.image.name, result.digest):
             raise BuildError(f"the registry does not serve {target.image.name}@{result.digest} after the push",
-                             str(log_path))
-        size = engine.image_size(f"{target.image.name}@{result.digest}")
+                             str(prep.log_path))
+    return result
+
+
+def build(plan: Plan, engine: Engine, *, no_cache: bool = False, builder: str | None = None,
+          max_jobs_override: int | None = None, run_checks: bool = True) -> Outcome:
+    target = plan.target
+    record_path = contract.record_path(plan.root, target.name)
+    started = time.monotonic()
+    previous = records.read(record_path)  # a damaged record stops the build before anything runs
+    prep = prepare(plan, engine, tag=target.image.tag, no_cache=no_cache, builder=builder,
+                   max_jobs_override=max_jobs_override)
+    result = run_engine(prep, engine)
     pushed = f"{target.image.name}@{result.digest}"
+    size = engine.image_size(pushed)
     if run_checks:
         # Before the record: image.json only ever names an image that passed its checks. A failing
         # check fails the command; the image stays in the registry for inspection and the JUnit
         # report sits beside the build log.
         with log.step(f"{target.name}: image checks on {pushed}"):
-            checks.check_target(engine, target, plan.locks["runtime"], pinned, pushed,
-                                dt.datetime.now(dt.timezone.utc).date(), workdir)
+            checks.check_target(engine, target, plan.locks["runtime"], prep.pinned, pushed,
+                                dt.datetime.now(dt.timezone.utc).date(), prep.workdir)
     seconds = time.monotonic() - started
     record = records.Record(
         target=target.name,
@@ -212,21 +258,60 @@ def build(plan: Plan, engine: Engine, *, no_cache: bool = False, builder: str | 
         bases={role: {"name": getattr(target.bases, role).display_name, "digest": getattr(target.bases, role).digest}
                for role in ("build", "runtime")},
         source={"url": target.source.url, "branch": target.source.branch, "commit": target.source.commit},
-        lock_sha256=lock_sha,
+        lock_sha256=sha256_file(plan.locks["runtime"]),
         build_lock_sha256=sha256_file(plan.locks["build"]),
-        dockerfile_sha256=sha256_bytes(dockerfile_text.encode()),
-        source_date_epoch=epoch,
+        dockerfile_sha256=sha256_bytes(prep.dockerfile_text.encode()),
+        source_date_epoch=prep.pinned.source_date_epoch,
         tool_version=__version__,
         build={
-            "id": build_id,
+            "id": prep.build_id,
             "finished": dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
             "duration_seconds": round(seconds, 1),
-            "engine": info.server_version,
-            "buildx": info.buildx_version,
-            "driver": info.driver,
+            "engine": prep.info.server_version,
+            "buildx": prep.info.buildx_version,
+            "driver": prep.info.driver,
         },
     )
+    with log.step(f"{target.name}: SBOM and provenance, attached to {pushed[-19:]}"):
+        sbom_text = attest.sbom(target, record, attest.inventory(engine, pushed), lock.read_entries(plan.locks["runtime"]))
+        prov_text = attest.provenance(target, record, prep.request.build_args, prep.started_iso)
+        annotations = {contract.OCI_CREATED: created_iso(record.source_date_epoch)}
+        engine.attach(target.image.name, result.digest, attest.SBOM_TYPE, sbom_text.encode(), annotations)
+        engine.attach(target.image.name, result.digest, attest.PROVENANCE_TYPE, prov_text.encode(), annotations)
+    # The record last: sbom and provenance first, so image.json never names an image whose
+    # audit files are missing. Each is written atomically.
+    atomic_write(contract.sbom_path(plan.root, target.name), sbom_text)
+    atomic_write(contract.provenance_path(plan.root, target.name), prov_text)
     records.write(record_path, record)
     changed = previous is None or previous.digest != record.digest
     return Outcome(target=target.name, image=record.image, digest=result.digest, size=size,
-                   seconds=seconds, record=record_path, log=log_path, changed=changed)
+                   seconds=seconds, record=record_path, log=prep.log_path, changed=changed)
+
+
+def reproduce(plan: Plan, engine: Engine, *, builder: str | None = None) -> str:
+    """Rebuild the recorded image with no cache and compare digests; return the digest if equal."""
+    target = plan.target
+    record = records.read(contract.record_path(plan.root, target.name))
+    if record is None:
+        raise RecordError(f"{contract.record_path(plan.root, target.name)}: no record to reproduce; build first")
+    # Reproduce the record, not whatever the files say now.
+    for path, want in ((plan.dockerfile, record.dockerfile_sha256), (plan.locks["runtime"], record.lock_sha256),
+                       (plan.locks["build"], record.build_lock_sha256)):
+        if not path.exists() or sha256_file(path) != want:
+            raise RecordError(f"{path}: differs from what image.json recorded; check out the commit that "
+                              "recorded the build (or run `build verify`)")
+    if record.source.get("commit") != target.source.commit:
+        raise RecordError(f"{target.name}: the matrix pins another commit than image.json; check out the recorded commit")
+    prep = prepare(plan, engine, tag=f"{target.image.tag}-reproduce", no_cache=True, builder=builder)
+    result = run_engine(prep, engine)
+    if result.digest == record.digest:
+        log.info(f"    reproduced: {record.digest} (recorded {record.build.get('finished')}, rebuilt now)")
+        return result.digest
+    with log.step(f"{target.name}: compare {record.digest[:19]} with the rebuild {result.digest[:19]}"):
+        lines = imagediff.compare(engine, target.image.name, record.digest, result.digest)
+    report = prep.workdir / "reproduce-diff.txt"
+    atomic_write(report, "\n".join(lines) + "\n")
+    for line in lines:
+        log.info(f"    {line}")
+    raise NotReproduced(f"{target.name}: rebuild gave {result.digest}, image.json records {record.digest}; "
+                        f"differences in {report}")

@@ -1,0 +1,189 @@
+"""The audit trail of one image: a CycloneDX 1.6 SBOM and an in-toto SLSA v1 provenance.
+
+Both are built here from what the pipeline already knows (matrix target, record, locks) plus an
+inventory read out of the image itself (dpkg status, os-release, Python distributions). The SBOM
+is a pure function of the image: explicit bom-refs, a serial number derived from the digest and
+the timestamp from SOURCE_DATE_EPOCH, so the same image always gives the same bytes. The
+provenance describes one build (its id and times), so it changes with every build.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import re
+import uuid
+from dataclasses import dataclass
+
+from cyclonedx.model import ExternalReference, ExternalReferenceType, HashAlgorithm, HashType, Property, XsUri
+from cyclonedx.model.bom import Bom, BomMetaData
+from cyclonedx.model.component import Component, ComponentType
+from cyclonedx.output.json import JsonV1Dot6
+from cyclonedx.schema import SchemaVersion
+from cyclonedx.validation.json import JsonStrictValidator
+from packageurl import PackageURL
+
+from builder import __version__, contract
+from builder.engine import Engine
+from builder.lock import LockEntry
+from builder.matrix import Target
+from builder.records import Record
+
+SBOM_TYPE = "application/vnd.cyclonedx+json"
+PROVENANCE_TYPE = "application/vnd.in-toto+json"
+BUILD_TYPE = "https://k3-cu129.example/buildtypes/matrix-dockerfile/v1"
+BUILDER_ID = "https://k3-cu129.example/builder"
+
+_PROBE = r"""
+import importlib.metadata as md, json, sys
+def read(path):
+    try:
+        with open(path, encoding="utf-8", errors="replace") as fh:
+            return fh.read()
+    except OSError:
+        return ""
+print(json.dumps({
+    "os_release": read("/etc/os-release"),
+    "dpkg_status": read("/var/lib/dpkg/status"),
+    "dists": sorted({(d.metadata["Name"], d.version) for d in md.distributions() if d.metadata["Name"]}),
+}))
+"""
+
+
+@dataclass(frozen=True)
+class DebPackage:
+    name: str
+    version: str
+    arch: str
+
+
+@dataclass(frozen=True)
+class Inventory:
+    distro_id: str
+    distro_version: str
+    debs: tuple[DebPackage, ...]
+    dists: tuple[tuple[str, str], ...]
+
+
+def parse_os_release(text: str) -> tuple[str, str]:
+    values = dict(re.findall(r'^([A-Z_]+)="?([^"\n]*)"?$', text, re.M))
+    return values.get("ID", "unknown"), values.get("VERSION_ID", "")
+
+
+def parse_dpkg_status(text: str) -> tuple[DebPackage, ...]:
+    debs = []
+    for stanza in text.split("\n\n"):
+        fields = dict(re.findall(r"^([A-Za-z-]+): (.*)$", stanza, re.M))
+        if fields.get("Package") and fields.get("Status", "").endswith(" installed"):
+            debs.append(DebPackage(fields["Package"], fields.get("Version", ""), fields.get("Architecture", "")))
+    return tuple(sorted(set(debs), key=lambda d: (d.name, d.arch, d.version)))
+
+
+def inventory(engine: Engine, ref: str) -> Inventory:
+    doc = json.loads(engine.run_capture(ref, "python", ["-c", _PROBE]))
+    distro_id, distro_version = parse_os_release(doc["os_release"])
+    return Inventory(distro_id, distro_version, parse_dpkg_status(doc["dpkg_status"]),
+                     tuple((n, v) for n, v in doc["dists"]))
+
+
+def _norm(name: str) -> str:
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def _oci_purl(name: str, digest: str) -> PackageURL:
+    return PackageURL(type="oci", name=name.rsplit("/", 1)[-1], version=digest, qualifiers={"repository_url": name})
+
+
+def sbom(target: Target, record: Record, inv: Inventory, lock: list[LockEntry]) -> str:
+    """The SBOM as CycloneDX 1.6 JSON text, validated against the schema."""
+    image_name = record.image.split("@")[0]
+    image = Component(
+        type=ComponentType.CONTAINER, name=image_name, version=record.digest, bom_ref="image",
+        purl=_oci_purl(image_name, record.digest),
+        properties=[Property(name=contract.LABEL_TARGET, value=target.name),
+                    Property(name=contract.LABEL_EXPIRES, value=target.expires.isoformat()),
+                    Property(name=contract.LABEL_OWNER, value=target.owner)],
+    )
+    created = dt.datetime.fromtimestamp(record.source_date_epoch, dt.timezone.utc)
+    bom = Bom(serial_number=uuid.uuid5(uuid.NAMESPACE_URL, record.image),
+              metadata=BomMetaData(component=image, timestamp=created))
+    bom.metadata.tools.components.add(Component(type=ComponentType.APPLICATION, name="k3-cu129-builder",
+                                                version=__version__, bom_ref="tool"))
+    components = []
+    distro = f"{inv.distro_id}-{inv.distro_version}"
+    for deb in inv.debs:
+        purl = PackageURL(type="deb", namespace=inv.distro_id, name=deb.name, version=deb.version,
+                          qualifiers={"arch": deb.arch, "distro": distro})
+        components.append(Component(type=ComponentType.LIBRARY, name=deb.name, version=deb.version,
+                                    purl=purl, bom_ref=purl.to_string()))
+    locked = {_norm(e.name): e for e in lock}
+    for name, version in inv.dists:
+        entry = locked.get(_norm(name))
+        hashes = [HashType(alg=HashAlgorithm.SHA_256, content=h) for h in entry.hashes] if entry else []
+        purl = PackageURL(type="pypi", name=_norm(name), version=version)
+        props = [] if entry else [Property(name="k3:origin", value="built from the pinned source")]
+        components.append(Component(type=ComponentType.LIBRARY, name=name, version=version, purl=purl,
+                                    bom_ref=purl.to_string(), hashes=hashes, properties=props))
+    src = target.source
+    src_purl = PackageURL(type="generic", name=src.package, version=src.commit,
+                          qualifiers={"vcs_url": f"git+{src.url}@{src.commit}"})
+    components.append(Component(
+        type=ComponentType.APPLICATION, name=f"{src.package}-source", version=src.commit, purl=src_purl,
+        bom_ref="source", external_references=[ExternalReference(type=ExternalReferenceType.VCS, url=XsUri(src.url))],
+        properties=[Property(name="k3:branch", value=src.branch), Property(name="k3:version", value=src.version)],
+    ))
+    for role, base in (("build", target.bases.build), ("runtime", target.bases.runtime)):
+        components.append(Component(type=ComponentType.CONTAINER, name=base.name, version=base.digest,
+                                    purl=_oci_purl(base.name, base.digest), bom_ref=f"base:{role}",
+                                    properties=[Property(name="k3:base-role", value=role)]))
+    for c in components:
+        bom.components.add(c)
+    bom.register_dependency(image, components)
+    text = JsonV1Dot6(bom).output_as_string(indent=2) + "\n"
+    validate_sbom(text)
+    return text
+
+
+def validate_sbom(text: str) -> None:
+    error = JsonStrictValidator(SchemaVersion.V1_6).validate_str(text)
+    if error is not None:
+        raise ValueError(f"SBOM does not validate against CycloneDX 1.6: {error}")
+
+
+def provenance(target: Target, record: Record, build_args: dict[str, str], started: str) -> str:
+    """An in-toto v1 statement with an SLSA provenance v1 predicate for one build."""
+    b = record.build
+    deps = [
+        {"name": f"base:{role}", "uri": _oci_purl(info["name"], info["digest"]).to_string(),
+         "digest": {"sha256": info["digest"].removeprefix("sha256:")}}
+        for role, info in sorted(record.bases.items())
+    ]
+    deps.append({"name": "source", "uri": f"git+{record.source['url']}@refs/heads/{record.source['branch']}",
+                 "digest": {"gitCommit": record.source["commit"]}})
+    for name, path, sha in (("lock", contract.LOCK_NAME, record.lock_sha256),
+                            ("build-lock", contract.BUILD_LOCK_NAME, record.build_lock_sha256)):
+        deps.append({"name": name, "uri": f"{contract.LOCKS_DIR}/{target.name}/{path}", "digest": {"sha256": sha}})
+    deps.append({"name": "dockerfile", "uri": f"{contract.DOCKERFILES_DIR}/{target.name}/{contract.DOCKERFILE_NAME}",
+                 "digest": {"sha256": record.dockerfile_sha256}})
+    statement = {
+        "_type": "https://in-toto.io/Statement/v1",
+        "subject": [{"name": record.image.split("@")[0], "digest": {"sha256": record.digest.removeprefix("sha256:")}}],
+        "predicateType": "https://slsa.dev/provenance/v1",
+        "predicate": {
+            "buildDefinition": {
+                "buildType": BUILD_TYPE,
+                "externalParameters": {"target": target.name, "matrix": target.model_dump(mode="json")},
+                "internalParameters": {"buildArgs": dict(sorted(build_args.items())),
+                                       "sourceDateEpoch": record.source_date_epoch},
+                "resolvedDependencies": deps,
+            },
+            "runDetails": {
+                "builder": {"id": BUILDER_ID, "version": {"k3-cu129-builder": record.tool_version,
+                                                          "docker-engine": b.get("engine", ""),
+                                                          "buildx": b.get("buildx", ""),
+                                                          "driver": b.get("driver", "")}},
+                "metadata": {"invocationId": b.get("id", ""), "startedOn": started, "finishedOn": b.get("finished", "")},
+            },
+        },
+    }
+    return json.dumps(statement, indent=2, sort_keys=True) + "\n"

@@ -1,0 +1,212 @@
+"""`build verify`: the auditor's command. Each row is one link in the chain
+matrix <-> Dockerfile <-> lock <-> image.json <-> SBOM <-> provenance (<-> registry), checked from
+the repository alone (and, with --registry, the registry alone). Offline by default.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+from builder import attest, contract, lock, records, render
+from builder.errors import BuilderError
+from builder.fsutil import sha256_bytes, sha256_file
+from builder.matrix import Target
+
+
+@dataclass(frozen=True)
+class Row:
+    check: str
+    ok: bool
+    detail: str
+
+
+class _Fail(Exception):
+    pass
+
+
+def _need(cond: bool, message: str) -> None:
+    if not cond:
+        raise _Fail(message)
+
+
+def _read_json(path: Path) -> dict:
+    _need(path.exists(), f"{path.name} is missing")
+    try:
+        return json.loads(path.read_text())
+    except ValueError as exc:
+        raise _Fail(f"{path.name} is not JSON: {exc}") from None
+
+
+def _norm(name: str) -> str:
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+class Verifier:
+    def __init__(self, root: Path, target: Target) -> None:
+        self.root = root
+        self.t = target
+        self.dockerfile = contract.dockerfile_path(root, target.name)
+        self.lock = contract.lock_path(root, target.name)
+        self.build_lock = contract.build_lock_path(root, target.name)
+        self.sbom_path = contract.sbom_path(root, target.name)
+        self.prov_path = contract.provenance_path(root, target.name)
+        self._record: records.Record | None = None
+
+    @property
+    def record(self) -> records.Record:
+        if self._record is None:
+            try:
+                rec = records.read(contract.record_path(self.root, self.t.name))
+            except BuilderError as exc:
+                raise _Fail(exc.message) from None
+            _need(rec is not None, "image.json is missing (never built?)")
+            self._record = rec
+        return self._record
+
+    # -- rows -----------------------------------------------------------------------------------
+    def matrix_dockerfile(self) -> str:
+        _need(self.dockerfile.exists(), f"{self.dockerfile} is missing")
+        want = render.render(self.t)
+        _need(self.dockerfile.read_text() == want, "the committed Dockerfile differs from what the matrix renders")
+        return f"sha256 {sha256_bytes(want.encode())[:16]}"
+
+    def lock_pinned(self) -> str:
+        counts = []
+        for path in (self.lock, self.build_lock):
+            try:
+                entries = lock.read_entries(path)
+            except BuilderError as exc:
+                raise _Fail(exc.message) from None
+            counts.append(len(entries))
+            if path == self.lock and self.t.torch:
+                torch = next((e for e in entries if e.name.lower() == "torch"), None)
+                _need(torch is not None and torch.version.endswith("+" + self.t.cuda.short),
+                      f"torch must be +{self.t.cuda.short}, the lock has {torch.version if torch else 'none'}")
+        return f"{counts[0]} runtime + {counts[1]} build entries, all hash-pinned"
+
+    def dockerfile_record(self) -> str:
+        got = sha256_file(self.dockerfile) if self.dockerfile.exists() else "missing"
+        _need(got == self.record.dockerfile_sha256,
+              f"Dockerfile sha256 {got[:16]} != image.json {self.record.dockerfile_sha256[:16]}")
+        return "Dockerfile sha256 matches"
+
+    def lock_record(self) -> str:
+        for path, want in ((self.lock, self.record.lock_sha256), (self.build_lock, self.record.build_lock_sha256)):
+            got = sha256_file(path) if path.exists() else "missing"
+            _need(got == want, f"{path.name} sha256 {got[:16]} != image.json {want[:16]}")
+        return "both lock sha256 match"
+
+    def matrix_record(self) -> str:
+        r = self.record
+        _need(r.target == self.t.name, f"target {r.target!r} != {self.t.name!r}")
+        _need(r.image.startswith(self.t.image.name + "@") and r.image.endswith("@" + r.digest),
+              f"image {r.image} is not {self.t.image.name}@{r.digest}")
+        _need(re.fullmatch(r"sha256:[0-9a-f]{64}", r.digest or "") is not None, f"digest {r.digest!r} is malformed")
+        for role in ("build", "runtime"):
+            want = getattr(self.t.bases, role).digest
+            got = r.bases.get(role, {}).get("digest")
+            _need(got == want, f"base {role} {got} != matrix {want}")
+        _need(r.source.get("commit") == self.t.source.commit,
+              f"source commit {r.source.get('commit')} != matrix {self.t.source.commit}")
+        _need(r.source.get("url") == self.t.source.url, "source url differs from the matrix")
+        return f"{r.digest[:19]}, bases and commit match the matrix"
+
+    def record_sbom(self) -> str:
+        r = self.record
+        text = self.sbom_path.read_text() if self.sbom_path.exists() else None
+        _need(text is not None, f"{self.sbom_path.name} is missing")
+        try:
+            attest.validate_sbom(text)
+        except ValueError as exc:
+            raise _Fail(str(exc)[:200]) from None
+        doc = json.loads(text)
+        comp = doc.get("metadata", {}).get("component", {})
+        _need(comp.get("version") == r.digest and f"@{r.digest}" in comp.get("purl", ""),
+              f"SBOM describes {comp.get('version')}, image.json {r.digest}")
+        by_ref = {c.get("bom-ref"): c for c in doc.get("components", [])}
+        for role in ("build", "runtime"):
+            got = (by_ref.get(f"base:{role}") or {}).get("version")
+            _need(got == r.bases[role]["digest"], f"SBOM base {role} {got} != image.json")
+        _need((by_ref.get("source") or {}).get("version") == r.source["commit"], "SBOM source commit != image.json")
+        return f"CycloneDX 1.6 valid, {len(by_ref)} components, describes {r.digest[:19]}"
+
+    def lock_sbom(self) -> str:
+        _need(self.sbom_path.exists(), f"{self.sbom_path.name} is missing")
+        doc = _read_json(self.sbom_path)
+        pypi = {}
+        for c in doc.get("components", []):
+            if c.get("purl", "").startswith("pkg:pypi/"):
+                pypi[_norm(c["name"])] = (c.get("version"), sorted(h["content"] for h in c.get("hashes", [])))
+        try:
+            entries = lock.read_entries(self.lock)
+        except BuilderError as exc:
+            raise _Fail(exc.message) from None
+        for e in entries:
+            got = pypi.get(_norm(e.name))
+            _need(got is not None, f"{e.name} is in the lock but not in the SBOM")
+            _need(got[0] == e.version, f"{e.name}: SBOM {got[0]} != lock {e.version}")
+            _need(got[1] == sorted(e.hashes), f"{e.name}: SBOM hashes differ from the lock's")
+        return f"all {len(entries)} lock entries in the SBOM with the same version and hashes"
+
+    def record_provenance(self) -> str:
+        r = self.record
+        doc = _read_json(self.prov_path)
+        _need(doc.get("_type") == "https://in-toto.io/Statement/v1", "not an in-toto v1 statement")
+        _need(doc.get("predicateType") == "https://slsa.dev/provenance/v1", "not an SLSA provenance v1 predicate")
+        subjects = [s.get("digest", {}).get("sha256") for s in doc.get("subject", [])]
+        _need(subjects == [r.digest.removeprefix("sha256:")], f"subject {subjects} != image.json {r.digest}")
+        deps = {d.get("name"): d.get("digest", {}) for d in
+                doc.get("predicate", {}).get("buildDefinition", {}).get("resolvedDependencies", [])}
+        want = {
+            "base:build": {"sha256": r.bases["build"]["digest"].removeprefix("sha256:")},
+            "base:runtime": {"sha256": r.bases["runtime"]["digest"].removeprefix("sha256:")},
+            "source": {"gitCommit": r.source["commit"]},
+            "lock": {"sha256": r.lock_sha256},
+            "build-lock": {"sha256": r.build_lock_sha256},
+            "dockerfile": {"sha256": r.dockerfile_sha256},
+        }
+        for name, digest in want.items():
+            _need(deps.get(name) == digest, f"resolvedDependencies {name} {deps.get(name)} != image.json {digest}")
+        return "subject and resolved dependencies match image.json"
+
+    def registry_image(self, engine) -> str:
+        r = self.record
+        _need(engine.serves(self.t.image.name, r.digest), f"the registry does not serve {r.image}")
+        now = engine.resolve_digest(self.t.image.tagged)
+        _need(now == r.digest, f"tag {self.t.image.tag} now points at {now}, image.json says {r.digest}")
+        return f"serves {r.digest[:19]}; tag {self.t.image.tag} points at it"
+
+    def registry_attachments(self, engine) -> str:
+        r = self.record
+        found = engine.referrers(self.t.image.name, r.digest)
+        for kind, path in ((attest.SBOM_TYPE, self.sbom_path), (attest.PROVENANCE_TYPE, self.prov_path)):
+            _need(kind in found, f"no {kind} attached to {r.digest[:19]}")
+            local = path.read_bytes() if path.exists() else b""
+            _need(found[kind] == local, f"the attached {path.name} differs from the committed one")
+        return "SBOM and provenance attached, identical to the committed files"
+
+    def rows(self, engine=None) -> list[Row]:
+        checks: list[tuple[str, Callable[[], str]]] = [
+            ("matrix <-> Dockerfile", self.matrix_dockerfile),
+            ("lock hash-pinned", self.lock_pinned),
+            ("Dockerfile <-> image.json", self.dockerfile_record),
+            ("lock <-> image.json", self.lock_record),
+            ("matrix <-> image.json", self.matrix_record),
+            ("image.json <-> SBOM", self.record_sbom),
+            ("lock <-> SBOM", self.lock_sbom),
+            ("image.json <-> provenance", self.record_provenance),
+        ]
+        if engine is not None:
+            checks += [("registry: image", lambda: self.registry_image(engine)),
+                       ("registry: SBOM + provenance", lambda: self.registry_attachments(engine))]
+        out = []
+        for name, fn in checks:
+            try:
+                out.append(Row(name, True, fn()))
+            except _Fail as exc:
+                out.append(Row(name, False, str(exc)))
+        return out
