@@ -20,7 +20,6 @@ from cyclonedx.model.bom import Bom, BomMetaData
 from cyclonedx.model.component import Component, ComponentType
 from cyclonedx.output.json import JsonV1Dot6
 from cyclonedx.schema import SchemaVersion
-from cyclonedx.validation.json import JsonStrictValidator
 from packageurl import PackageURL
 
 from builder import __version__, contract
@@ -145,6 +144,10 @@ def sbom(target: Target, record: Record, inv: Inventory, lock: list[LockEntry]) 
 
 
 def validate_sbom(text: str) -> None:
+    # Imported here: jsonschema's format checkers take most of a second to import, and the
+    # "up to date" path must stay fast.
+    from cyclonedx.validation.json import JsonStrictValidator
+
     error = JsonStrictValidator(SchemaVersion.V1_6).validate_str(text)
     if error is not None:
         raise ValueError(f"SBOM does not validate against CycloneDX 1.6: {error}")

@@ -22,12 +22,24 @@ exit codes: 0 ok; 1 build/check failed or drift found; 2 bad input (matrix, targ
 record, source); 3 Docker engine or registry unreachable; 130 interrupted."""
 
 
+class _TargetAction(argparse.Action):
+    """--target T: a name; given again (or as a,b), the build command builds several."""
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        names = [v for v in values.split(",") if v]
+        current = getattr(namespace, self.dest, None)
+        previous = current if isinstance(current, list) else ([current] if current else [])
+        merged = previous + names
+        setattr(namespace, self.dest, merged[0] if len(merged) == 1 else merged)
+
+
 def _globals(parser: argparse.ArgumentParser, top: bool) -> None:
     # Subcommand copies use SUPPRESS so a value given before the command is not reset after it.
     default = (lambda v: v) if top else (lambda v: argparse.SUPPRESS)
     parser.add_argument("--matrix", type=Path, default=default(Path("matrix.yaml")),
                         help="the build matrix (default: ./matrix.yaml)")
-    parser.add_argument("--target", default=default(None), help="a target name from the matrix")
+    parser.add_argument("--target", default=default(None), action=_TargetAction,
+                        help="a target name from the matrix (repeatable for `build`)")
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -105,9 +117,22 @@ def _build_options(parser: argparse.ArgumentParser, top: bool) -> None:
                         help="override MAX_JOBS for the compile (default: derived from the builder's memory)")
     parser.add_argument("--no-checks", action="store_true", default=default(False),
                         help="skip the image checks after the push (they run by default)")
+    parser.add_argument("--force", action="store_true", default=default(False),
+                        help="build even when the inputs equal the recorded ones and the registry serves the image")
+    parser.add_argument("--cache-from", action="append", default=default([]), metavar="SPEC",
+                        help="buildx cache source, repeatable (a bare image ref means type=registry,ref=REF)")
+    parser.add_argument("--cache-to", default=default(None), metavar="SPEC",
+                        help="buildx cache export, e.g. type=inline (docker driver) or "
+                             "type=registry,ref=REF,mode=max / type=local,dest=DIR (docker-container)")
+    parser.add_argument("--jobs", type=int, default=default(1),
+                        help="build this many targets at once (with several --target); one summary")
 
 
-def _targets(matrix: Matrix, name: str | None) -> list[str]:
+def _targets(matrix: Matrix, name) -> list[str]:
+    if isinstance(name, list):
+        for n in name:
+            matrix.target(n)
+        return name
     if name is None:
         return sorted(matrix.targets)
     matrix.target(name)  # raises with a "did you mean"
@@ -117,6 +142,8 @@ def _targets(matrix: Matrix, name: str | None) -> list[str]:
 def _need_target(args: argparse.Namespace, command: str) -> str:
     if not args.target:
         raise ConfigError(f"{command}: --target is required (e.g. `build {command} --target cu129`)")
+    if isinstance(args.target, list):
+        raise ConfigError(f"{command}: takes one --target (got {', '.join(args.target)})")
     return args.target
 
 
@@ -168,18 +195,51 @@ def cmd_plan(args: argparse.Namespace) -> int:
 
 
 def cmd_build(args: argparse.Namespace) -> int:
+    from concurrent.futures import ThreadPoolExecutor
+
     from builder.engine import Engine
     from builder.pipeline import Plan, build
 
     matrix = load(args.matrix)
-    plan = Plan.of(matrix, _need_target(args, "build"))
-    outcome = build(plan, Engine(), no_cache=args.no_cache, builder=args.builder, max_jobs_override=args.max_jobs,
-                    run_checks=not args.no_checks)
-    size = f"{outcome.size / 1e6:.1f} MB" if outcome.size else "?"
-    log.summary([log.SummaryRow(outcome.image.split("@")[0], outcome.digest, size, outcome.seconds,
-                                "pushed" if outcome.changed else "pushed (same digest)")])
-    log.info(f"recorded in {outcome.record}; log in {outcome.log}")
-    print(outcome.image)
+    names = args.target if isinstance(args.target, list) else [_need_target(args, "build")]
+    plans = [Plan.of(matrix, name) for name in names]  # every name checked before anything runs
+    if args.jobs < 1:
+        raise ConfigError(f"--jobs: must be at least 1 (got {args.jobs})")
+    engine = Engine()
+
+    def one(plan):
+        return build(plan, engine, no_cache=args.no_cache, builder=args.builder, max_jobs_override=args.max_jobs,
+                     run_checks=not args.no_checks, force=args.force, cache_from=tuple(args.cache_from),
+                     cache_to=args.cache_to)
+
+    if len(plans) == 1:
+        outcomes, errors = [one(plans[0])], []
+    else:
+        # Several targets: per-target logs under artifacts/<target>/<build-id>/, one summary.
+        log.quiet_build_output(True)
+        with ThreadPoolExecutor(max_workers=args.jobs) as pool:
+            futures = [(p.target.name, pool.submit(one, p)) for p in plans]
+        outcomes, errors = [], []
+        for name, future in futures:
+            try:
+                outcomes.append(future.result())
+            except BuilderError as exc:
+                errors.append((name, exc))
+    rows = []
+    for o in outcomes:
+        status = "up to date" if o.up_to_date else "pushed" if o.changed else "pushed (same digest)"
+        size = f"{o.size / 1e6:.1f} MB" if o.size else "-"
+        rows.append(log.SummaryRow(o.image.split("@")[0], o.digest, size, o.seconds, status))
+        if o.log:
+            log.info(f"{o.target}: recorded in {o.record}; log in {o.log}")
+    for name, exc in errors:
+        rows.append(log.SummaryRow(name, "-", "-", 0.0, f"FAILED: {exc.message[:80]}"))
+    log.summary(rows)
+    for o in outcomes:
+        print(o.image)
+    if errors:
+        worst = max(errors, key=lambda e: e[1].exit_code)[1]
+        raise worst
     return 0
 
 

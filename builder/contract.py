@@ -57,6 +57,7 @@ RECORD_FIELDS = (
     "build_lock_sha256",
     "dockerfile_sha256",
     "source_date_epoch",
+    "input_key",
     "tool_version",
     "build",
 )

@@ -7,10 +7,11 @@ integration tests use it against the real engine and registry.
 
 from __future__ import annotations
 
-import contextlib
+import itertools
 import json
 import os
 import re
+import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Iterator
@@ -49,6 +50,8 @@ class BuildRequest:
     builder: str | None = None
     secrets: tuple[str, ...] = ()  # buildx --secret specs (id=...,src=...); values never logged
     attest: bool = False  # BuildKit provenance + SBOM attestations (not on the docker driver)
+    cache_from: tuple[str, ...] = ()  # buildx --cache-from specs (a bare ref means type=registry)
+    cache_to: str | None = None  # buildx --cache-to spec, e.g. type=inline or type=registry,ref=...,mode=max
 
 
 @dataclass(frozen=True)
@@ -72,20 +75,27 @@ def _version_tuple(text: str) -> tuple[int, ...]:
     return tuple(int(x) for x in re.findall(r"\d+", text)[:2])
 
 
-@contextlib.contextmanager
-def _env(**values: str) -> Iterator[None]:
-    # python-on-whales streams buildx with the process environment; SOURCE_DATE_EPOCH must be
-    # in buildx's own environment too (it forwards it to BuildKit), so set it around the call.
-    old = {k: os.environ.get(k) for k in values}
-    os.environ.update(values)
-    try:
-        yield
-    finally:
-        for k, v in old.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
+# python-on-whales streams buildx with this process's environment, and SOURCE_DATE_EPOCH must be in
+# buildx's own environment too (it forwards it to BuildKit). The variable is set only while the
+# child is being spawned, under a lock, so concurrent builds (--jobs) each get their own value.
+_spawn_lock = threading.Lock()
+
+
+def _start_stream(make: Callable[[], Iterator[str]], env: dict[str, str]) -> tuple[str | None, Iterator[str]]:
+    """Call ``make()`` and pull its first line (which spawns the child) with ``env`` applied."""
+    with _spawn_lock:
+        old = {k: os.environ.get(k) for k in env}
+        os.environ.update(env)
+        try:
+            stream = make()
+            first = next(stream, None)
+        finally:
+            for k, v in old.items():
+                if v is None:
+                    os.environ.pop(k, None)
+                else:
+                    os.environ[k] = v
+    return first, stream
 
 
 class Engine:
@@ -126,9 +136,9 @@ class Engine:
         metadata_file = log_path.parent / "metadata.json"
         env = {"SOURCE_DATE_EPOCH": str(req.source_date_epoch)} if req.source_date_epoch is not None else {}
         log_path.parent.mkdir(parents=True, exist_ok=True)
-        with log_path.open("a", encoding="utf-8") as log, _env(**env):
+        with log_path.open("a", encoding="utf-8") as log:
             try:
-                stream = self.docker.buildx.build(
+                first, stream = _start_stream(lambda: self.docker.buildx.build(
                     req.context,
                     file=req.dockerfile,
                     tags=list(req.tags),
@@ -141,10 +151,12 @@ class Engine:
                     metadata_file=metadata_file,
                     provenance={"mode": "max"} if req.attest else None,
                     sbom=True if req.attest else None,
+                    cache_from=[_cache_spec(spec) for spec in req.cache_from] or None,
+                    cache_to=_cache_spec(req.cache_to) if req.cache_to else None,
                     progress="plain",
                     stream_logs=True,
-                )
-                for line in stream:
+                ), env)
+                for line in itertools.chain([first] if first is not None else [], stream):
                     log.write(line)
                     log.flush()
                     echo(line.rstrip("\n"))
@@ -292,6 +304,13 @@ class Engine:
         except DockerException as exc:
             raise BuildError(f"cannot read the image config of {ref}: {(exc.stderr or '').strip()[:200]}") from None
         return (doc.get("config") or {}).get("Labels") or {}
+
+
+def _cache_spec(spec: str) -> dict[str, str]:
+    """'type=registry,ref=R,mode=max' -> dict; a bare reference means a registry cache."""
+    if "=" not in spec:
+        return {"type": "registry", "ref": spec}
+    return dict(item.split("=", 1) for item in spec.split(",") if "=" in item)
 
 
 def _last_error(log_path: Path) -> str:

@@ -33,8 +33,19 @@ def warn(message: str) -> None:
     _console.print(f"warning: {message}", style="yellow", markup=False)
 
 
+_quiet_raw = False
+
+
+def quiet_build_output(quiet: bool) -> None:
+    """With several builds at once their logs would interleave: keep them in their files only."""
+    global _quiet_raw
+    _quiet_raw = quiet
+
+
 def raw(line: str) -> None:
     """A line of a child's output (the build log), passed through untouched."""
+    if _quiet_raw:
+        return
     sys.stderr.write(line + "\n")
     sys.stderr.flush()
 

@@ -8,12 +8,14 @@ image.json is written only after the registry confirms it serves the pushed dige
 from __future__ import annotations
 
 import datetime as dt
+import json
 import secrets
+import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
-from builder import __version__, attest, checks, contract, imagediff, lock, log, records, render, source
+from builder import __version__, contract, lock, log, records, render, source
 from builder.context import assemble
 from builder.engine import BuildRequest, BuildResult, Engine, EngineInfo
 from builder.errors import BuildError, DriftError, LockError, NotReproduced, RecordError
@@ -105,9 +107,9 @@ class Outcome:
     size: int | None
     seconds: float
     record: Path
-    log: Path
+    log: Path | None
     changed: bool = True
-    notes: list[str] = field(default_factory=list)
+    up_to_date: bool = False
 
 
 def check_rendered(plan: Plan) -> str:
@@ -157,17 +159,39 @@ _ATTEST_DRIVERS = ("docker-container", "remote", "kubernetes")
 _said_no_attestations = False
 
 
-def prepare(plan: Plan, engine: Engine, *, tag: str, no_cache: bool = False, builder: str | None = None,
-            max_jobs_override: int | None = None) -> Prepared:
-    """All checks that can refuse, then the context: nothing here pushes or records anything."""
-    global _said_no_attestations
-    target = plan.target
-    # Offline refusals first: nothing below runs for a drifted Dockerfile or a missing/wrong lock.
-    with log.step(f"{target.name}: check the committed Dockerfile and locks"):
+def offline_checks(plan: Plan) -> str:
+    """Refusals that need nothing but the repo: drifted Dockerfile, missing/unhashed/wrong-CUDA lock."""
+    with log.step(f"{plan.target.name}: check the committed Dockerfile and locks"):
         dockerfile_text = check_rendered(plan)
         runtime_entries = lock.read_entries(plan.locks["runtime"])
         lock.read_entries(plan.locks["build"])
-        _check_torch_build(target, runtime_entries, plan.locks["runtime"])
+        _check_torch_build(plan.target, runtime_entries, plan.locks["runtime"])
+    return dockerfile_text
+
+
+def input_key(plan: Plan, dockerfile_text: str) -> str:
+    """sha256 over everything a build reads, so an unchanged key means an unchanged image.
+
+    The rendered Dockerfile (bases, labels, expiry), both locks, the whole matrix entry (source
+    commit, pins, compile settings, the CPython tarball's sha256) and the tool version. MAX_JOBS is
+    left out on purpose: it changes how fast the compile runs, not what it produces.
+    """
+    doc = {
+        "dockerfile": sha256_bytes(dockerfile_text.encode()),
+        "lock": sha256_file(plan.locks["runtime"]),
+        "build_lock": sha256_file(plan.locks["build"]),
+        "target": plan.target.model_dump(mode="json"),
+        "tool": __version__,
+    }
+    return sha256_bytes(json.dumps(doc, sort_keys=True).encode())
+
+
+def prepare(plan: Plan, engine: Engine, *, tag: str, dockerfile_text: str, no_cache: bool = False,
+            builder: str | None = None, max_jobs_override: int | None = None,
+            cache_from: tuple[str, ...] = (), cache_to: str | None = None) -> Prepared:
+    """Engine and source checks, then the context: nothing here pushes or records anything."""
+    global _said_no_attestations
+    target = plan.target
     with log.step(f"{target.name}: engine preflight"):
         info: EngineInfo = engine.preflight(builder)
         log.info(f"    engine {info.server_version}, buildx {info.buildx_version}, builder {info.builder} ({info.driver})")
@@ -210,6 +234,8 @@ def prepare(plan: Plan, engine: Engine, *, tag: str, no_cache: bool = False, bui
         no_cache=no_cache,
         builder=builder,
         attest=attest_here,
+        cache_from=cache_from,
+        cache_to=cache_to,
     )
     (workdir / contract.BUILD_LOG_NAME).write_text(
         f"[k3-builder] build {build_id} of target {target.name}, tool {__version__}\n"
@@ -232,15 +258,48 @@ def run_engine(prep: Prepared, engine: Engine) -> BuildResult:
     return result
 
 
+def _warm_imports() -> None:
+    import builder.attest  # noqa: F401
+    import builder.checks  # noqa: F401
+    from cyclonedx.validation import json as _cdx_json  # noqa: F401
+    import jsonschema  # noqa: F401
+
+
+def up_to_date(plan: Plan, engine: Engine, previous: records.Record | None, key: str) -> bool:
+    """The recorded build had these exact inputs and the registry still serves it under the tag."""
+    if previous is None or previous.input_key != key:
+        return False
+    target = plan.target
+    return (engine.serves(target.image.name, previous.digest)
+            and engine.resolve_digest(target.image.tagged) == previous.digest)
+
+
 def build(plan: Plan, engine: Engine, *, no_cache: bool = False, builder: str | None = None,
-          max_jobs_override: int | None = None, run_checks: bool = True) -> Outcome:
+          max_jobs_override: int | None = None, run_checks: bool = True, force: bool = False,
+          cache_from: tuple[str, ...] = (), cache_to: str | None = None) -> Outcome:
     target = plan.target
     record_path = contract.record_path(plan.root, target.name)
     started = time.monotonic()
     previous = records.read(record_path)  # a damaged record stops the build before anything runs
-    prep = prepare(plan, engine, tag=target.image.tag, no_cache=no_cache, builder=builder,
-                   max_jobs_override=max_jobs_override)
+    dockerfile_text = offline_checks(plan)
+    key = input_key(plan, dockerfile_text)
+    if not force and not no_cache:
+        with log.step(f"{target.name}: compare inputs with the record"):
+            current = up_to_date(plan, engine, previous, key)
+        if current:
+            assert previous is not None
+            log.info(f"    up to date: {previous.image} (same inputs, served by the registry; --force rebuilds)")
+            return Outcome(target=target.name, image=previous.image, digest=previous.digest, size=None,
+                           seconds=time.monotonic() - started, record=record_path, log=None, changed=False,
+                           up_to_date=True)
+    prep = prepare(plan, engine, tag=target.image.tag, dockerfile_text=dockerfile_text, no_cache=no_cache,
+                   builder=builder, max_jobs_override=max_jobs_override, cache_from=cache_from, cache_to=cache_to)
+    # The checks and the SBOM need pytest, testinfra and jsonschema (about a second of imports):
+    # load them while the engine builds, not after it.
+    threading.Thread(target=_warm_imports, daemon=True).start()
     result = run_engine(prep, engine)
+    from builder import attest, checks  # pytest, testinfra, cyclonedx: only once there is an image
+
     pushed = f"{target.image.name}@{result.digest}"
     size = engine.image_size(pushed)
     if run_checks:
@@ -262,6 +321,7 @@ def build(plan: Plan, engine: Engine, *, no_cache: bool = False, builder: str | 
         build_lock_sha256=sha256_file(plan.locks["build"]),
         dockerfile_sha256=sha256_bytes(prep.dockerfile_text.encode()),
         source_date_epoch=prep.pinned.source_date_epoch,
+        input_key=key,
         tool_version=__version__,
         build={
             "id": prep.build_id,
@@ -302,11 +362,14 @@ def reproduce(plan: Plan, engine: Engine, *, builder: str | None = None) -> str:
                               "recorded the build (or run `build verify`)")
     if record.source.get("commit") != target.source.commit:
         raise RecordError(f"{target.name}: the matrix pins another commit than image.json; check out the recorded commit")
-    prep = prepare(plan, engine, tag=f"{target.image.tag}-reproduce", no_cache=True, builder=builder)
+    prep = prepare(plan, engine, tag=f"{target.image.tag}-reproduce", dockerfile_text=offline_checks(plan),
+                   no_cache=True, builder=builder)
     result = run_engine(prep, engine)
     if result.digest == record.digest:
         log.info(f"    reproduced: {record.digest} (recorded {record.build.get('finished')}, rebuilt now)")
         return result.digest
+    from builder import imagediff
+
     with log.step(f"{target.name}: compare {record.digest[:19]} with the rebuild {result.digest[:19]}"):
         lines = imagediff.compare(engine, target.image.name, record.digest, result.digest)
     report = prep.workdir / "reproduce-diff.txt"

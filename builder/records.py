@@ -27,6 +27,7 @@ class Record:
     build_lock_sha256: str
     dockerfile_sha256: str
     source_date_epoch: int
+    input_key: str  # sha256 of every input (pipeline.input_key): unchanged key, unchanged image
     tool_version: str
     build: dict[str, Any]  # id, finished (UTC ISO), duration_seconds, engine, buildx, driver
 

@@ -38,7 +38,7 @@ def inputs():
                for r in ("build", "runtime")},
         source={"url": t.source.url, "branch": t.source.branch, "commit": t.source.commit},
         lock_sha256="1" * 64, build_lock_sha256="2" * 64, dockerfile_sha256="3" * 64,
-        source_date_epoch=1790029969, tool_version="0.1.0",
+        source_date_epoch=1790029969, input_key="k" * 64, tool_version="0.1.0",
         build={"id": "b1", "finished": "2026-11-29T00:00:00Z", "engine": "26.1.5", "buildx": "0.13.1",
                "driver": "docker"},
     )

@@ -15,7 +15,7 @@ from builder.fsutil import atomic_write
 def _record(digest="sha256:" + "a" * 64):
     return records.Record(
         target="t", image=f"r/x@{digest}", digest=digest, bases={}, source={"commit": "c"},
-        lock_sha256="l", build_lock_sha256="b", dockerfile_sha256="d", source_date_epoch=1,
+        lock_sha256="l", build_lock_sha256="b", dockerfile_sha256="d", source_date_epoch=1, input_key="k",
         tool_version="0", build={"id": "1"},
     )
 

@@ -1,0 +1,44 @@
+"""Reading BuildKit's plain progress log: which steps ran and which came from cache.
+
+Used by the benchmark and the tests to count RUN steps that executed (a cache hit prints
+``#N CACHED``; a step that ran prints ``#N DONE`` without it)."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+_HEADER = re.compile(r"^#(\d+) \[(?P<stage>[^\]]+)\] (?P<instruction>[A-Z]+)\b(?P<rest>.*)$")
+
+
+@dataclass(frozen=True)
+class Step:
+    stage: str  # e.g. "build 3/4"
+    instruction: str  # RUN, COPY, FROM, ...
+    text: str
+    cached: bool
+    done: bool
+
+    @property
+    def ran(self) -> bool:
+        return self.done and not self.cached
+
+
+def steps(log: str) -> list[Step]:
+    heads: dict[str, tuple[str, str, str]] = {}
+    cached: set[str] = set()
+    done: set[str] = set()
+    for line in log.splitlines():
+        m = _HEADER.match(line)
+        if m:
+            heads.setdefault(m.group(1), (m.group("stage"), m.group("instruction"), m.group("rest").strip()))
+            continue
+        m = re.match(r"^#(\d+) (CACHED|DONE\b)", line)
+        if m:
+            (cached if m.group(2) == "CACHED" else done).add(m.group(1))
+    return [Step(stage, instr, text, n in cached, n in done or n in cached)
+            for n, (stage, instr, text) in sorted(heads.items(), key=lambda kv: int(kv[0]))]
+
+
+def ran(log: str, instruction: str = "RUN") -> list[Step]:
+    return [s for s in steps(log) if s.instruction == instruction and s.ran]

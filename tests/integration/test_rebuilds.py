@@ -1,0 +1,98 @@
+"""Never pay for the same inputs twice: no-op builds, label-only rebuilds, cache after a prune."""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+
+from builder import buildlog
+from tests.integration.conftest import cli
+
+
+def _builds(root):
+    return sorted(p for p in (root / "artifacts" / "smoke").iterdir() if (p / "build.log").exists())
+
+
+def _latest_log(root) -> str:
+    return (_builds(root)[-1] / "build.log").read_text()
+
+
+def test_unchanged_inputs_do_no_engine_build(built, tmp_path):
+    smoke, ref = built
+    work = smoke.copy(tmp_path / "noop")
+    before = work.record.read_bytes()
+    r = cli("--matrix", str(work.matrix), "--target", "smoke")
+    assert r.code == 0, r.err[-2000:]
+    assert "up to date" in r.err and r.out.strip() == ref
+    assert not (work.root / "artifacts").exists()  # no context, no log: the engine was not asked
+    assert work.record.read_bytes() == before
+    forced = cli("--matrix", str(work.matrix), "--target", "smoke", "--force", "--no-checks")
+    assert forced.code == 0 and "up to date" not in forced.err
+    assert len(_builds(work.root)) == 1
+
+
+def test_expiry_change_rebuilds_only_the_last_layers(built, tmp_path):
+    smoke, ref = built
+    work = smoke.copy(tmp_path / "expiry")
+    text = work.matrix.read_text()
+    old = re.search(r"expires: '?(\d{4}-\d{2}-\d{2})'?", text).group(1)
+    new = old[:-2] + ("01" if old[-2:] != "01" else "02")
+    work.matrix.write_text(text.replace(old, new))
+    assert cli("--matrix", str(work.matrix), "render").code == 0
+    r = cli("--matrix", str(work.matrix), "--target", "smoke", "--no-checks")
+    assert r.code == 0, r.err[-2000:]
+    log = _latest_log(work.root)
+    steps = buildlog.steps(log)
+    assert [s.stage for s in steps if s.instruction == "RUN"] and not buildlog.ran(log)  # every RUN cached
+    new_ref = r.out.strip().splitlines()[-1]
+    assert new_ref != ref  # a new image: only its config (the label) changed
+    layers = [json.loads(subprocess.run(["docker", "buildx", "imagetools", "inspect", "--raw", x],
+                                        capture_output=True, text=True, check=True).stdout)["layers"]
+              for x in (ref, new_ref)]
+    assert layers[0] == layers[1]
+
+
+def test_cache_from_the_registry_after_pruning_the_engine(built, tmp_path):
+    smoke, _ = built
+    work = smoke.copy(tmp_path / "cache")
+    work.matrix.write_text(work.matrix.read_text().replace("tag: smoke", "tag: cached"))
+    assert cli("--matrix", str(work.matrix), "render").code == 0
+    image = re.search(r"registry: (\S+)", work.matrix.read_text()).group(1) + "/" + smoke.repository + ":cached"
+    first = cli("--matrix", str(work.matrix), "--target", "smoke", "--no-checks", "--force", "--cache-to", "type=inline")
+    assert first.code == 0, first.err[-2000:]
+    # An empty engine, as on a fresh runner: no build cache, no local copy of the image.
+    subprocess.run(["docker", "buildx", "prune", "-af"], capture_output=True, check=True)
+    subprocess.run(["docker", "image", "rm", "-f", image], capture_output=True)
+    again = cli("--matrix", str(work.matrix), "--target", "smoke", "--no-checks", "--force", "--cache-from", image)
+    assert again.code == 0, again.err[-2000:]
+    log = _latest_log(work.root)
+    assert not buildlog.ran(log), [s.stage for s in buildlog.ran(log)]
+    assert len([s for s in buildlog.steps(log) if s.instruction == "RUN" and s.cached]) >= 3
+    # and without the cache the same build does run them, so the count above means something
+    subprocess.run(["docker", "buildx", "prune", "-af"], capture_output=True, check=True)
+    cold = cli("--matrix", str(work.matrix), "--target", "smoke", "--no-checks", "--force")
+    assert cold.code == 0 and len(buildlog.ran(_latest_log(work.root))) >= 3
+
+
+def test_several_targets_at_once_with_one_summary(built, tmp_path):
+    smoke, _ = built
+    work = smoke.copy(tmp_path / "jobs")
+    text = work.matrix.read_text()
+    entry = text[text.index("  smoke:\n"):]
+    twin = entry.replace("  smoke:\n", "  smoke-twin:\n", 1).replace("tag: smoke", "tag: twin")
+    work.matrix.write_text(text + twin)
+    assert cli("--matrix", str(work.matrix), "render").code == 0
+    lock_dir = work.root / "locks"
+    (lock_dir / "smoke-twin").mkdir()
+    for name in ("requirements.txt", "build-requirements.txt"):
+        (lock_dir / "smoke-twin" / name).write_text((lock_dir / "smoke" / name).read_text())
+    r = cli("--matrix", str(work.matrix), "--target", "smoke", "--target", "smoke-twin", "--jobs", "2", "--force",
+            "--no-checks")
+    assert r.code == 0, r.err[-3000:]
+    assert len(r.out.strip().splitlines()) == 2
+    assert "build summary" in r.err and "smoke" in r.err
+    for target in ("smoke", "smoke-twin"):
+        assert list((work.root / "artifacts" / target).glob("*/build.log"))
+        assert json.loads((lock_dir / target / "image.json").read_text())["target"] == target
+    assert "#1 [internal]" not in r.err  # logs stay in their files when builds run side by side
