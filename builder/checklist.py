@@ -240,3 +240,12 @@ def test_non_root(image, facts):
     user = image.user.split(":")[0]
     assert user not in ("", "0", "root"), f"expected a non-root default user, found {image.user or '(unset: root)'}"
     assert facts["uid"] != 0, f"expected the container to run as non-root, found uid {facts['uid']}"
+
+
+def test_no_world_writable(image_host):
+    # Files: never. Directories: only sticky ones (/tmp, /var/tmp, /run/lock), and /tmp itself.
+    result = image_host.run(
+        "find / -xdev \\( -path /proc -o -path /sys -o -path /dev \\) -prune -o -perm -0002 ! -type l "
+        "\\( ! -type d -o ! -perm -1000 \\) ! -path /tmp -print 2>/dev/null")
+    found = [line for line in result.stdout.splitlines() if line.strip()]
+    assert not found, f"expected no world-writable files outside /tmp, found: {', '.join(found[:20])}"

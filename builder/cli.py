@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import signal
 import sys
 from pathlib import Path
 
@@ -124,6 +125,9 @@ def _build_options(parser: argparse.ArgumentParser, top: bool) -> None:
     parser.add_argument("--cache-to", default=default(None), metavar="SPEC",
                         help="buildx cache export, e.g. type=inline (docker driver) or "
                              "type=registry,ref=REF,mode=max / type=local,dest=DIR (docker-container)")
+    parser.add_argument("--secret", action="append", default=default([]), metavar="id=ID,env=VAR|src=FILE",
+                        help="a BuildKit secret for an id the matrix lists in compile.secrets (repeatable); "
+                             "its value is never logged, labelled or recorded")
     parser.add_argument("--jobs", type=int, default=default(1),
                         help="build this many targets at once (with several --target); one summary")
 
@@ -205,12 +209,13 @@ def cmd_build(args: argparse.Namespace) -> int:
     plans = [Plan.of(matrix, name) for name in names]  # every name checked before anything runs
     if args.jobs < 1:
         raise ConfigError(f"--jobs: must be at least 1 (got {args.jobs})")
+    secrets = _secrets(args.secret, plans)
     engine = Engine()
 
     def one(plan):
         return build(plan, engine, no_cache=args.no_cache, builder=args.builder, max_jobs_override=args.max_jobs,
                      run_checks=not args.no_checks, force=args.force, cache_from=tuple(args.cache_from),
-                     cache_to=args.cache_to)
+                     cache_to=args.cache_to, secrets=secrets)
 
     if len(plans) == 1:
         outcomes, errors = [one(plans[0])], []
@@ -241,6 +246,37 @@ def cmd_build(args: argparse.Namespace) -> int:
         worst = max(errors, key=lambda e: e[1].exit_code)[1]
         raise worst
     return 0
+
+
+def _secrets(specs: list[str], plans) -> tuple[str, ...]:
+    """Check --secret specs against the matrix and register their values for redaction."""
+    import os
+
+    wanted = {sid for p in plans for sid in p.target.compile.secrets}
+    given = {}
+    for spec in specs:
+        fields = dict(item.split("=", 1) for item in spec.split(",") if "=" in item)
+        sid = fields.get("id", "")
+        if sid not in wanted:
+            raise ConfigError(f"--secret: id {sid!r} is not in compile.secrets of the target(s) "
+                              f"({', '.join(sorted(wanted)) or 'none'})")
+        if "env" in fields:
+            value = os.environ.get(fields["env"])
+            if value is None:
+                raise ConfigError(f"--secret {sid}: environment variable {fields['env']} is not set")
+        elif "src" in fields:
+            try:
+                value = Path(fields["src"]).read_text()
+            except OSError as exc:
+                raise ConfigError(f"--secret {sid}: cannot read {fields['src']}: {exc.strerror}") from None
+        else:
+            raise ConfigError(f"--secret {sid}: give env=VAR or src=FILE")
+        log.register_secret(value.strip())
+        given[sid] = spec
+    missing = sorted(wanted - set(given))
+    if missing:
+        raise ConfigError(f"--secret: the matrix needs {', '.join(missing)}; pass --secret id=ID,env=VAR")
+    return tuple(given[k] for k in sorted(given))
 
 
 def cmd_test(args: argparse.Namespace) -> int:
@@ -328,12 +364,21 @@ def main(argv: list[str] | None = None) -> None:
     if args.command is None and not args.target:
         parser.print_help(sys.stderr)
         sys.exit(2)
+    # SIGTERM (a CI runner cancelling the job) takes the same path as Ctrl-C: the build's child is
+    # stopped, the log says so, and no record is written.
+    signal.signal(signal.SIGTERM, _terminate)
     try:
         code = COMMANDS[command](args)
     except BuilderError as exc:
-        log.info(f"error: {exc.message}")
+        # One line, always: control characters from hostile input are shown escaped.
+        message = "".join(c if c.isprintable() else repr(c)[1:-1] for c in log.redact(exc.message))
+        log.info(f"error: {message}")
         sys.exit(exc.exit_code)
     except KeyboardInterrupt:
         log.info("error: interrupted; records untouched")
         sys.exit(130)
     sys.exit(code)
+
+
+def _terminate(signum, frame):  # noqa: ARG001 - signal handler signature
+    raise KeyboardInterrupt

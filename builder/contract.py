@@ -109,5 +109,7 @@ CHECKS = {
                      "and every lock entry is installed",
     "pip_check": "pip check passes (conflicts with a matrix override, e.g. NCCL, are reported, not failed)",
     "non_root": "the image runs as a non-root user by default",
+    "no_world_writable": "no world-writable file anywhere, and no world-writable directory without the "
+                         "sticky bit (/tmp-style directories) outside /tmp",
 }
 CHECK_REPORT_NAME = "checks.xml"  # JUnit, beside build.log

@@ -11,7 +11,9 @@ import itertools
 import json
 import os
 import re
+import signal
 import threading
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Iterator
@@ -21,6 +23,7 @@ from python_on_whales.exceptions import DockerException
 from python_on_whales.utils import run
 
 from builder.errors import BuildError, EngineUnavailable
+from builder.log import redact
 from builder.registry import Manifest, Registry, RegistryError, split_ref
 
 MIN_ENGINE = (25, 0)
@@ -157,6 +160,7 @@ class Engine:
                     stream_logs=True,
                 ), env)
                 for line in itertools.chain([first] if first is not None else [], stream):
+                    line = redact(line)
                     log.write(line)
                     log.flush()
                     echo(line.rstrip("\n"))
@@ -165,7 +169,9 @@ class Engine:
                 raise BuildError(f"buildx build failed (exit {exc.return_code}): {_last_error(log_path)}",
                                  str(log_path)) from None
             except KeyboardInterrupt:
-                log.write("\n[k3-builder] interrupted: build stopped, records untouched\n")
+                stopped = _stop_children("buildx")
+                log.write(f"\n[k3-builder] interrupted: stopped buildx (pids {stopped or 'none left'}); "
+                          "records untouched\n")
                 raise
         try:
             metadata = json.loads(metadata_file.read_text())
@@ -304,6 +310,48 @@ class Engine:
         except DockerException as exc:
             raise BuildError(f"cannot read the image config of {ref}: {(exc.stderr or '').strip()[:200]}") from None
         return (doc.get("config") or {}).get("Labels") or {}
+
+
+def _stop_children(name: str, grace: float = 10.0) -> list[int]:
+    """SIGINT, then SIGKILL, every child process of ours whose command line mentions ``name``.
+
+    A SIGINT typed at a terminal reaches the whole process group, but a SIGTERM from a CI runner
+    or ``kill`` reaches only us: python-on-whales does not expose the buildx process, so find it.
+    """
+    me = str(os.getpid())
+    pids = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+            ppid = stat.rsplit(")", 1)[1].split()[1]
+            cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        except (OSError, IndexError):
+            continue
+        if ppid == me and name in cmdline:
+            pids.append(int(entry.name))
+    for pid in pids:
+        try:
+            os.kill(pid, signal.SIGINT)  # buildx cancels the build on SIGINT
+        except ProcessLookupError:
+            pass
+    deadline = time.monotonic() + grace
+    for pid in pids:
+        while time.monotonic() < deadline and Path(f"/proc/{pid}").exists():
+            try:
+                if os.waitpid(pid, os.WNOHANG)[0]:
+                    break
+            except ChildProcessError:
+                break
+            time.sleep(0.05)
+        if Path(f"/proc/{pid}").exists():
+            try:
+                os.kill(pid, signal.SIGKILL)
+                os.waitpid(pid, 0)
+            except (ProcessLookupError, ChildProcessError):
+                pass
+    return pids
 
 
 def _cache_spec(spec: str) -> dict[str, str]:

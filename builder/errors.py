@@ -83,6 +83,12 @@ class DriftError(BuilderError):
     exit_code = 1
 
 
+class Busy(BuilderError):
+    """Another build of the same target holds its lock; records are never written by two at once."""
+
+    exit_code = 75  # EX_TEMPFAIL: try again later
+
+
 class Interrupted(BuilderError):
     """SIGINT/SIGTERM during a step; records are untouched."""
 

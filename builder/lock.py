@@ -30,6 +30,7 @@ from builder.source import PinnedSource, resolve_includes
 _OPTION_LINE = re.compile(r"^\s*(-i|--index-url|--extra-index-url|-f|--find-links|--trusted-host|--no-index)\b")
 _REQ_NAME = re.compile(r"^\s*([A-Za-z0-9][A-Za-z0-9._-]*(?:\[[A-Za-z0-9._,-]+\])?)")
 INPUT_HEADER = "# k3-lock-inputs-sha256: "
+BODY_HEADER = "# k3-lock-body-sha256: "  # a truncated or hand-edited lock fails this, whatever still parses
 
 
 @dataclass(frozen=True)
@@ -139,6 +140,7 @@ def compile_lock(target: Target, lock_inputs: LockInputs) -> str:
         f"# Lock for target {target.name} ({lock_inputs.kind}), made by `build lock`; do not edit.\n"
         f"# Install with: pip install --require-hashes --no-deps -r <this file>\n"
         f"{INPUT_HEADER}{lock_inputs.sha256}\n"
+        f"{BODY_HEADER}{sha256_bytes(body.encode())}\n"
     )
     return header + body
 
@@ -201,14 +203,29 @@ class LockEntry:
     override: bool = False  # forced by the matrix over what the resolver's packages declare
 
 
+def _split_header(text: str) -> tuple[dict[str, str], str]:
+    headers = {}
+    lines = text.splitlines(keepends=True)
+    i = 0
+    while i < len(lines) and lines[i].startswith("# "):
+        for key in (INPUT_HEADER, BODY_HEADER):
+            if lines[i].startswith(key):
+                headers[key] = lines[i][len(key):].strip()
+        i += 1
+    return headers, "".join(lines[i:])
+
+
 def parse_lock(text: str, path: Path) -> tuple[str | None, list[LockEntry]]:
     """(inputs sha256 from the header, entries). Raises LockError on a malformed lock."""
-    input_sha = None
+    headers, body = _split_header(text)
+    input_sha = headers.get(INPUT_HEADER)
+    if BODY_HEADER in headers and headers[BODY_HEADER] != sha256_bytes(body.encode()):
+        raise LockError(f"{path}: the lock's body does not match its {BODY_HEADER.strip()} header (truncated or "
+                        "edited by hand); restore it from git or re-run `build lock`")
     entries: list[LockEntry] = []
     current: list | None = None
     for lineno, line in enumerate(text.splitlines(), 1):
-        if line.startswith(INPUT_HEADER):
-            input_sha = line[len(INPUT_HEADER):].strip()
+        if line.startswith(INPUT_HEADER) or line.startswith(BODY_HEADER):
             continue
         stripped = line.strip()
         if stripped.startswith("# via override") and current is not None:
@@ -219,7 +236,10 @@ def parse_lock(text: str, path: Path) -> tuple[str | None, list[LockEntry]]:
         if line.startswith("    --hash=sha256:"):
             if current is None:
                 raise LockError(f"{path}:{lineno}: hash line without a requirement")
-            current[2].append(stripped.split(":", 1)[1].rstrip(" \\"))
+            digest = stripped.split(":", 1)[1].rstrip(" \\")
+            if not re.fullmatch(r"[0-9a-f]{64}", digest):
+                raise LockError(f"{path}:{lineno}: not a sha256 (64 hex characters): {digest[:70]!r}")
+            current[2].append(digest)
             continue
         m = _ENTRY.match(line)
         if not m:
@@ -263,6 +283,8 @@ def _read(path: Path) -> tuple[str | None, list[LockEntry]]:
     except (OSError, UnicodeDecodeError) as exc:
         raise LockError(f"{path}: unreadable lock ({exc}); restore it from git or re-run `build lock`") from None
     input_sha, entries = parse_lock(text, path)
+    if BODY_HEADER.strip() not in text:
+        raise LockError(f"{path}: no '{BODY_HEADER.strip()}' header; re-run `build lock`")
     if not entries:
         raise LockError(f"{path}: the lock has no entries; restore it from git or re-run `build lock`")
     return input_sha, entries

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import sys
 import time
 from dataclasses import dataclass
@@ -25,12 +26,30 @@ def _in_actions() -> bool:
     return os.environ.get("GITHUB_ACTIONS") == "true"
 
 
+_secrets: set[str] = set()
+_URL_CREDENTIALS = re.compile(r"(?i)\b([a-z][a-z0-9+.-]*://)[^/@\s:]+(?::[^/@\s]*)?@")
+
+
+def register_secret(value: str) -> None:
+    """A value that must never be printed (a --secret's content); redacted from every line."""
+    if len(value) >= 4:
+        _secrets.add(value)
+
+
+def redact(text: str) -> str:
+    """Credentials in URLs (scheme://user:pass@host) and registered secret values -> '***'."""
+    text = _URL_CREDENTIALS.sub(r"\1***@", text)
+    for value in sorted(_secrets, key=len, reverse=True):
+        text = text.replace(value, "***")
+    return text
+
+
 def info(message: str) -> None:
-    _console.print(message, markup=False)
+    _console.print(redact(message), markup=False)
 
 
 def warn(message: str) -> None:
-    _console.print(f"warning: {message}", style="yellow", markup=False)
+    _console.print(f"warning: {redact(message)}", style="yellow", markup=False)
 
 
 _quiet_raw = False
@@ -46,7 +65,7 @@ def raw(line: str) -> None:
     """A line of a child's output (the build log), passed through untouched."""
     if _quiet_raw:
         return
-    sys.stderr.write(line + "\n")
+    sys.stderr.write(redact(line) + "\n")
     sys.stderr.flush()
 
 

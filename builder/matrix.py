@@ -102,6 +102,7 @@ ModuleName = _pattern(r"[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)*", "a
 Owner = _pattern(r"[A-Za-z0-9._%+-]+@[A-Za-z0-9.-]+\.[A-Za-z]{2,}", "an e-mail address (the owner who answers for this image)")
 Text = _pattern(r"[A-Za-z0-9][A-Za-z0-9 ,.:;()/_+=@#-]{0,199}", "plain text (letters, digits, spaces, ,.:;()/_+=@#-)")
 Arg = _pattern(r"[A-Za-z0-9_./:=@+-][A-Za-z0-9_./:=@+,-]{0,127}", "a plain command word (no spaces, quotes or shell characters)")
+SecretId = _pattern(r"[a-z][a-z0-9_]{0,62}", "a secret id: lowercase letters, digits, '_'")
 AptPackage = _pattern(r"[a-z0-9][a-z0-9.+-]+(?:=[A-Za-z0-9.+:~-]+)?", "a Debian package name, optionally =version")
 
 _IMAGE_RE = re.compile(
@@ -270,6 +271,9 @@ class Compile(_Frozen):
     nvcc_threads: Annotated[StrictInt, Field(ge=1, le=64)] = 1
     memory_per_job_gib: Annotated[StrictInt, Field(ge=1, le=256)] = 4  # per nvcc thread, for MAX_JOBS
     apt_packages: tuple[AptPackage, ...] = ()  # build stage only; never in the final image
+    # BuildKit secret ids mounted (required) into the compile step at /run/secrets/<id>; their
+    # values come from `build --secret id=<id>,env=VAR` and never from the matrix.
+    secrets: tuple[SecretId, ...] = ()
 
 
 class Target(_Frozen):
@@ -420,14 +424,43 @@ class _RawMatrix(_Frozen):
 
     version: Literal[1]
     defaults: dict = Field(default_factory=dict)
-    targets: dict[TargetName, Target]
+    targets: dict[TargetName, Target] = Field(min_length=1)
 
 
-def _format_error(path: Path, err: dict) -> str:
-    loc = tuple(err["loc"])
+def _clean_loc(loc: tuple) -> tuple:
     # pydantic appends the validator name for Annotated/union members; keep real keys only.
-    loc = tuple(p for p in loc if not (isinstance(p, str) and re.match(r"(function-|\[key\]$|[a-z-]+\[.*\(\))", p)))
-    where = ".".join(str(p) for p in loc) or "(top level)"
+    return tuple(p for p in loc if not (isinstance(p, str) and re.match(r"(function-|\[key\]$|[a-z-]+\[.*\(\))", p)))
+
+
+def _has(node: Any, keys: tuple) -> bool:
+    for key in keys:
+        if isinstance(node, dict) and key in node:
+            node = node[key]
+        elif isinstance(node, list) and isinstance(key, int) and key < len(node):
+            node = node[key]
+        else:
+            return False
+    return True
+
+
+def _key(part: Any) -> str:
+    """A key as it can be printed on one line: plain names as they are, anything else quoted."""
+    text = str(part)
+    return text if re.fullmatch(r"[A-Za-z0-9_.+@\[\]-]+", text) else repr(part)
+
+
+def _where(loc: tuple, own: dict, defaults: dict) -> str:
+    """The key as written in the file: a value a target got from ``defaults:`` is named there."""
+    if len(loc) > 2 and loc[0] == "targets" and isinstance(own.get(loc[1]), dict):
+        rest = loc[2:]
+        if not _has(own[loc[1]], rest[:1]) and _has(defaults, rest[:1]):
+            return "defaults." + ".".join(map(_key, rest)) + f" (used by targets.{_key(loc[1])})"
+    return ".".join(_key(p) for p in loc) or "(top level)"
+
+
+def _format_error(path: Path, err: dict, own: dict | None = None, defaults: dict | None = None) -> str:
+    loc = _clean_loc(tuple(err["loc"]))
+    where = _where(loc, own or {}, defaults or {})
     kind = err["type"]
     if kind == "extra_forbidden":
         owner = _model_at(loc[:-1])
@@ -466,6 +499,7 @@ def parse(text: str, path: Path) -> Matrix:
     targets = raw.get("targets")
     if not isinstance(defaults, dict):
         raise ConfigError(f"{path}: defaults: must be a mapping")
+    own_targets = targets if isinstance(targets, dict) else {}
     if isinstance(targets, dict):
         merged = {}
         for name, entry in targets.items():
@@ -477,8 +511,12 @@ def parse(text: str, path: Path) -> Matrix:
     try:
         checked = _RawMatrix.model_validate(raw)
     except ValidationError as exc:
-        errors = sorted(exc.errors(include_url=False), key=lambda e: tuple(map(str, e["loc"])))
-        raise ConfigError(_format_error(path, errors[0])) from None
+        # Unknown keys first (a typo explains the "missing" errors it causes), then the deepest
+        # location: "indexes.0: must be an https URL" says more than "indexes: too short".
+        errors = sorted(exc.errors(include_url=False),
+                        key=lambda e: (e["type"] != "extra_forbidden", -len(_clean_loc(tuple(e["loc"]))),
+                                       tuple(map(str, e["loc"]))))
+        raise ConfigError(_format_error(path, errors[0], own_targets, defaults)) from None
     for name, target in checked.targets.items():
         if target.name != name:
             raise ConfigError(f"{path}: targets.{name}.name: 'name' is set from the key; remove it")

@@ -7,18 +7,22 @@ image.json is written only after the registry confirms it serves the pushed dige
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
+import fcntl
 import json
-import secrets
+import os
+from secrets import token_hex
 import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Iterator
 
 from builder import __version__, contract, lock, log, records, render, source
 from builder.context import assemble
 from builder.engine import BuildRequest, BuildResult, Engine, EngineInfo
-from builder.errors import BuildError, DriftError, LockError, NotReproduced, RecordError
+from builder.errors import BuildError, Busy, DriftError, LockError, NotReproduced, RecordError
 from builder.fsutil import atomic_write, sha256_bytes, sha256_file
 from builder.source import PinnedSource
 from builder.matrix import Matrix, Target
@@ -188,7 +192,8 @@ def input_key(plan: Plan, dockerfile_text: str) -> str:
 
 def prepare(plan: Plan, engine: Engine, *, tag: str, dockerfile_text: str, no_cache: bool = False,
             builder: str | None = None, max_jobs_override: int | None = None,
-            cache_from: tuple[str, ...] = (), cache_to: str | None = None) -> Prepared:
+            cache_from: tuple[str, ...] = (), cache_to: str | None = None,
+            secrets: tuple[str, ...] = ()) -> Prepared:
     """Engine and source checks, then the context: nothing here pushes or records anything."""
     global _said_no_attestations
     target = plan.target
@@ -210,7 +215,7 @@ def prepare(plan: Plan, engine: Engine, *, tag: str, dockerfile_text: str, no_ca
         lock.check_current(plan.locks["build"], lock.inputs(target, pinned, "build"))
     epoch = pinned.source_date_epoch
     now = dt.datetime.now(dt.timezone.utc)
-    build_id = now.strftime("%Y%m%dT%H%M%SZ") + "-" + secrets.token_hex(3)
+    build_id = now.strftime("%Y%m%dT%H%M%SZ") + "-" + token_hex(3)
     workdir = contract.artifacts_path(plan.root, target.name, build_id)
     workdir.mkdir(parents=True)
     with log.step(f"{target.name}: assemble the build context"):
@@ -236,6 +241,7 @@ def prepare(plan: Plan, engine: Engine, *, tag: str, dockerfile_text: str, no_ca
         attest=attest_here,
         cache_from=cache_from,
         cache_to=cache_to,
+        secrets=secrets,
     )
     (workdir / contract.BUILD_LOG_NAME).write_text(
         f"[k3-builder] build {build_id} of target {target.name}, tool {__version__}\n"
@@ -274,9 +280,37 @@ def up_to_date(plan: Plan, engine: Engine, previous: records.Record | None, key:
             and engine.resolve_digest(target.image.tagged) == previous.digest)
 
 
-def build(plan: Plan, engine: Engine, *, no_cache: bool = False, builder: str | None = None,
-          max_jobs_override: int | None = None, run_checks: bool = True, force: bool = False,
-          cache_from: tuple[str, ...] = (), cache_to: str | None = None) -> Outcome:
+@contextlib.contextmanager
+def target_lock(plan: Plan) -> Iterator[None]:
+    """One build of a target at a time on this checkout: a second one is refused, not interleaved.
+
+    The lock is flock(2) on the target's locks/ directory itself, so taking it writes nothing, and
+    the kernel drops it when the process dies however it dies.
+    """
+    directory = plan.locks["runtime"].parent
+    if not directory.is_dir():
+        yield  # no locks directory: the offline checks refuse this build before it writes anything
+        return
+    fd = os.open(directory, os.O_RDONLY)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise Busy(f"{plan.target.name}: another build of this target is running in this checkout; "
+                       "wait for it to finish, then run again") from None
+        yield
+    finally:
+        os.close(fd)
+
+
+def build(plan: Plan, engine: Engine, **options) -> Outcome:
+    with target_lock(plan):
+        return _build(plan, engine, **options)
+
+
+def _build(plan: Plan, engine: Engine, *, no_cache: bool = False, builder: str | None = None,
+           max_jobs_override: int | None = None, run_checks: bool = True, force: bool = False,
+           cache_from: tuple[str, ...] = (), cache_to: str | None = None, secrets: tuple[str, ...] = ()) -> Outcome:
     target = plan.target
     record_path = contract.record_path(plan.root, target.name)
     started = time.monotonic()
@@ -293,7 +327,8 @@ def build(plan: Plan, engine: Engine, *, no_cache: bool = False, builder: str | 
                            seconds=time.monotonic() - started, record=record_path, log=None, changed=False,
                            up_to_date=True)
     prep = prepare(plan, engine, tag=target.image.tag, dockerfile_text=dockerfile_text, no_cache=no_cache,
-                   builder=builder, max_jobs_override=max_jobs_override, cache_from=cache_from, cache_to=cache_to)
+                   builder=builder, max_jobs_override=max_jobs_override, cache_from=cache_from, cache_to=cache_to,
+                   secrets=secrets)
     # The checks and the SBOM need pytest, testinfra and jsonschema (about a second of imports):
     # load them while the engine builds, not after it.
     threading.Thread(target=_warm_imports, daemon=True).start()
@@ -348,7 +383,7 @@ def build(plan: Plan, engine: Engine, *, no_cache: bool = False, builder: str | 
                    seconds=seconds, record=record_path, log=prep.log_path, changed=changed)
 
 
-def reproduce(plan: Plan, engine: Engine, *, builder: str | None = None) -> str:
+def reproduce(plan: Plan, engine: Engine, *, builder: str | None = None, secrets: tuple[str, ...] = ()) -> str:
     """Rebuild the recorded image with no cache and compare digests; return the digest if equal."""
     target = plan.target
     record = records.read(contract.record_path(plan.root, target.name))
@@ -363,7 +398,7 @@ def reproduce(plan: Plan, engine: Engine, *, builder: str | None = None) -> str:
     if record.source.get("commit") != target.source.commit:
         raise RecordError(f"{target.name}: the matrix pins another commit than image.json; check out the recorded commit")
     prep = prepare(plan, engine, tag=f"{target.image.tag}-reproduce", dockerfile_text=offline_checks(plan),
-                   no_cache=True, builder=builder)
+                   no_cache=True, builder=builder, secrets=secrets)
     result = run_engine(prep, engine)
     if result.digest == record.digest:
         log.info(f"    reproduced: {record.digest} (recorded {record.build.get('finished')}, rebuilt now)")

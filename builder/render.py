@@ -59,6 +59,7 @@ def context(target: Target) -> dict:
         "arch_list": " ".join(target.cuda.arch_list),
         "nvcc_threads": target.compile.nvcc_threads,
         "apt_packages": sorted(target.compile.apt_packages),
+        "secrets": sorted(target.compile.secrets),
         "standalone": standalone,
         "python_version": target.python.version,
         "python": "/opt/k3/python/bin/python3" if standalone else f"/usr/bin/python{target.python.version}",

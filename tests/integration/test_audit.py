@@ -53,7 +53,7 @@ def test_verify_passes_offline_and_against_the_registry(built):
 
 TAMPER = {
     "lock": ("locks/smoke/requirements.txt", lambda t: re.sub(r"sha256:[0-9a-f]{4}", "sha256:0000", t, count=1),
-             {"lock <-> image.json", "lock <-> SBOM"}),
+             {"lock hash-pinned", "lock <-> image.json", "lock <-> SBOM"}),
     "sbom": ("locks/smoke/sbom.cdx.json", lambda t: t.replace('"version": "12.9.79"', '"version": "12.9.80"', 1),
              {"lock <-> SBOM"}),
     "record": ("locks/smoke/image.json", lambda t: re.sub(r'"digest": "sha256:[0-9a-f]{64}"',

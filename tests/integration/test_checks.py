@@ -9,6 +9,7 @@ import xml.etree.ElementTree as ET
 
 import pytest
 
+from builder import contract
 from tests.integration.conftest import cli
 
 SITE = "/opt/k3/venv/lib/python3.11/site-packages"
@@ -19,6 +20,9 @@ VARIANTS = {
                   {"compiled_modules", "ops_registered"}, "k3smoke._C: ImportError"),
     "cuda13": (f"USER 0\nRUN cp {SITE}/nvidia/cuda_runtime/lib/libcudart.so.12 /usr/lib/x86_64-linux-gnu/libcudart.so.13"
                "\nUSER 2000:2000", {"no_other_cuda_major"}, "libcudart.so.13"),
+    "world-writable": (f"USER 0\nRUN chmod 0666 {SITE}/k3smoke/__init__.py\nUSER 2000:2000",
+                       {"no_world_writable"}, "k3smoke/__init__.py"),
+    "root": ("USER 0:0", {"non_root"}, "expected a non-root default user, found 0:0"),
     "unlocked": (f"USER 0\nRUN mkdir {SITE}/extra_pkg-1.0.dist-info && printf 'Metadata-Version: 2.1\\nName: extra-pkg"
                  f"\\nVersion: 1.0\\n' > {SITE}/extra_pkg-1.0.dist-info/METADATA\nUSER 2000:2000",
                  {"lock_contents"}, "extra-pkg 1.0: not in the lock"),
@@ -53,7 +57,7 @@ def test_the_built_image_passes_and_leaves_a_junit_report(built):
     reports = list((smoke.root / "artifacts" / "smoke").glob("*/checks.xml"))
     assert any((p.parent / "build.log").exists() for p in reports), "the build's own checks sit beside its log"
     suite = ET.parse(reports[0]).getroot().find("testsuite")
-    assert int(suite.get("tests")) == 10
+    assert int(suite.get("tests")) == len(contract.CHECKS)
 
 
 @pytest.mark.parametrize("name", sorted(VARIANTS))

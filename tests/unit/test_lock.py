@@ -8,18 +8,20 @@ import pytest
 
 from builder import lock
 from builder.errors import LockError
+from builder.fsutil import sha256_bytes
 
-LOCK = """\
-# Lock for target t (runtime), made by `build lock`; do not edit.
-# k3-lock-inputs-sha256: abc
+H1, H2, H3 = "1" * 64, "2" * 64, "3" * 64
+BODY = f"""\
 nvidia-nccl-cu12==2.27.3 \\
-    --hash=sha256:1111 \\
-    --hash=sha256:2222
+    --hash=sha256:{H1} \\
+    --hash=sha256:{H2}
     # via torch
 torch==2.13.0+cu129 \\
-    --hash=sha256:3333
+    --hash=sha256:{H3}
     # via -r matrix.in
 """
+LOCK = ("# Lock for target t (runtime), made by `build lock`; do not edit.\n# k3-lock-inputs-sha256: abc\n"
+        f"{lock.BODY_HEADER}{sha256_bytes(BODY.encode())}\n" + BODY)
 
 
 def test_hermetic_env_drops_machine_pip_settings(monkeypatch):
@@ -46,13 +48,13 @@ def test_source_requirement_files_lose_index_lines_and_get_rewrites():
 
 
 def test_override_replaces_the_resolved_entry_with_its_own_hashes():
-    out = lock.apply_override(LOCK, "nvidia-nccl-cu12", "2.30.7", lambda n, v: ["bbbb", "aaaa"], "matrix nccl")
+    out = lock.apply_override(BODY, "nvidia-nccl-cu12", "2.30.7", lambda n, v: ["b" * 64, "a" * 64], "matrix nccl")
     _, entries = lock.parse_lock(out, Path("x"))
     nccl = next(e for e in entries if e.name == "nvidia-nccl-cu12")
-    assert (nccl.version, nccl.hashes) == ("2.30.7", ("aaaa", "bbbb"))
+    assert (nccl.version, nccl.hashes) == ("2.30.7", ("a" * 64, "b" * 64))
     assert "2.27.3" not in out and "# via override (matrix nccl)" in out
     assert nccl.override
-    assert any(e.name == "torch" and e.hashes == ("3333",) and not e.override for e in entries)
+    assert any(e.name == "torch" and e.hashes == (H3,) and not e.override for e in entries)
 
 
 def test_override_without_hashes_is_an_error():
@@ -66,10 +68,18 @@ def test_parse_lock_reads_header_and_entries():
     assert [(e.name, e.version) for e in entries] == [("nvidia-nccl-cu12", "2.27.3"), ("torch", "2.13.0+cu129")]
 
 
+def test_a_truncated_lock_fails_its_body_hash_even_when_what_is_left_parses():
+    cut = LOCK[: LOCK.index("torch==")]  # ends cleanly after a complete entry
+    lock.parse_lock(cut.replace(lock.BODY_HEADER, "# other: "), Path("x"))  # parses without the header...
+    with pytest.raises(LockError, match="does not match its"):
+        lock.parse_lock(cut, Path("x"))  # ...but not with it
+
+
 @pytest.mark.parametrize("bad,message", [
     ("requests>=2\n", "not a pinned requirement line"),
     ("requests==2.0\n", "has no --hash"),
     ("    --hash=sha256:1\n", "hash line without a requirement"),
+    ("requests==2.0 \\\n    --hash=sha256:abcd\n", "not a sha256"),
 ])
 def test_parse_lock_refuses_unpinned_or_unhashed(bad, message):
     with pytest.raises(LockError, match=message):

@@ -72,10 +72,10 @@ def test_defaults_block_fills_targets_but_target_wins():
          "targets.cu129.torch.index: must be an https:// URL without credentials"),
         ("description: vLLM for Kimi K3 built against CUDA 12.9 for r575 hosts",
          "description: 'vLLM\" LABEL x=y'", "targets.cu129.description: must be plain text"),
-        ("owner: gpu-platform@example.org", "owner: nobody", "targets.cu129.owner: must be an e-mail address"),
+        ("owner: gpu-platform@example.org", "owner: nobody", "defaults.owner (used by targets.cu129): must be an e-mail address"),
         ("    nvcc_threads: 8", '    nvcc_threads: "8"', "targets.cu129.compile.nvcc_threads: Input should be a valid integer"),
         ("version: 1\n", "version: 2\n", "version: Input should be 1"),
-        ("  cu129:\n", "  CU 129:\n", "targets.CU 129: must be a target name"),
+        ("  cu129:\n", "  CU 129:\n", "targets.'CU 129'.name: must be a target name"),
     ],
 )
 def test_bad_values_are_one_line_naming_the_key(old, new, expected):

@@ -6,7 +6,8 @@ import shutil
 
 import pytest
 
-from builder import matrix, pipeline
+from builder import lock, matrix, pipeline
+from builder.fsutil import sha256_bytes
 from builder.errors import DriftError, LockError
 from tests.conftest import REPO
 
@@ -52,8 +53,9 @@ def test_cu129_refuses_without_a_lock_before_touching_the_engine(checkout):
 def test_cu129_refuses_a_lock_with_pypi_torch(checkout):
     locks = checkout / "locks" / "cu129"
     locks.mkdir(parents=True)
+    body = "torch==2.13.0 \\\n    --hash=sha256:" + "a" * 64 + "\n"
     for name in ("requirements.txt", "build-requirements.txt"):
-        (locks / name).write_text("# k3-lock-inputs-sha256: x\ntorch==2.13.0 \\\n    --hash=sha256:abcd\n")
+        (locks / name).write_text(f"# k3-lock-inputs-sha256: x\n{lock.BODY_HEADER}{sha256_bytes(body.encode())}\n{body}")
     plan = pipeline.Plan.of(matrix.load(checkout / "matrix.yaml"), "cu129")
     with pytest.raises(LockError, match=r"torch must be a \+cu129 build.*has 2.13.0"):
         pipeline.build(plan, _NoEngine())

