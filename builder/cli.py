@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import argparse
+import json
 import signal
 import sys
 from pathlib import Path
 
 from builder import __version__, contract, lock, log, render, source
-from builder.errors import BuilderError, ConfigError, DriftError, VerifyFailed
+from builder.errors import BuilderError, ConfigError, DriftError, Interrupted, VerifyFailed
 from builder.fsutil import atomic_write
 from builder.matrix import Matrix, load
 
@@ -21,6 +22,27 @@ With no command, builds --target (the maintainer's `build --target cu129`).
 EPILOG = """\
 exit codes: 0 ok; 1 build/check failed or drift found; 2 bad input (matrix, target, lock,
 record, source); 3 Docker engine or registry unreachable; 130 interrupted."""
+
+
+class Output:
+    """What a command prints on stdout: lines for people, or one JSON document with --json.
+
+    Progress, tables and errors go to stderr either way, so stdout stays machine-readable."""
+
+    def __init__(self, json_mode: bool) -> None:
+        self.json_mode = json_mode
+        self.data: dict = {}
+
+    def line(self, text: str) -> None:
+        if not self.json_mode:
+            print(text)
+
+    def finish(self, code: int, error: BuilderError | None = None) -> None:
+        if self.json_mode:
+            doc = {"ok": code == 0, "exit_code": code, **self.data}
+            if error is not None:
+                doc["error"] = log.redact(error.message)
+            print(json.dumps(doc, indent=2, sort_keys=True, default=str))
 
 
 class _TargetAction(argparse.Action):
@@ -41,6 +63,8 @@ def _globals(parser: argparse.ArgumentParser, top: bool) -> None:
                         help="the build matrix (default: ./matrix.yaml)")
     parser.add_argument("--target", default=default(None), action=_TargetAction,
                         help="a target name from the matrix (repeatable for `build`)")
+    parser.add_argument("--json", action="store_true", default=default(False),
+                        help="print one JSON document on stdout instead of human output")
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -99,6 +123,15 @@ def _parser() -> argparse.ArgumentParser:
     _globals(rp, top=False)
     rp.add_argument("--builder", default=None, help="buildx builder to use")
 
+    tr = sub.add_parser("track", help="follow --target's branch: move the commit pin when the branch moved",
+                        description="Resolve refs/heads/<branch> with ls-remote (no clone). When it moved past the "
+                                    "pin, update targets.<t>.source.commit in the matrix (that line only; comments "
+                                    "and order kept), re-render the Dockerfile and list the commits in between. "
+                                    "An unreachable remote, a deleted branch, a rewritten (force-pushed) history "
+                                    "or a file:// URL without K3_ALLOW_FILE_URLS=1: exit 2, matrix untouched.")
+    _globals(tr, top=False)
+    tr.add_argument("--check", action="store_true", help="change nothing; exit 1 when the pin is behind, 0 when current")
+
     sm = sub.add_parser("smoke-init", help="make the smoke target's bases, source repo and matrix (demo/tests)",
                         description="Create the smoke target on this machine: Debian 12 base images "
                                     "(debootstrap) pushed to --registry and pinned by digest, a git "
@@ -151,22 +184,26 @@ def _need_target(args: argparse.Namespace, command: str) -> str:
     return args.target
 
 
-def cmd_render(args: argparse.Namespace) -> int:
+def cmd_render(args: argparse.Namespace, out: Output) -> int:
     matrix = load(args.matrix)
     names = _targets(matrix, args.target)
     rendered = {n: render.render(matrix.target(n)) for n in names}  # all rendered before any write
     drift = []
+    out.data["dockerfiles"] = {}
     for name, text in rendered.items():
         path = render.output_path(args.matrix, name)
         current = path.read_text() if path.exists() else None
         if current == text:
             log.info(f"{path}: up to date")
+            out.data["dockerfiles"][name] = "up to date"
             continue
         if args.check:
             drift.append(f"{path}: {'missing' if current is None else 'differs from what the matrix renders'}")
+            out.data["dockerfiles"][name] = "missing" if current is None else "differs"
             continue
         atomic_write(path, text)
         log.info(f"{path}: written")
+        out.data["dockerfiles"][name] = "written"
     if drift:
         for line in drift:
             log.info(line)
@@ -174,7 +211,7 @@ def cmd_render(args: argparse.Namespace) -> int:
     return 0
 
 
-def cmd_lock(args: argparse.Namespace) -> int:
+def cmd_lock(args: argparse.Namespace, out: Output) -> int:
     matrix = load(args.matrix)
     target = matrix.target(_need_target(args, "lock"))
     root = args.matrix.resolve().parent
@@ -184,21 +221,23 @@ def cmd_lock(args: argparse.Namespace) -> int:
         written = lock.write(root, target, pinned)
     for path in written.values():
         log.info(f"{path}: written")
+    out.data["locks"] = {kind: str(path) for kind, path in written.items()}
     return 0
 
 
-def cmd_plan(args: argparse.Namespace) -> int:
+def cmd_plan(args: argparse.Namespace, out: Output) -> int:
     from builder.pipeline import Plan
 
     matrix = load(args.matrix)
     plan = Plan.of(matrix, _need_target(args, "plan"))
     width = max(len(k) for k, _ in plan.rows())
     for key, value in plan.rows():
-        print(f"{key.ljust(width)}  {value}")
+        out.line(f"{key.ljust(width)}  {value}")
+    out.data["plan"] = dict(plan.rows())
     return 0
 
 
-def cmd_build(args: argparse.Namespace) -> int:
+def cmd_build(args: argparse.Namespace, out: Output) -> int:
     from concurrent.futures import ThreadPoolExecutor
 
     from builder.engine import Engine
@@ -241,7 +280,12 @@ def cmd_build(args: argparse.Namespace) -> int:
         rows.append(log.SummaryRow(name, "-", "-", 0.0, f"FAILED: {exc.message[:80]}"))
     log.summary(rows)
     for o in outcomes:
-        print(o.image)
+        out.line(o.image)
+    out.data["builds"] = [{"target": o.target, "image": o.image, "digest": o.digest, "size": o.size,
+                           "seconds": round(o.seconds, 2),
+                           "status": "up to date" if o.up_to_date else "pushed", "log": str(o.log) if o.log else None}
+                          for o in outcomes]
+    out.data["errors"] = [{"target": name, "error": log.redact(exc.message)} for name, exc in errors]
     if errors:
         worst = max(errors, key=lambda e: e[1].exit_code)[1]
         raise worst
@@ -279,7 +323,7 @@ def _secrets(specs: list[str], plans) -> tuple[str, ...]:
     return tuple(given[k] for k in sorted(given))
 
 
-def cmd_test(args: argparse.Namespace) -> int:
+def cmd_test(args: argparse.Namespace, out: Output) -> int:
     import datetime as dt
 
     from builder import checks, records
@@ -299,15 +343,17 @@ def cmd_test(args: argparse.Namespace) -> int:
         pinned = source.fetch(target.source)
     recorded = record is not None and ref == record.image
     build_date = dt.date.fromisoformat(record.build["finished"][:10]) if recorded else dt.date.today()
-    out = plan.root / contract.ARTIFACTS_DIR / target.name / ("test-" + dt.datetime.now(dt.timezone.utc)
-                                                              .strftime("%Y%m%dT%H%M%SZ"))
+    out_dir = plan.root / contract.ARTIFACTS_DIR / target.name / ("test-" + dt.datetime.now(dt.timezone.utc)
+                                                                  .strftime("%Y%m%dT%H%M%SZ"))
     with log.step(f"{target.name}: image checks on {ref}"):
-        checks.check_target(engine, target, plan.locks["runtime"], pinned, ref, build_date, out)
-    print(ref)
+        report = checks.check_target(engine, target, plan.locks["runtime"], pinned, ref, build_date, out_dir)
+    out.data.update(report.to_json())
+    report.raise_for_failures()
+    out.line(ref)
     return 0
 
 
-def cmd_verify(args: argparse.Namespace) -> int:
+def cmd_verify(args: argparse.Namespace, out: Output) -> int:
     from builder.verify import Verifier
 
     matrix = load(args.matrix)
@@ -319,12 +365,14 @@ def cmd_verify(args: argparse.Namespace) -> int:
         engine = Engine()
     failed = []
     root = args.matrix.resolve().parent
+    out.data["rows"] = []
     for name in names:
         if not contract.record_path(root, name).exists() and args.target is None:
             log.info(f"{name}: not built yet (no image.json); skipped")
             continue
         for row in Verifier(root, matrix.target(name)).rows(engine):
             log.info(f"{'ok  ' if row.ok else 'FAIL'}  {name:<8} {row.check:<28} {row.detail}")
+            out.data["rows"].append({"target": name, "check": row.check, "ok": row.ok, "detail": row.detail})
             if not row.ok:
                 failed.append(f"{name}: {row.check}")
     if failed:
@@ -332,28 +380,55 @@ def cmd_verify(args: argparse.Namespace) -> int:
     return 0
 
 
-def cmd_reproduce(args: argparse.Namespace) -> int:
+def cmd_reproduce(args: argparse.Namespace, out: Output) -> int:
     from builder.engine import Engine
     from builder.pipeline import Plan, reproduce
 
     matrix = load(args.matrix)
     plan = Plan.of(matrix, _need_target(args, "reproduce"))
-    digest = reproduce(plan, Engine(), builder=args.builder)
-    print(f"{plan.target.image.name}@{digest}")
+    result = reproduce(plan, Engine(), builder=args.builder)
+    out.data.update(result.to_json())
+    result.raise_for_difference()
+    out.line(f"{plan.target.image.name}@{result.rebuilt}")
     return 0
 
 
-def cmd_smoke_init(args: argparse.Namespace) -> int:
+def cmd_smoke_init(args: argparse.Namespace, out: Output) -> int:
     from builder import smoke
     from builder.engine import Engine
 
     matrix_path = smoke.init(args.out, args.registry, Engine(), repository=args.repository)
-    print(matrix_path)
+    out.line(str(matrix_path))
+    out.data["matrix"] = str(matrix_path)
+    return 0
+
+
+def cmd_track(args: argparse.Namespace, out: Output) -> int:
+    from builder.track import track
+
+    matrix = load(args.matrix)
+    name = _need_target(args, "track")
+    result = track(args.matrix, matrix, name, check=args.check)
+    out.data.update(result.to_json())
+    if not result.moved:
+        log.info(f"{name}: {result.branch} is at the pin {result.old[:12]}; nothing to do")
+        out.line(f"{name}: current {result.old}")
+        return 0
+    log.info(f"{name}: {result.branch} moved {result.old[:12]} -> {result.new[:12]} "
+             f"({len(result.subjects)} commit{'s' if len(result.subjects) != 1 else ''})")
+    for subject in result.subjects:
+        log.info(f"    {subject}")
+    if args.check:
+        out.line(f"{name}: behind {result.old} -> {result.new}")
+        return 1
+    log.info(f"{args.matrix}: targets.{name}.source.commit updated; Dockerfile re-rendered; "
+             f"next: `build lock --target {name}` and `build --target {name}`")
+    out.line(f"{name}: {result.old} -> {result.new}")
     return 0
 
 
 COMMANDS = {"render": cmd_render, "lock": cmd_lock, "plan": cmd_plan, "build": cmd_build, "test": cmd_test,
-            "verify": cmd_verify, "reproduce": cmd_reproduce,
+            "verify": cmd_verify, "reproduce": cmd_reproduce, "track": cmd_track,
             "smoke-init": cmd_smoke_init}
 
 
@@ -367,16 +442,20 @@ def main(argv: list[str] | None = None) -> None:
     # SIGTERM (a CI runner cancelling the job) takes the same path as Ctrl-C: the build's child is
     # stopped, the log says so, and no record is written.
     signal.signal(signal.SIGTERM, _terminate)
+    out = Output(args.json)
     try:
-        code = COMMANDS[command](args)
+        code = COMMANDS[command](args, out)
     except BuilderError as exc:
         # One line, always: control characters from hostile input are shown escaped.
         message = "".join(c if c.isprintable() else repr(c)[1:-1] for c in log.redact(exc.message))
         log.info(f"error: {message}")
+        out.finish(exc.exit_code, exc)
         sys.exit(exc.exit_code)
     except KeyboardInterrupt:
         log.info("error: interrupted; records untouched")
+        out.finish(130, Interrupted("interrupted; records untouched"))
         sys.exit(130)
+    out.finish(code)
     sys.exit(code)
 
 

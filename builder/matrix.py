@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import datetime as dt
 import difflib
+import os
 import re
 import typing
 from pathlib import Path
@@ -461,6 +462,9 @@ def _where(loc: tuple, own: dict, defaults: dict) -> str:
 def _format_error(path: Path, err: dict, own: dict | None = None, defaults: dict | None = None) -> str:
     loc = _clean_loc(tuple(err["loc"]))
     where = _where(loc, own or {}, defaults or {})
+    for var, keys in ENV_OVERRIDES.items():
+        if os.environ.get(var) and loc[2:4] == keys:
+            where += f" (from ${var})"
     kind = err["type"]
     if kind == "extra_forbidden":
         owner = _model_at(loc[:-1])
@@ -476,6 +480,21 @@ def _format_error(path: Path, err: dict, own: dict | None = None, defaults: dict
     elif kind.startswith("literal") or kind.endswith("_parsing") or kind in ("greater_than_equal", "less_than_equal", "too_short"):
         msg = f"{msg} (got {_show(err.get('input'))})"
     return f"{path}: {where}: {msg}"
+
+
+# Environment overrides, highest in the lookup order (like cibuildwheel's CIBW_* variables): a CI
+# job pushes to the registry its repository variables name without editing the matrix. They go
+# through the same validation as the file.
+ENV_OVERRIDES = {"K3_REGISTRY": ("image", "registry"), "K3_REPOSITORY": ("image", "repository")}
+
+
+def environment_overrides() -> dict:
+    out: dict = {}
+    for var, (section, key) in ENV_OVERRIDES.items():
+        value = os.environ.get(var)
+        if value:
+            out.setdefault(section, {})[key] = value
+    return out
 
 
 def parse(text: str, path: Path) -> Matrix:
@@ -500,11 +519,13 @@ def parse(text: str, path: Path) -> Matrix:
     if not isinstance(defaults, dict):
         raise ConfigError(f"{path}: defaults: must be a mapping")
     own_targets = targets if isinstance(targets, dict) else {}
+    overrides = environment_overrides()
     if isinstance(targets, dict):
         merged = {}
         for name, entry in targets.items():
             if isinstance(entry, dict):
                 entry = _deep_merge(defaults, entry)
+                entry = _deep_merge(entry, overrides)  # the environment wins (lookup order)
                 entry = {"name": name, **entry} if "name" not in entry else entry
             merged[name] = entry
         raw = {**raw, "targets": merged}

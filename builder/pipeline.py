@@ -342,8 +342,9 @@ def _build(plan: Plan, engine: Engine, *, no_cache: bool = False, builder: str |
         # check fails the command; the image stays in the registry for inspection and the JUnit
         # report sits beside the build log.
         with log.step(f"{target.name}: image checks on {pushed}"):
-            checks.check_target(engine, target, plan.locks["runtime"], prep.pinned, pushed,
-                                dt.datetime.now(dt.timezone.utc).date(), prep.workdir)
+            report = checks.check_target(engine, target, plan.locks["runtime"], prep.pinned, pushed,
+                                         dt.datetime.now(dt.timezone.utc).date(), prep.workdir)
+            report.raise_for_failures()
     seconds = time.monotonic() - started
     record = records.Record(
         target=target.name,
@@ -383,8 +384,31 @@ def _build(plan: Plan, engine: Engine, *, no_cache: bool = False, builder: str |
                    seconds=seconds, record=record_path, log=prep.log_path, changed=changed)
 
 
-def reproduce(plan: Plan, engine: Engine, *, builder: str | None = None, secrets: tuple[str, ...] = ()) -> str:
-    """Rebuild the recorded image with no cache and compare digests; return the digest if equal."""
+@dataclass
+class Reproduction:
+    target: str
+    recorded: str
+    rebuilt: str
+    differences: list[str]
+    report: Path | None
+
+    @property
+    def reproduced(self) -> bool:
+        return self.recorded == self.rebuilt
+
+    def to_json(self) -> dict:
+        return {"target": self.target, "recorded": self.recorded, "rebuilt": self.rebuilt,
+                "reproduced": self.reproduced, "differences": self.differences,
+                "report": str(self.report) if self.report else None}
+
+    def raise_for_difference(self) -> None:
+        if not self.reproduced:
+            raise NotReproduced(f"{self.target}: rebuild gave {self.rebuilt}, image.json records {self.recorded}; "
+                                f"differences in {self.report}")
+
+
+def reproduce(plan: Plan, engine: Engine, *, builder: str | None = None, secrets: tuple[str, ...] = ()) -> Reproduction:
+    """Rebuild the recorded image with no cache and compare: same digest, or what differs."""
     target = plan.target
     record = records.read(contract.record_path(plan.root, target.name))
     if record is None:
@@ -402,7 +426,7 @@ def reproduce(plan: Plan, engine: Engine, *, builder: str | None = None, secrets
     result = run_engine(prep, engine)
     if result.digest == record.digest:
         log.info(f"    reproduced: {record.digest} (recorded {record.build.get('finished')}, rebuilt now)")
-        return result.digest
+        return Reproduction(target.name, record.digest, result.digest, [], None)
     from builder import imagediff
 
     with log.step(f"{target.name}: compare {record.digest[:19]} with the rebuild {result.digest[:19]}"):
@@ -411,5 +435,4 @@ def reproduce(plan: Plan, engine: Engine, *, builder: str | None = None, secrets
     atomic_write(report, "\n".join(lines) + "\n")
     for line in lines:
         log.info(f"    {line}")
-    raise NotReproduced(f"{target.name}: rebuild gave {result.digest}, image.json records {record.digest}; "
-                        f"differences in {report}")
+    return Reproduction(target.name, record.digest, result.digest, lines, report)

@@ -7,8 +7,10 @@ a pure function of the commit.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import io
+import os
 import posixpath
 import shutil
 import tarfile
@@ -54,6 +56,30 @@ class PinnedSource:
         return dest
 
 
+# Only these transports, ever (ext:: and friends run commands); never prompt for credentials.
+GIT_ENV = {"GIT_ALLOW_PROTOCOL": "https:file", "GIT_TERMINAL_PROMPT": "0"}
+
+
+@contextlib.contextmanager
+def safe_git_env():
+    old = {k: os.environ.get(k) for k in GIT_ENV}
+    os.environ.update(GIT_ENV)
+    try:
+        yield
+    finally:
+        for k, v in old.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
+def git_reason(exc: git.GitCommandError) -> str:
+    detail = [ln.strip().removeprefix("stderr: ").strip("'") for ln in (exc.stderr or "").strip().splitlines()]
+    detail = [ln for ln in detail if ln]
+    return detail[-1] if detail else f"git exited {exc.status}"
+
+
 def _mirror_path(url: str) -> Path:
     return cache_dir() / "git" / (hashlib.sha256(url.encode()).hexdigest()[:24] + ".git")
 
@@ -66,12 +92,11 @@ def fetch(source: Source) -> PinnedSource:
     local = f"refs/k3/{source.branch}"
     try:
         # Full ref names only: a tag or another ref of the same short name is never picked.
-        repo.git.fetch("--no-tags", "--force", source.url, f"+{ref}:{local}")
+        with repo.git.custom_environment(**GIT_ENV):
+            repo.git.fetch("--no-tags", "--force", source.url, f"+{ref}:{local}")
     except git.GitCommandError as exc:
-        detail = [ln.strip().removeprefix("stderr: ").strip("'") for ln in (exc.stderr or "").strip().splitlines()]
-        detail = [ln for ln in detail if ln]
-        reason = detail[-1] if detail else f"git exited {exc.status}"
-        if "couldn't find remote ref" in " ".join(detail):
+        reason = git_reason(exc)
+        if "couldn't find remote ref" in (exc.stderr or ""):
             raise SourceError(
                 f"source {source.url}: branch {source.branch!r} not found ({ref}); check source.branch in the matrix"
             ) from None

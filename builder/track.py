@@ -1,0 +1,104 @@
+"""`build track`: follow the K3 branch. Resolve its head with ls-remote (no clone), and when it has
+moved past the pin, move the pin in matrix.yaml (that one line, comments and order untouched),
+re-render, and list the commit subjects in between when the history is available."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import git
+import ruamel.yaml
+
+from builder import render, source
+from builder.errors import ConfigError, SourceError
+from builder.fsutil import atomic_write
+from builder.matrix import Matrix, parse
+
+FILE_URLS_ENV = "K3_ALLOW_FILE_URLS"  # tests and local mirrors only
+
+
+@dataclass
+class TrackResult:
+    target: str
+    branch: str
+    old: str
+    new: str
+    subjects: list[str] = field(default_factory=list)
+    updated: bool = False
+
+    @property
+    def moved(self) -> bool:
+        return self.old != self.new
+
+    def to_json(self) -> dict:
+        return {"target": self.target, "branch": self.branch, "old": self.old, "new": self.new,
+                "moved": self.moved, "updated": self.updated, "subjects": self.subjects}
+
+
+def remote_head(url: str, branch: str) -> str:
+    """The commit ``refs/heads/<branch>`` points at, by ls-remote on that exact ref."""
+    if url.startswith("file://") and os.environ.get(FILE_URLS_ENV) != "1":
+        raise SourceError(f"source {url}: file:// URLs are only followed with {FILE_URLS_ENV}=1 (tests, local mirrors)")
+    ref = f"refs/heads/{branch}"
+    try:
+        with source.safe_git_env():
+            out = git.cmd.Git().ls_remote(url, ref)
+    except git.GitCommandError as exc:
+        raise SourceError(f"source {url}: cannot reach the remote: {source.git_reason(exc)}") from None
+    for line in out.splitlines():
+        sha, _, name = line.partition("\t")
+        if name == ref:
+            return sha
+    raise SourceError(f"source {url}: branch {branch!r} no longer exists ({ref}); re-pin source.branch and commit")
+
+
+def _commit_line(text: str, target: str, old: str) -> int:
+    doc = ruamel.yaml.YAML().load(text)
+    try:
+        src = doc["targets"][target]["source"]
+        line = src.lc.value("commit")[0]
+    except (KeyError, TypeError):
+        raise ConfigError(f"targets.{target}.source.commit: not written in the target's own entry; "
+                          "track moves only a pin the target spells out") from None
+    if old not in text.splitlines()[line]:
+        raise ConfigError(f"targets.{target}.source.commit: the pin is not on one line; edit it by hand")
+    return line
+
+
+def track(matrix_path: Path, matrix: Matrix, name: str, *, check: bool) -> TrackResult:
+    t = matrix.target(name)
+    old = t.source.commit
+    new = remote_head(t.source.url, t.source.branch)
+    result = TrackResult(name, t.source.branch, old, new)
+    if not result.moved:
+        return result
+    # History: fetch the branch into the mirror; the old pin must still be on it (no force-push).
+    moved_source = t.source.model_copy(update={"commit": new})
+    pinned = source.fetch(moved_source)
+    if pinned.branch_head != new:
+        raise SourceError(f"source {t.source.url}: {t.source.branch} moved again while tracking; run track again")
+    repo = pinned.repo
+    try:
+        repo.git.cat_file("-e", f"{old}^{{commit}}")
+        reachable = repo.is_ancestor(old, new)
+    except git.GitCommandError:
+        reachable = False
+    if not reachable:
+        raise SourceError(f"source {t.source.url}: {t.source.branch} was rewritten: the pin {old[:12]} is not "
+                          f"an ancestor of the new head {new[:12]} (force-push?); review and re-pin by hand")
+    result.subjects = repo.git.log("--format=%h %s", f"{old}..{new}").splitlines()
+    if check:
+        return result
+    text = matrix_path.read_text()
+    line = _commit_line(text, name, old)
+    lines = text.splitlines(keepends=True)
+    lines[line] = lines[line].replace(old, new, 1)
+    new_text = "".join(lines)
+    new_matrix = parse(new_text, matrix_path)  # validate before anything is written
+    dockerfile = render.render(new_matrix.target(name))
+    atomic_write(matrix_path, new_text)
+    atomic_write(render.output_path(matrix_path, name), dockerfile)
+    result.updated = True
+    return result
