@@ -79,7 +79,7 @@ def parse_dpkg_status(text: str) -> tuple[DebPackage, ...]:
 
 
 def inventory(engine: Engine, ref: str) -> Inventory:
-    doc = json.loads(engine.run_capture(ref, "python", ["-c", _PROBE]))
+    doc = json.loads(engine.run_python(ref, _PROBE))
     distro_id, distro_version = parse_os_release(doc["os_release"])
     return Inventory(distro_id, distro_version, parse_dpkg_status(doc["dpkg_status"]),
                      tuple((n, v) for n, v in doc["dists"]))

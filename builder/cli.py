@@ -132,6 +132,36 @@ def _parser() -> argparse.ArgumentParser:
     _globals(tr, top=False)
     tr.add_argument("--check", action="store_true", help="change nothing; exit 1 when the pin is behind, 0 when current")
 
+    dr = sub.add_parser("doctor", help="can this image start on this host's driver? which route applies?",
+                        description="Read the host's driver (nvidia-smi, or a captured --nvidia-smi-file in the "
+                                    "table or -q format) and the image's CUDA version (labels, env), and say in one "
+                                    "line whether it can start and why: minimum driver per CUDA release, "
+                                    "minor-version compatibility within a major, forward compatibility only on "
+                                    "data-center GPUs. Also reports an expired image. Exit 0 compatible, "
+                                    "1 incompatible, 2 bad input.")
+    _globals(dr, top=False)
+    dr.add_argument("--image", help="image reference (default: --target's recorded image)")
+    dr.add_argument("--nvidia-smi-file", type=Path, help="captured `nvidia-smi` or `nvidia-smi -q` output")
+
+    ev = sub.add_parser("evidence", help="save host, engine, image and container state before changing anything",
+                        description="Collect date -u, nvidia-smi (or its absence), docker version and info, image "
+                                    "inspect, vLLM version and source from labels, the environment sorted with "
+                                    "secrets redacted, and a container's log, into one timestamped tar.gz with a "
+                                    "manifest of what was captured and what was missing. Works with no GPU, no "
+                                    "nvidia-smi and no Docker.")
+    _globals(ev, top=False)
+    ev.add_argument("--image", help="image reference to inspect")
+    ev.add_argument("--container", help="container whose log to capture")
+    ev.add_argument("--out", type=Path, required=True, help="directory for the archive")
+    ev.add_argument("--nvidia-smi-file", type=Path, help="captured nvidia-smi output instead of running it")
+
+    cp = sub.add_parser("compare", help="package-by-package diff of --target's image against a reference image",
+                        description="Python distributions, OS packages, CUDA version and labels of our image "
+                                    "(--target's recorded one, or --image) against --against REF.")
+    _globals(cp, top=False)
+    cp.add_argument("--against", required=True, help="the reference image, e.g. vllm/vllm-openai:kimi-k3")
+    cp.add_argument("--image", help="our image (default: --target's recorded image)")
+
     sm = sub.add_parser("smoke-init", help="make the smoke target's bases, source repo and matrix (demo/tests)",
                         description="Create the smoke target on this machine: Debian 12 base images "
                                     "(debootstrap) pushed to --registry and pinned by digest, a git "
@@ -393,6 +423,61 @@ def cmd_reproduce(args: argparse.Namespace, out: Output) -> int:
     return 0
 
 
+def _recorded_image(args: argparse.Namespace, command: str) -> str:
+    from builder import records
+
+    if getattr(args, "image", None):
+        return args.image
+    matrix = load(args.matrix)
+    name = _need_target(args, command)
+    matrix.target(name)
+    record = records.read(contract.record_path(args.matrix.resolve().parent, name))
+    if record is None:
+        raise ConfigError(f"{command}: {name} has no recorded image; pass --image REF")
+    return record.image
+
+
+def cmd_doctor(args: argparse.Namespace, out: Output) -> int:
+    from builder import doctor
+    from builder.engine import Engine
+
+    image = _recorded_image(args, "doctor")
+    smi_text, smi_source = doctor.read_nvidia_smi(args.nvidia_smi_file)
+    config = Engine().image_config(image)
+    d = doctor.diagnose(smi_text, smi_source, config.labels, config.env, image)
+    out.line(d.line)
+    out.line(f"route: {d.route}")
+    if d.expiry:
+        out.line(d.expiry)
+    out.data.update({"compatible": d.compatible, "verdict": d.line, "route": d.route, "expiry": d.expiry, **d.facts})
+    return 0 if d.compatible else 1
+
+
+def cmd_evidence(args: argparse.Namespace, out: Output) -> int:
+    from builder import doctor
+    from builder.engine import Engine
+
+    path, manifest = doctor.evidence(Engine(), args.out, args.image, args.container, args.nvidia_smi_file)
+    for name, why in sorted(manifest["missing"].items()):
+        log.info(f"    not captured: {name}: {why}")
+    log.info(f"    captured: {', '.join(manifest['captured'])}")
+    out.line(str(path))
+    out.data.update({"archive": str(path), **manifest})
+    return 0
+
+
+def cmd_compare(args: argparse.Namespace, out: Output) -> int:
+    from builder.compare import compare
+    from builder.engine import Engine
+
+    ours = _recorded_image(args, "compare")
+    result = compare(Engine(), ours, args.against)
+    for line in result.text():
+        out.line(line)
+    out.data.update(result.to_json())
+    return 0
+
+
 def cmd_smoke_init(args: argparse.Namespace, out: Output) -> int:
     from builder import smoke
     from builder.engine import Engine
@@ -429,6 +514,7 @@ def cmd_track(args: argparse.Namespace, out: Output) -> int:
 
 COMMANDS = {"render": cmd_render, "lock": cmd_lock, "plan": cmd_plan, "build": cmd_build, "test": cmd_test,
             "verify": cmd_verify, "reproduce": cmd_reproduce, "track": cmd_track,
+            "doctor": cmd_doctor, "evidence": cmd_evidence, "compare": cmd_compare,
             "smoke-init": cmd_smoke_init}
 
 

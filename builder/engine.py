@@ -229,6 +229,40 @@ class Engine:
         except DockerException:
             pass  # already gone
 
+    def describe(self) -> dict[str, str]:
+        """`docker version` and `docker info` as text, for evidence bundles."""
+        out = {}
+        for name, args in (("docker-version", ["version"]), ("docker-info", ["info"])):
+            try:
+                out[name] = run(self.docker.client_config.docker_cmd + args)
+            except DockerException as exc:
+                raise EngineUnavailable(f"docker {args[0]} failed: {(exc.stderr or '').strip()[:200]}") from None
+            except FileNotFoundError:
+                raise EngineUnavailable("docker CLI not found") from None
+        return out
+
+    def image_inspect(self, ref: str) -> str:
+        """`docker image inspect` JSON of a local image (tags and repo digests included)."""
+        try:
+            return run(self.docker.client_config.docker_cmd + ["image", "inspect", ref])
+        except DockerException as exc:
+            raise BuildError(f"cannot inspect {ref}: {(exc.stderr or '').strip()[:200]}") from None
+        except FileNotFoundError:
+            raise EngineUnavailable("docker CLI not found") from None
+
+    def container_logs(self, name: str) -> str:
+        try:
+            out, err = run(self.docker.client_config.docker_cmd + ["logs", "--timestamps", name], return_stderr=True)
+            return out + err
+        except DockerException as exc:
+            raise BuildError(f"cannot read the log of container {name}: {(exc.stderr or '').strip()[:200]}") from None
+        except FileNotFoundError:
+            raise EngineUnavailable("docker CLI not found") from None
+
+    def run_python(self, ref: str, script: str) -> str:
+        """Run a Python script in a throwaway container of ``ref`` with whichever python it has."""
+        return self.run_capture(ref, "sh", ["-c", 'exec "$(command -v python3 || command -v python)" -c "$0"', script])
+
     def run_capture(self, ref: str, entrypoint: str, args: list[str]) -> str:
         """Run ``entrypoint args`` in a throwaway container of ``ref`` (no network); its stdout."""
         try:
