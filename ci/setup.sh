@@ -74,8 +74,14 @@ start_dockerd() {
   fi
   if ! docker info >/dev/null 2>&1; then
     # A dockerd killed with its session leaves pid files that make the next one refuse to start.
+    # A pid is stale when no live (non-zombie) dockerd/containerd has it any more.
     for pidfile in /var/run/docker.pid /run/docker/containerd/containerd.pid; do
-      if [ -f "$pidfile" ] && ! kill -0 "$(cat "$pidfile" 2>/dev/null)" 2>/dev/null; then rm -f "$pidfile"; fi
+      [ -f "$pidfile" ] || continue
+      pid=$(cat "$pidfile" 2>/dev/null || true)
+      state=$(awk '{print $3}' "/proc/$pid/stat" 2>/dev/null || true)
+      comm=$(cat "/proc/$pid/comm" 2>/dev/null || true)
+      case "$comm" in dockerd|containerd) [ "$state" != Z ] && continue ;; esac
+      rm -f "$pidfile"
     done
     nohup /usr/sbin/dockerd --storage-driver=overlay2 >"$STATE_DIR/dockerd.log" 2>&1 &
   fi
