@@ -7,10 +7,8 @@ a pure function of the commit.
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import io
-import os
 import posixpath
 import shutil
 import tarfile
@@ -58,20 +56,6 @@ class PinnedSource:
 
 # Only these transports, ever (ext:: and friends run commands); never prompt for credentials.
 GIT_ENV = {"GIT_ALLOW_PROTOCOL": "https:file", "GIT_TERMINAL_PROMPT": "0"}
-
-
-@contextlib.contextmanager
-def safe_git_env():
-    old = {k: os.environ.get(k) for k in GIT_ENV}
-    os.environ.update(GIT_ENV)
-    try:
-        yield
-    finally:
-        for k, v in old.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
 
 
 def git_reason(exc: git.GitCommandError) -> str:

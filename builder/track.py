@@ -42,9 +42,10 @@ def remote_head(url: str, branch: str) -> str:
     if url.startswith("file://") and os.environ.get(FILE_URLS_ENV) != "1":
         raise SourceError(f"source {url}: file:// URLs are only followed with {FILE_URLS_ENV}=1 (tests, local mirrors)")
     ref = f"refs/heads/{branch}"
+    client = git.cmd.Git()
     try:
-        with source.safe_git_env():
-            out = git.cmd.Git().ls_remote(url, ref)
+        with client.custom_environment(**source.GIT_ENV):
+            out = client.ls_remote(url, ref)
     except git.GitCommandError as exc:
         raise SourceError(f"source {url}: cannot reach the remote: {source.git_reason(exc)}") from None
     for line in out.splitlines():
