@@ -24,7 +24,7 @@ from packageurl import PackageURL
 
 from builder import __version__, contract
 from builder.engine import Engine
-from builder.lock import LockEntry
+from builder.lock import LockEntry, normalize
 from builder.matrix import Target
 from builder.records import Record
 
@@ -85,9 +85,6 @@ def inventory(engine: Engine, ref: str) -> Inventory:
                      tuple((n, v) for n, v in doc["dists"]))
 
 
-def _norm(name: str) -> str:
-    return re.sub(r"[-_.]+", "-", name).lower()
-
 
 def _oci_purl(name: str, digest: str) -> PackageURL:
     return PackageURL(type="oci", name=name.rsplit("/", 1)[-1], version=digest, qualifiers={"repository_url": name})
@@ -115,11 +112,11 @@ def sbom(target: Target, record: Record, inv: Inventory, lock: list[LockEntry]) 
                           qualifiers={"arch": deb.arch, "distro": distro})
         components.append(Component(type=ComponentType.LIBRARY, name=deb.name, version=deb.version,
                                     purl=purl, bom_ref=purl.to_string()))
-    locked = {_norm(e.name): e for e in lock}
+    locked = {normalize(e.name): e for e in lock}
     for name, version in inv.dists:
-        entry = locked.get(_norm(name))
+        entry = locked.get(normalize(name))
         hashes = [HashType(alg=HashAlgorithm.SHA_256, content=h) for h in entry.hashes] if entry else []
-        purl = PackageURL(type="pypi", name=_norm(name), version=version)
+        purl = PackageURL(type="pypi", name=normalize(name), version=version)
         props = [] if entry else [Property(name="k3:origin", value="built from the pinned source")]
         components.append(Component(type=ComponentType.LIBRARY, name=name, version=version, purl=purl,
                                     bom_ref=purl.to_string(), hashes=hashes, properties=props))

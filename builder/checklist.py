@@ -15,6 +15,7 @@ import re
 import pytest
 
 from builder import contract
+from builder.lock import normalize
 
 # Runs inside the image with its own python. Gathers every fact the checks need in one process,
 # because ops are registered by importing the compiled modules first.
@@ -83,9 +84,6 @@ _TRACKS_CUDA = re.compile(r"cuda-toolkit|nvidia-cuda-[a-z-]+|nvidia-cublas|nvidi
                           r"|nvidia-cusolver|nvidia-cusparse")
 
 
-def _norm(name: str) -> str:
-    return re.sub(r"[-_.]+", "-", name).lower()
-
 
 @pytest.fixture(scope="session")
 def facts(image_host, expect):
@@ -132,7 +130,7 @@ def test_no_other_cuda_major(facts, expect):
         if v and v // 1000 != major:
             wrong.append(f"{path} reports {v}")
     for name, version in facts["dists"]:
-        norm = _norm(name)
+        norm = normalize(name)
         m = re.search(r"-cu(\d+)$", norm)
         if m and int(m.group(1)) != major:
             wrong.append(f"distribution {name} {version}")
@@ -168,7 +166,7 @@ def test_ops_registered(facts, expect, report_warning):
 def test_pinned_versions(facts, expect):
     if not expect.pins:
         pytest.skip("the target pins no FlashInfer or NCCL")
-    have = {_norm(n): v for n, v in facts["dists"]}
+    have = {normalize(n): v for n, v in facts["dists"]}
     wrong = [f"{name}: expected {want}, found {have.get(name, 'not installed')}"
              for name, want in sorted(expect.pins.items()) if have.get(name) != want]
     assert not wrong, "; ".join(wrong)
@@ -203,7 +201,7 @@ def test_labels(image, expect):
 
 def test_lock_contents(facts, expect):
     src_name, src_version = expect.source_package
-    have = {_norm(n): v for n, v in facts["dists"]}
+    have = {normalize(n): v for n, v in facts["dists"]}
     problems = []
     for name, version in sorted(have.items()):
         if name == src_name:
@@ -229,7 +227,7 @@ def test_pip_check(image_host, pip_dir, expect, report_warning):
     conflicts = []
     for line in lines:
         m = re.search(r"but you have (\S+) ", line)
-        if m and _norm(m.group(1)) in expect.overrides:
+        if m and normalize(m.group(1)) in expect.overrides:
             report_warning(f"pip check (expected, matrix override): {line}")
         else:
             conflicts.append(line)

@@ -25,14 +25,12 @@ from builder import contract, extensions, lock, log
 from builder.engine import Engine, ImageConfig
 from builder.errors import BuildError, CheckFailed, ConfigError
 from builder.fsutil import sha256_file
+from builder.lock import normalize
 from builder.matrix import Target
 from builder.source import PinnedSource
 
 CHECKLIST = Path(__file__).with_name("checklist.py")
 
-
-def _norm(name: str) -> str:
-    return re.sub(r"[-_.]+", "-", name).lower()
 
 
 @dataclass(frozen=True)
@@ -94,9 +92,9 @@ def expectations(target: Target, pinned: PinnedSource, lock_path: Path, build_da
         today=today or dt.date.today(),
         warning_days=target.expiry_warning_days,
         horizon_days=target.expiry_horizon_days,
-        lock={_norm(e.name): e.version for e in entries},
-        overrides=frozenset(_norm(e.name) for e in entries if e.override),
-        source_package=(_norm(target.source.package), target.source.version),
+        lock={normalize(e.name): e.version for e in entries},
+        overrides=frozenset(normalize(e.name) for e in entries if e.override),
+        source_package=(normalize(target.source.package), target.source.version),
     )
 
 

@@ -3,14 +3,11 @@ package: Python distributions, OS packages, CUDA version, labels. For the decisi
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 
 from builder import attest, compat, contract
+from builder.lock import normalize
 
-
-def _norm(name: str) -> str:
-    return re.sub(r"[-_.]+", "-", name).lower()
 
 
 def _diff(ours: dict[str, str], theirs: dict[str, str]) -> dict[str, list]:
@@ -51,7 +48,7 @@ def compare(engine, ours: str, reference: str) -> Comparison:
         return {"cuda": found[0]} if found else {}
 
     sections = {
-        "python distributions": _diff({_norm(n): v for n, v in a.dists}, {_norm(n): v for n, v in b.dists}),
+        "python distributions": _diff({normalize(n): v for n, v in a.dists}, {normalize(n): v for n, v in b.dists}),
         "os packages": _diff({d.name: d.version for d in a.debs}, {d.name: d.version for d in b.debs}),
         "cuda": _diff(cuda(ca), cuda(cb)),
         "labels": _diff(ca.labels, cb.labels),

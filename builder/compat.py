@@ -46,7 +46,7 @@ class HostGPU:
 
     @property
     def driver_text(self) -> str:
-        return ".".join(f"{p:02d}" if i else str(p) for i, p in enumerate(self.driver)) if self.driver else "none"
+        return _fmt(self.driver) if self.driver else "none"
 
     @property
     def data_center(self) -> bool:

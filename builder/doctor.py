@@ -126,8 +126,15 @@ def evidence(engine, out_dir: Path, image: str | None, container: str | None,
         return text
 
     capture("nvidia-smi.txt", smi)
-    capture("docker-version.txt", lambda: engine.describe()["docker-version"])
-    capture("docker-info.txt", lambda: engine.describe()["docker-info"])
+    described: dict = {}
+
+    def docker(name: str) -> str:
+        if not described:
+            described.update(engine.describe())  # one `docker version` and one `docker info`
+        return described[name]
+
+    capture("docker-version.txt", lambda: docker("docker-version"))
+    capture("docker-info.txt", lambda: docker("docker-info"))
     if image:
         capture("image-inspect.json", lambda: engine.image_inspect(image))
 

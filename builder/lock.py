@@ -164,10 +164,10 @@ def apply_override(body: str, name: str, version: str, hashes_for, why: str) -> 
     out: list[str] = []
     i = 0
     replaced = False
-    norm = _normalize(name)
+    norm = normalize(name)
     while i < len(lines):
         m = _ENTRY.match(lines[i])
-        if m and _normalize(m.group("name")) == norm:
+        if m and normalize(m.group("name")) == norm:
             i += 1
             while i < len(lines) and lines[i].startswith("    "):
                 i += 1
@@ -181,7 +181,8 @@ def apply_override(body: str, name: str, version: str, hashes_for, why: str) -> 
     return "\n".join(out) + "\n"
 
 
-def _normalize(name: str) -> str:
+def normalize(name: str) -> str:
+    """PEP 503 name normalization: how every comparison of distribution names in the tool is made."""
     return re.sub(r"[-_.]+", "-", name).lower()
 
 

@@ -13,7 +13,6 @@ logs or errors.
 
 from __future__ import annotations
 
-import base64
 import hashlib
 import json
 import os

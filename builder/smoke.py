@@ -10,7 +10,6 @@ The matrix goes through the same templates and code as cu129: only data differs.
 from __future__ import annotations
 
 import datetime as dt
-import os
 import shutil
 import subprocess
 import tarfile

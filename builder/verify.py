@@ -14,6 +14,7 @@ from typing import Callable
 from builder import attest, contract, lock, records, render
 from builder.errors import BuilderError
 from builder.fsutil import sha256_bytes, sha256_file
+from builder.lock import normalize
 from builder.matrix import Target
 
 
@@ -40,9 +41,6 @@ def _read_json(path: Path) -> dict:
     except ValueError as exc:
         raise _Fail(f"{path.name} is not JSON: {exc}") from None
 
-
-def _norm(name: str) -> str:
-    return re.sub(r"[-_.]+", "-", name).lower()
 
 
 class Verifier:
@@ -140,13 +138,13 @@ class Verifier:
         pypi = {}
         for c in doc.get("components", []):
             if c.get("purl", "").startswith("pkg:pypi/"):
-                pypi[_norm(c["name"])] = (c.get("version"), sorted(h["content"] for h in c.get("hashes", [])))
+                pypi[normalize(c["name"])] = (c.get("version"), sorted(h["content"] for h in c.get("hashes", [])))
         try:
             entries = lock.read_entries(self.lock)
         except BuilderError as exc:
             raise _Fail(exc.message) from None
         for e in entries:
-            got = pypi.get(_norm(e.name))
+            got = pypi.get(normalize(e.name))
             _need(got is not None, f"{e.name} is in the lock but not in the SBOM")
             _need(got[0] == e.version, f"{e.name}: SBOM {got[0]} != lock {e.version}")
             _need(got[1] == sorted(e.hashes), f"{e.name}: SBOM hashes differ from the lock's")

@@ -21,7 +21,7 @@ PIN = "ced6857afa0ea7b2e3f0846a62e1394e90f15607"
 def upstream(tmp_path, monkeypatch):
     monkeypatch.setenv("K3_CACHE_DIR", str(tmp_path / "cache"))
     monkeypatch.setenv("K3_ALLOW_FILE_URLS", "1")
-    bare = git.Repo.init(tmp_path / "upstream.git", bare=True, initial_branch="k3")
+    git.Repo.init(tmp_path / "upstream.git", bare=True, initial_branch="k3")
     work = git.Repo.clone_from(str(tmp_path / "upstream.git"), tmp_path / "work")
     work.git.checkout("-q", "-b", "k3")
 
