@@ -282,6 +282,21 @@ class Engine:
         except RegistryError as exc:
             raise EngineUnavailable(f"registry: {exc}") from None
 
+    def platform_digest(self, name: str, digest: str) -> str:
+        """The image manifest behind ``digest``: itself, or the one platform manifest of an index.
+
+        With BuildKit attestations on (docker-container builders) buildx pushes an index whose
+        attestation manifest carries invocation ids and times; reproducibility is a property of the
+        platform manifest, so that is what comparisons use."""
+        m = self.raw_manifest(name, digest)
+        if m is None or "manifests" not in m.doc:
+            return digest
+        images = [d["digest"] for d in m.doc["manifests"]
+                  if (d.get("annotations") or {}).get("vnd.docker.reference.type") != "attestation-manifest"]
+        if len(images) != 1:
+            raise BuildError(f"{name}@{digest}: an index of {len(images)} images; compare one platform at a time")
+        return images[0]
+
     def blob(self, name: str, digest: str) -> bytes:
         registry, repo = self._registry(name)
         try:

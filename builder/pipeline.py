@@ -424,15 +424,17 @@ def reproduce(plan: Plan, engine: Engine, *, builder: str | None = None, secrets
     prep = prepare(plan, engine, tag=f"{target.image.tag}-reproduce", dockerfile_text=offline_checks(plan),
                    no_cache=True, builder=builder, secrets=secrets)
     result = run_engine(prep, engine)
-    if result.digest == record.digest:
-        log.info(f"    reproduced: {record.digest} (recorded {record.build.get('finished')}, rebuilt now)")
-        return Reproduction(target.name, record.digest, result.digest, [], None)
+    recorded = engine.platform_digest(target.image.name, record.digest)
+    rebuilt = engine.platform_digest(target.image.name, result.digest)
+    if rebuilt == recorded:
+        log.info(f"    reproduced: {recorded} (recorded {record.build.get('finished')}, rebuilt now)")
+        return Reproduction(target.name, recorded, rebuilt, [], None)
     from builder import imagediff
 
-    with log.step(f"{target.name}: compare {record.digest[:19]} with the rebuild {result.digest[:19]}"):
-        lines = imagediff.compare(engine, target.image.name, record.digest, result.digest)
+    with log.step(f"{target.name}: compare {recorded[:19]} with the rebuild {rebuilt[:19]}"):
+        lines = imagediff.compare(engine, target.image.name, recorded, rebuilt)
     report = prep.workdir / "reproduce-diff.txt"
     atomic_write(report, "\n".join(lines) + "\n")
     for line in lines:
         log.info(f"    {line}")
-    return Reproduction(target.name, record.digest, result.digest, lines, report)
+    return Reproduction(target.name, recorded, rebuilt, lines, report)

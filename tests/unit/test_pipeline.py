@@ -67,3 +67,26 @@ def test_drifted_dockerfile_refuses_before_the_engine(checkout):
     plan = pipeline.Plan.of(matrix.load(checkout / "matrix.yaml"), "cu129")
     with pytest.raises(DriftError, match="differs from what the matrix renders"):
         pipeline.build(plan, _NoEngine())
+
+
+def test_platform_digest_skips_attestation_manifests():
+    import json
+
+    from builder.engine import Engine
+    from builder.registry import Manifest
+
+    index = {"manifests": [
+        {"digest": "sha256:" + "a" * 64, "platform": {"architecture": "amd64", "os": "linux"}},
+        {"digest": "sha256:" + "b" * 64, "annotations": {"vnd.docker.reference.type": "attestation-manifest"}},
+    ]}
+
+    class Fake(Engine):
+        def __init__(self):
+            pass
+
+        def raw_manifest(self, name, reference):
+            doc = index if reference == "sha256:" + "i" * 64 else {"layers": []}
+            return Manifest("application/vnd.oci.image.index.v1+json", reference, json.dumps(doc).encode())
+
+    assert Fake().platform_digest("r/x", "sha256:" + "i" * 64) == "sha256:" + "a" * 64
+    assert Fake().platform_digest("r/x", "sha256:" + "c" * 64) == "sha256:" + "c" * 64
