@@ -23,7 +23,7 @@ import pytest
 
 from builder import contract, extensions, lock, log
 from builder.engine import Engine, ImageConfig
-from builder.errors import BuildError, CheckFailed, ConfigError
+from builder.errors import BuildError, CheckFailed
 from builder.fsutil import sha256_file
 from builder.lock import normalize
 from builder.matrix import Target
@@ -235,11 +235,3 @@ def check_target(engine: Engine, target: Target, lock_path: Path, pinned: Pinned
         log.warn(w)
     log.info(f"    JUnit report: {report.junit}")
     return report
-
-
-def image_ref_for(target: Target, record, override: str | None) -> str:
-    if override:
-        return override
-    if record is None:
-        raise ConfigError(f"{target.name}: no recorded image to test; build it first or pass --image REF")
-    return record.image

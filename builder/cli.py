@@ -364,7 +364,7 @@ def cmd_test(args: argparse.Namespace, out: Output) -> int:
     plan = Plan.of(matrix, _need_target(args, "test"))
     target = plan.target
     record = records.read(contract.record_path(plan.root, target.name))
-    ref = checks.image_ref_for(target, record, args.image)
+    ref = _recorded_image(args, "test")
     lock.read_entries(plan.locks["runtime"])
     engine = Engine()
     with log.step(f"{target.name}: engine preflight"):

@@ -268,6 +268,20 @@ def write(root: Path, target: Target, pinned: PinnedSource) -> dict[str, Path]:
     return written
 
 
+def check_torch_build(target: Target, entries: list[LockEntry], path: Path) -> None:
+    """A target that pins torch must have that CUDA's local build in its lock (e.g. +cu129)."""
+    if not target.torch:
+        return
+    torch = next((e for e in entries if e.name.lower() == "torch"), None)
+    want = target.cuda.short
+    if torch is None or not torch.version.endswith(f"+{want}"):
+        found = torch.version if torch else "no torch"
+        raise LockError(
+            f"{path}: torch must be a +{want} build for this target, the lock has {found}; "
+            f"a bare PyPI torch is a CUDA 13 build that fails on r575 drivers. Re-lock with the {want} index."
+        )
+
+
 def read_entries(path: Path) -> list[LockEntry]:
     """A committed lock's entries; LockError when missing, unreadable, unhashed or empty."""
     return _read(path)[1]

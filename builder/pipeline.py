@@ -22,7 +22,7 @@ from typing import Iterator
 from builder import __version__, contract, lock, log, records, render, source
 from builder.context import assemble
 from builder.engine import BuildRequest, BuildResult, Engine, EngineInfo
-from builder.errors import BuildError, Busy, DriftError, LockError, NotReproduced, RecordError
+from builder.errors import BuildError, Busy, DriftError, NotReproduced, RecordError
 from builder.fsutil import atomic_write, sha256_bytes, sha256_file
 from builder.source import PinnedSource
 from builder.matrix import Matrix, Target
@@ -128,19 +128,6 @@ def check_rendered(plan: Plan) -> str:
     return want
 
 
-def _check_torch_build(target: Target, entries: list[lock.LockEntry], path: Path) -> None:
-    if not target.torch:
-        return
-    torch = next((e for e in entries if e.name.lower() == "torch"), None)
-    want = target.cuda.short
-    if torch is None or not torch.version.endswith(f"+{want}"):
-        found = torch.version if torch else "no torch"
-        raise LockError(
-            f"{path}: torch must be a +{want} build for this target, the lock has {found}; "
-            f"a bare PyPI torch is a CUDA 13 build that fails on r575 drivers. Re-lock with the {want} index."
-        )
-
-
 @dataclass
 class Prepared:
     """Everything checked and assembled for one engine build of a plan."""
@@ -169,7 +156,7 @@ def offline_checks(plan: Plan) -> str:
         dockerfile_text = check_rendered(plan)
         runtime_entries = lock.read_entries(plan.locks["runtime"])
         lock.read_entries(plan.locks["build"])
-        _check_torch_build(plan.target, runtime_entries, plan.locks["runtime"])
+        lock.check_torch_build(plan.target, runtime_entries, plan.locks["runtime"])
     return dockerfile_text
 
 

@@ -77,13 +77,11 @@ class Verifier:
         for path in (self.lock, self.build_lock):
             try:
                 entries = lock.read_entries(path)
+                if path == self.lock:
+                    lock.check_torch_build(self.t, entries, path)
             except BuilderError as exc:
                 raise _Fail(exc.message) from None
             counts.append(len(entries))
-            if path == self.lock and self.t.torch:
-                torch = next((e for e in entries if e.name.lower() == "torch"), None)
-                _need(torch is not None and torch.version.endswith("+" + self.t.cuda.short),
-                      f"torch must be +{self.t.cuda.short}, the lock has {torch.version if torch else 'none'}")
         return f"{counts[0]} runtime + {counts[1]} build entries, all hash-pinned"
 
     def dockerfile_record(self) -> str:
