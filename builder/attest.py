@@ -128,6 +128,14 @@ def sbom(target: Target, record: Record, inv: Inventory, lock: list[LockEntry]) 
         bom_ref="source", external_references=[ExternalReference(type=ExternalReferenceType.VCS, url=XsUri(src.url))],
         properties=[Property(name="k3:branch", value=src.branch), Property(name="k3:version", value=src.version)],
     ))
+    for ref, name, url, commit in third_party_trees(record):
+        purl = PackageURL(type="generic", name=name.replace("/", "-"), version=commit,
+                          qualifiers={"vcs_url": f"git+{url}@{commit}"})
+        components.append(Component(
+            type=ComponentType.LIBRARY, name=name, version=commit, purl=purl, bom_ref=ref,
+            external_references=[ExternalReference(type=ExternalReferenceType.VCS, url=XsUri(url))],
+            properties=[Property(name="k3:origin", value="compiled into the source's extensions (build context, "
+                                                            "fetched on the host, network off while compiling)")]))
     for role, base in (("build", target.bases.build), ("runtime", target.bases.runtime)):
         components.append(Component(type=ComponentType.CONTAINER, name=base.name, version=base.digest,
                                     purl=_oci_purl(base.name, base.digest), bom_ref=f"base:{role}",
@@ -138,6 +146,16 @@ def sbom(target: Target, record: Record, inv: Inventory, lock: list[LockEntry]) 
     text = JsonV1Dot6(bom).output_as_string(indent=2) + "\n"
     validate_sbom(text)
     return text
+
+
+def third_party_trees(record: Record) -> list[tuple[str, str, str, str]]:
+    """(bom-ref, name, url, commit) of every third-party tree and submodule the compile used."""
+    out = []
+    for name, tp in sorted((record.source.get("third_party") or {}).items()):
+        out.append((f"third_party:{name}", name, tp["url"], tp["commit"]))
+        for sub in tp.get("submodules", []):
+            out.append((f"third_party:{name}/{sub['path']}", f"{name}/{sub['path']}", sub["url"], sub["commit"]))
+    return out
 
 
 def validate_sbom(text: str) -> None:
@@ -160,6 +178,8 @@ def provenance(target: Target, record: Record, build_args: dict[str, str], start
     ]
     deps.append({"name": "source", "uri": f"git+{record.source['url']}@refs/heads/{record.source['branch']}",
                  "digest": {"gitCommit": record.source["commit"]}})
+    for ref, _, url, commit in third_party_trees(record):
+        deps.append({"name": ref, "uri": f"git+{url}@{commit}", "digest": {"gitCommit": commit}})
     for name, path, sha in (("lock", contract.LOCK_NAME, record.lock_sha256),
                             ("build-lock", contract.BUILD_LOCK_NAME, record.build_lock_sha256)):
         deps.append({"name": name, "uri": f"{contract.LOCKS_DIR}/{target.name}/{path}", "digest": {"sha256": sha}})

@@ -15,6 +15,7 @@ import re
 import pytest
 
 from builder import contract
+from builder.cudamajor import is_other_major
 from builder.lock import normalize
 
 # Runs inside the image with its own python. Gathers every fact the checks need in one process,
@@ -22,7 +23,12 @@ from builder.lock import normalize
 PROBE = r"""
 import ctypes, importlib, importlib.metadata as md, importlib.util, json, os, sys
 req = json.loads(sys.argv[1])
-facts = {"uid": os.getuid(), "libs": {}, "dists": [], "modules": {}, "ops": {}}
+facts = {"uid": os.getuid(), "libs": {}, "dists": [], "modules": {}, "ops": {}, "absent": {}}
+try:  # the driver library the extensions link; in a GPU-less container, the base's compat copy
+    ctypes.CDLL("libcuda.so.1")
+    facts["libcuda"] = None
+except OSError as exc:
+    facts["libcuda"] = str(exc)
 for top, dirs, files in os.walk("/"):
     if top in ("/proc", "/sys", "/dev"):
         dirs[:] = []
@@ -52,9 +58,9 @@ for name in req["modules"]:
         facts["modules"][name] = None
     except BaseException as exc:
         facts["modules"][name] = f"{type(exc).__name__}: {exc}"
-for path in req["ops"]:
+def resolve(path):
     parts = path.split(".")
-    obj, err = None, None
+    obj = None
     for i in range(len(parts), 0, -1):
         try:
             obj = importlib.import_module(".".join(parts[:i]))
@@ -62,14 +68,17 @@ for path in req["ops"]:
         except ImportError:
             continue
     if obj is None:
-        facts["ops"][path] = "no importable prefix"
-        continue
+        return "no importable prefix"
     try:
         for attr in parts[i:]:
             obj = getattr(obj, attr)
-        facts["ops"][path] = None
+        return None
     except BaseException as exc:
-        facts["ops"][path] = f"{type(exc).__name__}: {exc}"
+        return f"{type(exc).__name__}: {exc}"
+for path in req["ops"]:
+    facts["ops"][path] = resolve(path)
+for path in req["absent"]:
+    facts["absent"][path] = resolve(path)
 if importlib.util.find_spec("torch"):
     try:
         import torch
@@ -80,15 +89,15 @@ print(json.dumps(facts))
 """
 
 
-_TRACKS_CUDA = re.compile(r"cuda-toolkit|nvidia-cuda-[a-z-]+|nvidia-cublas|nvidia-nvjitlink|nvidia-cufft|nvidia-curand"
-                          r"|nvidia-cusolver|nvidia-cusparse")
-
-
-
 @pytest.fixture(scope="session")
 def facts(image_host, expect):
-    request = {"modules": list(expect.modules.required + expect.modules.optional), "ops": list(expect.ops)}
-    result = image_host.run("python -c %s %s", PROBE, json.dumps(request))
+    request = {"modules": list(expect.modules.required + expect.modules.optional), "ops": list(expect.ops),
+               "absent": sorted(expect.absent)}
+    # The compiled modules link libcuda.so.1, which only a GPU host's driver provides; the probe
+    # loads the base image's forward-compatibility copy instead (loading needs no GPU). A module
+    # that is really missing still fails to import.
+    result = image_host.run("LD_LIBRARY_PATH=%s${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH} python -c %s %s",
+                            expect.compat_dir, PROBE, json.dumps(request))
     assert result.rc == 0, f"the probe could not run in the image: expected exit 0, found {result.rc}: {result.stderr[-300:]}"
     return json.loads(result.stdout)
 
@@ -119,7 +128,7 @@ def test_cuda_runtime(facts, expect, image):
             f"expected torch.version.cuda == {expect.cuda_major_minor}, found {torch['cuda']} (torch {torch['version']})")
 
 
-def test_no_other_cuda_major(facts, expect):
+def test_no_other_cuda_major(facts, expect, report_warning):
     major = expect.cuda_major
     wrong = []
     for path, entry in sorted(facts["libs"].items()):
@@ -130,17 +139,15 @@ def test_no_other_cuda_major(facts, expect):
         if v and v // 1000 != major:
             wrong.append(f"{path} reports {v}")
     for name, version in facts["dists"]:
-        norm = normalize(name)
-        m = re.search(r"-cu(\d+)$", norm)
-        if m and int(m.group(1)) != major:
-            wrong.append(f"distribution {name} {version}")
-        # CUDA 13's wheels dropped the -cuNN suffix (cuda-toolkit, nvidia-cuda-runtime, ...):
-        # their version is the CUDA version. PyPI's torch 2.14 pulls these in.
-        elif not m and _TRACKS_CUDA.fullmatch(norm) and version.split(".")[0] != str(major):
+        if not is_other_major(name, version, major):
+            continue
+        reason = expect.other_major.get(normalize(name))
+        if reason:  # expected, and said so in the check's output, not silently skipped
+            report_warning(f"no_other_cuda_major: {name} {version} allowed by the matrix: {reason}")
+        else:
             wrong.append(f"distribution {name} {version}")
     torch = facts.get("torch") or {}
-    local = (torch.get("version") or "").partition("+")[2]
-    if re.fullmatch(r"cu\d+", local) and not local.startswith(f"cu{major}"):
+    if torch.get("version") and is_other_major("torch", torch["version"], major):
         wrong.append(f"torch {torch['version']}")
     assert not wrong, f"expected only CUDA {major} libraries and packages, found: {'; '.join(wrong)}"
 
@@ -148,19 +155,28 @@ def test_no_other_cuda_major(facts, expect):
 def test_compiled_modules(facts, expect):
     broken = {m: facts["modules"].get(m) for m in expect.modules.required if facts["modules"].get(m)}
     assert expect.modules.required, "expected the source to declare compiled modules, found none (waive or add them)"
+    hint = ""
+    if facts.get("libcuda"):
+        hint = f" (libcuda.so.1 could not be loaded from {expect.compat_dir}: {facts['libcuda']})"
     assert not broken, "expected every compiled module to import, found: " + "; ".join(
-        f"{m}: {err}" for m, err in sorted(broken.items()))
+        f"{m}: {err}" for m, err in sorted(broken.items())) + hint
 
 
 def test_ops_registered(facts, expect, report_warning):
     for module in expect.modules.optional:
         if facts["modules"].get(module):
             report_warning(f"optional module {module} does not import: {facts['modules'][module]}")
-    if not expect.ops:
+    if not expect.ops and not expect.absent:
         pytest.skip("the matrix names no ops for this target")
     missing = {op: err for op, err in facts["ops"].items() if err}
+    appeared = sorted(op for op, err in facts["absent"].items() if err is None)
+    for op, reason in sorted(expect.absent.items()):
+        if op not in appeared:
+            report_warning(f"ops_registered: {op} absent as the matrix expects: {reason}")
     assert not missing, "expected every named op to be registered, found missing: " + "; ".join(
         f"{op} ({err})" for op, err in sorted(missing.items()))
+    assert not appeared, ("expected these ops absent (source.extensions.absent), found them registered: "
+                          + ", ".join(appeared) + "; the build now has them: drop them from `absent`")
 
 
 def test_pinned_versions(facts, expect):
@@ -200,7 +216,7 @@ def test_labels(image, expect):
 
 
 def test_lock_contents(facts, expect):
-    src_name, src_version = expect.source_package
+    src_name, src_version = expect.source_package  # the wheel's version, local label included
     have = {normalize(n): v for n, v in facts["dists"]}
     problems = []
     for name, version in sorted(have.items()):
@@ -247,3 +263,70 @@ def test_no_world_writable(image_host):
         "\\( ! -type d -o ! -perm -1000 \\) ! -path /tmp -print 2>/dev/null")
     found = [line for line in result.stdout.splitlines() if line.strip()]
     assert not found, f"expected no world-writable files outside /tmp, found: {', '.join(found[:20])}"
+
+
+# Run inside the image: what code that compiles at run time needs. Triton builds its driver stub
+# with the C compiler and Python.h on first use; FlashInfer and DeepGEMM JIT with nvcc.
+TOOLCHAIN = r"""
+set -u
+work=$(mktemp -d)
+cd "$work"
+cc=${CC:-}
+[ -n "$cc" ] || cc=$(command -v cc || command -v gcc || command -v clang || true)
+echo "cc=$cc"
+includepy=$(python -c 'import sysconfig; print(sysconfig.get_config_var("INCLUDEPY"))')
+echo "includepy=$includepy"
+[ -f "$includepy/Python.h" ] && echo "python_h=yes" || echo "python_h=no"
+if [ -n "$cc" ]; then
+  printf '#include <stdio.h>\nint main(void){puts("k3-toolchain-ok");return 0;}\n' > t.c
+  if "$cc" -o t t.c > cc.log 2>&1 && [ "$(./t)" = k3-toolchain-ok ]; then echo "cc_link=yes"; else echo "cc_link=no: $(tail -n 2 cc.log | tr '\n' ' ')"; fi
+  printf '#include <Python.h>\nint k3(void){return Py_IsInitialized();}\n' > p.c
+  if "$cc" -c -fPIC -I"$includepy" p.c -o p.o > p.log 2>&1; then echo "cc_python=yes"; else echo "cc_python=no: $(tail -n 2 p.log | tr '\n' ' ')"; fi
+fi
+if [ -n "${K3_CHECK_CUDA_HOME:-}" ]; then
+  nvcc="$K3_CHECK_CUDA_HOME/bin/nvcc"
+  if [ -x "$nvcc" ]; then
+    echo "nvcc_version=$("$nvcc" --version | sed -n 's/.*release \([0-9.]*\),.*/\1/p' | head -n 1)"
+    printf '__global__ void k3(float *x){x[threadIdx.x]*=2.0f;}\n' > k.cu
+    if "$nvcc" -c -arch="$K3_CHECK_ARCH" k.cu -o k.o > nvcc.log 2>&1; then echo "nvcc_compile=yes"; else echo "nvcc_compile=no: $(tail -n 2 nvcc.log | tr '\n' ' ')"; fi
+  else
+    echo "nvcc_version=missing: no executable $nvcc"
+  fi
+fi
+for var in TRITON_PTXAS_PATH TRITON_PTXAS_BLACKWELL_PATH; do
+  eval "p=\${$var:-}"
+  if [ -n "$p" ]; then [ -x "$p" ] && echo "$var=ok" || echo "$var=missing: $p"; fi
+done
+cd / && rm -rf "$work"
+"""
+
+
+def test_runtime_toolchain(image_host, image, expect, report_warning):
+    env = f"K3_CHECK_CUDA_HOME={expect.cuda_home or ''} K3_CHECK_ARCH={expect.nvcc_arch}"
+    result = image_host.run(f"{env} sh -c %s", TOOLCHAIN)
+    assert result.rc == 0, f"expected the toolchain probe to run, found exit {result.rc}: {result.stderr[-300:]}"
+    got = dict(line.split("=", 1) for line in result.stdout.splitlines() if "=" in line)
+    problems = []
+    if not got.get("cc"):
+        problems.append("no C compiler (CC, cc, gcc or clang) for Triton's run-time stubs")
+    else:
+        for key, what in (("cc_link", "compile and link a C program"), ("cc_python", "compile against Python.h")):
+            if got.get(key) != "yes":
+                problems.append(f"{got['cc']} cannot {what}: {got.get(key, 'not tried')}")
+    if got.get("python_h") != "yes":
+        problems.append(f"no Python.h in INCLUDEPY={got.get('includepy')}")
+    if expect.cuda_home:
+        if image.env.get("CUDA_HOME") != expect.cuda_home:
+            problems.append(f"CUDA_HOME: expected {expect.cuda_home}, found {image.env.get('CUDA_HOME', '(unset)')}")
+        version = got.get("nvcc_version", "not run")
+        if _major_minor(version) != expect.cuda_major_minor:
+            problems.append(f"nvcc: expected release {expect.cuda_major_minor}, found {version}")
+        elif got.get("nvcc_compile") != "yes":
+            problems.append(f"nvcc cannot compile a trivial kernel for {expect.nvcc_arch}: {got.get('nvcc_compile')}")
+    else:
+        report_warning("runtime_toolchain: skipped nvcc (version and a trivial kernel): the target declares no "
+                       "run-time CUDA toolkit (runtime.cuda_home unset); checked the C compiler and Python.h only")
+    for var in ("TRITON_PTXAS_PATH", "TRITON_PTXAS_BLACKWELL_PATH"):
+        if got.get(var, "ok") != "ok":
+            problems.append(f"{var} points at no executable: {got[var].removeprefix('missing: ')}")
+    assert not problems, "expected a run-time toolchain, found: " + "; ".join(problems)

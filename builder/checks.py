@@ -48,7 +48,12 @@ class Expectations:
     horizon_days: int
     lock: dict[str, str]  # normalized name -> version
     overrides: frozenset[str]  # normalized names forced by the matrix over resolver pins
-    source_package: tuple[str, str]  # (normalized name, version): the wheel built from source
+    source_package: tuple[str, str]  # (normalized name, wheel version incl. local label): built from source
+    other_major: dict[str, str] = field(default_factory=dict)  # normalized name -> why it may be there
+    absent: dict[str, str] = field(default_factory=dict)  # op -> why this build leaves it out
+    compat_dir: str = "/usr/local/cuda/compat"
+    cuda_home: str | None = None
+    nvcc_arch: str = "sm_90"  # the first arch of the matrix, for the trivial-kernel compile
 
     @property
     def cuda_major(self) -> int:
@@ -69,8 +74,8 @@ def expectations(target: Target, pinned: PinnedSource, lock_path: Path, build_da
     from builder.pipeline import created_iso
     from builder.render import static_labels
 
-    setup_py = pinned.read("setup.py")
-    modules = extensions.plan(setup_py, target.source.extensions)
+    policy = target.source.extensions
+    modules = extensions.plan({path: pinned.read(path) for path in policy.declared_in}, policy)
     _, entries = lock.parse_lock(lock_path.read_text(), lock_path)
     pins = {}
     if target.flashinfer:
@@ -94,7 +99,12 @@ def expectations(target: Target, pinned: PinnedSource, lock_path: Path, build_da
         horizon_days=target.expiry_horizon_days,
         lock={normalize(e.name): e.version for e in entries},
         overrides=frozenset(normalize(e.name) for e in entries if e.override),
-        source_package=(normalize(target.source.package), target.source.version),
+        source_package=(normalize(target.source.package), target.source.wheel_version),
+        other_major={normalize(n): r for n, r in target.cuda.other_major.items()},
+        absent=dict(policy.absent),
+        compat_dir=target.cuda.compat_dir,
+        cuda_home=target.runtime.cuda_home,
+        nvcc_arch="sm_" + target.cuda.arch_list[0].split("+")[0].replace(".", ""),
     )
 
 

@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 
 from builder import __version__, contract, lock, log, render, source
-from builder.errors import BuilderError, ConfigError, DriftError, Interrupted, VerifyFailed
+from builder.errors import BuilderError, CheckFailed, ConfigError, DriftError, Interrupted, VerifyFailed
 from builder.fsutil import atomic_write
 from builder.matrix import Matrix, load
 
@@ -82,12 +82,19 @@ def _parser() -> argparse.ArgumentParser:
     r.add_argument("--check", action="store_true",
                    help="write nothing; exit 1 if a committed Dockerfile differs from what the matrix renders")
 
-    lk = sub.add_parser("lock", help="resolve and hash-lock a target's dependencies (pip-compile)",
+    lk = sub.add_parser("lock", help="resolve and hash-lock a target's dependencies (uv pip compile)",
                         description="Write locks/<target>/requirements.txt and build-requirements.txt with "
-                                    "pip-compile --generate-hashes, from the matrix's pins and indexes and the "
-                                    "source's requirement files at the pinned commit. Ignores the machine's "
-                                    "pip configuration; emits no index URLs.")
+                                    "uv pip compile --generate-hashes for the target's Python and glibc, from the "
+                                    "matrix's pins, overrides and indexes and the source's requirement files at "
+                                    "the pinned commit. Ignores the machine's pip and uv configuration; emits no "
+                                    "index URLs. --rehearse resolves against PyPI only (pins that live only on "
+                                    "another index substituted or left out, each listed), reports every "
+                                    "distribution of another CUDA major, exits 1 on one the matrix gives no "
+                                    "reason for, and writes nothing under locks/ (report: "
+                                    "artifacts/<target>/rehearsal/).")
     _globals(lk, top=False)
+    lk.add_argument("--rehearse", action="store_true",
+                    help="resolve against PyPI only, as a rehearsal of the real lock; writes no lock")
 
     pl = sub.add_parser("plan", help="show everything a build of --target reads and produces (no network)",
                         description="Print bases with digests, source commit, versions, build args, locks "
@@ -242,13 +249,25 @@ def cmd_render(args: argparse.Namespace, out: Output) -> int:
 
 
 def cmd_lock(args: argparse.Namespace, out: Output) -> int:
-    matrix = load(args.matrix)
-    target = matrix.target(_need_target(args, "lock"))
-    root = args.matrix.resolve().parent
-    with log.step(f"{target.name}: fetch source {target.source.branch} @ {target.source.commit[:12]}"):
-        pinned = source.fetch(target.source)
-    with log.step(f"{target.name}: pip-compile runtime and build locks"):
-        written = lock.write(root, target, pinned)
+    from builder.pipeline import Plan, lock_target, rehearse_lock
+
+    plan = Plan.of(load(args.matrix), _need_target(args, "lock"))
+    if args.rehearse:
+        result = rehearse_lock(plan)
+        log.info(f"REHEARSAL ({result.source}): resolved {result.entries} entries against PyPI only; "
+                 "the real lock still needs the real indexes")
+        for sub in result.substitutions:
+            log.info(f"    substituted  {sub.line()}")
+        for finding in result.findings:
+            log.info(f"    {finding.line()}")
+        log.info(f"    report: {result.report}")
+        out.data["rehearsal"] = result.to_json()
+        if not result.ok:
+            raise CheckFailed(f"{plan.target.name}: the rehearsal found distributions of another CUDA major with no "
+                              "reason in cuda.other_major (see above)")
+        out.line(str(result.report))
+        return 0
+    written = lock_target(plan)
     for path in written.values():
         log.info(f"{path}: written")
     out.data["locks"] = {kind: str(path) for kind, path in written.items()}

@@ -3,7 +3,7 @@
 Sources: the CUDA release notes' "Toolkit Driver Version" table (minimum Linux driver per CUDA
 release) and NVIDIA's "CUDA Compatibility" guide (minor-version compatibility within a major;
 forward compatibility through the cuda-compat package, data-center GPUs only). The numbers below
-are the ones ../shared/NOTES.md records; a release not listed falls back to its family minimum
+are copied from that table (README, "Driver and CUDA facts"); a release not listed falls back to its family minimum
 with minor-version compatibility, which is what the guide promises.
 """
 

@@ -8,7 +8,6 @@ is set to SOURCE_DATE_EPOCH so the context, like the source export, is a pure fu
 
 from __future__ import annotations
 
-import os
 import shutil
 import subprocess
 import sys
@@ -20,6 +19,10 @@ from builder.errors import LockError
 from builder.fsutil import atomic_write, cache_dir, clamp_mtimes, sha256_file
 from builder.lock import hermetic_env
 from builder.matrix import Target
+
+
+# Rewrites the relocated CPython's build-time prefix and compiler (see the script's docstring).
+RELOCATE_SCRIPT = Path(__file__).with_name("templates") / "relocate_python.py"
 
 
 def _wheelhouse(target: Target, lock: Path) -> Path:
@@ -59,16 +62,13 @@ def _wheelhouse(target: Target, lock: Path) -> Path:
     return dest
 
 
-def _link_tree(src: Path, dest: Path) -> None:
+def _copy_tree(src: Path, dest: Path) -> None:
+    """Copy (a reflink where the filesystem can) the cache entry: the context's mtimes are then
+    clamped, and an edit under artifacts/ must never reach the shared cache (no hard links)."""
     dest.mkdir(parents=True, exist_ok=True)
-    for item in sorted(src.iterdir()):
-        if item.name.startswith("."):
-            continue
-        target = dest / item.name
-        try:
-            os.link(item, target)
-        except OSError:
-            shutil.copy2(item, target)
+    items = [str(item) for item in sorted(src.iterdir()) if not item.name.startswith(".")]
+    if items:
+        subprocess.run(["cp", "--reflink=auto", *items, str(dest)], check=True)
 
 
 def _standalone_python(target: Target) -> Path:
@@ -100,10 +100,11 @@ def assemble(target: Target, locks_dir: Path, dest: Path, epoch: int) -> Path:
     for name, sub in ((contract.LOCK_NAME, "runtime"), (contract.BUILD_LOCK_NAME, "build")):
         lock = locks_dir / name
         shutil.copyfile(lock, dest / name)
-        _link_tree(_wheelhouse(target, lock), dest / "wheelhouse" / sub)
+        _copy_tree(_wheelhouse(target, lock), dest / "wheelhouse" / sub)
     if target.python.provider == "standalone":
         (dest / "python").mkdir()
-        os.link(_standalone_python(target), dest / "python" / "cpython.tar.gz")
+        shutil.copyfile(_standalone_python(target), dest / "python" / "cpython.tar.gz")
+        shutil.copyfile(RELOCATE_SCRIPT, dest / "python" / "relocate.py")
     atomic_write(dest / ".dockerignore", "")  # the context is already exactly what the build reads
     clamp_mtimes(dest, epoch)
     return dest

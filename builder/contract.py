@@ -63,6 +63,13 @@ RECORD_FIELDS = (
 )
 
 
+THIRD_PARTY_CONTEXT_PREFIX = "tp-"  # build context name of a pinned third-party source: tp-<name>
+
+
+def third_party_context(name: str) -> str:
+    return f"{THIRD_PARTY_CONTEXT_PREFIX}{name}"
+
+
 def dockerfile_path(root: Path, target: str) -> Path:
     return root / DOCKERFILES_DIR / target / DOCKERFILE_NAME
 
@@ -97,10 +104,12 @@ CHECKS = {
     "cuda_runtime": "libcudart in the image reports the matrix's CUDA major.minor (cudaRuntimeGetVersion); "
                     "/usr/local/cuda/version.json, CUDA_VERSION and torch.version.cuda agree where present",
     "no_other_cuda_major": "no libcudart/libcublas of another CUDA major, no *-cuNN distribution of another "
-                           "major, no torch +cuNNN build of another CUDA",
-    "compiled_modules": "every compiled module the source's setup.py declares (plus matrix adds, minus waives) imports",
+                           "major, no torch +cuNNN build of another CUDA, except distributions the matrix lists "
+                           "under cuda.other_major with a reason (shown in the output)",
+    "compiled_modules": "every compiled module the source's build files declare (plus matrix adds, minus waives) "
+                        "imports, with the base's compat libcuda.so.1 standing in for a GPU host's driver",
     "ops_registered": "every op/attribute the matrix names resolves after the modules are imported "
-                      "(vLLM: torch.ops._C.<op>)",
+                      "(vLLM: torch.ops._C.<op>), and every op the matrix expects absent (with its reason) is absent",
     "pinned_versions": "FlashInfer and NCCL distributions in the image equal the matrix pins",
     "expiry": "the expiry label holds the matrix's ISO date, is not past, is within the horizon after the "
               "build date; a warning inside the warning window",
@@ -111,5 +120,8 @@ CHECKS = {
     "non_root": "the image runs as a non-root user by default",
     "no_world_writable": "no world-writable file anywhere, and no world-writable directory without the "
                          "sticky bit (/tmp-style directories) outside /tmp",
+    "runtime_toolchain": "a C compiler compiles and links a program and compiles against INCLUDEPY/Python.h "
+                         "(Triton); where the target has a run-time CUDA toolkit, CUDA_HOME is set and its nvcc "
+                         "reports the matrix's CUDA and compiles a trivial kernel (FlashInfer, DeepGEMM JIT)",
 }
 CHECK_REPORT_NAME = "checks.xml"  # JUnit, beside build.log

@@ -35,6 +35,23 @@ class SourceError(BuilderError):
     exit_code = 2
 
 
+class Unreachable(BuilderError):
+    """A remote (git host, package index) cannot be reached from here: not bad input."""
+
+    exit_code = 3
+
+
+_NETWORK = ("could not resolve host", "unable to access", "connection refused", "connection timed out",
+            "timed out", "network is unreachable", "name or service not known", "temporary failure in name",
+            "failed to connect", "no route to host", "dns error", "error sending request", "failed to fetch")
+
+
+def is_network_failure(text: str) -> bool:
+    """Whether a tool's error message says the network, not the input, was the problem."""
+    low = text.lower()
+    return any(marker in low for marker in _NETWORK)
+
+
 class LockError(BuilderError):
     """A lock cannot be made or is missing/stale for the build being asked for."""
 

@@ -1,10 +1,12 @@
-"""Compiled modules the pinned source declares, derived from its setup.py at the commit.
+"""Compiled modules the pinned source declares, derived from its build files at the commit.
 
-vLLM lists its kernels as ``CMakeExtension(name=...)`` calls in setup.py (the smoke source as
-``Extension("...", ...)``). The calls sit under platform conditions that cannot be evaluated
-without a build, so every literal name is collected and the matrix waives, with a reason, the
-ones that do not apply to a CUDA build (ROCm- or CPU-only modules). ``optional=True`` modules are
-reported, not required: vLLM skips them when their toolchain is missing.
+vLLM lists its kernels as ``CMakeExtension(name=...)`` calls in setup.py and its Rust artifacts as
+``RustExtension(target=...)`` calls in tools/build_rust.py (the smoke source uses the same
+shapes). The calls sit under platform conditions that cannot be evaluated without a build, so
+every literal name is collected and the matrix waives, with a reason, the ones that do not apply
+to this build (ROCm- or CPU-only modules, a Rust frontend that is not built). ``optional=True``
+modules (or an ``optional=`` the file computes) are reported, not required: vLLM skips them when
+their toolchain or architecture is missing.
 """
 
 from __future__ import annotations
@@ -15,7 +17,8 @@ from dataclasses import dataclass
 from builder.errors import SourceError
 from builder.matrix import Extensions
 
-_CALLS = {"Extension", "CMakeExtension"}
+_CALLS = {"Extension", "CMakeExtension", "RustExtension"}
+_NAME_KEYWORDS = ("name", "target")
 
 
 @dataclass(frozen=True)
@@ -42,10 +45,11 @@ def declared(setup_py: bytes, where: str = "setup.py") -> list[Declared]:
             module = node.args[0].value
         optional = False
         for kw in node.keywords:
-            if kw.arg == "name" and isinstance(kw.value, ast.Constant) and isinstance(kw.value.value, str):
+            if kw.arg in _NAME_KEYWORDS and isinstance(kw.value, ast.Constant) and isinstance(kw.value.value, str):
                 module = kw.value.value
-            if kw.arg == "optional" and isinstance(kw.value, ast.Constant):
-                optional = bool(kw.value.value)
+            if kw.arg == "optional":
+                # A computed optional= (vLLM: not VLLM_REQUIRE_RUST_FRONTEND) is optional by default.
+                optional = bool(kw.value.value) if isinstance(kw.value, ast.Constant) else True
         if module:
             prev = found.get(module)
             # Declared twice (e.g. once per platform): required if any declaration is.
@@ -60,9 +64,13 @@ class ModulePlan:
     waived: tuple[tuple[str, str], ...]  # (module, reason)
 
 
-def plan(setup_py: bytes | None, policy: Extensions) -> ModulePlan:
-    """Which modules the image must import: declared + added - waived."""
-    decl = declared(setup_py) if setup_py is not None else []
+def plan(files: dict[str, bytes | None], policy: Extensions) -> ModulePlan:
+    """Which modules the image must import: declared (in every file of ``files``) + added - waived."""
+    decl: list[Declared] = []
+    for where, data in files.items():
+        if data is None:
+            raise SourceError(f"source: {where} (source.extensions.declared_in) does not exist at the pinned commit")
+        decl += declared(data, where)
     required = {d.module for d in decl if not d.optional} | set(policy.add)
     optional = {d.module for d in decl if d.optional} - required
     waived = tuple(sorted((m, r) for m, r in policy.waive.items()))

@@ -1,9 +1,16 @@
-"""Hash-locked dependencies: pip-tools' pip-compile, hermetic, indexes from the matrix only.
+"""Hash-locked dependencies, resolved with uv's ``pip compile``, hermetic, indexes from the matrix only.
 
 Two locks per target, both installed with ``pip install --require-hashes --no-deps``:
 ``requirements.txt`` (the image's runtime environment) and ``build-requirements.txt`` (the build
 stage's tools). Each starts with a header carrying the sha256 of its inputs, so a build can tell
 a stale lock from a current one without re-resolving.
+
+Why uv (a PyPI wheel, hash-pinned like every dependency of this tool's own install): it resolves
+for the image's Python and glibc (``--python-version``, ``--python-platform``) without that
+interpreter on the host, so markers are evaluated for the image, not for the machine running
+the tool; it has real overrides (``--override``), which is how vLLM's own image forces NCCL past
+torch's pin; and ``unsafe-best-match`` across indexes is how vLLM resolves too: a pin such as
+``torch==2.13.0+cu129`` is taken from the one index that has it while PyPI still serves the rest.
 """
 
 from __future__ import annotations
@@ -11,16 +18,13 @@ from __future__ import annotations
 import json
 import os
 import re
-import shutil
 import subprocess
-import sys
 import tempfile
-import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 
 from builder import contract
-from builder.errors import LockError
+from builder.errors import LockError, Unreachable, is_network_failure
 from builder.fsutil import atomic_write, sha256_bytes
 from builder.matrix import Target
 from builder.source import PinnedSource, resolve_includes
@@ -31,6 +35,8 @@ _OPTION_LINE = re.compile(r"^\s*(-i|--index-url|--extra-index-url|-f|--find-link
 _REQ_NAME = re.compile(r"^\s*([A-Za-z0-9][A-Za-z0-9._-]*(?:\[[A-Za-z0-9._,-]+\])?)")
 INPUT_HEADER = "# k3-lock-inputs-sha256: "
 BODY_HEADER = "# k3-lock-body-sha256: "  # a truncated or hand-edited lock fails this, whatever still parses
+PINS_FILE = "matrix.in"  # the matrix's own pins, one requirement per line
+OVERRIDES_FILE = "overrides.txt"  # forced versions (uv --override): NCCL over torch's own pin
 
 
 @dataclass(frozen=True)
@@ -38,10 +44,11 @@ class LockInputs:
     """Everything one lock is computed from, as files relative to a scratch directory."""
 
     kind: str  # "runtime" or "build"
-    files: dict[str, bytes]  # relative path -> content; "matrix.in" holds the matrix's pins
-    top: tuple[str, ...]  # the files pip-compile is given (others are reached by -r)
+    files: dict[str, bytes]  # relative path -> content; PINS_FILE and OVERRIDES_FILE from the matrix
+    top: tuple[str, ...]  # the files the resolver is given (others are reached by -r)
     indexes: tuple[str, ...]
     python: str
+    platform: str  # uv --python-platform, e.g. x86_64-manylinux_2_35
 
     @property
     def sha256(self) -> str:
@@ -51,6 +58,7 @@ class LockInputs:
             "top": list(self.top),
             "indexes": list(self.indexes),
             "python": self.python,
+            "platform": self.platform,
         }
         return sha256_bytes(json.dumps(doc, sort_keys=True).encode())
 
@@ -68,6 +76,12 @@ def _transform(data: bytes, rewrites: dict[str, str]) -> bytes:
     return ("\n".join(out) + "\n").encode()
 
 
+def nccl_pin(target: Target) -> str | None:
+    if not target.nccl:
+        return None
+    return f"nvidia-nccl-cu{target.cuda.major}=={target.nccl.version}"
+
+
 def inputs(target: Target, pinned: PinnedSource, kind: str) -> LockInputs:
     paths = target.source.requirements if kind == "runtime" else target.source.build_requirements
     files = {
@@ -78,36 +92,37 @@ def inputs(target: Target, pinned: PinnedSource, kind: str) -> LockInputs:
     if kind == "build" and target.torch:
         # The build stage compiles against torch: it must be the same CUDA build as the runtime's.
         pins.append(f"torch=={target.torch.version}")
-    if target.nccl and kind == "runtime":
-        pins = [p for p in pins if not p.startswith("nvidia-nccl-")]  # applied after resolving
-    files["matrix.in"] = ("".join(f"{p}\n" for p in sorted(pins))).encode()
-    top = ("matrix.in",) + tuple(f"source/{p}" for p in paths)
-    return LockInputs(kind=kind, files=files, top=top, indexes=target.lock_indexes(), python=target.python.version)
+    overrides = list(target.overrides)
+    if kind == "runtime" and target.nccl:
+        overrides.append(nccl_pin(target))  # wins over torch's own nvidia-nccl pin, as in vLLM's image
+    files[PINS_FILE] = ("".join(f"{p}\n" for p in sorted(set(pins)))).encode()
+    files[OVERRIDES_FILE] = ("".join(f"{p}\n" for p in sorted(set(overrides)))).encode()
+    top = (PINS_FILE,) + tuple(f"source/{p}" for p in paths)
+    return LockInputs(kind=kind, files=files, top=top, indexes=target.lock_indexes(),
+                      python=target.python.version, platform=target.python.uv_platform())
 
 
 def hermetic_env() -> dict[str, str]:
-    """The environment pip runs in: the machine's pip config and PIP_* index settings ignored."""
+    """The environment pip and uv run in: the machine's pip/uv config and index settings ignored."""
     keep = {"PIP_CERT", "PIP_DEFAULT_TIMEOUT", "PIP_DISABLE_PIP_VERSION_CHECK"}
-    env = {k: v for k, v in os.environ.items() if not k.startswith("PIP_") or k in keep}
+    env = {k: v for k, v in os.environ.items()
+           if not (k.startswith("PIP_") or k.startswith("UV_")) or k in keep}
     env["PIP_CONFIG_FILE"] = os.devnull
     env["PIP_NO_INPUT"] = "1"
+    env["UV_NO_CONFIG"] = "1"
     return env
 
 
-def _interpreter(python: str) -> list[str]:
-    if f"{sys.version_info.major}.{sys.version_info.minor}" == python:
-        return [sys.executable]
-    other = shutil.which(f"python{python}")
-    if other and subprocess.run([other, "-c", "import piptools"], capture_output=True).returncode == 0:
-        return [other]
-    raise LockError(
-        f"the lock must be resolved by Python {python} (markers differ by version) but this is "
-        f"{sys.version_info.major}.{sys.version_info.minor}; install pip-tools for python{python} or run the tool with it"
-    )
+def uv_binary() -> str:
+    try:
+        from uv import find_uv_bin
+    except ImportError:  # pragma: no cover - uv is a dependency of this tool
+        raise LockError("the uv package is missing from this tool's environment; reinstall the tool") from None
+    return find_uv_bin()
 
 
-def compile_lock(target: Target, lock_inputs: LockInputs) -> str:
-    """Run pip-compile on the inputs; return the lock text (with our header, no index lines)."""
+def resolve(lock_inputs: LockInputs, where: str) -> str:
+    """Run ``uv pip compile`` on the inputs; return the lock body (no header, no index lines)."""
     with tempfile.TemporaryDirectory(prefix="k3-lock-") as tmp:
         work = Path(tmp)
         for rel, data in lock_inputs.files.items():
@@ -115,27 +130,29 @@ def compile_lock(target: Target, lock_inputs: LockInputs) -> str:
             (work / rel).write_bytes(data)
         index, *extra = lock_inputs.indexes
         cmd = [
-            *_interpreter(lock_inputs.python), "-m", "piptools", "compile",
-            "--quiet", "--no-config", "--no-header", "--generate-hashes", "--allow-unsafe",
-            "--strip-extras", "--newline=LF", "--annotation-style=line",
-            "--no-emit-index-url", "--no-emit-find-links", "--no-emit-trusted-host",
+            uv_binary(), "pip", "compile", "--quiet", "--no-config", "--no-header", "--generate-hashes",
+            "--annotation-style", "line", "--emit-index-annotation", "--no-build",
+            "--python-version", lock_inputs.python, "--python-platform", lock_inputs.platform,
+            "--index-url", index, "--index-strategy", "unsafe-best-match",
         ]
-        cmd += ["--index-url", index]
         for url in extra:
             cmd += ["--extra-index-url", url]
+        if lock_inputs.files.get(OVERRIDES_FILE, b"").strip():
+            cmd += ["--override", OVERRIDES_FILE]
         cmd += ["--output-file", "lock.txt", *lock_inputs.top]
         proc = subprocess.run(cmd, cwd=work, env=hermetic_env(), capture_output=True, text=True)
         if proc.returncode != 0:
-            tail = [ln for ln in (proc.stderr or proc.stdout).strip().splitlines() if ln.strip()]
-            reason = tail[-1] if tail else f"pip-compile exited {proc.returncode}"
-            raise LockError(
-                f"{target.name}: pip-compile failed for the {lock_inputs.kind} lock: {reason} "
-                f"(indexes: {', '.join(lock_inputs.indexes)}; are they reachable from here?)"
-            )
-        body = (work / "lock.txt").read_text()
-    if lock_inputs.kind == "runtime" and target.nccl:
-        body = apply_override(body, f"nvidia-nccl-cu{target.cuda.version.split('.')[0]}", target.nccl.version,
-                              _pypi_hashes, f"matrix targets.{target.name}.nccl")
+            lines = [ln for ln in (proc.stderr or proc.stdout).strip().splitlines() if ln.strip()]
+            reason = " ".join(ln.strip() for ln in lines[-4:])[:600] if lines else f"uv exited {proc.returncode}"
+            kind = Unreachable if is_network_failure(proc.stderr or "") else LockError
+            raise kind(f"{where}: resolving the {lock_inputs.kind} lock failed: {reason} "
+                       f"(indexes: {', '.join(lock_inputs.indexes)}; are they reachable from here?)")
+        return (work / "lock.txt").read_text()
+
+
+def compile_lock(target: Target, lock_inputs: LockInputs) -> str:
+    """The lock text for one kind: our header, then the resolved body."""
+    body = resolve(lock_inputs, target.name)
     header = (
         f"# Lock for target {target.name} ({lock_inputs.kind}), made by `build lock`; do not edit.\n"
         f"# Install with: pip install --require-hashes --no-deps -r <this file>\n"
@@ -148,52 +165,9 @@ def compile_lock(target: Target, lock_inputs: LockInputs) -> str:
 _ENTRY = re.compile(r"^(?P<name>[A-Za-z0-9][A-Za-z0-9._-]*)==(?P<version>\S+)")
 
 
-def apply_override(body: str, name: str, version: str, hashes_for, why: str) -> str:
-    """Replace (or add) one entry with a forced version and its hashes, as an override file does.
-
-    pip-tools has no overrides; the image installs with --no-deps, so the entry in the lock is what
-    lands, whatever the resolver's other packages declare (vLLM does the same with uv overrides).
-    """
-    hashes = sorted(hashes_for(name, version))
-    if not hashes:
-        raise LockError(f"override {name}=={version}: no files with hashes found on the index")
-    entry = [f"{name}=={version} \\"] + [f"    --hash=sha256:{h} \\" for h in hashes]
-    entry[-1] = entry[-1].removesuffix(" \\")
-    entry.append(f"    # via override ({why})")
-    lines = body.splitlines()
-    out: list[str] = []
-    i = 0
-    replaced = False
-    norm = normalize(name)
-    while i < len(lines):
-        m = _ENTRY.match(lines[i])
-        if m and normalize(m.group("name")) == norm:
-            i += 1
-            while i < len(lines) and lines[i].startswith("    "):
-                i += 1
-            out.extend(entry)
-            replaced = True
-            continue
-        out.append(lines[i])
-        i += 1
-    if not replaced:
-        out.extend(entry)
-    return "\n".join(out) + "\n"
-
-
 def normalize(name: str) -> str:
     """PEP 503 name normalization: how every comparison of distribution names in the tool is made."""
     return re.sub(r"[-_.]+", "-", name).lower()
-
-
-def _pypi_hashes(name: str, version: str) -> list[str]:
-    url = f"https://pypi.org/pypi/{name}/{version}/json"
-    try:
-        with urllib.request.urlopen(url, timeout=60) as resp:  # noqa: S310 - fixed https URL
-            doc = json.load(resp)
-    except OSError as exc:
-        raise LockError(f"override {name}=={version}: cannot read {url}: {exc}") from None
-    return [f["digests"]["sha256"] for f in doc.get("urls", [])]
 
 
 @dataclass(frozen=True)
@@ -229,8 +203,8 @@ def parse_lock(text: str, path: Path) -> tuple[str | None, list[LockEntry]]:
         if line.startswith(INPUT_HEADER) or line.startswith(BODY_HEADER):
             continue
         stripped = line.strip()
-        if stripped.startswith("# via override") and current is not None:
-            current[3] = True
+        if stripped.startswith("# via") and "--override" in stripped and current is not None:
+            current[3] = True  # forced by the matrix (uv --override) over what other packages declare
             continue
         if not stripped or stripped.startswith("#"):
             continue
@@ -245,7 +219,9 @@ def parse_lock(text: str, path: Path) -> tuple[str | None, list[LockEntry]]:
         m = _ENTRY.match(line)
         if not m:
             raise LockError(f"{path}:{lineno}: not a pinned requirement line: {stripped[:60]!r}")
-        current = [m.group("name"), m.group("version").rstrip(" \\"), [], False]
+        # A marker (`; python_version > "3.11"`) may follow the version; the lock was resolved for
+        # one Python and platform, so every entry applies.
+        current = [m.group("name"), m.group("version").rstrip(" \\;"), [], False]
         entries.append(current)  # type: ignore[arg-type]
     result = [LockEntry(n, v, tuple(h), o) for n, v, h, o in entries]  # type: ignore[misc]
     for e in result:
@@ -268,17 +244,26 @@ def write(root: Path, target: Target, pinned: PinnedSource) -> dict[str, Path]:
     return written
 
 
+# The torch family: built per CUDA, released together; PyPI's builds are CUDA 13, and torchvision
+# refuses to load beside a torch of another CUDA.
+TORCH_FAMILY = ("torch", "torchvision", "torchaudio")
+
+
 def check_torch_build(target: Target, entries: list[LockEntry], path: Path) -> None:
-    """A target that pins torch must have that CUDA's local build in its lock (e.g. +cu129)."""
+    """A target that pins torch must have that CUDA's local builds in its lock (e.g. +cu129):
+    torch itself, and torchvision/torchaudio wherever the lock has them."""
     if not target.torch:
         return
-    torch = next((e for e in entries if e.name.lower() == "torch"), None)
     want = target.cuda.short
-    if torch is None or not torch.version.endswith(f"+{want}"):
-        found = torch.version if torch else "no torch"
+    family = {normalize(e.name): e for e in entries if normalize(e.name) in TORCH_FAMILY}
+    if "torch" not in family:
+        raise LockError(f"{path}: no torch in the lock, but the target pins torch {target.torch.version}; "
+                        f"re-lock with the {want} index")
+    wrong = [f"{name} {e.version}" for name, e in sorted(family.items()) if not e.version.endswith(f"+{want}")]
+    if wrong:
         raise LockError(
-            f"{path}: torch must be a +{want} build for this target, the lock has {found}; "
-            f"a bare PyPI torch is a CUDA 13 build that fails on r575 drivers. Re-lock with the {want} index."
+            f"{path}: the torch family must be +{want} builds for this target, the lock has {', '.join(wrong)}; "
+            f"PyPI's bare builds are CUDA 13 and fail on r575 drivers. Re-lock with the {want} index."
         )
 
 

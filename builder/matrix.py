@@ -62,7 +62,6 @@ TargetName = _pattern(r"[a-z0-9][a-z0-9._-]{0,62}", "a target name: lowercase le
 Registry = _pattern(_HOST, "a registry host[:port], e.g. ghcr.io or 127.0.0.1:5000")
 Repository = _pattern(rf"{_SEG}(?:/{_SEG})*", "an image repository path, e.g. k3/vllm")
 Tag = _pattern(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}", "an image tag")
-Digest = _pattern(r"sha256:[0-9a-f]{64}", "a sha256 digest: 'sha256:' and 64 lowercase hex characters")
 Commit = _pattern(r"[0-9a-f]{40}", "a full 40-character lowercase hex commit")
 Branch = _pattern(
     r"(?!.*\.\.)(?!.*//)(?!/)(?!.*/$)(?!.*\.lock$)[A-Za-z0-9][A-Za-z0-9._/-]{0,199}",
@@ -100,8 +99,19 @@ RelPath = _pattern(
     "a relative path inside the source (no '..', no leading '/')",
 )
 ModuleName = _pattern(r"[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)*", "a dotted Python module name")
+# What a build declares: a module, or (Rust binaries such as vllm.vllm-rs) a dotted name with '-'.
+ExtensionName = _pattern(r"[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_-]*)*",
+                         "a dotted extension name such as vllm._C or vllm.vllm-rs")
+EnvName = _pattern(r"[A-Z][A-Z0-9_]{0,62}", "an environment variable name (A-Z, 0-9, '_')")
+EnvValue = _pattern(r"[A-Za-z0-9_./:=@+,-]{1,200}", "a plain value (no spaces, quotes or shell characters)")
+AbsPath = _pattern(r"(?:/[A-Za-z0-9_.+-]+)+", "an absolute path such as /usr/local/cuda")
+LocalVersion = _pattern(r"[a-z0-9]+(?:\.[a-z0-9]+)*", "a PEP 440 local version label such as cu129")
+ThirdPartyName = _pattern(r"[a-z0-9][a-z0-9_-]{0,40}", "a third-party name: lowercase letters, digits, '_', '-'")
+UpstreamRef = _pattern(r"[A-Za-z0-9][A-Za-z0-9._/+-]{0,99}", "a tag, branch or commit as the source names it")
 Owner = _pattern(r"[A-Za-z0-9._%+-]+@[A-Za-z0-9.-]+\.[A-Za-z]{2,}", "an e-mail address (the owner who answers for this image)")
 Text = _pattern(r"[A-Za-z0-9][A-Za-z0-9 ,.:;()/_+=@#-]{0,199}", "plain text (letters, digits, spaces, ,.:;()/_+=@#-)")
+# Reasons are shown by the checks and the README, never rendered into a Dockerfile.
+Reason = _pattern(r"[A-Za-z0-9][A-Za-z0-9 ,.:;()\[\]/_+=@#<>'-]{0,299}", "a reason in plain text (letters, digits, spaces, ,.:;()[]/_+=@#<>'-)")
 Arg = _pattern(r"[A-Za-z0-9_./:=@+-][A-Za-z0-9_./:=@+,-]{0,127}", "a plain command word (no spaces, quotes or shell characters)")
 SecretId = _pattern(r"[a-z][a-z0-9_]{0,62}", "a secret id: lowercase letters, digits, '_'")
 AptPackage = _pattern(r"[a-z0-9][a-z0-9.+-]+(?:=[A-Za-z0-9.+:~-]+)?", "a Debian package name, optionally =version")
@@ -192,9 +202,32 @@ class ImageTarget(_Frozen):
 class Extensions(_Frozen):
     """Compiled modules the image must import, beyond those derived from the source."""
 
+    # Files in the source that declare extensions (Extension/CMakeExtension/RustExtension calls).
+    declared_in: tuple[RelPath, ...] = ("setup.py",)
     add: tuple[ModuleName, ...] = ()
-    waive: dict[ModuleName, Text] = Field(default_factory=dict)  # module -> reason
-    ops: tuple[ModuleName, ...] = ()  # torch.ops namespaces/ops that must be registered
+    waive: dict[ExtensionName, Reason] = Field(default_factory=dict)  # module -> reason
+    ops: tuple[ModuleName, ...] = ()  # torch.ops namespaces/ops (and entry points) that must resolve
+    # Ops this build leaves out on purpose (e.g. kernels compiled only for CUDA >= 13), with the
+    # reason: the check confirms each is absent, so a stale entry or a silent change is seen.
+    absent: dict[ModuleName, Reason] = Field(default_factory=dict)
+
+
+class ThirdParty(_Frozen):
+    """A source the build system would otherwise download while compiling (CMake FetchContent).
+
+    Fetched on the host like the main source (mirror, verified commit, export with submodules),
+    handed to the compile step as a build context, and pointed at through ``env``.
+    """
+
+    url: GitUrl
+    commit: Commit  # what is built; a tag in the source (``ref``) is only what the source names
+    ref: UpstreamRef  # the tag or commit the source's build files name (checked at build time)
+    declared_in: RelPath  # the build file in the source that names ``ref``
+    env: EnvName  # the variable the source's build reads for a local checkout, e.g. VLLM_CUTLASS_SRC_DIR
+    subdir: Optional[RelPath] = None  # point ``env`` at this directory inside the checkout
+    # Submodules exported with it: "all" (FetchContent's default, recursive), "none", or paths.
+    submodules: typing.Union[Literal["all", "none"], tuple[RelPath, ...]] = "all"
+    license: Optional[Text] = None
 
 
 class Source(_Frozen):
@@ -209,6 +242,17 @@ class Source(_Frozen):
     # Respellings applied to those files' requirement names, e.g. a CUDA 13 extra -> CUDA 12.
     rewrites: dict[ReqName, ReqName] = Field(default_factory=dict)
     extensions: Extensions = Extensions()
+    # The wheel's local version label, chosen here rather than left to the build (vLLM appends
+    # +cuNNN when the build's CUDA differs from its main CUDA version), and the variable through
+    # which the source's build is told the whole version (vLLM: VLLM_VERSION_OVERRIDE).
+    local_version: Optional[LocalVersion] = None
+    version_env: Optional[EnvName] = None
+    third_party: dict[ThirdPartyName, ThirdParty] = Field(default_factory=dict)
+
+    @property
+    def wheel_version(self) -> str:
+        """The version the built wheel carries, e.g. 0.30.0+cu129."""
+        return f"{self.version}+{self.local_version}" if self.local_version else self.version
 
 
 class Pin(_Frozen):
@@ -219,6 +263,16 @@ class Pin(_Frozen):
 class Cuda(_Frozen):
     version: CudaVersion
     arch_list: tuple[CudaArch, ...] = Field(min_length=1)
+    # Distributions of another CUDA major that are expected in the image, each with its reason
+    # (e.g. a package that ships both and picks the cu12 path at run time). Shown by the checks.
+    other_major: dict[DistName, Reason] = Field(default_factory=dict)
+    # Where the base images keep the CUDA forward-compatibility driver library (libcuda.so.1).
+    # Every vLLM extension links libcuda.so.1; the GPU-less image checks import them with it.
+    compat_dir: AbsPath = "/usr/local/cuda/compat"
+
+    @property
+    def major(self) -> int:
+        return int(self.version.split(".")[0])
 
     @property
     def major_minor(self) -> str:
@@ -252,6 +306,10 @@ class Python(_Frozen):
     glibc: Annotated[StrictStr, AfterValidator(lambda v: _glibc(v))] = "2.35"
     arch: Literal["x86_64", "aarch64"] = "x86_64"
 
+    def uv_platform(self) -> str:
+        """uv's --python-platform for the bases: resolve for their glibc, not this machine's."""
+        return f"{self.arch}-manylinux_{self.glibc.replace('.', '_')}"
+
     def wheel_platforms(self) -> tuple[str, ...]:
         """pip --platform values: pip does not expand manylinux_2_X to older tags itself."""
         minor = int(self.glibc.split(".")[1])
@@ -267,14 +325,28 @@ def _glibc(value: str) -> str:
     return value
 
 
+class Runtime(_Frozen):
+    """What the final image offers code that compiles at run time (Triton, FlashInfer, DeepGEMM)."""
+
+    # The CUDA toolkit with nvcc for run-time JIT; the runtime base must carry it (image check
+    # runtime_toolchain). None: the target has no run-time CUDA toolkit (the smoke).
+    cuda_home: Optional[AbsPath] = None
+    # Extra environment of the final image, e.g. Triton's Blackwell ptxas.
+    env: dict[EnvName, EnvValue] = Field(default_factory=dict)
+
+
 class Compile(_Frozen):
-    max_jobs: Optional[Annotated[StrictInt, Field(ge=1, le=512)]] = None  # None: derived from the builder
+    # None: derived from the builder. Like vLLM's MAX_JOBS: the total parallelism (nvcc jobs x
+    # NVCC_THREADS); the source's build divides it by NVCC_THREADS itself.
+    max_jobs: Optional[Annotated[StrictInt, Field(ge=1, le=512)]] = None
     nvcc_threads: Annotated[StrictInt, Field(ge=1, le=64)] = 1
     memory_per_job_gib: Annotated[StrictInt, Field(ge=1, le=256)] = 4  # per nvcc thread, for MAX_JOBS
     apt_packages: tuple[AptPackage, ...] = ()  # build stage only; never in the final image
     # BuildKit secret ids mounted (required) into the compile step at /run/secrets/<id>; their
     # values come from `build --secret id=<id>,env=VAR` and never from the matrix.
     secrets: tuple[SecretId, ...] = ()
+    # Environment of the compile step, e.g. CMAKE_BUILD_TYPE=Release, VLLM_TARGET_DEVICE=cuda.
+    env: dict[EnvName, EnvValue] = Field(default_factory=dict)
 
 
 class Target(_Frozen):
@@ -297,7 +369,11 @@ class Target(_Frozen):
     indexes: tuple[HttpsUrl, ...] = Field(default=("https://pypi.org/simple",), min_length=1)
     requirements: tuple[Requirement, ...] = ()
     build_requirements: tuple[Requirement, ...] = ()
+    # Versions forced over what the resolved packages declare (uv --override), each with its
+    # reason; `pip check` in the image reports these conflicts instead of failing on them.
+    overrides: dict[Requirement, Reason] = Field(default_factory=dict)
     compile: Compile = Compile()
+    runtime: Runtime = Runtime()
     entrypoint: tuple[Arg, ...] = Field(min_length=1)
 
     def pinned_requirements(self) -> tuple[str, ...]:
@@ -308,7 +384,7 @@ class Target(_Frozen):
         if self.flashinfer:
             pins.append(f"flashinfer-python=={self.flashinfer.version}")
         if self.nccl:
-            pins.append(f"nvidia-nccl-cu{self.cuda.version.split('.')[0]}=={self.nccl.version}")
+            pins.append(f"nvidia-nccl-cu{self.cuda.major}=={self.nccl.version}")
         return tuple(sorted(pins, key=str.lower))
 
     def lock_indexes(self) -> tuple[str, ...]:
@@ -335,10 +411,6 @@ class Matrix(_Frozen):
 
 class _Loader(yaml.SafeLoader):
     """Safe loader that refuses duplicate keys and aliases (no billion-laughs expansion)."""
-
-
-def _no_alias(loader: _Loader, node: yaml.Node) -> Any:  # pragma: no cover - replaced below
-    raise AssertionError
 
 
 def _compose_node(self: _Loader, parent: Any, index: Any) -> Any:
@@ -518,6 +590,7 @@ def parse(text: str, path: Path) -> Matrix:
     targets = raw.get("targets")
     if not isinstance(defaults, dict):
         raise ConfigError(f"{path}: defaults: must be a mapping")
+    _check_defaults(path, defaults, targets if isinstance(targets, dict) else {})
     own_targets = targets if isinstance(targets, dict) else {}
     overrides = environment_overrides()
     if isinstance(targets, dict):
@@ -545,12 +618,47 @@ def parse(text: str, path: Path) -> Matrix:
     return Matrix(version=checked.version, targets=checked.targets, path=path)
 
 
+def _check_defaults(path: Path, defaults: dict, targets: dict) -> None:
+    """Every value under ``defaults:`` is checked on its own, used by a target or not: a bad value
+    no target reads is still bad input (and would bite the next target that inherits it)."""
+    from pydantic import TypeAdapter
+
+    for key, value in defaults.items():
+        field = Target.model_fields.get(key) if isinstance(key, str) and key != "name" else None
+        if field is None:
+            options = [o for o in Target.model_fields if o != "name"]
+            raise ConfigError(f"{path}: defaults.{_key(key)}: unknown key{_did_you_mean(str(key), options)}")
+        try:
+            TypeAdapter(Annotated[field.annotation, *field.metadata]).validate_python(value)
+        except ValidationError as exc:
+            err = exc.errors(include_url=False)[0]
+            message = _format_error(path, {**err, "loc": ("defaults", key, *err["loc"])})
+            users = [n for n, t in targets.items() if not (isinstance(t, dict) and key in t)]
+            if users:
+                where = f"{path}: defaults.{_key(key)}"
+                message = message.replace(where, f"{where} (used by {', '.join(f'targets.{_key(u)}' for u in users)})", 1)
+            raise ConfigError(message) from None
+
+
 def _cross_checks(path: Path, t: Target) -> None:
     where = f"{path}: targets.{t.name}"
     if t.python.provider == "standalone" and t.python.standalone is None:
         raise ConfigError(f"{where}.python.standalone: required when provider is 'standalone' (url and sha256)")
     if t.python.provider == "system" and t.python.standalone is not None:
         raise ConfigError(f"{where}.python.standalone: only used with provider 'standalone'; remove it")
+    envs = [("source.version_env", t.source.version_env)] if t.source.version_env else []
+    envs += [(f"source.third_party.{n}.env", tp.env) for n, tp in t.source.third_party.items()]
+    envs += [(f"compile.env.{k}", k) for k in t.compile.env]
+    seen: dict[str, str] = {}
+    for key, var in envs:
+        if var in seen:
+            raise ConfigError(f"{where}.{key}: {var} is already set by {seen[var]}; each variable has one owner")
+        seen[var] = key
+    for req in t.overrides:
+        if "==" not in req or any(op in req.split("==", 1)[1] for op in ",<>!~"):
+            raise ConfigError(f"{where}.overrides.{req}: an override forces one version: write name==version")
+    if t.python.glibc.split(".")[1] not in [str(m) for m in range(17, 41)]:
+        raise ConfigError(f"{where}.python.glibc: {t.python.glibc} is outside what the resolver knows (2.17-2.40)")
     if t.torch and t.torch.version.partition("+")[2] not in ("", t.cuda.short):
         raise ConfigError(
             f"{where}.torch.version: local version {t.torch.version!r} does not match CUDA {t.cuda.version} "

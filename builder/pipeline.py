@@ -30,18 +30,42 @@ from builder.matrix import Matrix, Target
 GIB = 1024**3
 
 
-def max_jobs(target: Target, cpus: int, memory_bytes: int, override: int | None = None) -> int:
-    """MAX_JOBS for the compile: min(cpus, memory / (GiB per job x NVCC_THREADS)), at least 1.
+@dataclass(frozen=True)
+class Parallelism:
+    """How parallel the compile runs. ``max_jobs`` is what MAX_JOBS is set to, in the source's own
+    meaning: vLLM's setup.py divides it by NVCC_THREADS to get its ninja job count, so the tool
+    passes nvcc jobs x NVCC_THREADS (passing the job count itself would divide it twice)."""
 
-    Each nvcc job runs NVCC_THREADS threads that each need ``memory_per_job_gib``; OOM-killed
-    compiles are vLLM's most reported build failure, so memory bounds the jobs before cores do.
+    max_jobs: int
+    nvcc_threads: int
+    why: str
+
+    @property
+    def jobs(self) -> int:  # the compile jobs the source's build runs at once
+        return max(1, self.max_jobs // self.nvcc_threads)
+
+    def describe(self) -> str:
+        return (f"MAX_JOBS={self.max_jobs} NVCC_THREADS={self.nvcc_threads}: {self.jobs} compile job(s) x "
+                f"{self.nvcc_threads} nvcc thread(s) ({self.why})")
+
+
+def parallelism(target: Target, cpus: int, memory_bytes: int, override: int | None = None) -> Parallelism:
+    """MAX_JOBS for the compile: --max-jobs, else compile.max_jobs, else derived from the builder.
+
+    Derived: jobs = min(cpus / NVCC_THREADS, memory / (memory_per_job_gib x NVCC_THREADS)), at least
+    one; each nvcc thread needs ``memory_per_job_gib`` and OOM-killed compiles are vLLM's most
+    reported build failure, so memory bounds the jobs before cores do. MAX_JOBS = jobs x threads.
     """
+    threads = target.compile.nvcc_threads
     if override:
-        return override
+        return Parallelism(override, threads, "--max-jobs")
     if target.compile.max_jobs:
-        return target.compile.max_jobs
-    per_job = target.compile.memory_per_job_gib * target.compile.nvcc_threads * GIB
-    return max(1, min(cpus, memory_bytes // per_job if memory_bytes else 1))
+        return Parallelism(target.compile.max_jobs, threads, "compile.max_jobs")
+    per_job = target.compile.memory_per_job_gib * threads * GIB
+    jobs = max(1, min(cpus // threads, memory_bytes // per_job if memory_bytes else 1))
+    why = (f"derived from the builder: {cpus} cpus, {memory_bytes // GIB} GiB, "
+           f"{target.compile.memory_per_job_gib} GiB per nvcc thread")
+    return Parallelism(jobs * threads, threads, why)
 
 
 def created_iso(epoch: int) -> str:
@@ -78,7 +102,8 @@ class Plan:
             ("build base", t.bases.build.ref),
             ("runtime base", t.bases.runtime.ref),
             ("source", f"{t.source.url} {t.source.branch} @ {t.source.commit}"),
-            ("source package", f"{t.source.package} {t.source.version}"),
+            ("source package", f"{t.source.package} {t.source.wheel_version}"
+                               + (f" (told through {t.source.version_env})" if t.source.version_env else "")),
             ("python", f"{t.python.version} ({t.python.provider}"
                        + (f": {t.python.standalone.url} sha256:{t.python.standalone.sha256}" if t.python.standalone else "")
                        + ")"),
@@ -87,14 +112,21 @@ class Plan:
         for label, pin in (("torch", t.torch), ("flashinfer", t.flashinfer), ("nccl (override)", t.nccl)):
             if pin:
                 rows.append((label, pin.version + (f" from {pin.index}" if pin.index else "")))
+        for name, tp in sorted(t.source.third_party.items()):
+            named = f"{tp.ref} = {tp.commit}" if tp.ref != tp.commit else tp.commit
+            rows.append((f"third party {name}", f"{tp.url} @ {named} -> {tp.env}"
+                                                + (f" (its {tp.subdir})" if tp.subdir else "")))
         rows += [
             ("lock indexes", ", ".join(t.lock_indexes())),
             ("lock inputs", ", ".join(t.pinned_requirements() + t.source.requirements) or "-"),
             ("build lock inputs", ", ".join(t.build_requirements + t.source.build_requirements) or "-"),
             ("build args", f"SOURCE_DATE_EPOCH=<commit time> TORCH_CUDA_ARCH_LIST=\"{' '.join(t.cuda.arch_list)}\" "
-                           f"NVCC_THREADS={t.compile.nvcc_threads} MAX_JOBS="
-                           + (str(t.compile.max_jobs) if t.compile.max_jobs else
-                              f"min(cpus, mem/({t.compile.memory_per_job_gib} GiB x {t.compile.nvcc_threads}))")),
+                           f"NVCC_THREADS={t.compile.nvcc_threads} MAX_JOBS=<parallelism>"),
+            ("parallelism", (parallelism(t, 0, 0).describe() if t.compile.max_jobs else
+                             f"MAX_JOBS = jobs x NVCC_THREADS {t.compile.nvcc_threads}, jobs = min(cpus / "
+                             f"{t.compile.nvcc_threads}, memory / ({t.compile.memory_per_job_gib} GiB x "
+                             f"{t.compile.nvcc_threads})), from the builder; e.g. 64 cpus, 256 GiB: "
+                             + parallelism(t, 64, 256 * GIB).describe())),
             ("dockerfile", f"{self.dockerfile} ({'present' if self.dockerfile.exists() else 'not rendered'})"),
         ]
         for kind, path in self.locks.items():
@@ -140,6 +172,7 @@ class Prepared:
     workdir: Path
     request: BuildRequest
     started_iso: str
+    third_party: dict  # name -> source.PinnedThirdParty
 
     @property
     def log_path(self) -> Path:
@@ -154,9 +187,8 @@ def offline_checks(plan: Plan) -> str:
     """Refusals that need nothing but the repo: drifted Dockerfile, missing/unhashed/wrong-CUDA lock."""
     with log.step(f"{plan.target.name}: check the committed Dockerfile and locks"):
         dockerfile_text = check_rendered(plan)
-        runtime_entries = lock.read_entries(plan.locks["runtime"])
-        lock.read_entries(plan.locks["build"])
-        lock.check_torch_build(plan.target, runtime_entries, plan.locks["runtime"])
+        for path in plan.locks.values():  # the build stage compiles against torch: same CUDA build
+            lock.check_torch_build(plan.target, lock.read_entries(path), path)
     return dockerfile_text
 
 
@@ -197,6 +229,13 @@ def prepare(plan: Plan, engine: Engine, *, tag: str, dockerfile_text: str, no_ca
         if pinned.branch_head != target.source.commit:
             log.warn(f"{target.source.branch} has moved to {pinned.branch_head[:12]}; building the pin "
                      f"{target.source.commit[:12]} (run `build track` to move it)")
+    third = {}
+    if target.source.third_party:
+        with log.step(f"{target.name}: fetch {len(target.source.third_party)} pinned third-party source(s)"):
+            third = source.fetch_all_third_party(target.source, pinned)
+            for tp in third.values():
+                log.info(f"    {tp.name}: {tp.url} @ {tp.commit[:12]}"
+                         + (f" + {len(tp.submodules)} submodule(s)" if tp.submodules else ""))
     with log.step(f"{target.name}: check the locks were made from these inputs"):
         lock.check_current(plan.locks["runtime"], lock.inputs(target, pinned, "runtime"))
         lock.check_current(plan.locks["build"], lock.inputs(target, pinned, "build"))
@@ -208,19 +247,22 @@ def prepare(plan: Plan, engine: Engine, *, tag: str, dockerfile_text: str, no_ca
     with log.step(f"{target.name}: assemble the build context"):
         ctx = assemble(target, plan.locks["runtime"].parent, workdir / "context", epoch)
         src = pinned.export(workdir / "source")
-    jobs = max_jobs(target, info.cpus, info.memory_bytes, max_jobs_override)
+        contexts = {"source": src}
+        for name, tp in third.items():
+            contexts[contract.third_party_context(name)] = tp.export(workdir / "third_party" / name)
+    par = parallelism(target, info.cpus, info.memory_bytes, max_jobs_override)
     request = BuildRequest(
         context=ctx,
         dockerfile=plan.dockerfile,
         tags=(f"{target.image.name}:{tag}",),
         build_args={
             "SOURCE_DATE_EPOCH": str(epoch),
-            "MAX_JOBS": str(jobs),
+            "MAX_JOBS": str(par.max_jobs),
             "NVCC_THREADS": str(target.compile.nvcc_threads),
             "K3_CREATED": created_iso(epoch),
             "K3_LOCK_SHA256": sha256_file(plan.locks["runtime"]),
         },
-        build_contexts={"source": src},
+        build_contexts=contexts,
         source_date_epoch=epoch,
         push=True,
         no_cache=no_cache,
@@ -233,10 +275,40 @@ def prepare(plan: Plan, engine: Engine, *, tag: str, dockerfile_text: str, no_ca
     (workdir / contract.BUILD_LOG_NAME).write_text(
         f"[k3-builder] build {build_id} of target {target.name}, tool {__version__}\n"
         f"[k3-builder] source {target.source.url} @ {target.source.commit}, SOURCE_DATE_EPOCH={epoch}\n"
-        f"[k3-builder] MAX_JOBS={jobs} NVCC_THREADS={target.compile.nvcc_threads}\n"
+        + "".join(f"[k3-builder] third party {tp.name}: {tp.url} @ {tp.commit}\n" for tp in third.values())
+        + f"[k3-builder] {par.describe()}\n"
     )
+    log.info(f"    {par.describe()}")
     return Prepared(plan, info, pinned, dockerfile_text, build_id, workdir, request,
-                    now.strftime("%Y-%m-%dT%H:%M:%SZ"))
+                    now.strftime("%Y-%m-%dT%H:%M:%SZ"), third)
+
+
+def lock_target(plan: Plan) -> dict[str, Path]:
+    """`build lock`: resolve both locks from the matrix and the source at the pin; write them."""
+    target = plan.target
+    with log.step(f"{target.name}: fetch source {target.source.branch} @ {target.source.commit[:12]}"):
+        pinned = source.fetch(target.source)
+    with log.step(f"{target.name}: resolve the runtime and build locks (uv, for Python {target.python.version} on "
+                  f"{target.python.uv_platform()})"):
+        return lock.write(plan.root, target, pinned)
+
+
+def rehearse_lock(plan: Plan):
+    """`build lock --rehearse`: the same resolution against PyPI only; nothing under locks/."""
+    from builder import rehearse
+
+    target = plan.target
+    with log.step(f"{target.name}: REHEARSAL of the lock against PyPI only (the real lock needs the real indexes)"):
+        result = rehearse.rehearse(target, plan.root)
+    return result
+
+
+def record_source(target: Target, third: dict) -> dict:
+    """The record's ``source``: the pinned commit plus every third-party tree the compile used."""
+    doc = {"url": target.source.url, "branch": target.source.branch, "commit": target.source.commit}
+    if third:
+        doc["third_party"] = {name: tp.to_json() for name, tp in sorted(third.items())}
+    return doc
 
 
 def run_engine(prep: Prepared, engine: Engine) -> BuildResult:
@@ -339,7 +411,7 @@ def _build(plan: Plan, engine: Engine, *, no_cache: bool = False, builder: str |
         digest=result.digest,
         bases={role: {"name": getattr(target.bases, role).display_name, "digest": getattr(target.bases, role).digest}
                for role in ("build", "runtime")},
-        source={"url": target.source.url, "branch": target.source.branch, "commit": target.source.commit},
+        source=record_source(target, prep.third_party),
         lock_sha256=sha256_file(plan.locks["runtime"]),
         build_lock_sha256=sha256_file(plan.locks["build"]),
         dockerfile_sha256=sha256_bytes(prep.dockerfile_text.encode()),

@@ -13,6 +13,18 @@ from builder import contract
 from builder.matrix import Target
 
 RUNTIME_UID = 2000  # vLLM's own non-root variant uses uid 2000 ("vllm")
+RUNTIME_USER = "vllm"  # what USER/LOGNAME say for that uid (getpass.getuser() reads them first)
+THIRD_PARTY_ROOT = "/third_party"  # where the compile step mounts the pinned third-party sources
+
+
+def third_party(target: Target) -> list[dict]:
+    """Each pinned third-party source: its build context, mount point and the path its variable gets."""
+    out = []
+    for name, tp in sorted(target.source.third_party.items()):
+        mount = f"{THIRD_PARTY_ROOT}/{name}"
+        out.append({"name": name, "context": contract.third_party_context(name), "mount": mount, "env": tp.env,
+                    "path": f"{mount}/{tp.subdir}" if tp.subdir else mount})
+    return out
 
 
 @lru_cache(maxsize=1)
@@ -43,7 +55,7 @@ def static_labels(target: Target) -> dict[str, str]:
         contract.OCI_SOURCE: target.source.url,
         contract.OCI_TITLE: f"{target.source.package} ({target.name})",
         contract.OCI_VENDOR: target.vendor,
-        contract.OCI_VERSION: target.source.version,
+        contract.OCI_VERSION: target.source.wheel_version,
     }
 
 
@@ -64,7 +76,13 @@ def context(target: Target) -> dict:
         "python_version": target.python.version,
         "python": "/opt/k3/python/bin/python3" if standalone else f"/usr/bin/python{target.python.version}",
         "source_package": target.source.package,
-        "source_version": target.source.version,
+        "wheel_version": target.source.wheel_version,
+        "version_env": target.source.version_env,
+        "compile_env": sorted(target.compile.env.items()),
+        "third_party": third_party(target),
+        "cuda_home": target.runtime.cuda_home,
+        "runtime_env": sorted(target.runtime.env.items()),
+        "user": RUNTIME_USER,
         "lock_name": contract.LOCK_NAME,
         "build_lock_name": contract.BUILD_LOCK_NAME,
         "uid": RUNTIME_UID,

@@ -1,15 +1,29 @@
-"""The smoke target: the cu129 pipeline end to end on a machine that reaches only PyPI and Debian.
+"""The smoke target: a faithful miniature of the cu129 build on a machine that reaches only PyPI
+and Debian.
 
-Makes, on this machine: two Debian 12 base images (debootstrap minbase; "devel" adds the C
-toolchain) pushed to the local registry and pinned by the digests it returns; a git repository
-of the stand-in source (tests/fixtures/smoke-src: a package with a compiled extension) with a
-fixed author and date, so its commit is the same everywhere; and a matrix that points at them.
-The matrix goes through the same templates and code as cu129: only data differs.
+Every path the cu129 build takes, the smoke takes too, so CI sees what breaks:
+- the source builds through CMake + ninja (from the build lock) with `pip wheel
+  --no-build-isolation`, from a venv nobody activated (builder/smoke_assets/src: setup.py and
+  CMakeLists.txt shaped like vLLM's);
+- the compile fetches a third-party source with FetchContent, which the matrix pins under
+  ``source.third_party`` (a second git repository with its own submodule), so the compile step
+  runs with the network off;
+- its extension links libcuda.so.1: the bases carry a stub driver library at the CUDA images'
+  paths (link-time stub under lib64/stubs, forward-compat copy under compat), so the image
+  checks import it the way they import vLLM's;
+- its wheel carries a +cu129 local version chosen by the matrix;
+- its runtime base carries a C compiler and Python.h for code that compiles at run time.
+
+Makes, on this machine: two Debian 12 base images (debootstrap minbase) pushed to the local
+registry and pinned by the digests it returns; the git repositories of the stand-in source and
+its third-party kernels, with fixed authors and dates; and a matrix that points at them. The
+matrix goes through the same templates and code as cu129: only data differs.
 """
 
 from __future__ import annotations
 
 import datetime as dt
+import hashlib
 import shutil
 import subprocess
 import tarfile
@@ -22,34 +36,78 @@ import yaml
 
 from builder import log
 from builder.engine import Engine
-from builder.errors import BuildError
+from builder.errors import BuildError, ConfigError
 from builder.fsutil import atomic_write, cache_dir
 
 SUITE = "bookworm"
 MIRROR = "http://deb.debian.org/debian"
-SRC_FIXTURE = Path(__file__).resolve().parent.parent / "tests" / "fixtures" / "smoke-src"
+ASSETS = Path(__file__).resolve().parent / "smoke_assets"
 BRANCH = "k3-smoke"
-COMMIT_DATE = "2026-11-01T00:00:00+00:00"  # fixed: same tree, same commit id on every machine
+COMMIT_DATE = "2026-11-01T00:00:00+00:00"  # fixed: same tree, same commit id
 GLIBC = "2.36"  # Debian 12
 PYTHON = "3.11"  # Debian 12's python3
+CUDA = "12.9.1"  # what the smoke stands in for
+COMPAT_DIR = "/usr/local/cuda/compat"  # as in NVIDIA's CUDA base images
+STUBS_DIR = "/usr/local/cuda/lib64/stubs"  # as in NVIDIA's CUDA devel images
 
+# The runtime base has a C compiler and Python.h, as code compiling at run time (Triton) needs.
 BASES = {
-    "runtime": ("k3/smoke-base", ["python3", "ca-certificates"]),
+    "runtime": ("k3/smoke-base", ["python3", "python3-dev", "gcc", "libc6-dev", "ca-certificates"]),
     "devel": ("k3/smoke-devel", ["python3", "python3-venv", "python3-dev", "gcc", "libc6-dev", "ca-certificates"]),
 }
 
 
-def _debootstrap(packages: list[str], dest: Path) -> Path:
-    """A minbase root filesystem as a tarball (apt caches and lists left out)."""
+def _recipe() -> str:
+    """Identifies how the bases are made: cached bases from another recipe are made again."""
+    doc = repr(sorted(BASES.items())) + (ASSETS / "driver" / "libcuda_stub.c").read_text()
+    return hashlib.sha256(doc.encode()).hexdigest()[:16]
+
+
+def _driver_stub(dest: Path) -> Path:
+    """Compile the stand-in libcuda.so.1 (soname libcuda.so.1, like the real one) on this host."""
+    cc = shutil.which("cc") or shutil.which("gcc")
+    if cc is None:
+        raise BuildError("smoke-init needs a C compiler on this machine (cc or gcc) for the stub libcuda.so.1")
+    out = dest / "libcuda.so.1"
+    proc = subprocess.run([cc, "-shared", "-fPIC", "-O2", "-Wl,-soname,libcuda.so.1", "-o", str(out),
+                           str(ASSETS / "driver" / "libcuda_stub.c")], capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise BuildError(f"compiling the stub libcuda.so.1 failed: {proc.stderr.strip()[-300:]}")
+    return out
+
+
+def _install_stub(rootfs: Path, stub: Path, devel: bool) -> None:
+    compat = rootfs / COMPAT_DIR.lstrip("/")
+    compat.mkdir(parents=True, exist_ok=True)
+    shutil.copy2(stub, compat / "libcuda.so.1")
+    if devel:
+        stubs = rootfs / STUBS_DIR.lstrip("/")
+        stubs.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(stub, stubs / "libcuda.so")
+
+
+def _debootstrap(role: str, packages: list[str], dest: Path, stub: Path, attempts: int = 3) -> Path:
+    """A minbase root filesystem as a tarball (apt caches and lists left out).
+
+    Each base has its own package cache: two debootstraps writing one --cache-dir at once corrupt
+    each other's downloads ("Retrying failed download ..."). A failed run is retried with what
+    it already downloaded (a mirror hiccup should not fail CI).
+    """
     rootfs = dest / "rootfs"
-    debs = cache_dir() / "debootstrap"
+    debs = cache_dir() / "debootstrap" / role
     debs.mkdir(parents=True, exist_ok=True)
     cmd = ["debootstrap", "--variant=minbase", f"--include={','.join(packages)}", f"--cache-dir={debs}",
            SUITE, str(rootfs), MIRROR]
-    proc = subprocess.run(cmd, capture_output=True, text=True)
-    if proc.returncode != 0:
-        tail = (proc.stdout + proc.stderr).strip().splitlines()[-3:]
-        raise BuildError(f"debootstrap failed: {' | '.join(tail)}")
+    for attempt in range(1, attempts + 1):
+        proc = subprocess.run(cmd, capture_output=True, text=True)
+        if proc.returncode == 0:
+            break
+        shutil.rmtree(rootfs, ignore_errors=True)
+        if attempt == attempts:
+            tail = (proc.stdout + proc.stderr).strip().splitlines()[-3:]
+            raise BuildError(f"debootstrap of the {role} base failed {attempts} times: {' | '.join(tail)}")
+        log.warn(f"debootstrap of the {role} base failed (attempt {attempt} of {attempts}); retrying")
+    _install_stub(rootfs, stub, devel=role == "devel")
     tar_path = dest / "rootfs.tar"
     excluded = ("./var/cache/apt/archives/", "./var/lib/apt/lists/")
     with tarfile.open(tar_path, "w") as tar:
@@ -65,47 +123,78 @@ def _bases(registry: str, engine: Engine) -> dict[str, str]:
     known = yaml.safe_load(state.read_text()) if state.exists() else {}
     known = known if isinstance(known, dict) else {}
     mine = known.get(registry, {})
-    if mine and all(engine.serves(ref.split("@")[0].rsplit(":", 1)[0], ref.split("@")[1]) for ref in mine.values()):
-        return mine
+    recipe = _recipe()
+    if (mine.get("recipe") == recipe and all(
+            engine.serves(ref.split("@")[0].rsplit(":", 1)[0], ref.split("@")[1]) for ref in mine["refs"].values())):
+        return mine["refs"]
     with tempfile.TemporaryDirectory(prefix="k3-smoke-") as tmp, ThreadPoolExecutor(2) as pool:
+        stub = _driver_stub(Path(tmp))
         jobs = {}
         for role, (_, packages) in BASES.items():
             (Path(tmp) / role).mkdir()
-            jobs[role] = pool.submit(_debootstrap, packages, Path(tmp) / role)
+            jobs[role] = pool.submit(_debootstrap, role, packages, Path(tmp) / role, stub)
         refs = {}
         for role, (repo, _) in BASES.items():
-            tagged = f"{registry}/{repo}:{SUITE}"
+            tagged = f"{registry}/{repo}:{SUITE}-{recipe}"
             digest = engine.import_and_push(jobs[role].result(), tagged)
             refs[role] = f"{tagged}@{digest}"
-    known[registry] = refs
+    known[registry] = {"recipe": recipe, "refs": refs}
     atomic_write(state, yaml.safe_dump(known))
     return refs
 
 
-def _source_repo(dest: Path) -> tuple[str, str]:
-    """(file:// URL, commit) of the stand-in source on branch k3-smoke."""
+_GIT_ENV = {
+    "GIT_AUTHOR_NAME": "k3 smoke", "GIT_AUTHOR_EMAIL": "smoke@example.org", "GIT_AUTHOR_DATE": COMMIT_DATE,
+    "GIT_COMMITTER_NAME": "k3 smoke", "GIT_COMMITTER_EMAIL": "smoke@example.org", "GIT_COMMITTER_DATE": COMMIT_DATE,
+}
+
+
+def _commit_tree(src: Path, dest: Path, message: str, branch: str = "main",
+                 submodules: dict[str, tuple[str, str]] | None = None) -> tuple[str, str]:
+    """(file:// URL, commit) of a new repository holding ``src`` (and gitlinks to ``submodules``)."""
     if dest.exists():
         shutil.rmtree(dest)
-    shutil.copytree(SRC_FIXTURE, dest, ignore=shutil.ignore_patterns("__pycache__", "*.pyc", "build", "*.egg-info"))
-    repo = git.Repo.init(dest, initial_branch=BRANCH)
+    shutil.copytree(src, dest, ignore=shutil.ignore_patterns("__pycache__", "*.pyc", "build", "*.egg-info"))
+    repo = git.Repo.init(dest, initial_branch=branch)
+    modules = [f'[submodule "{path}"]\n\tpath = {path}\n\turl = {url}\n'
+               for path, (url, _) in sorted((submodules or {}).items())]
+    if modules:
+        (dest / ".gitmodules").write_text("".join(modules))
     repo.git.add(A=True)
-    env = {
-        "GIT_AUTHOR_NAME": "k3 smoke", "GIT_AUTHOR_EMAIL": "smoke@example.org", "GIT_AUTHOR_DATE": COMMIT_DATE,
-        "GIT_COMMITTER_NAME": "k3 smoke", "GIT_COMMITTER_EMAIL": "smoke@example.org",
-        "GIT_COMMITTER_DATE": COMMIT_DATE,
-    }
-    with repo.git.custom_environment(**env):
-        repo.git.commit("-q", "--no-gpg-sign", "-m", "k3smoke 0.1.0: stand-in source with a compiled extension")
+    for path, (_, commit) in sorted((submodules or {}).items()):
+        # The gitlink itself, as `git submodule add` records it (no checkout needed).
+        repo.git.update_index("--add", "--cacheinfo", f"160000,{commit},{path}")
+    with repo.git.custom_environment(**_GIT_ENV):
+        repo.git.commit("-q", "--no-gpg-sign", "-m", message)
     return f"file://{dest.resolve()}", repo.head.commit.hexsha
 
 
-def matrix_text(registry: str, bases: dict[str, str], url: str, commit: str, expires: dt.date,
+def _source_repos(out: Path) -> dict:
+    """The stand-in source and its third-party kernels (with their own submodule), committed."""
+    math_url, math_commit = _commit_tree(ASSETS / "k3math", out / "k3math-src", "k3math: header library")
+    kernels_url, kernels_commit = _commit_tree(
+        ASSETS / "kernels", out / "k3kernels-src", "k3kernels: stand-in third-party kernels",
+        submodules={"third-party/k3math": (math_url, math_commit)})
+    with tempfile.TemporaryDirectory(prefix="k3-smoke-src-") as tmp:
+        staged = Path(tmp) / "src"
+        shutil.copytree(ASSETS / "src", staged, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+        cmake_in = staged / "CMakeLists.txt.in"
+        cmake_in.with_suffix("").write_text(cmake_in.read_text().replace("@KERNELS_URL@", kernels_url)
+                                            .replace("@KERNELS_COMMIT@", kernels_commit))
+        cmake_in.unlink()
+        url, commit = _commit_tree(staged, out / "k3smoke-src",
+                                   "k3smoke 0.1.0: stand-in source built with CMake and ninja", branch=BRANCH)
+    return {"url": url, "commit": commit, "kernels_url": kernels_url, "kernels_commit": kernels_commit}
+
+
+def matrix_text(registry: str, bases: dict[str, str], repos: dict, expires: dt.date,
                 repository: str = "k3/smoke") -> str:
+    cuda_short = "cu" + "".join(CUDA.split(".")[:2])
     doc = {
         "version": 1,
         "targets": {
             "smoke": {
-                "description": "Smoke stand-in for cu129: same templates and code, local bases and source",
+                "description": "Smoke miniature of cu129: same templates and code, local bases and sources",
                 "owner": "gpu-platform@example.org",
                 "expires": expires.isoformat(),
                 "expiry_warning_days": 30,
@@ -113,16 +202,29 @@ def matrix_text(registry: str, bases: dict[str, str], url: str, commit: str, exp
                 "image": {"registry": registry, "repository": repository, "tag": "smoke"},
                 "bases": {"build": bases["devel"], "runtime": bases["runtime"]},
                 "source": {
-                    "url": url, "branch": BRANCH, "commit": commit, "package": "k3smoke", "version": "0.1.0",
+                    "url": repos["url"], "branch": BRANCH, "commit": repos["commit"], "package": "k3smoke",
+                    "version": "0.1.0", "local_version": cuda_short, "version_env": "K3SMOKE_VERSION_OVERRIDE",
                     "requirements": ["requirements.txt"], "build_requirements": ["build-requirements.txt"],
-                    # The stand-in for torch.ops._C.<op>: must resolve once the modules are imported.
-                    "extensions": {"ops": ["k3smoke._C.rms"]},
+                    "extensions": {
+                        # The stand-in for torch.ops._C.<op>: must resolve once the modules are imported.
+                        "ops": ["k3smoke._C.rms", "k3smoke._C.driver_version"],
+                        "absent": {"k3smoke._C.fused_decode": "compiled only for CUDA >= 13 (CMakeLists.txt), "
+                                                              "like vLLM's fused KDA decode"},
+                    },
+                    "third_party": {
+                        "k3kernels": {
+                            "url": repos["kernels_url"], "commit": repos["kernels_commit"],
+                            "ref": repos["kernels_commit"], "declared_in": "CMakeLists.txt",
+                            "env": "K3SMOKE_KERNELS_SRC_DIR", "license": "Apache-2.0",
+                        },
+                    },
                 },
                 "python": {"version": PYTHON, "provider": "system", "glibc": GLIBC},
-                "cuda": {"version": "12.9.1", "arch_list": ["9.0"]},
+                "cuda": {"version": CUDA, "arch_list": ["9.0"], "compat_dir": COMPAT_DIR},
                 # A real CUDA 12.9 runtime library from PyPI: the image checks read its version.
                 "requirements": ["nvidia-cuda-runtime-cu12==12.9.79"],
-                "compile": {"nvcc_threads": 1, "max_jobs": 2},
+                "compile": {"nvcc_threads": 1, "max_jobs": 2,
+                            "env": {"CMAKE_BUILD_TYPE": "Release", "K3SMOKE_CUDA_VERSION": CUDA}},
                 "entrypoint": ["python", "-m", "k3smoke"],
             }
         },
@@ -133,17 +235,20 @@ def matrix_text(registry: str, bases: dict[str, str], url: str, commit: str, exp
 
 def init(out: Path, registry: str, engine: Engine, expires: dt.date | None = None,
          repository: str = "k3/smoke") -> Path:
+    if out.exists() and not out.is_dir():
+        raise ConfigError(f"--out {out}: exists and is not a directory")
     out.mkdir(parents=True, exist_ok=True)
     with log.step("smoke: engine preflight"):
         engine.preflight()
-    with log.step("smoke: base images (debootstrap, import, push; reused when the registry has them)"):
+    with log.step("smoke: base images (debootstrap, stub driver, import, push; reused when the registry has them)"):
         bases = _bases(registry, engine)
         for role, ref in bases.items():
             log.info(f"    {role}: {ref}")
-    with log.step("smoke: stand-in source repository"):
-        url, commit = _source_repo(out / "k3smoke-src")
-        log.info(f"    {url} {BRANCH} @ {commit}")
+    with log.step("smoke: stand-in source and third-party repositories"):
+        repos = _source_repos(out)
+        log.info(f"    {repos['url']} {BRANCH} @ {repos['commit']}")
+        log.info(f"    third party k3kernels: {repos['kernels_url']} @ {repos['kernels_commit']}")
     expires = expires or (dt.date.today() + dt.timedelta(days=180))
     path = out / "matrix.yaml"
-    atomic_write(path, matrix_text(registry, bases, url, commit, expires, repository))
+    atomic_write(path, matrix_text(registry, bases, repos, expires, repository))
     return path

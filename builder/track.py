@@ -12,7 +12,7 @@ import git
 import ruamel.yaml
 
 from builder import render, source
-from builder.errors import ConfigError, SourceError
+from builder.errors import ConfigError, SourceError, Unreachable, is_network_failure
 from builder.fsutil import atomic_write
 from builder.matrix import Matrix, parse
 
@@ -47,7 +47,8 @@ def remote_head(url: str, branch: str) -> str:
         with client.custom_environment(**source.GIT_ENV):
             out = client.ls_remote(url, ref)
     except git.GitCommandError as exc:
-        raise SourceError(f"source {url}: cannot reach the remote: {source.git_reason(exc)}") from None
+        kind = Unreachable if is_network_failure(exc.stderr or "") else SourceError
+        raise kind(f"source {url}: cannot reach the remote: {source.git_reason(exc)}") from None
     for line in out.splitlines():
         sha, _, name = line.partition("\t")
         if name == ref:

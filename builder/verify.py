@@ -77,8 +77,7 @@ class Verifier:
         for path in (self.lock, self.build_lock):
             try:
                 entries = lock.read_entries(path)
-                if path == self.lock:
-                    lock.check_torch_build(self.t, entries, path)
+                lock.check_torch_build(self.t, entries, path)
             except BuilderError as exc:
                 raise _Fail(exc.message) from None
             counts.append(len(entries))
@@ -109,7 +108,16 @@ class Verifier:
         _need(r.source.get("commit") == self.t.source.commit,
               f"source commit {r.source.get('commit')} != matrix {self.t.source.commit}")
         _need(r.source.get("url") == self.t.source.url, "source url differs from the matrix")
-        return f"{r.digest[:19]}, bases and commit match the matrix"
+        recorded = r.source.get("third_party") or {}
+        _need(isinstance(recorded, dict), "source.third_party in image.json is not a mapping")
+        _need(set(recorded) == set(self.t.source.third_party),
+              f"third-party sources {sorted(recorded)} != matrix {sorted(self.t.source.third_party)}")
+        for name, spec in self.t.source.third_party.items():
+            got = recorded[name] if isinstance(recorded[name], dict) else {}
+            _need((got.get("url"), got.get("commit")) == (spec.url, spec.commit),
+                  f"third party {name} {got.get('url')} @ {got.get('commit')} != matrix {spec.url} @ {spec.commit}")
+        return f"{r.digest[:19]}, bases and commit match the matrix" + (
+            f", {len(recorded)} third-party source(s)" if recorded else "")
 
     def record_sbom(self) -> str:
         r = self.record
@@ -128,6 +136,8 @@ class Verifier:
             got = (by_ref.get(f"base:{role}") or {}).get("version")
             _need(got == r.bases[role]["digest"], f"SBOM base {role} {got} != image.json")
         _need((by_ref.get("source") or {}).get("version") == r.source["commit"], "SBOM source commit != image.json")
+        for ref, _, url, commit in attest.third_party_trees(r):
+            _need((by_ref.get(ref) or {}).get("version") == commit, f"SBOM {ref} is not {url} @ {commit}")
         return f"CycloneDX 1.6 valid, {len(by_ref)} components, describes {r.digest[:19]}"
 
     def lock_sbom(self) -> str:
@@ -165,6 +175,8 @@ class Verifier:
             "build-lock": {"sha256": r.build_lock_sha256},
             "dockerfile": {"sha256": r.dockerfile_sha256},
         }
+        for ref, _, _, commit in attest.third_party_trees(r):
+            want[ref] = {"gitCommit": commit}
         for name, digest in want.items():
             _need(deps.get(name) == digest, f"resolvedDependencies {name} {deps.get(name)} != image.json {digest}")
         return "subject and resolved dependencies match image.json"

@@ -57,10 +57,10 @@ PIN
       apt_updated=0
     fi
     apt_update_once
-    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq -t trixie docker.io docker-buildx >/dev/null
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends -t trixie docker.io docker-buildx >/dev/null
   else
     apt_update_once
-    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq docker.io docker-buildx >/dev/null
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends docker.io docker-buildx >/dev/null
   fi
 }
 
@@ -101,7 +101,7 @@ start_registry() {
   need_root
   if ! command -v docker-registry >/dev/null 2>&1; then
     apt_update_once
-    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq docker-registry >/dev/null
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends docker-registry >/dev/null
   fi
   mkdir -p "$STATE_DIR/registry"
   cat > "$STATE_DIR/registry.yml" <<CFG
@@ -146,7 +146,7 @@ version_ge "$bx" 0.13 || { echo "ci/setup.sh: buildx $bx < 0.13" >&2; exit 1; }
 
 if ! command -v debootstrap >/dev/null 2>&1; then
   need_root; apt_update_once
-  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq debootstrap >/dev/null
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends debootstrap >/dev/null
 fi
 start_registry
 

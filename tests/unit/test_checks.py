@@ -34,6 +34,7 @@ def _facts(**kw):
     base = {"uid": 2000, "libs": dict(CUDA12), "version_json": "12.9.1",
             "dists": [["torch", "2.13.0+cu129"], ["nvidia-nccl-cu12", "2.30.7"], ["vllm", "0.30.0"]],
             "modules": {"vllm._C_stable_libtorch": None}, "ops": {"torch.ops._C.rms_norm": None},
+            "absent": {}, "libcuda": None,
             "torch": {"version": "2.13.0+cu129", "cuda": "12.9"}}
     base.update(kw)
     return base
@@ -46,12 +47,15 @@ def _image(labels=None, env=None, user="2000:2000"):
 
 def test_a_correct_cu129_image_passes():
     f, e = _facts(), _expect()
+    warnings = []
     checklist.test_cuda_runtime(f, e, _image())
-    checklist.test_no_other_cuda_major(f, e)
+    checklist.test_no_other_cuda_major(f, e, warnings.append)
     checklist.test_compiled_modules(f, e)
+    checklist.test_ops_registered(f, e, warnings.append)
     checklist.test_pinned_versions(f, e)
     checklist.test_lock_contents(f, e)
     checklist.test_non_root(_image(), f)
+    assert warnings == []
 
 
 def test_pypi_cuda13_torch_is_caught():
@@ -61,11 +65,44 @@ def test_pypi_cuda13_torch_is_caught():
     with pytest.raises(AssertionError, match=r"expected torch.version.cuda == 12.9, found 13.0"):
         checklist.test_cuda_runtime(f, _expect(), _image())
     with pytest.raises(AssertionError) as info:
-        checklist.test_no_other_cuda_major(f, _expect())
+        checklist.test_no_other_cuda_major(f, _expect(), lambda m: None)
     assert "cuda-toolkit 13.0.3" in str(info.value) and "nvidia-nccl-cu13" in str(info.value)
     f = _facts(torch={"version": "2.13.0+cu130", "cuda": "13.0"})
     with pytest.raises(AssertionError, match=r"torch 2.13.0\+cu130"):
-        checklist.test_no_other_cuda_major(f, _expect())
+        checklist.test_no_other_cuda_major(f, _expect(), lambda m: None)
+
+
+def test_other_major_exceptions_are_shown_not_skipped():
+    f = _facts(dists=[["torch", "2.13.0+cu129"], ["nvidia-cutlass-dsl-libs-cu13", "4.7.1"],
+                      ["nvidia-cuda-nvdisasm", "13.5.37"], ["nvidia-curand", "10.4.0.35"]])
+    reasons = {"nvidia-cutlass-dsl-libs-cu13": "needed by cudnn-frontend", "nvidia-cuda-nvdisasm": "a tool"}
+    warnings = []
+    with pytest.raises(AssertionError) as info:
+        checklist.test_no_other_cuda_major(f, _expect(other_major=reasons), warnings.append)
+    # curand 10.x unsuffixed exists only for CUDA 13: no reason given, so it fails
+    assert "nvidia-curand 10.4.0.35" in str(info.value) and "cutlass" not in str(info.value)
+    assert len(warnings) == 2 and all("allowed by the matrix" in w for w in warnings)
+    assert any("needed by cudnn-frontend" in w for w in warnings)
+
+
+def test_absent_ops_must_stay_absent_and_required_ones_present():
+    e = _expect(absent={"torch.ops._C.fused_kda_decode": "CUDA >= 13 only"})
+    warnings = []
+    checklist.test_ops_registered(_facts(absent={"torch.ops._C.fused_kda_decode": "AttributeError: no op"}), e,
+                                  warnings.append)
+    assert any("absent as the matrix expects: CUDA >= 13 only" in w for w in warnings)
+    with pytest.raises(AssertionError, match="found them registered: torch.ops._C.fused_kda_decode"):
+        checklist.test_ops_registered(_facts(absent={"torch.ops._C.fused_kda_decode": None}), e, lambda m: None)
+    with pytest.raises(AssertionError, match="found missing: torch.ops._C.rms_norm"):
+        checklist.test_ops_registered(_facts(ops={"torch.ops._C.rms_norm": "AttributeError"}, absent={}),
+                                      _expect(), lambda m: None)
+
+
+def test_a_module_that_needs_the_driver_says_where_libcuda_was_looked_for():
+    f = _facts(modules={"vllm._C_stable_libtorch": "ImportError: libcuda.so.1: cannot open shared object file"},
+               libcuda="libcuda.so.1: cannot open shared object file")
+    with pytest.raises(AssertionError, match="could not be loaded from /usr/local/cuda/compat"):
+        checklist.test_compiled_modules(f, _expect())
 
 
 def test_cuda_version_mismatches_say_expected_and_found():
@@ -119,10 +156,19 @@ if _is_cuda():
 if _is_hip():
     ext_modules.append(CMakeExtension(name="vllm._rocm_C"))
 '''
-    plan = extensions.plan(setup, Extensions(add=("vllm._C_stable_libtorch",), waive={"vllm._rocm_C": "ROCm only"}))
+    rust = b"""
+def rust_extensions(*, optional=False):
+    return [RustExtension(target="vllm.vllm-rs", path="x", optional=optional),
+            RustExtension(target="vllm._rust_tool_parser", path="y", optional=optional)]
+"""
+    policy = Extensions(add=("vllm._C_stable_libtorch",), waive={"vllm._rocm_C": "ROCm only",
+                                                                  "vllm.vllm-rs": "not built"})
+    plan = extensions.plan({"setup.py": setup, "tools/build_rust.py": rust}, policy)
     assert plan.required == ("vllm._C_stable_libtorch", "vllm.cumem_allocator")
-    assert plan.optional == ("vllm._flashmla_C",)
-    assert plan.waived == (("vllm._rocm_C", "ROCm only"),)
+    assert plan.optional == ("vllm._flashmla_C", "vllm._rust_tool_parser")  # a computed optional= is optional
+    assert plan.waived == (("vllm._rocm_C", "ROCm only"), ("vllm.vllm-rs", "not built"))
+    with pytest.raises(SourceError, match="does not exist at the pinned commit"):
+        extensions.plan({"setup.py": setup, "tools/build_rust.py": None}, policy)
     with pytest.raises(SourceError, match="cannot parse"):
         extensions.declared(b"def (:")
 

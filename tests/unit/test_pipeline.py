@@ -19,14 +19,19 @@ def cu129():
     return matrix.load(REPO / "matrix.yaml").target("cu129")
 
 
-def test_max_jobs_is_bounded_by_memory_then_cores(cu129):
-    # 4 GiB per nvcc thread x 8 threads = 32 GiB per job
-    assert pipeline.max_jobs(cu129, cpus=64, memory_bytes=256 * GIB) == 8
-    assert pipeline.max_jobs(cu129, cpus=4, memory_bytes=256 * GIB) == 4
-    assert pipeline.max_jobs(cu129, cpus=2, memory_bytes=24 * GIB) == 1  # never 0
-    assert pipeline.max_jobs(cu129, cpus=2, memory_bytes=24 * GIB, override=6) == 6
-    fixed = cu129.model_copy(update={"compile": cu129.compile.model_copy(update={"max_jobs": 3})})
-    assert pipeline.max_jobs(fixed, cpus=64, memory_bytes=512 * GIB) == 3
+def test_max_jobs_is_what_vllm_divides_by_nvcc_threads(cu129):
+    # 4 GiB per nvcc thread x 8 threads = 32 GiB per job; MAX_JOBS = jobs x NVCC_THREADS, because
+    # vLLM's setup.py divides MAX_JOBS by NVCC_THREADS itself (passing 8 would give it 1 job).
+    big = pipeline.parallelism(cu129, cpus=64, memory_bytes=256 * GIB)
+    assert (big.max_jobs, big.jobs) == (64, 8)
+    assert pipeline.parallelism(cu129, cpus=64, memory_bytes=64 * GIB).jobs == 2  # memory bounds first
+    assert pipeline.parallelism(cu129, cpus=16, memory_bytes=256 * GIB).jobs == 2  # then cores
+    small = pipeline.parallelism(cu129, cpus=2, memory_bytes=24 * GIB)
+    assert (small.max_jobs, small.jobs) == (8, 1)  # never 0 jobs
+    assert pipeline.parallelism(cu129, cpus=2, memory_bytes=24 * GIB, override=6).max_jobs == 6
+    fixed = cu129.model_copy(update={"compile": cu129.compile.model_copy(update={"max_jobs": 24})})
+    assert pipeline.parallelism(fixed, cpus=64, memory_bytes=512 * GIB).jobs == 3
+    assert "8 compile job(s) x 8 nvcc thread(s)" in big.describe()
 
 
 class _NoEngine:
@@ -57,7 +62,7 @@ def test_cu129_refuses_a_lock_with_pypi_torch(checkout):
     for name in ("requirements.txt", "build-requirements.txt"):
         (locks / name).write_text(f"# k3-lock-inputs-sha256: x\n{lock.BODY_HEADER}{sha256_bytes(body.encode())}\n{body}")
     plan = pipeline.Plan.of(matrix.load(checkout / "matrix.yaml"), "cu129")
-    with pytest.raises(LockError, match=r"torch must be a \+cu129 build.*has 2.13.0"):
+    with pytest.raises(LockError, match=r"torch family must be \+cu129 builds.*has torch 2.13.0"):
         pipeline.build(plan, _NoEngine())
 
 

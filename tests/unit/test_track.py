@@ -110,7 +110,7 @@ def test_unreachable_remote_and_dangerous_urls(upstream, monkeypatch):
     text = matrix.read_text()
     matrix.write_text(re.sub(r"url: file://\S+", "url: https://127.0.0.1:9/vllm.git", text))
     code, _, err = _run("--matrix", str(matrix), "track", "--target", "cu129")
-    assert code == 2 and "cannot reach the remote" in err
+    assert code == 3 and "cannot reach the remote" in err  # unreachable is exit 3, not bad input
     matrix.write_text(re.sub(r"url: file://\S+", "url: ext::sh -c touch% /tmp/pwned", text))
     code, _, err = _run("--matrix", str(matrix), "track", "--target", "cu129")
     assert code == 2 and "source.url" in err
