@@ -522,6 +522,9 @@ def cmd_track(args: argparse.Namespace, out: Output) -> int:
              f"({len(result.subjects)} commit{'s' if len(result.subjects) != 1 else ''})")
     for subject in result.subjects:
         log.info(f"    {subject}")
+    for tp, names in result.third_party_changed.items():
+        log.warn(f"{name}: third-party {tp!r}: the new commit's build files no longer name the pinned ref; they "
+                 f"name {', '.join(names)}: re-pin source.third_party.{tp} (ref and commit) before `build lock`")
     if args.check:
         out.line(f"{name}: behind {result.old} -> {result.new}")
         return 1

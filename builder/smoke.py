@@ -53,7 +53,10 @@ STUBS_DIR = "/usr/local/cuda/lib64/stubs"  # as in NVIDIA's CUDA devel images
 # The runtime base has a C compiler and Python.h, as code compiling at run time (Triton) needs.
 BASES = {
     "runtime": ("k3/smoke-base", ["python3", "python3-dev", "gcc", "libc6-dev", "ca-certificates"]),
-    "devel": ("k3/smoke-devel", ["python3", "python3-venv", "python3-dev", "gcc", "libc6-dev", "ca-certificates"]),
+    # git, as cu129's build stage has it: a third-party source nobody pinned then fails on the
+    # network, not on a missing git.
+    "devel": ("k3/smoke-devel", ["python3", "python3-venv", "python3-dev", "gcc", "libc6-dev", "ca-certificates",
+                                 "git"]),
 }
 
 

@@ -5,6 +5,7 @@ re-render, and list the commit subjects in between when the history is available
 from __future__ import annotations
 
 import os
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -27,6 +28,9 @@ class TrackResult:
     new: str
     subjects: list[str] = field(default_factory=list)
     updated: bool = False
+    # Third-party sources whose pin the new commit's build files no longer name: name -> what they
+    # name now (the GIT_TAG / *_TAG / *_REVISION values found in declared_in).
+    third_party_changed: dict[str, list[str]] = field(default_factory=dict)
 
     @property
     def moved(self) -> bool:
@@ -34,7 +38,8 @@ class TrackResult:
 
     def to_json(self) -> dict:
         return {"target": self.target, "branch": self.branch, "old": self.old, "new": self.new,
-                "moved": self.moved, "updated": self.updated, "subjects": self.subjects}
+                "moved": self.moved, "updated": self.updated, "subjects": self.subjects,
+                "third_party_changed": self.third_party_changed}
 
 
 def remote_head(url: str, branch: str) -> str:
@@ -54,6 +59,24 @@ def remote_head(url: str, branch: str) -> str:
         if name == ref:
             return sha
     raise SourceError(f"source {url}: branch {branch!r} no longer exists ({ref}); re-pin source.branch and commit")
+
+
+_NAMED_REF = re.compile(r"""(?:GIT_TAG|_TAG|_REVISION)["'\s]+["']?([A-Za-z0-9][A-Za-z0-9._/+-]*)""")
+
+
+def third_party_changes(t, repo: git.Repo, commit: str) -> dict[str, list[str]]:
+    """Each pinned third-party source whose ``declared_in`` file at ``commit`` no longer names its
+    ``ref``, with the refs that file names now (for the person re-pinning it)."""
+    changed = {}
+    for name, spec in sorted(t.source.third_party.items()):
+        try:
+            data = (repo.commit(commit).tree / spec.declared_in).data_stream.read().decode("utf-8", "replace")
+        except KeyError:
+            changed[name] = [f"({spec.declared_in} is gone)"]
+            continue
+        if spec.ref not in data:
+            changed[name] = sorted(set(_NAMED_REF.findall(data))) or ["(no GIT_TAG found)"]
+    return changed
 
 
 def _commit_line(text: str, target: str, old: str) -> int:
@@ -91,6 +114,7 @@ def track(matrix_path: Path, matrix: Matrix, name: str, *, check: bool) -> Track
         raise SourceError(f"source {t.source.url}: {t.source.branch} was rewritten: the pin {old[:12]} is not "
                           f"an ancestor of the new head {new[:12]} (force-push?); review and re-pin by hand")
     result.subjects = repo.git.log("--format=%h %s", f"{old}..{new}").splitlines()
+    result.third_party_changed = third_party_changes(t, repo, new)
     if check:
         return result
     text = matrix_path.read_text()

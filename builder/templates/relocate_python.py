@@ -34,9 +34,10 @@ def _old_prefix(values: dict) -> str:
 
 
 def rewrite_value(key: str, value: str, old: str, new: str) -> str:
-    words = value.split(" ")
-    words = [new + w[len(old):] if w == old or w.startswith(old + "/") else w for w in words]
-    words = [w for w in words if not CLANG_ONLY.match(w)]
+    # The old prefix as a whole path component, bare or after a flag: /install, -I/install/include.
+    value = re.sub(r"(?:^|(?<=[\s=:;,'\"])|(?<=-I)|(?<=-L)|(?<=-R))" + re.escape(old) + r"(?=/|$|[\s:;,'\"])",
+                   new, value)
+    words = [w for w in value.split(" ") if not CLANG_ONLY.match(w)]
     if key in COMPILERS and words and ("clang" in os.path.basename(words[0]) or words[0].startswith("/tools/")):
         words[0] = COMPILERS[key]
     return " ".join(words)

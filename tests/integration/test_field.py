@@ -57,7 +57,9 @@ def test_compare_reports_the_known_differences(variant):
 def test_evidence_bundle_from_a_real_container(built, tmp_path):
     smoke, ref = built
     name = f"k3-evidence-{smoke.repository.rsplit('-', 1)[-1]}"
-    subprocess.run(["docker", "run", "--name", name, ref], capture_output=True, check=True)
+    # On a GPU host the container runtime injects libcuda.so.1; here the base's compat copy stands in.
+    subprocess.run(["docker", "run", "--name", name, "-e", "LD_LIBRARY_PATH=/usr/local/cuda/compat", ref],
+                   capture_output=True, check=True)
     try:
         env = dict(os.environ, HF_TOKEN="hf_evidence_secret_123", INDEX_URL="https://u:pw-evidence@example.org/s")
         r = cli("evidence", "--image", ref, "--container", name, "--out", str(tmp_path),

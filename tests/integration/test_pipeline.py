@@ -44,7 +44,8 @@ def test_image_runs_as_non_root_with_a_cuda_12_9_runtime(built):
              "lib = glob.glob('/opt/k3/venv/lib/python3*/site-packages/nvidia/cuda_runtime/lib/libcudart.so.12')[0];"
              "v = ctypes.c_int(); ctypes.CDLL(lib).cudaRuntimeGetVersion(ctypes.byref(v));"
              "print(v.value, os.getuid(), k3smoke.rms([3, 4]))")
-    out = subprocess.run(["docker", "run", "--rm", "--entrypoint", "python", ref, "-c", probe],
+    out = subprocess.run(["docker", "run", "--rm", "-e", "LD_LIBRARY_PATH=/usr/local/cuda/compat",
+                          "--entrypoint", "python", ref, "-c", probe],
                          capture_output=True, text=True, check=True).stdout.split()
     assert out[0] == "12090" and out[1] == "2000" and abs(float(out[2]) - 3.5355) < 1e-3
 
@@ -116,15 +117,15 @@ def test_failed_run_step_keeps_the_log_and_the_previous_record(built, tmp_path):
     # A new commit on the smoke branch whose kernel does not compile.
     src = git.Repo(smoke.root / "k3smoke-src")
     clone = git.Repo.clone_from(src.working_dir, tmp_path / "broken-src", branch="k3-smoke")
-    kernel = Path(clone.working_dir) / "csrc" / "kernels.c"
+    kernel = Path(clone.working_dir) / "csrc" / "module.c"
     kernel.write_text(kernel.read_text() + "\nthis is not C;\n")
     clone.git.add(A=True)
     with clone.git.custom_environment(GIT_AUTHOR_NAME="t", GIT_AUTHOR_EMAIL="t@e.org",
                                       GIT_COMMITTER_NAME="t", GIT_COMMITTER_EMAIL="t@e.org"):
         clone.git.commit("-q", "-m", "break the kernel")
     text = work.matrix.read_text()
-    text = re.sub(r"url: file://\S+", f"url: file://{clone.working_dir}", text)
-    text = re.sub(r"commit: [0-9a-f]{40}", f"commit: {clone.head.commit.hexsha}", text)
+    text = re.sub(r"url: file://\S+", f"url: file://{clone.working_dir}", text, count=1)  # the source's
+    text = re.sub(r"commit: [0-9a-f]{40}", f"commit: {clone.head.commit.hexsha}", text, count=1)  # the source's
     work.matrix.write_text(text)
     assert cli("--matrix", str(work.matrix), "render").code == 0  # the revision label moved
     record_before = work.record.read_bytes()

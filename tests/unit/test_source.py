@@ -74,3 +74,82 @@ def test_full_ref_names_only(upstream):
     upstream.create_tag("k3-tag")
     with pytest.raises(SourceError, match="not found"):
         source.fetch(_src(upstream, branch="k3-tag"))  # a tag is not a branch
+
+
+# --- third-party sources ----------------------------------------------------------------------
+
+_ENV = {"GIT_AUTHOR_DATE": "2026-02-03T04:05:06+00:00", "GIT_COMMITTER_DATE": "2026-02-03T04:05:06+00:00",
+        "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@e.org", "GIT_COMMITTER_NAME": "t",
+        "GIT_COMMITTER_EMAIL": "t@e.org"}
+
+
+def _repo(path: Path, files: dict[str, str], gitlinks: dict[str, tuple[str, str]] | None = None) -> git.Repo:
+    repo = git.Repo.init(path, initial_branch="main")
+    for name, text in files.items():
+        (path / name).parent.mkdir(parents=True, exist_ok=True)
+        (path / name).write_text(text)
+    if gitlinks:
+        (path / ".gitmodules").write_text("".join(f'[submodule "{p}"]\n\tpath = {p}\n\turl = {u}\n'
+                                                  for p, (u, _) in gitlinks.items()))
+    repo.git.add(A=True)
+    for p, (_, commit) in (gitlinks or {}).items():
+        repo.git.update_index("--add", "--cacheinfo", f"160000,{commit},{p}")
+    with repo.git.custom_environment(**_ENV):
+        repo.git.commit("-q", "-m", "c")
+    return repo
+
+
+@pytest.fixture()
+def third(tmp_path, upstream):
+    leaf = _repo(tmp_path / "leaf", {"include/leaf.h": "int leaf;\n"})
+    lib = _repo(tmp_path / "lib", {"src/k.c": "int k;\n"},
+                {"deps/leaf": (f"file://{leaf.working_dir}", leaf.head.commit.hexsha)})
+    lib.create_tag("v1.0")
+    # The main source names the dependency the way vLLM's CMake files do.
+    (Path(upstream.working_dir) / "deps.cmake").write_text(f"GIT_TAG {lib.head.commit.hexsha}\n# also v1.0\n")
+    upstream.git.add(A=True)
+    with upstream.git.custom_environment(**_ENV):
+        upstream.git.commit("-q", "-m", "deps")
+    return lib, leaf
+
+
+def _tp(lib, **kw):
+    from builder.matrix import ThirdParty
+
+    base = dict(url=f"file://{lib.working_dir}", commit=lib.head.commit.hexsha, ref=lib.head.commit.hexsha,
+                declared_in="deps.cmake", env="LIB_SRC_DIR")
+    base.update(kw)
+    return ThirdParty(**base)
+
+
+def test_a_third_party_tree_exports_with_its_submodules(third, upstream, tmp_path):
+    lib, leaf = third
+    pinned = source.fetch(_src(upstream))
+    tp = source.fetch_third_party("lib", _tp(lib), pinned)
+    assert [(s.path, s.commit) for s in tp.submodules] == [("deps/leaf", leaf.head.commit.hexsha)]
+    out = tp.export(tmp_path / "tp")
+    assert (out / "src" / "k.c").exists() and (out / "deps" / "leaf" / "include" / "leaf.h").exists()
+    assert {os.lstat(p).st_mtime for p in out.rglob("*")} == {tp.source_date_epoch}
+    none = source.fetch_third_party("lib", _tp(lib, submodules="none"), pinned)
+    assert none.submodules == ()
+
+
+def test_a_tag_that_moved_or_a_ref_the_source_no_longer_names_is_refused(third, upstream):
+    lib, _ = third
+    pinned = source.fetch(_src(upstream))
+    first = lib.head.commit.hexsha
+    source.fetch_third_party("lib", _tp(lib, ref="v1.0"), pinned)  # the tag points at the pin
+    (Path(lib.working_dir) / "src" / "k.c").write_text("int moved;\n")
+    lib.git.add(A=True)
+    with lib.git.custom_environment(**_ENV):
+        lib.git.commit("-q", "-m", "moved")
+    lib.git.tag("-f", "v1.0")
+    with pytest.raises(SourceError, match=f"'v1.0' points at {lib.head.commit.hexsha}, the matrix pins {first}"):
+        source.fetch_third_party("lib", _tp(lib, ref="v1.0", commit=first), pinned)
+    with pytest.raises(SourceError, match="no longer names 'v9'"):
+        source.fetch_third_party("lib", _tp(lib, ref="v9"), pinned)
+
+
+def test_relative_submodule_urls_resolve_like_git():
+    assert source._relative_url("https://github.com/org/repo.git", "../dep.git") == "https://github.com/org/dep.git"
+    assert source._relative_url("file:///srv/git/repo", "../dep") == "file:///srv/git/dep"

@@ -119,3 +119,29 @@ def test_unreachable_remote_and_dangerous_urls(upstream, monkeypatch):
     code, _, err = _run("--matrix", str(matrix), "track", "--target", "cu129")
     assert code == 2 and "K3_ALLOW_FILE_URLS=1" in err
     assert matrix.read_text() == text
+
+
+def test_track_says_which_third_party_pins_the_new_commit_moved(upstream, tmp_path):
+    from builder import matrix as matrix_mod
+
+    target = matrix_mod.load(upstream["matrix"]).target("cu129")
+    work = upstream["work"]
+    root = tmp_path / "work"
+    files: dict[str, str] = {}
+    for name, spec in target.source.third_party.items():
+        files[spec.declared_in] = files.get(spec.declared_in, "") + f"  GIT_TAG {spec.ref}\n"
+    for rel, text in files.items():
+        (root / rel).parent.mkdir(parents=True, exist_ok=True)
+        (root / rel).write_text(text)
+    first = upstream["commit"]("K3: vendor the CMake files as they are at the pin")
+    matrix_text = upstream["matrix"].read_text().replace(upstream["first"], first)
+    upstream["matrix"].write_text(matrix_text)
+    assert _run("--matrix", str(upstream["matrix"]), "render")[0] == 0
+    deepgemm = root / "cmake/external_projects/deepgemm.cmake"
+    deepgemm.write_text('  set(_DEEPGEMM_UPSTREAM_TAG "' + "f" * 40 + '")\n')
+    upstream["commit"]("K3: bump DeepGEMM")
+    code, out, err = _run("--matrix", str(upstream["matrix"]), "--json", "track", "--target", "cu129", "--check")
+    assert code == 1
+    doc = json.loads(out)
+    assert doc["third_party_changed"] == {"deepgemm": ["f" * 40]}
+    assert "third-party 'deepgemm'" in err and "re-pin source.third_party.deepgemm" in err
