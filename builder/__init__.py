@@ -1,3 +1,10 @@
-"""K3 cu129 image pipeline: matrix.yaml -> Dockerfile -> lock -> build -> push -> record."""
+"""K3 cu129 image pipeline: matrix.yaml -> Dockerfile -> lock -> build -> push -> record.
+
+Lazy-import policy (declared here, once; tests/unit/test_structure.py holds it): pytest,
+testinfra, cyclonedx and jsonschema cost about a second to import and are needed only once an
+image exists (the image checks, the SBOM). ``builder.imagechecks`` and ``builder.attest`` import
+them at the top, and every caller imports those two modules inside the function that needs them,
+so start-up, `build plan`, `build render` and an "up to date" build never pay for them.
+"""
 
 __version__ = "0.1.0"

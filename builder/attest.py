@@ -11,9 +11,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
-import re
 import uuid
-from dataclasses import dataclass
 
 from cyclonedx.model import ExternalReference, ExternalReferenceType, HashAlgorithm, HashType, Property, XsUri
 from cyclonedx.model.bom import Bom, BomMetaData
@@ -22,8 +20,9 @@ from cyclonedx.output.json import JsonV1Dot6
 from cyclonedx.schema import SchemaVersion
 from packageurl import PackageURL
 
-from builder import __version__, contract
+from builder import __version__, contract, inventory
 from builder.engine import Engine
+from builder.inventory import Inventory
 from builder.lock import LockEntry, normalize
 from builder.matrix import Target
 from builder.records import Record
@@ -33,61 +32,57 @@ PROVENANCE_TYPE = "application/vnd.in-toto+json"
 BUILD_TYPE = "https://k3-cu129.example/buildtypes/matrix-dockerfile/v1"
 BUILDER_ID = "https://k3-cu129.example/builder"
 
-_PROBE = r"""
-import importlib.metadata as md, json, sys
-def read(path):
-    try:
-        with open(path, encoding="utf-8", errors="replace") as fh:
-            return fh.read()
-    except OSError:
-        return ""
-print(json.dumps({
-    "os_release": read("/etc/os-release"),
-    "dpkg_status": read("/var/lib/dpkg/status"),
-    "dists": sorted({(d.metadata["Name"], d.version) for d in md.distributions() if d.metadata["Name"]}),
-}))
-"""
-
-
-@dataclass(frozen=True)
-class DebPackage:
-    name: str
-    version: str
-    arch: str
-
-
-@dataclass(frozen=True)
-class Inventory:
-    distro_id: str
-    distro_version: str
-    debs: tuple[DebPackage, ...]
-    dists: tuple[tuple[str, str], ...]
-
-
-def parse_os_release(text: str) -> tuple[str, str]:
-    values = dict(re.findall(r'^([A-Z_]+)="?([^"\n]*)"?$', text, re.M))
-    return values.get("ID", "unknown"), values.get("VERSION_ID", "")
-
-
-def parse_dpkg_status(text: str) -> tuple[DebPackage, ...]:
-    debs = []
-    for stanza in text.split("\n\n"):
-        fields = dict(re.findall(r"^([A-Za-z-]+): (.*)$", stanza, re.M))
-        if fields.get("Package") and fields.get("Status", "").endswith(" installed"):
-            debs.append(DebPackage(fields["Package"], fields.get("Version", ""), fields.get("Architecture", "")))
-    return tuple(sorted(set(debs), key=lambda d: (d.name, d.arch, d.version)))
-
-
-def inventory(engine: Engine, ref: str) -> Inventory:
-    doc = json.loads(engine.run_python(ref, _PROBE))
-    distro_id, distro_version = parse_os_release(doc["os_release"])
-    return Inventory(distro_id, distro_version, parse_dpkg_status(doc["dpkg_status"]),
-                     tuple((n, v) for n, v in doc["dists"]))
-
-
-
 def _oci_purl(name: str, digest: str) -> PackageURL:
     return PackageURL(type="oci", name=name.rsplit("/", 1)[-1], version=digest, qualifiers={"repository_url": name})
+
+
+def _deb_components(inv: Inventory) -> list[Component]:
+    out = []
+    distro = f"{inv.distro_id}-{inv.distro_version}"
+    for deb in inv.debs:
+        purl = PackageURL(type="deb", namespace=inv.distro_id, name=deb.name, version=deb.version,
+                          qualifiers={"arch": deb.arch, "distro": distro})
+        out.append(Component(type=ComponentType.LIBRARY, name=deb.name, version=deb.version,
+                             purl=purl, bom_ref=purl.to_string()))
+    return out
+
+
+def _python_components(inv: Inventory, lock: list[LockEntry]) -> list[Component]:
+    out = []
+    locked = {normalize(e.name): e for e in lock}
+    for name, version in inv.dists:
+        entry = locked.get(normalize(name))
+        hashes = [HashType(alg=HashAlgorithm.SHA_256, content=h) for h in entry.hashes] if entry else []
+        purl = PackageURL(type="pypi", name=normalize(name), version=version)
+        props = [] if entry else [Property(name="k3:origin", value="built from the pinned source")]
+        out.append(Component(type=ComponentType.LIBRARY, name=name, version=version, purl=purl,
+                             bom_ref=purl.to_string(), hashes=hashes, properties=props))
+    return out
+
+
+def _input_components(target: Target, record: Record) -> list[Component]:
+    """The source at its commit, every third-party tree compiled into it, both bases by digest."""
+    src = target.source
+    src_purl = PackageURL(type="generic", name=src.package, version=src.commit,
+                          qualifiers={"vcs_url": f"git+{src.url}@{src.commit}"})
+    out = [Component(
+        type=ComponentType.APPLICATION, name=f"{src.package}-source", version=src.commit, purl=src_purl,
+        bom_ref="source", external_references=[ExternalReference(type=ExternalReferenceType.VCS, url=XsUri(src.url))],
+        properties=[Property(name="k3:branch", value=src.branch), Property(name="k3:version", value=src.version)],
+    )]
+    for ref, name, url, commit in third_party_trees(record):
+        purl = PackageURL(type="generic", name=name.replace("/", "-"), version=commit,
+                          qualifiers={"vcs_url": f"git+{url}@{commit}"})
+        out.append(Component(
+            type=ComponentType.LIBRARY, name=name, version=commit, purl=purl, bom_ref=ref,
+            external_references=[ExternalReference(type=ExternalReferenceType.VCS, url=XsUri(url))],
+            properties=[Property(name="k3:origin", value="compiled into the source's extensions (build context, "
+                                                            "fetched on the host, network off while compiling)")]))
+    for role, base in (("build", target.bases.build), ("runtime", target.bases.runtime)):
+        out.append(Component(type=ComponentType.CONTAINER, name=base.name, version=base.digest,
+                             purl=_oci_purl(base.name, base.digest), bom_ref=f"base:{role}",
+                             properties=[Property(name="k3:base-role", value=role)]))
+    return out
 
 
 def sbom(target: Target, record: Record, inv: Inventory, lock: list[LockEntry]) -> str:
@@ -105,47 +100,26 @@ def sbom(target: Target, record: Record, inv: Inventory, lock: list[LockEntry]) 
               metadata=BomMetaData(component=image, timestamp=created))
     bom.metadata.tools.components.add(Component(type=ComponentType.APPLICATION, name="k3-cu129-builder",
                                                 version=__version__, bom_ref="tool"))
-    components = []
-    distro = f"{inv.distro_id}-{inv.distro_version}"
-    for deb in inv.debs:
-        purl = PackageURL(type="deb", namespace=inv.distro_id, name=deb.name, version=deb.version,
-                          qualifiers={"arch": deb.arch, "distro": distro})
-        components.append(Component(type=ComponentType.LIBRARY, name=deb.name, version=deb.version,
-                                    purl=purl, bom_ref=purl.to_string()))
-    locked = {normalize(e.name): e for e in lock}
-    for name, version in inv.dists:
-        entry = locked.get(normalize(name))
-        hashes = [HashType(alg=HashAlgorithm.SHA_256, content=h) for h in entry.hashes] if entry else []
-        purl = PackageURL(type="pypi", name=normalize(name), version=version)
-        props = [] if entry else [Property(name="k3:origin", value="built from the pinned source")]
-        components.append(Component(type=ComponentType.LIBRARY, name=name, version=version, purl=purl,
-                                    bom_ref=purl.to_string(), hashes=hashes, properties=props))
-    src = target.source
-    src_purl = PackageURL(type="generic", name=src.package, version=src.commit,
-                          qualifiers={"vcs_url": f"git+{src.url}@{src.commit}"})
-    components.append(Component(
-        type=ComponentType.APPLICATION, name=f"{src.package}-source", version=src.commit, purl=src_purl,
-        bom_ref="source", external_references=[ExternalReference(type=ExternalReferenceType.VCS, url=XsUri(src.url))],
-        properties=[Property(name="k3:branch", value=src.branch), Property(name="k3:version", value=src.version)],
-    ))
-    for ref, name, url, commit in third_party_trees(record):
-        purl = PackageURL(type="generic", name=name.replace("/", "-"), version=commit,
-                          qualifiers={"vcs_url": f"git+{url}@{commit}"})
-        components.append(Component(
-            type=ComponentType.LIBRARY, name=name, version=commit, purl=purl, bom_ref=ref,
-            external_references=[ExternalReference(type=ExternalReferenceType.VCS, url=XsUri(url))],
-            properties=[Property(name="k3:origin", value="compiled into the source's extensions (build context, "
-                                                            "fetched on the host, network off while compiling)")]))
-    for role, base in (("build", target.bases.build), ("runtime", target.bases.runtime)):
-        components.append(Component(type=ComponentType.CONTAINER, name=base.name, version=base.digest,
-                                    purl=_oci_purl(base.name, base.digest), bom_ref=f"base:{role}",
-                                    properties=[Property(name="k3:base-role", value=role)]))
+    components = _deb_components(inv) + _python_components(inv, lock) + _input_components(target, record)
     for c in components:
         bom.components.add(c)
     bom.register_dependency(image, components)
     text = JsonV1Dot6(bom).output_as_string(indent=2) + "\n"
     validate_sbom(text)
     return text
+
+
+def publish(engine: Engine, target: Target, record: Record, lock: list[LockEntry], build_args: dict[str, str],
+            started: str) -> tuple[str, str]:
+    """Make the SBOM (from the image's own inventory) and the provenance, and attach both to the
+    image in the registry. Returns their texts; the caller writes them with the record."""
+    sbom_text = sbom(target, record, inventory.read(engine, record.image), lock)
+    prov_text = provenance(target, record, build_args, started)
+    annotations = {contract.OCI_CREATED: contract.created_iso(record.source_date_epoch)}
+    name = record.image.split("@")[0]
+    engine.registry.attach(name, record.digest, SBOM_TYPE, sbom_text.encode(), annotations)
+    engine.registry.attach(name, record.digest, PROVENANCE_TYPE, prov_text.encode(), annotations)
+    return sbom_text, prov_text
 
 
 def third_party_trees(record: Record) -> list[tuple[str, str, str, str]]:

@@ -1,9 +1,9 @@
 """The image checks, one test per entry of ``contract.CHECKS`` (same names, ``test_`` prefixed).
 
 Run by ``build test`` through pytest with testinfra's docker backend; fixtures come from
-builder/checks.py: ``expect`` (from the matrix, record and source), ``image`` (the image config),
-``host`` (testinfra, inside a container of the image). Every failure says what was expected and
-what was found.
+builder/imagechecks.py: ``expect`` (from the matrix, record and source), ``image`` (the image
+config), ``image_host`` (testinfra, inside a container of the image), ``pip_dir`` (a copy of pip
+for ``pip check``) and ``report_warning``. Every failure says what was expected and what was found.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ import re
 import pytest
 
 from builder import contract
-from builder.cudamajor import is_other_major
+from builder.cudamajor import is_other_major, major_minor
 from builder.lock import normalize
 
 # Runs inside the image with its own python. Gathers every fact the checks need in one process,
@@ -102,10 +102,6 @@ def facts(image_host, expect):
     return json.loads(result.stdout)
 
 
-def _major_minor(version: str | None) -> str | None:
-    return ".".join(version.split(".")[:2]) if version else None
-
-
 def test_cuda_runtime(facts, expect, image):
     want = expect.cudart_version
     runtimes = {p: e for p, e in facts["libs"].items() if "libcudart.so" in p}
@@ -116,10 +112,10 @@ def test_cuda_runtime(facts, expect, image):
         + (", ".join(f"{v} at {p}" for p, v in sorted(reported.items())) or "no loadable libcudart")
     )
     if facts["version_json"]:
-        assert _major_minor(facts["version_json"]) == expect.cuda_major_minor, (
+        assert major_minor(facts["version_json"]) == expect.cuda_major_minor, (
             f"expected /usr/local/cuda/version.json CUDA {expect.cuda_major_minor}, found {facts['version_json']}")
     if "CUDA_VERSION" in image.env:
-        assert _major_minor(image.env["CUDA_VERSION"]) == expect.cuda_major_minor, (
+        assert major_minor(image.env["CUDA_VERSION"]) == expect.cuda_major_minor, (
             f"expected CUDA_VERSION {expect.cuda_major_minor}.x, found {image.env['CUDA_VERSION']}")
     torch = facts.get("torch")
     if torch:
@@ -319,7 +315,7 @@ def test_runtime_toolchain(image_host, image, expect, report_warning):
         if image.env.get("CUDA_HOME") != expect.cuda_home:
             problems.append(f"CUDA_HOME: expected {expect.cuda_home}, found {image.env.get('CUDA_HOME', '(unset)')}")
         version = got.get("nvcc_version", "not run")
-        if _major_minor(version) != expect.cuda_major_minor:
+        if major_minor(version) != expect.cuda_major_minor:
             problems.append(f"nvcc: expected release {expect.cuda_major_minor}, found {version}")
         elif got.get("nvcc_compile") != "yes":
             problems.append(f"nvcc cannot compile a trivial kernel for {expect.nvcc_arch}: {got.get('nvcc_compile')}")

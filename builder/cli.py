@@ -8,9 +8,8 @@ import signal
 import sys
 from pathlib import Path
 
-from builder import __version__, contract, lock, log, render, source
+from builder import __version__, log
 from builder.errors import BuilderError, CheckFailed, ConfigError, DriftError, Interrupted, VerifyFailed
-from builder.fsutil import atomic_write
 from builder.matrix import Matrix, load
 
 DESCRIPTION = """\
@@ -21,7 +20,8 @@ With no command, builds --target (the maintainer's `build --target cu129`).
 
 EPILOG = """\
 exit codes: 0 ok; 1 build/check failed or drift found; 2 bad input (matrix, target, lock,
-record, source); 3 Docker engine or registry unreachable; 130 interrupted."""
+record, source); 3 out of reach (Docker engine, registry, git remote, package index);
+75 another build of the same target is running; 130 interrupted."""
 
 
 class Output:
@@ -46,14 +46,13 @@ class Output:
 
 
 class _TargetAction(argparse.Action):
-    """--target T: a name; given again (or as a,b), the build command builds several."""
+    """--target T: always a list after parsing; given again (or as a,b), several targets. A
+    repeated name counts once (`--target smoke --target smoke` builds smoke once)."""
 
     def __call__(self, parser, namespace, values, option_string=None):
         names = [v for v in values.split(",") if v]
-        current = getattr(namespace, self.dest, None)
-        previous = current if isinstance(current, list) else ([current] if current else [])
-        merged = previous + names
-        setattr(namespace, self.dest, merged[0] if len(merged) == 1 else merged)
+        current = getattr(namespace, self.dest, None) or []
+        setattr(namespace, self.dest, list(dict.fromkeys([*current, *names])))
 
 
 def _globals(parser: argparse.ArgumentParser, top: bool) -> None:
@@ -61,7 +60,7 @@ def _globals(parser: argparse.ArgumentParser, top: bool) -> None:
     default = (lambda v: v) if top else (lambda v: argparse.SUPPRESS)
     parser.add_argument("--matrix", type=Path, default=default(Path("matrix.yaml")),
                         help="the build matrix (default: ./matrix.yaml)")
-    parser.add_argument("--target", default=default(None), action=_TargetAction,
+    parser.add_argument("--target", default=default([]), action=_TargetAction,
                         help="a target name from the matrix (repeatable for `build`)")
     parser.add_argument("--json", action="store_true", default=default(False),
                         help="print one JSON document on stdout instead of human output")
@@ -115,13 +114,19 @@ def _parser() -> argparse.ArgumentParser:
     _globals(t, top=False)
     t.add_argument("--image", help="image reference to check (default: the digest in locks/<target>/image.json)")
 
-    v = sub.add_parser("verify", help="check the audit chain: matrix, Dockerfile, locks, image.json, SBOM, provenance",
-                       description="Offline by default: matrix <-> rendered Dockerfile <-> lock <-> image.json <-> "
-                                   "SBOM <-> provenance, one row per link. --registry also checks the registry "
-                                   "serves the recorded digest (and the tag points at it) and that the SBOM and "
-                                   "provenance attached to it equal the committed files. Exit 0 only if all hold.")
+    v = sub.add_parser("verify", help="the auditor's check: every link from matrix to registry, one row each",
+                       description="Check matrix <-> Dockerfile <-> lock <-> image.json <-> SBOM <-> provenance, one "
+                                   "row per link, from the repository alone. --registry also checks that the "
+                                   "registry serves the recorded digest (and the tag points at it), that the SBOM "
+                                   "and provenance attached to it equal the committed files, and the image's "
+                                   "signature: verified (cosign on PATH accepted a keyless signature by matrix "
+                                   "signing.identity or $K3_SIGNING_IDENTITY, issuer signing.issuer or "
+                                   "$K3_SIGNING_ISSUER), present-unverified (signed, not checked: no cosign or no "
+                                   "identity), missing (a failure only when an identity is set) or failed. "
+                                   "Exit 0 only if all hold; nothing recorded at all is a failure.")
     _globals(v, top=False)
-    v.add_argument("--registry", action="store_true", help="also check the registry")
+    v.add_argument("--registry", action="store_true",
+                   help="also check the registry: image and tag, SBOM + provenance, signature")
 
     rp = sub.add_parser("reproduce", help="rebuild the recorded image with no cache and compare digests",
                         description="Rebuild --target from the committed records with no cache, push it as "
@@ -202,122 +207,93 @@ def _build_options(parser: argparse.ArgumentParser, top: bool) -> None:
                         help="build this many targets at once (with several --target); one summary")
 
 
-def _targets(matrix: Matrix, name) -> list[str]:
-    if isinstance(name, list):
-        for n in name:
-            matrix.target(n)
-        return name
-    if name is None:
-        return sorted(matrix.targets)
-    matrix.target(name)  # raises with a "did you mean"
-    return [name]
+def _targets(matrix: Matrix, names: list[str]) -> list[str]:
+    """The named targets (each checked, with a "did you mean"), or every target when none is named."""
+    for name in names:
+        matrix.target(name)
+    return list(names) or sorted(matrix.targets)
 
 
-def _need_target(args: argparse.Namespace, command: str) -> str:
+def _one_target(args: argparse.Namespace, command: str) -> str:
     if not args.target:
         raise ConfigError(f"{command}: --target is required (e.g. `build {command} --target cu129`)")
-    if isinstance(args.target, list):
+    if len(args.target) > 1:
         raise ConfigError(f"{command}: takes one --target (got {', '.join(args.target)})")
-    return args.target
+    return args.target[0]
+
+
+def _plan(args: argparse.Namespace, command: str):
+    from builder.plan import Plan
+
+    return Plan.of(load(args.matrix), _one_target(args, command))
+
+
+def _options(args: argparse.Namespace, plans) -> "BuildOptions":
+    from builder.options import BuildOptions, parse_secrets
+
+    wanted = {sid for p in plans for sid in p.target.compile.secrets}
+    return BuildOptions(no_cache=args.no_cache, builder=args.builder, max_jobs=args.max_jobs,
+                        run_checks=not args.no_checks, force=args.force, cache_from=tuple(args.cache_from),
+                        cache_to=args.cache_to, secrets=parse_secrets(args.secret, wanted), jobs=args.jobs)
+
+
+def _engine():
+    from builder.engine import DockerEngine
+
+    return DockerEngine()
 
 
 def cmd_render(args: argparse.Namespace, out: Output) -> int:
+    from builder.pipeline import render_all
+
     matrix = load(args.matrix)
-    names = _targets(matrix, args.target)
-    rendered = {n: render.render(matrix.target(n)) for n in names}  # all rendered before any write
-    drift = []
-    out.data["dockerfiles"] = {}
-    for name, text in rendered.items():
-        path = render.output_path(args.matrix, name)
-        current = path.read_text() if path.exists() else None
-        if current == text:
-            log.info(f"{path}: up to date")
-            out.data["dockerfiles"][name] = "up to date"
-            continue
-        if args.check:
-            drift.append(f"{path}: {'missing' if current is None else 'differs from what the matrix renders'}")
-            out.data["dockerfiles"][name] = "missing" if current is None else "differs"
-            continue
-        atomic_write(path, text)
-        log.info(f"{path}: written")
-        out.data["dockerfiles"][name] = "written"
+    status = render_all(matrix, _targets(matrix, args.target), check=args.check)
+    out.data["dockerfiles"] = status
+    drift = [n for n, s in status.items() if s not in ("up to date", "written")]
+    for name, state in status.items():
+        log.info(f"{args.matrix.resolve().parent / 'dockerfiles' / name / 'Dockerfile'}: {state}")
     if drift:
-        for line in drift:
-            log.info(line)
-        raise DriftError(f"{len(drift)} Dockerfile(s) out of date; run `build render` and commit the result")
+        raise DriftError(f"{len(drift)} Dockerfile(s) out of date ({', '.join(drift)}); run `build render` "
+                         "and commit the result")
     return 0
 
 
 def cmd_lock(args: argparse.Namespace, out: Output) -> int:
-    from builder.pipeline import Plan, lock_target, rehearse_lock
+    from builder.pipeline import lock_target, rehearse_lock
 
-    plan = Plan.of(load(args.matrix), _need_target(args, "lock"))
-    if args.rehearse:
-        result = rehearse_lock(plan)
-        log.info(f"REHEARSAL ({result.source}): resolved {result.entries} entries against PyPI only; "
-                 "the real lock still needs the real indexes")
-        for sub in result.substitutions:
-            log.info(f"    substituted  {sub.line()}")
-        for finding in result.findings:
-            log.info(f"    {finding.line()}")
-        log.info(f"    report: {result.report}")
-        out.data["rehearsal"] = result.to_json()
-        if not result.ok:
-            raise CheckFailed(f"{plan.target.name}: the rehearsal found distributions of another CUDA major with no "
-                              "reason in cuda.other_major (see above)")
-        out.line(str(result.report))
+    plan = _plan(args, "lock")
+    if not args.rehearse:
+        written = lock_target(plan)
+        for path in written.values():
+            log.info(f"{path}: written")
+        out.data["locks"] = {kind: str(path) for kind, path in written.items()}
         return 0
-    written = lock_target(plan)
-    for path in written.values():
-        log.info(f"{path}: written")
-    out.data["locks"] = {kind: str(path) for kind, path in written.items()}
+    result = rehearse_lock(plan)
+    log.info(f"REHEARSAL ({result.source}): resolved {result.entries} entries against PyPI only; "
+             "the real lock still needs the real indexes")
+    for sub in result.substitutions:
+        log.info(f"    substituted  {sub.line()}")
+    for finding in result.findings:
+        log.info(f"    {finding.line()}")
+    log.info(f"    report: {result.report}")
+    out.data["rehearsal"] = result.to_json()
+    if not result.ok:
+        raise CheckFailed(f"{plan.target.name}: the rehearsal found distributions of another CUDA major with no "
+                          "reason in cuda.other_major (see above)")
+    out.line(str(result.report))
     return 0
 
 
 def cmd_plan(args: argparse.Namespace, out: Output) -> int:
-    from builder.pipeline import Plan
-
-    matrix = load(args.matrix)
-    plan = Plan.of(matrix, _need_target(args, "plan"))
+    plan = _plan(args, "plan")
     width = max(len(k) for k, _ in plan.rows())
     for key, value in plan.rows():
-        out.line(f"{key.ljust(width)}  {value}")
-    out.data["plan"] = dict(plan.rows())
+        out.line(f"{key:<{width}}  {value}")
+    out.data["plan"] = plan.to_json()
     return 0
 
 
-def cmd_build(args: argparse.Namespace, out: Output) -> int:
-    from concurrent.futures import ThreadPoolExecutor
-
-    from builder.engine import Engine
-    from builder.pipeline import Plan, build
-
-    matrix = load(args.matrix)
-    names = args.target if isinstance(args.target, list) else [_need_target(args, "build")]
-    plans = [Plan.of(matrix, name) for name in names]  # every name checked before anything runs
-    if args.jobs < 1:
-        raise ConfigError(f"--jobs: must be at least 1 (got {args.jobs})")
-    secrets = _secrets(args.secret, plans)
-    engine = Engine()
-
-    def one(plan):
-        return build(plan, engine, no_cache=args.no_cache, builder=args.builder, max_jobs_override=args.max_jobs,
-                     run_checks=not args.no_checks, force=args.force, cache_from=tuple(args.cache_from),
-                     cache_to=args.cache_to, secrets=secrets)
-
-    if len(plans) == 1:
-        outcomes, errors = [one(plans[0])], []
-    else:
-        # Several targets: per-target logs under artifacts/<target>/<build-id>/, one summary.
-        log.quiet_build_output(True)
-        with ThreadPoolExecutor(max_workers=args.jobs) as pool:
-            futures = [(p.target.name, pool.submit(one, p)) for p in plans]
-        outcomes, errors = [], []
-        for name, future in futures:
-            try:
-                outcomes.append(future.result())
-            except BuilderError as exc:
-                errors.append((name, exc))
+def _summarize(outcomes, errors, out: Output) -> None:
     rows = []
     for o in outcomes:
         status = "up to date" if o.up_to_date else "pushed" if o.changed else "pushed (same digest)"
@@ -331,138 +307,93 @@ def cmd_build(args: argparse.Namespace, out: Output) -> int:
     for o in outcomes:
         out.line(o.image)
     out.data["builds"] = [{"target": o.target, "image": o.image, "digest": o.digest, "size": o.size,
-                           "seconds": round(o.seconds, 2),
-                           "status": "up to date" if o.up_to_date else "pushed", "log": str(o.log) if o.log else None}
-                          for o in outcomes]
+                           "seconds": round(o.seconds, 2), "status": "up to date" if o.up_to_date else "pushed",
+                           "log": str(o.log) if o.log else None} for o in outcomes]
     out.data["errors"] = [{"target": name, "error": log.redact(exc.message)} for name, exc in errors]
+
+
+def cmd_build(args: argparse.Namespace, out: Output) -> int:
+    from concurrent.futures import ThreadPoolExecutor
+
+    from builder.pipeline import build
+    from builder.plan import Plan
+
+    matrix = load(args.matrix)
+    plans = [Plan.of(matrix, name) for name in _targets(matrix, args.target or [_one_target(args, "build")])]
+    options = _options(args, plans)
+    engine = _engine()
+    if len(plans) == 1:
+        outcomes, errors = [build(plans[0], engine, options)], []
+    else:
+        # Several targets: per-target logs under artifacts/<target>/<build-id>/, one summary.
+        log.quiet_build_output(True)
+        with ThreadPoolExecutor(max_workers=options.jobs) as pool:
+            futures = [(p.target.name, pool.submit(build, p, engine, options)) for p in plans]
+        outcomes, errors = [], []
+        for name, future in futures:
+            try:
+                outcomes.append(future.result())
+            except BuilderError as exc:
+                errors.append((name, exc))
+    _summarize(outcomes, errors, out)
     if errors:
-        worst = max(errors, key=lambda e: e[1].exit_code)[1]
-        raise worst
+        raise max((e for _, e in errors), key=lambda e: e.exit_code)
     return 0
 
 
-def _secrets(specs: list[str], plans) -> tuple[str, ...]:
-    """Check --secret specs against the matrix and register their values for redaction."""
-    import os
-
-    wanted = {sid for p in plans for sid in p.target.compile.secrets}
-    given = {}
-    for spec in specs:
-        fields = dict(item.split("=", 1) for item in spec.split(",") if "=" in item)
-        sid = fields.get("id", "")
-        if sid not in wanted:
-            raise ConfigError(f"--secret: id {sid!r} is not in compile.secrets of the target(s) "
-                              f"({', '.join(sorted(wanted)) or 'none'})")
-        if "env" in fields:
-            value = os.environ.get(fields["env"])
-            if value is None:
-                raise ConfigError(f"--secret {sid}: environment variable {fields['env']} is not set")
-        elif "src" in fields:
-            try:
-                value = Path(fields["src"]).read_text()
-            except OSError as exc:
-                raise ConfigError(f"--secret {sid}: cannot read {fields['src']}: {exc.strerror}") from None
-        else:
-            raise ConfigError(f"--secret {sid}: give env=VAR or src=FILE")
-        log.register_secret(value.strip())
-        given[sid] = spec
-    missing = sorted(wanted - set(given))
-    if missing:
-        raise ConfigError(f"--secret: the matrix needs {', '.join(missing)}; pass --secret id=ID,env=VAR")
-    return tuple(given[k] for k in sorted(given))
-
-
 def cmd_test(args: argparse.Namespace, out: Output) -> int:
-    import datetime as dt
+    from builder.pipeline import test
 
-    from builder import checks, records
-    from builder.engine import Engine
-    from builder.pipeline import Plan
-
-    matrix = load(args.matrix)
-    plan = Plan.of(matrix, _need_target(args, "test"))
-    target = plan.target
-    record = records.read(contract.record_path(plan.root, target.name))
-    ref = _recorded_image(args, "test")
-    lock.read_entries(plan.locks["runtime"])
-    engine = Engine()
-    with log.step(f"{target.name}: engine preflight"):
-        engine.preflight()
-    with log.step(f"{target.name}: fetch source {target.source.branch} @ {target.source.commit[:12]}"):
-        pinned = source.fetch(target.source)
-    recorded = record is not None and ref == record.image
-    build_date = dt.date.fromisoformat(record.build["finished"][:10]) if recorded else dt.date.today()
-    out_dir = plan.root / contract.ARTIFACTS_DIR / target.name / ("test-" + dt.datetime.now(dt.timezone.utc)
-                                                                  .strftime("%Y%m%dT%H%M%SZ"))
-    with log.step(f"{target.name}: image checks on {ref}"):
-        report = checks.check_target(engine, target, plan.locks["runtime"], pinned, ref, build_date, out_dir)
+    plan = _plan(args, "test")
+    report = test(plan, _engine(), args.image)
     out.data.update(report.to_json())
-    report.raise_for_failures()
-    out.line(ref)
+    out.line(report.image)
     return 0
 
 
 def cmd_verify(args: argparse.Namespace, out: Output) -> int:
-    from builder.verify import Verifier
+    from builder.verify import verify_targets
 
     matrix = load(args.matrix)
-    names = _targets(matrix, args.target)
-    engine = None
-    if args.registry:
-        from builder.engine import Engine
-
-        engine = Engine()
-    failed = []
-    root = args.matrix.resolve().parent
+    engine = _engine() if args.registry else None
+    results = verify_targets(matrix, _targets(matrix, args.target), engine, explicit=bool(args.target))
     out.data["rows"] = []
-    for name in names:
-        if not contract.record_path(root, name).exists() and args.target is None:
-            log.info(f"{name}: not built yet (no image.json); skipped")
-            continue
-        for row in Verifier(root, matrix.target(name)).rows(engine):
-            log.info(f"{'ok  ' if row.ok else 'FAIL'}  {name:<8} {row.check:<28} {row.detail}")
-            out.data["rows"].append({"target": name, "check": row.check, "ok": row.ok, "detail": row.detail})
-            if not row.ok:
-                failed.append(f"{name}: {row.check}")
+    failed = []
+    for name, row in results:
+        log.info(f"{'ok  ' if row.ok else 'FAIL'}  {name:<8} {row.check:<28} {row.detail}")
+        out.data["rows"].append({"target": name, "check": row.check, "ok": row.ok, "detail": row.detail})
+        if not row.ok:
+            failed.append(f"{name}: {row.check}")
     if failed:
         raise VerifyFailed(f"verify failed: {'; '.join(failed)}")
     return 0
 
 
 def cmd_reproduce(args: argparse.Namespace, out: Output) -> int:
-    from builder.engine import Engine
-    from builder.pipeline import Plan, reproduce
+    from builder.pipeline import reproduce
 
-    matrix = load(args.matrix)
-    plan = Plan.of(matrix, _need_target(args, "reproduce"))
-    result = reproduce(plan, Engine(), builder=args.builder)
+    plan = _plan(args, "reproduce")
+    result = reproduce(plan, _engine(), _options(args, [plan]))
     out.data.update(result.to_json())
     result.raise_for_difference()
     out.line(f"{plan.target.image.name}@{result.rebuilt}")
     return 0
 
 
-def _recorded_image(args: argparse.Namespace, command: str) -> str:
-    from builder import records
-
+def _image(args: argparse.Namespace, command: str) -> str:
     if getattr(args, "image", None):
         return args.image
-    matrix = load(args.matrix)
-    name = _need_target(args, command)
-    matrix.target(name)
-    record = records.read(contract.record_path(args.matrix.resolve().parent, name))
-    if record is None:
-        raise ConfigError(f"{command}: {name} has no recorded image; pass --image REF")
-    return record.image
+    from builder.pipeline import recorded_image
+
+    return recorded_image(_plan(args, command))
 
 
 def cmd_doctor(args: argparse.Namespace, out: Output) -> int:
     from builder import doctor
-    from builder.engine import Engine
 
-    image = _recorded_image(args, "doctor")
+    image = _image(args, "doctor")
     smi_text, smi_source = doctor.read_nvidia_smi(args.nvidia_smi_file)
-    config = Engine().image_config(image)
+    config = _engine().image_config(image)
     d = doctor.diagnose(smi_text, smi_source, config.labels, config.env, image)
     out.line(d.line)
     out.line(f"route: {d.route}")
@@ -473,10 +404,9 @@ def cmd_doctor(args: argparse.Namespace, out: Output) -> int:
 
 
 def cmd_evidence(args: argparse.Namespace, out: Output) -> int:
-    from builder import doctor
-    from builder.engine import Engine
+    from builder.evidence import evidence
 
-    path, manifest = doctor.evidence(Engine(), args.out, args.image, args.container, args.nvidia_smi_file)
+    path, manifest = evidence(_engine(), args.out, args.image, args.container, args.nvidia_smi_file)
     for name, why in sorted(manifest["missing"].items()):
         log.info(f"    not captured: {name}: {why}")
     log.info(f"    captured: {', '.join(manifest['captured'])}")
@@ -487,10 +417,8 @@ def cmd_evidence(args: argparse.Namespace, out: Output) -> int:
 
 def cmd_compare(args: argparse.Namespace, out: Output) -> int:
     from builder.compare import compare
-    from builder.engine import Engine
 
-    ours = _recorded_image(args, "compare")
-    result = compare(Engine(), ours, args.against)
+    result = compare(_engine(), _image(args, "compare"), args.against)
     for line in result.text():
         out.line(line)
     out.data.update(result.to_json())
@@ -499,9 +427,8 @@ def cmd_compare(args: argparse.Namespace, out: Output) -> int:
 
 def cmd_smoke_init(args: argparse.Namespace, out: Output) -> int:
     from builder import smoke
-    from builder.engine import Engine
 
-    matrix_path = smoke.init(args.out, args.registry, Engine(), repository=args.repository)
+    matrix_path = smoke.init(args.out, args.registry, _engine(), repository=args.repository)
     out.line(str(matrix_path))
     out.data["matrix"] = str(matrix_path)
     return 0
@@ -510,9 +437,8 @@ def cmd_smoke_init(args: argparse.Namespace, out: Output) -> int:
 def cmd_track(args: argparse.Namespace, out: Output) -> int:
     from builder.track import track
 
-    matrix = load(args.matrix)
-    name = _need_target(args, "track")
-    result = track(args.matrix, matrix, name, check=args.check)
+    name = _one_target(args, "track")
+    result = track(args.matrix, load(args.matrix), name, check=args.check)
     out.data.update(result.to_json())
     if not result.moved:
         log.info(f"{name}: {result.branch} is at the pin {result.old[:12]}; nothing to do")

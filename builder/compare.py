@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from builder import attest, compat, contract
+from builder import compat, contract, inventory
 from builder.lock import normalize
 
 
@@ -40,7 +40,7 @@ class Comparison:
 
 
 def compare(engine, ours: str, reference: str) -> Comparison:
-    a, b = attest.inventory(engine, ours), attest.inventory(engine, reference)
+    a, b = inventory.read(engine, ours), inventory.read(engine, reference)
     ca, cb = engine.image_config(ours), engine.image_config(reference)
 
     def cuda(cfg) -> dict[str, str]:

@@ -6,6 +6,7 @@ here and nowhere else; the README's "For the auditor" section documents this mod
 
 from __future__ import annotations
 
+import datetime as dt
 from pathlib import Path
 
 # Labels every image carries. OCI predefined keys where OCI has one; OCI defines no expiry or
@@ -37,12 +38,27 @@ BUILD_LOCK_NAME = "build-requirements.txt"  # build stage only (compilers' Pytho
 RECORD_NAME = "image.json"
 SBOM_NAME = "sbom.cdx.json"  # CycloneDX 1.6 JSON, same image -> same bytes
 PROVENANCE_NAME = "provenance.intoto.json"  # in-toto Statement v1, SLSA provenance v1 predicate
-RECORD_SCHEMA = 1
+RECORD_SCHEMA = 2  # 2: the record names its SBOM/provenance by sha256 and whether checks ran
 
 # Per-build artifacts (not committed): artifacts/<target>/<build-id>/build.log
 ARTIFACTS_DIR = Path("artifacts")
 BUILD_LOG_NAME = "build.log"
-METADATA_NAME = "metadata.json"
+METADATA_NAME = "metadata.json"  # buildx's --metadata-file, beside the log
+
+# Containers this tool starts (checks, probes) carry this label with the starting process's pid.
+CONTAINER_LABEL = f"{LABEL_PREFIX}.container-of-pid"
+
+# Times: every timestamp the tool writes (labels, records, provenance) is UTC in this format.
+TIME_FORMAT = "%Y-%m-%dT%H:%M:%SZ"
+
+
+def created_iso(epoch: int) -> str:
+    """SOURCE_DATE_EPOCH as the `created` label, the SBOM timestamp and the OCI annotation."""
+    return dt.datetime.fromtimestamp(epoch, dt.timezone.utc).strftime(TIME_FORMAT)
+
+
+def now_iso() -> str:
+    return dt.datetime.now(dt.timezone.utc).strftime(TIME_FORMAT)
 
 # Fields of image.json, in the order they are written. ``build`` holds the volatile part
 # (time, duration, id); everything else is a pure function of the inputs and the digest.
@@ -59,6 +75,7 @@ RECORD_FIELDS = (
     "source_date_epoch",
     "input_key",
     "tool_version",
+    "checks",
     "build",
 )
 

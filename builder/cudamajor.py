@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import re
 
-from builder.lock import normalize
+from builder.distnames import normalize
 
 # CUDA 13's wheels dropped the -cuNN suffix. Some keep the CUDA version as their own version
 # (cuda-toolkit, nvidia-cuda-runtime, nvidia-cublas, ...: 13.x); PyPI's torch 2.13/2.14 pull these
@@ -17,6 +17,11 @@ _TRACKS_CUDA = re.compile(r"cuda-toolkit|nvidia-cuda-[a-z-]+|nvidia-cublas|nvidi
 _CUDA13_ONLY = re.compile(r"nvidia-cufft|nvidia-curand|nvidia-cusolver|nvidia-cusparse|nvidia-cufile|nvidia-npp"
                           r"|nvidia-nvjpeg")
 _SUFFIX = re.compile(r"-cu(\d+)(?:-|$)")
+
+
+def major_minor(version: str | None) -> str | None:
+    """12.9.1 -> 12.9: the one place a CUDA version is cut to major.minor."""
+    return ".".join(version.split(".")[:2]) if version else None
 
 
 def _major(digits: str) -> int:

@@ -1,21 +1,14 @@
-"""Tools for the operator of an r575 host, before anyone changes a launch flag:
-
-- ``doctor``: does this image start on this host, and if not, which route applies;
-- ``evidence``: save what the host, the engine, the image and the container look like now.
-
-Both work with no GPU, no nvidia-smi and no Docker: they say what is missing.
+"""`build doctor`, for the operator of an r575 host before anyone changes a launch flag: does
+this image start on this host, and if not, which route applies. Works with no GPU and no
+nvidia-smi (it says what is missing); `build evidence` (builder/evidence.py) saves the state.
 """
 
 from __future__ import annotations
 
 import datetime as dt
-import io
-import json
-import os
 import re
 import shutil
 import subprocess
-import tarfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -86,85 +79,3 @@ def _expiry(labels: dict[str, str], today: dt.date) -> str | None:
     if expires < today:
         return f"EXPIRED on {raw}: this bridge build is past its exit date; ask {owner}"
     return f"expires {raw} ({(expires - today).days} days left; owner {owner})"
-
-
-# -- evidence ----------------------------------------------------------------------------------
-
-_SECRET_NAME = re.compile(r"(?i)(token|secret|passw|pwd|key|credential|auth|cookie|session|private)")
-
-
-def redacted_environment(environ: dict[str, str]) -> str:
-    """The environment, sorted, with secret-looking names' values and URL credentials hidden."""
-    lines = []
-    for name in sorted(environ):
-        value = environ[name]
-        value = "***" if _SECRET_NAME.search(name) else log.redact(value)
-        lines.append(f"{name}={value}")
-    return "\n".join(lines) + "\n"
-
-
-def evidence(engine, out_dir: Path, image: str | None, container: str | None,
-             smi_file: Path | None = None, environ: dict[str, str] | None = None) -> tuple[Path, dict]:
-    """Collect everything into one timestamped tar.gz with a manifest; never fails for a missing part."""
-    now = dt.datetime.now(dt.timezone.utc)
-    files: dict[str, str] = {}
-    manifest: dict = {"created": now.strftime("%Y-%m-%dT%H:%M:%SZ"), "captured": [], "missing": {}}
-
-    def capture(name: str, produce) -> None:
-        try:
-            files[name] = produce()
-            manifest["captured"].append(name)
-        except (BuilderError, OSError, subprocess.SubprocessError, ValueError) as exc:
-            manifest["missing"][name] = log.redact(getattr(exc, "message", None) or str(exc))
-
-    capture("date-utc.txt", lambda: now.strftime("%a %b %d %H:%M:%S UTC %Y") + "\n")
-
-    def smi() -> str:
-        text, source = read_nvidia_smi(smi_file)
-        if text is None:
-            raise OSError(source)
-        return text
-
-    capture("nvidia-smi.txt", smi)
-    described: dict = {}
-
-    def docker(name: str) -> str:
-        if not described:
-            described.update(engine.describe())  # one `docker version` and one `docker info`
-        return described[name]
-
-    capture("docker-version.txt", lambda: docker("docker-version"))
-    capture("docker-info.txt", lambda: docker("docker-info"))
-    if image:
-        capture("image-inspect.json", lambda: engine.image_inspect(image))
-
-        def vllm() -> str:
-            doc = json.loads(files["image-inspect.json"])[0] if "image-inspect.json" in files else {}
-            labels = (doc.get("Config") or {}).get("Labels") or {}
-            keys = (contract.OCI_VERSION, contract.OCI_REVISION, contract.OCI_SOURCE, contract.LABEL_CUDA,
-                    contract.LABEL_EXPIRES, contract.LABEL_OWNER)
-            if not labels:
-                raise ValueError("no labels (image not inspected)")
-            return "".join(f"{k}={labels.get(k, '(absent)')}\n" for k in keys) + \
-                f"repo_digests={','.join(doc.get('RepoDigests') or [])}\n"
-
-        capture("vllm-version.txt", vllm)
-    capture("environment.txt", lambda: redacted_environment(environ if environ is not None else dict(os.environ)))
-    if container:
-        capture("container.log", lambda: log.redact(engine.container_logs(container)))
-    manifest["image"] = image
-    manifest["container"] = container
-    files["manifest.json"] = json.dumps(manifest, indent=2, sort_keys=True) + "\n"
-    buf = io.BytesIO()
-    stem = f"k3-evidence-{now.strftime('%Y%m%dT%H%M%SZ')}"
-    with tarfile.open(fileobj=buf, mode="w:gz") as tar:
-        for name in sorted(files):
-            data = files[name].encode("utf-8", "replace")
-            info = tarfile.TarInfo(f"{stem}/{name}")
-            info.size = len(data)
-            info.mtime = int(now.timestamp())
-            info.mode = 0o644
-            tar.addfile(info, io.BytesIO(data))
-    path = out_dir / f"{stem}.tar.gz"
-    atomic_write(path, buf.getvalue())
-    return path, manifest

@@ -1,8 +1,10 @@
-"""The one engine seam: every Docker, buildx and registry call lives here.
+"""The one engine seam: ``Engine`` is what the pipeline needs from Docker, in three concerns.
 
-The rest of the code asks for ``preflight``/``build``/``resolve_digest``/``serves`` and gets
-typed results or a ``BuildError``/``EngineUnavailable``. Unit tests swap this class for a fake;
-integration tests use it against the real engine and registry.
+``Engine`` itself builds (buildx), imports and inspects images; ``engine.containers`` runs them
+(builder/containers.py) and ``engine.registry`` talks to the registry over HTTP
+(builder/registry.py). The rest of the code gets typed results or a ``BuildError``/
+``EngineUnavailable``. ``DockerEngine`` is the one implementation (python-on-whales); unit-test
+fakes implement the ``Engine`` protocol instead of subclassing it.
 """
 
 from __future__ import annotations
@@ -18,13 +20,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Iterator
 
+from typing import Protocol
+
 from python_on_whales import DockerClient
 from python_on_whales.exceptions import DockerException
 from python_on_whales.utils import run
 
+from builder import contract
+from builder.containers import ContainerSeam, DockerContainers, docker_errors
 from builder.errors import BuildError, EngineUnavailable
 from builder.log import redact
-from builder.registry import Manifest, Registry, RegistryError, split_ref
+from builder.registry import RegistryClient, RegistrySeam
 
 MIN_ENGINE = (25, 0)
 MIN_BUILDX = (0, 13)
@@ -70,8 +76,20 @@ class ImageConfig:
 @dataclass(frozen=True)
 class BuildResult:
     digest: str  # manifest digest the registry serves (from buildx's metadata file)
-    config_digest: str | None
-    metadata: dict
+
+
+class Engine(Protocol):
+    """The seam: what the pipeline asks of Docker. Fakes in the unit tests implement this."""
+
+    containers: ContainerSeam
+    registry: RegistrySeam
+
+    def preflight(self, builder: str | None = None) -> EngineInfo: ...
+    def build(self, req: BuildRequest, log_path: Path, echo: Callable[[str], None]) -> BuildResult: ...
+    def import_and_push(self, rootfs_tar: Path, ref: str) -> str: ...
+    def image_config(self, ref: str) -> ImageConfig: ...
+    def describe(self) -> dict[str, str]: ...
+    def image_inspect(self, ref: str) -> str: ...
 
 
 def _version_tuple(text: str) -> tuple[int, ...]:
@@ -101,9 +119,11 @@ def _start_stream(make: Callable[[], Iterator[str]], env: dict[str, str]) -> tup
     return first, stream
 
 
-class Engine:
+class DockerEngine:
     def __init__(self, docker: DockerClient | None = None) -> None:
         self.docker = docker or DockerClient()
+        self.containers: ContainerSeam = DockerContainers(self.docker)
+        self.registry: RegistrySeam = RegistryClient()
 
     def preflight(self, builder: str | None = None) -> EngineInfo:
         try:
@@ -136,7 +156,7 @@ class Engine:
 
     def build(self, req: BuildRequest, log_path: Path, echo: Callable[[str], None]) -> BuildResult:
         """Build (and push), streaming the plain progress log to ``log_path`` and ``echo``."""
-        metadata_file = log_path.parent / "metadata.json"
+        metadata_file = log_path.parent / contract.METADATA_NAME
         env = {"SOURCE_DATE_EPOCH": str(req.source_date_epoch)} if req.source_date_epoch is not None else {}
         log_path.parent.mkdir(parents=True, exist_ok=True)
         with log_path.open("a", encoding="utf-8") as log:
@@ -180,185 +200,41 @@ class Engine:
         digest = metadata.get("containerimage.digest")
         if not digest or not re.fullmatch(r"sha256:[0-9a-f]{64}", digest):
             raise BuildError(f"buildx metadata has no image digest: {sorted(metadata)}", str(log_path))
-        return BuildResult(digest=digest, config_digest=metadata.get("containerimage.config.digest"),
-                           metadata=metadata)
+        return BuildResult(digest=digest)
 
     def import_and_push(self, rootfs_tar: Path, ref: str) -> str:
         """Import a root filesystem tarball as an image, push it, return the registry's digest."""
-        try:
+        with docker_errors(f"cannot import and push {ref}"):
             self.docker.import_(rootfs_tar, tag=ref)
             self.docker.image.push(ref, quiet=True)
-        except DockerException as exc:
-            raise BuildError(f"cannot import and push {ref}: {(exc.stderr or '').strip()[:200]}") from None
-        digest = self.resolve_digest(ref)
+        digest = self.registry.resolve_digest(ref)
         if not digest:
             raise BuildError(f"pushed {ref} but the registry does not serve it")
         return digest
 
     def image_config(self, ref: str) -> ImageConfig:
         """The image's config (labels, env, user), pulling it first if the engine lacks it."""
-        try:
+        with docker_errors(f"cannot pull or inspect {ref}"):
             if not self.docker.image.exists(ref):
                 self.docker.image.pull(ref, quiet=True)
             img = self.docker.image.inspect(ref)
-        except DockerException as exc:
-            raise BuildError(f"cannot pull or inspect {ref}: {(exc.stderr or '').strip()[:200]}") from None
         cfg = img.config
         env = dict(item.split("=", 1) for item in (cfg.env or []) if "=" in item)
         return ImageConfig(ref=ref, id=img.id, labels=dict(cfg.labels or {}), env=env, user=cfg.user or "",
                            entrypoint=tuple(cfg.entrypoint or ()))
 
-    def start(self, ref: str) -> str:
-        """Start a container of ``ref`` that idles (no network) for checks; returns its id."""
-        try:
-            container = self.docker.run(ref, ["infinity"], entrypoint="sleep", detach=True,
-                                        networks=["none"], labels={"io.k3-cu129.check": "1"})
-        except DockerException as exc:
-            raise BuildError(f"cannot start a container of {ref}: {(exc.stderr or '').strip()[:200]}") from None
-        return container.id
-
-    def copy_into(self, container_id: str, src: Path, dest: str) -> None:
-        try:
-            self.docker.container.copy(src, (container_id, dest))
-        except DockerException as exc:
-            raise BuildError(f"cannot copy into container {container_id[:12]}: {(exc.stderr or '').strip()[:200]}") from None
-
-    def remove(self, container_id: str) -> None:
-        try:
-            self.docker.container.remove(container_id, force=True, volumes=True)
-        except DockerException:
-            pass  # already gone
-
     def describe(self) -> dict[str, str]:
         """`docker version` and `docker info` as text, for evidence bundles."""
         out = {}
         for name, args in (("docker-version", ["version"]), ("docker-info", ["info"])):
-            try:
+            with docker_errors(f"docker {args[0]} failed", unreachable=True):
                 out[name] = run(self.docker.client_config.docker_cmd + args)
-            except DockerException as exc:
-                raise EngineUnavailable(f"docker {args[0]} failed: {(exc.stderr or '').strip()[:200]}") from None
-            except FileNotFoundError:
-                raise EngineUnavailable("docker CLI not found") from None
         return out
 
     def image_inspect(self, ref: str) -> str:
         """`docker image inspect` JSON of a local image (tags and repo digests included)."""
-        try:
+        with docker_errors(f"cannot inspect {ref}"):
             return run(self.docker.client_config.docker_cmd + ["image", "inspect", ref])
-        except DockerException as exc:
-            raise BuildError(f"cannot inspect {ref}: {(exc.stderr or '').strip()[:200]}") from None
-        except FileNotFoundError:
-            raise EngineUnavailable("docker CLI not found") from None
-
-    def container_logs(self, name: str) -> str:
-        try:
-            out, err = run(self.docker.client_config.docker_cmd + ["logs", "--timestamps", name], return_stderr=True)
-            return out + err
-        except DockerException as exc:
-            raise BuildError(f"cannot read the log of container {name}: {(exc.stderr or '').strip()[:200]}") from None
-        except FileNotFoundError:
-            raise EngineUnavailable("docker CLI not found") from None
-
-    def run_python(self, ref: str, script: str) -> str:
-        """Run a Python script in a throwaway container of ``ref`` with whichever python it has."""
-        return self.run_capture(ref, "sh", ["-c", 'exec "$(command -v python3 || command -v python)" -c "$0"', script])
-
-    def run_capture(self, ref: str, entrypoint: str, args: list[str]) -> str:
-        """Run ``entrypoint args`` in a throwaway container of ``ref`` (no network); its stdout."""
-        try:
-            return self.docker.run(ref, args, entrypoint=entrypoint, remove=True, networks=["none"])
-        except DockerException as exc:
-            raise BuildError(f"cannot run {entrypoint} in {ref}: {(exc.stderr or '').strip()[:300]}") from None
-
-    # -- registry: raw manifests, blobs, attached artifacts ------------------------------------
-    def _registry(self, name: str) -> tuple[Registry, str]:
-        host, repo = split_ref(name)
-        return Registry(host), repo
-
-    def raw_manifest(self, name: str, reference: str) -> Manifest | None:
-        registry, repo = self._registry(name)
-        try:
-            return registry.manifest(repo, reference)
-        except RegistryError as exc:
-            raise EngineUnavailable(f"registry: {exc}") from None
-
-    def platform_digest(self, name: str, digest: str) -> str:
-        """The image manifest behind ``digest``: itself, or the one platform manifest of an index.
-
-        With BuildKit attestations on (docker-container builders) buildx pushes an index whose
-        attestation manifest carries invocation ids and times; reproducibility is a property of the
-        platform manifest, so that is what comparisons use."""
-        m = self.raw_manifest(name, digest)
-        if m is None or "manifests" not in m.doc:
-            return digest
-        images = [d["digest"] for d in m.doc["manifests"]
-                  if (d.get("annotations") or {}).get("vnd.docker.reference.type") != "attestation-manifest"]
-        if len(images) != 1:
-            raise BuildError(f"{name}@{digest}: an index of {len(images)} images; compare one platform at a time")
-        return images[0]
-
-    def blob(self, name: str, digest: str) -> bytes:
-        registry, repo = self._registry(name)
-        try:
-            return registry.blob(repo, digest)
-        except RegistryError as exc:
-            raise EngineUnavailable(f"registry: {exc}") from None
-
-    def attach(self, name: str, digest: str, artifact_type: str, content: bytes, annotations: dict[str, str]) -> str:
-        """Attach an artifact (SBOM, provenance) to ``name@digest`` via the referrers tag schema."""
-        registry, repo = self._registry(name)
-        try:
-            subject = registry.manifest(repo, digest)
-            if subject is None:
-                raise BuildError(f"cannot attach {artifact_type}: the registry does not serve {name}@{digest}")
-            return registry.attach(repo, subject, artifact_type, content, annotations)
-        except RegistryError as exc:
-            raise BuildError(f"cannot attach {artifact_type} to {name}@{digest}: {exc}") from None
-
-    def referrers(self, name: str, digest: str) -> dict[str, bytes]:
-        registry, repo = self._registry(name)
-        try:
-            return registry.referrers(repo, digest)
-        except RegistryError as exc:
-            raise EngineUnavailable(f"registry: {exc}") from None
-
-    def image_size(self, ref: str) -> int | None:
-        """Compressed size in the registry: config plus layers of the manifest ``ref`` names."""
-        doc = self._imagetools(ref, raw=True)
-        if not doc or "layers" not in doc:
-            return None
-        return int(doc["config"]["size"]) + sum(int(layer["size"]) for layer in doc["layers"])
-
-    def _imagetools(self, ref: str, raw: bool = False) -> dict | None:
-        fmt = ["--raw"] if raw else ["--format", "{{json .Manifest}}"]
-        cmd = self.docker.client_config.docker_cmd + ["buildx", "imagetools", "inspect", *fmt, ref]
-        try:
-            return json.loads(run(cmd))
-        except DockerException as exc:
-            text = (exc.stderr or "").lower()
-            if "not found" in text or "manifest unknown" in text:
-                return None
-            raise EngineUnavailable(f"registry lookup of {ref} failed: {(exc.stderr or '').strip()[:200]}") from None
-
-    def resolve_digest(self, ref: str) -> str | None:
-        """The manifest digest the registry serves for ``ref`` (tag or digest), or None."""
-        doc = self._imagetools(ref)
-        return doc.get("digest") if doc else None
-
-    def serves(self, name: str, digest: str) -> bool:
-        """Whether the registry serves ``name@digest`` (content-addressed, so it is that image)."""
-        return self.resolve_digest(f"{name}@{digest}") == digest
-
-    def image_labels(self, ref: str) -> dict[str, str]:
-        """Labels of an image in the registry (read from its config blob)."""
-        cmd = self.docker.client_config.docker_cmd + [
-            "buildx", "imagetools", "inspect", "--format", "{{json .Image}}", ref,
-        ]
-        try:
-            doc = json.loads(run(cmd))
-        except DockerException as exc:
-            raise BuildError(f"cannot read the image config of {ref}: {(exc.stderr or '').strip()[:200]}") from None
-        return (doc.get("config") or {}).get("Labels") or {}
 
 
 def _stop_children(name: str, grace: float = 10.0) -> list[int]:

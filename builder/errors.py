@@ -64,6 +64,10 @@ class EngineUnavailable(BuilderError):
     exit_code = 3
 
 
+class RegistryUnavailable(EngineUnavailable):
+    """The registry cannot be reached or refuses a request (it is out of our hands: exit 3)."""
+
+
 class BuildError(BuilderError):
     """The engine ran and the build, push or inspect failed. The log is kept."""
 

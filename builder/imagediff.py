@@ -64,15 +64,15 @@ def layer_diff(index: int, a: bytes, b: bytes) -> list[str]:
     return lines
 
 
-def compare(engine, name: str, recorded: str, rebuilt: str) -> list[str]:
+def diff_images(engine, name: str, recorded: str, rebuilt: str) -> list[str]:
     """Lines describing every difference between ``name@recorded`` and ``name@rebuilt``."""
-    ma, mb = engine.raw_manifest(name, recorded), engine.raw_manifest(name, rebuilt)
+    ma, mb = engine.registry.raw_manifest(name, recorded), engine.registry.raw_manifest(name, rebuilt)
     if ma is None or mb is None:
         return [f"the registry does not serve {name}@{recorded if ma is None else rebuilt}"]
     da, db = ma.doc, mb.doc
     lines = [f"manifest {recorded} (recorded) != {rebuilt} (rebuild)"]
-    ca = json.loads(engine.blob(name, da["config"]["digest"]))
-    cb = json.loads(engine.blob(name, db["config"]["digest"]))
+    ca = json.loads(engine.registry.blob(name, da["config"]["digest"]))
+    cb = json.loads(engine.registry.blob(name, db["config"]["digest"]))
     lines += config_diff(ca, cb)
     la, lb = da.get("layers", []), db.get("layers", [])
     if len(la) != len(lb):
@@ -81,7 +81,7 @@ def compare(engine, name: str, recorded: str, rebuilt: str) -> list[str]:
         if x["digest"] == y["digest"]:
             continue
         lines.append(f"layer {i}: {x['digest'][:19]} != {y['digest'][:19]}")
-        lines += layer_diff(i, engine.blob(name, x["digest"]), engine.blob(name, y["digest"]))
+        lines += layer_diff(i, engine.registry.blob(name, x["digest"]), engine.registry.blob(name, y["digest"]))
         if len(lines) > MAX_LINES:
             break
     if len(lines) > MAX_LINES:

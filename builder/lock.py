@@ -24,8 +24,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from builder import contract
+from builder.distnames import normalize  # noqa: F401 - re-exported: lock.normalize is the name callers know
 from builder.errors import LockError, Unreachable, is_network_failure
 from builder.fsutil import atomic_write, sha256_bytes
+from builder.hermetic import hermetic_env, uv_binary
 from builder.matrix import Target
 from builder.source import PinnedSource, resolve_includes
 
@@ -102,25 +104,6 @@ def inputs(target: Target, pinned: PinnedSource, kind: str) -> LockInputs:
                       python=target.python.version, platform=target.python.uv_platform())
 
 
-def hermetic_env() -> dict[str, str]:
-    """The environment pip and uv run in: the machine's pip/uv config and index settings ignored."""
-    keep = {"PIP_CERT", "PIP_DEFAULT_TIMEOUT", "PIP_DISABLE_PIP_VERSION_CHECK"}
-    env = {k: v for k, v in os.environ.items()
-           if not (k.startswith("PIP_") or k.startswith("UV_")) or k in keep}
-    env["PIP_CONFIG_FILE"] = os.devnull
-    env["PIP_NO_INPUT"] = "1"
-    env["UV_NO_CONFIG"] = "1"
-    return env
-
-
-def uv_binary() -> str:
-    try:
-        from uv import find_uv_bin
-    except ImportError:  # pragma: no cover - uv is a dependency of this tool
-        raise LockError("the uv package is missing from this tool's environment; reinstall the tool") from None
-    return find_uv_bin()
-
-
 def resolve(lock_inputs: LockInputs, where: str) -> str:
     """Run ``uv pip compile`` on the inputs; return the lock body (no header, no index lines)."""
     with tempfile.TemporaryDirectory(prefix="k3-lock-") as tmp:
@@ -163,11 +146,6 @@ def compile_lock(target: Target, lock_inputs: LockInputs) -> str:
 
 
 _ENTRY = re.compile(r"^(?P<name>[A-Za-z0-9][A-Za-z0-9._-]*)==(?P<version>\S+)")
-
-
-def normalize(name: str) -> str:
-    """PEP 503 name normalization: how every comparison of distribution names in the tool is made."""
-    return re.sub(r"[-_.]+", "-", name).lower()
 
 
 @dataclass(frozen=True)
@@ -267,32 +245,38 @@ def check_torch_build(target: Target, entries: list[LockEntry], path: Path) -> N
         )
 
 
-def read_entries(path: Path) -> list[LockEntry]:
-    """A committed lock's entries; LockError when missing, unreadable, unhashed or empty."""
-    return _read(path)[1]
-
-
-def _read(path: Path) -> tuple[str | None, list[LockEntry]]:
+def read_text(path: Path) -> str:
+    """A committed lock's text; LockError when missing or unreadable."""
     if not path.exists():
         raise LockError(
             f"{path}: no lock for this target; run `build lock --target {path.parent.name}` first "
             "(where the target's indexes are reachable) and commit it"
         )
     try:
-        text = path.read_text(encoding="utf-8")
+        return path.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as exc:
         raise LockError(f"{path}: unreadable lock ({exc}); restore it from git or re-run `build lock`") from None
-    input_sha, entries = parse_lock(text, path)
+
+
+def entries_of(text: str, path: Path) -> list[LockEntry]:
+    """A lock's entries; LockError when unhashed, edited (body hash), headerless or empty."""
     if BODY_HEADER.strip() not in text:
         raise LockError(f"{path}: no '{BODY_HEADER.strip()}' header; re-run `build lock`")
+    _, entries = parse_lock(text, path)
     if not entries:
         raise LockError(f"{path}: the lock has no entries; restore it from git or re-run `build lock`")
-    return input_sha, entries
+    return entries
 
 
-def check_current(path: Path, lock_inputs: LockInputs) -> list[LockEntry]:
-    """Read a committed lock and make sure it was made from these inputs."""
-    input_sha, entries = _read(path)
+def read_entries(path: Path) -> list[LockEntry]:
+    """A committed lock's entries; LockError when missing, unreadable, unhashed or empty."""
+    return entries_of(read_text(path), path)
+
+
+def check_current(path: Path, lock_inputs: LockInputs) -> None:
+    """Make sure a committed lock was made from these inputs."""
+    text = read_text(path)
+    input_sha, _ = parse_lock(text, path)
     if input_sha is None:
         raise LockError(f"{path}: no '{INPUT_HEADER.strip()}' header; was it edited by hand? re-run `build lock`")
     if input_sha != lock_inputs.sha256:
@@ -300,4 +284,3 @@ def check_current(path: Path, lock_inputs: LockInputs) -> list[LockEntry]:
             f"{path}: stale: made from other inputs than the matrix and source now give; "
             f"run `build lock --target {path.parent.name}`"
         )
-    return entries

@@ -31,9 +31,16 @@ _URL_CREDENTIALS = re.compile(r"(?i)\b([a-z][a-z0-9+.-]*://)[^/@\s:]+(?::[^/@\s]
 
 
 def register_secret(value: str) -> None:
-    """A value that must never be printed (a --secret's content); redacted from every line."""
-    if len(value) >= 4:
-        _secrets.add(value)
+    """A value that must never be printed (a --secret's content); redacted from every line.
+
+    Output is redacted line by line, so a multi-line value (a netrc, a key file) is registered
+    line by line too, and each credential-looking word in it (8+ characters with a digit or a
+    symbol: a password after `password`, a token) on its own."""
+    candidates = {value.strip()}
+    for line in value.splitlines():
+        candidates.add(line.strip())
+        candidates.update(w for w in line.split() if len(w) >= 8 and not w.isalpha())
+    _secrets.update(c for c in candidates if len(c) >= 4)
 
 
 def redact(text: str) -> str:

@@ -31,6 +31,7 @@ from pydantic import (
     ValidationError,
 )
 
+from builder.cudamajor import major_minor
 from builder.errors import ConfigError
 
 MAX_MATRIX_BYTES = 1 << 20  # a matrix is a few KB; anything past 1 MiB is not one
@@ -276,7 +277,7 @@ class Cuda(_Frozen):
 
     @property
     def major_minor(self) -> str:
-        return ".".join(self.version.split(".")[:2])
+        return major_minor(self.version)
 
     @property
     def short(self) -> str:  # 12.9.1 -> cu129
@@ -335,6 +336,21 @@ class Runtime(_Frozen):
     env: dict[EnvName, EnvValue] = Field(default_factory=dict)
 
 
+class Signing(_Frozen):
+    """Who signs the image (keyless, cosign): `build verify --registry` checks the signature
+    against this identity. Unset: presence is reported, a missing signature is not a failure.
+    CI sets it through $K3_SIGNING_IDENTITY (repository variables); see builder/signature.py."""
+
+    identity: Optional[Annotated[StrictStr, AfterValidator(lambda v: _identity(v))]] = None
+    issuer: HttpsUrl = "https://token.actions.githubusercontent.com"
+
+
+def _identity(value: str) -> str:
+    if not re.fullmatch(r"https://[A-Za-z0-9.-]+/[A-Za-z0-9._~%+/@-]+|[A-Za-z0-9._%+-]+@[A-Za-z0-9.-]+", value):
+        raise ValueError(f"must be a certificate identity: a workflow URL or an e-mail (got {_show(value)})")
+    return value
+
+
 class Compile(_Frozen):
     # None: derived from the builder. Like vLLM's MAX_JOBS: the total parallelism (nvcc jobs x
     # NVCC_THREADS); the source's build divides it by NVCC_THREADS itself.
@@ -374,6 +390,7 @@ class Target(_Frozen):
     overrides: dict[Requirement, Reason] = Field(default_factory=dict)
     compile: Compile = Compile()
     runtime: Runtime = Runtime()
+    signing: Signing = Signing()
     entrypoint: tuple[Arg, ...] = Field(min_length=1)
 
     def pinned_requirements(self) -> tuple[str, ...]:
@@ -557,7 +574,9 @@ def _format_error(path: Path, err: dict, own: dict | None = None, defaults: dict
 # Environment overrides, highest in the lookup order (like cibuildwheel's CIBW_* variables): a CI
 # job pushes to the registry its repository variables name without editing the matrix. They go
 # through the same validation as the file.
-ENV_OVERRIDES = {"K3_REGISTRY": ("image", "registry"), "K3_REPOSITORY": ("image", "repository")}
+ENV_OVERRIDES = {"K3_REGISTRY": ("image", "registry"), "K3_REPOSITORY": ("image", "repository"),
+                 "K3_TAG": ("image", "tag"),  # CI pushes candidates under their own tag (issue: promotion)
+                 "K3_SIGNING_IDENTITY": ("signing", "identity"), "K3_SIGNING_ISSUER": ("signing", "issuer")}
 
 
 def environment_overrides() -> dict:

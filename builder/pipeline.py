@@ -1,138 +1,36 @@
 """The build, step by step: matrix -> Dockerfile -> lock -> context -> buildx -> registry -> record.
 
-Order matters for the guarantees: everything that can refuse (drift, stale lock, corrupt record,
-unreachable engine, wrong torch build) is checked before the engine is asked for anything, and
-image.json is written only after the registry confirms it serves the pushed digest.
+Order matters for the guarantees: everything that can refuse (drift, stale lock, corrupt or
+inconsistent record, unreachable engine, wrong torch build) is checked before the engine is asked
+for anything, and the record set is written only after the registry confirms it serves the pushed
+digest and the image passed its checks. This module orchestrates; each step lives in the module
+named for what it owns (plan, lock, source, buildcontext, engine, imagechecks, attest, records).
 """
 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import datetime as dt
 import fcntl
-import json
 import os
-from secrets import token_hex
-import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from secrets import token_hex
 from typing import Iterator
 
 from builder import __version__, contract, lock, log, records, render, source
-from builder.context import assemble
+from builder.buildcontext import assemble
 from builder.engine import BuildRequest, BuildResult, Engine, EngineInfo
-from builder.errors import BuildError, Busy, DriftError, NotReproduced, RecordError
+from builder.errors import BuildError, Busy, NotReproduced, RecordError
 from builder.fsutil import atomic_write, sha256_bytes, sha256_file
-from builder.source import PinnedSource
 from builder.matrix import Matrix, Target
+from builder.options import BuildOptions
+from builder.plan import LockSet, Plan, input_key, offline_checks, parallelism
+from builder.source import PinnedSource
 
-GIB = 1024**3
-
-
-@dataclass(frozen=True)
-class Parallelism:
-    """How parallel the compile runs. ``max_jobs`` is what MAX_JOBS is set to, in the source's own
-    meaning: vLLM's setup.py divides it by NVCC_THREADS to get its ninja job count, so the tool
-    passes nvcc jobs x NVCC_THREADS (passing the job count itself would divide it twice)."""
-
-    max_jobs: int
-    nvcc_threads: int
-    why: str
-
-    @property
-    def jobs(self) -> int:  # the compile jobs the source's build runs at once
-        return max(1, self.max_jobs // self.nvcc_threads)
-
-    def describe(self) -> str:
-        return (f"MAX_JOBS={self.max_jobs} NVCC_THREADS={self.nvcc_threads}: {self.jobs} compile job(s) x "
-                f"{self.nvcc_threads} nvcc thread(s) ({self.why})")
-
-
-def parallelism(target: Target, cpus: int, memory_bytes: int, override: int | None = None) -> Parallelism:
-    """MAX_JOBS for the compile: --max-jobs, else compile.max_jobs, else derived from the builder.
-
-    Derived: jobs = min(cpus / NVCC_THREADS, memory / (memory_per_job_gib x NVCC_THREADS)), at least
-    one; each nvcc thread needs ``memory_per_job_gib`` and OOM-killed compiles are vLLM's most
-    reported build failure, so memory bounds the jobs before cores do. MAX_JOBS = jobs x threads.
-    """
-    threads = target.compile.nvcc_threads
-    if override:
-        return Parallelism(override, threads, "--max-jobs")
-    if target.compile.max_jobs:
-        return Parallelism(target.compile.max_jobs, threads, "compile.max_jobs")
-    per_job = target.compile.memory_per_job_gib * threads * GIB
-    jobs = max(1, min(cpus // threads, memory_bytes // per_job if memory_bytes else 1))
-    why = (f"derived from the builder: {cpus} cpus, {memory_bytes // GIB} GiB, "
-           f"{target.compile.memory_per_job_gib} GiB per nvcc thread")
-    return Parallelism(jobs * threads, threads, why)
-
-
-def created_iso(epoch: int) -> str:
-    return dt.datetime.fromtimestamp(epoch, dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
-@dataclass(frozen=True)
-class Plan:
-    """What a build of one target will read and produce; computed without network."""
-
-    target: Target
-    root: Path
-    dockerfile: Path
-    locks: dict[str, Path]
-    output: str
-
-    @classmethod
-    def of(cls, matrix: Matrix, name: str) -> "Plan":
-        target = matrix.target(name)
-        root = matrix.path.resolve().parent
-        return cls(
-            target=target,
-            root=root,
-            dockerfile=contract.dockerfile_path(root, name),
-            locks={"runtime": contract.lock_path(root, name), "build": contract.build_lock_path(root, name)},
-            output=target.image.tagged,
-        )
-
-    def rows(self) -> list[tuple[str, str]]:
-        t = self.target
-        rows = [
-            ("target", f"{t.name}: {t.description}"),
-            ("owner / expires", f"{t.owner} / {t.expires.isoformat()} (warn {t.expiry_warning_days} days before)"),
-            ("build base", t.bases.build.ref),
-            ("runtime base", t.bases.runtime.ref),
-            ("source", f"{t.source.url} {t.source.branch} @ {t.source.commit}"),
-            ("source package", f"{t.source.package} {t.source.wheel_version}"
-                               + (f" (told through {t.source.version_env})" if t.source.version_env else "")),
-            ("python", f"{t.python.version} ({t.python.provider}"
-                       + (f": {t.python.standalone.url} sha256:{t.python.standalone.sha256}" if t.python.standalone else "")
-                       + ")"),
-            ("cuda", f"{t.cuda.version} arch {' '.join(t.cuda.arch_list)}"),
-        ]
-        for label, pin in (("torch", t.torch), ("flashinfer", t.flashinfer), ("nccl (override)", t.nccl)):
-            if pin:
-                rows.append((label, pin.version + (f" from {pin.index}" if pin.index else "")))
-        for name, tp in sorted(t.source.third_party.items()):
-            named = f"{tp.ref} = {tp.commit}" if tp.ref != tp.commit else tp.commit
-            rows.append((f"third party {name}", f"{tp.url} @ {named} -> {tp.env}"
-                                                + (f" (its {tp.subdir})" if tp.subdir else "")))
-        rows += [
-            ("lock indexes", ", ".join(t.lock_indexes())),
-            ("lock inputs", ", ".join(t.pinned_requirements() + t.source.requirements) or "-"),
-            ("build lock inputs", ", ".join(t.build_requirements + t.source.build_requirements) or "-"),
-            ("build args", f"SOURCE_DATE_EPOCH=<commit time> TORCH_CUDA_ARCH_LIST=\"{' '.join(t.cuda.arch_list)}\" "
-                           f"NVCC_THREADS={t.compile.nvcc_threads} MAX_JOBS=<parallelism>"),
-            ("parallelism", (parallelism(t, 0, 0).describe() if t.compile.max_jobs else
-                             f"MAX_JOBS = jobs x NVCC_THREADS {t.compile.nvcc_threads}, jobs = min(cpus / "
-                             f"{t.compile.nvcc_threads}, memory / ({t.compile.memory_per_job_gib} GiB x "
-                             f"{t.compile.nvcc_threads})), from the builder; e.g. 64 cpus, 256 GiB: "
-                             + parallelism(t, 64, 256 * GIB).describe())),
-            ("dockerfile", f"{self.dockerfile} ({'present' if self.dockerfile.exists() else 'not rendered'})"),
-        ]
-        for kind, path in self.locks.items():
-            rows.append((f"{kind} lock", f"{path} ({'present' if path.exists() else 'missing: run build lock'})"))
-        rows += [("output", f"{self.output} -> recorded in {contract.record_path(self.root, t.name)}")]
-        return rows
+_ATTEST_DRIVERS = ("docker-container", "remote", "kubernetes")
 
 
 @dataclass
@@ -148,140 +46,55 @@ class Outcome:
     up_to_date: bool = False
 
 
-def check_rendered(plan: Plan) -> str:
-    """The committed Dockerfile must be exactly what the matrix renders; return its text."""
-    want = render.render(plan.target)
-    if not plan.dockerfile.exists():
-        raise DriftError(f"{plan.dockerfile}: not rendered; run `build render --target {plan.target.name}`")
-    if plan.dockerfile.read_text() != want:
-        raise DriftError(
-            f"{plan.dockerfile}: differs from what the matrix renders; run `build render --target {plan.target.name}`"
-        )
-    return want
-
-
-@dataclass
+@dataclass(frozen=True)
 class Prepared:
     """Everything checked and assembled for one engine build of a plan."""
 
     plan: Plan
     info: EngineInfo
     pinned: PinnedSource
+    third_party: dict  # name -> source.PinnedThirdParty
     dockerfile_text: str
+    locks: LockSet
     build_id: str
     workdir: Path
     request: BuildRequest
     started_iso: str
-    third_party: dict  # name -> source.PinnedThirdParty
 
     @property
     def log_path(self) -> Path:
         return self.workdir / contract.BUILD_LOG_NAME
 
 
-_ATTEST_DRIVERS = ("docker-container", "remote", "kubernetes")
-_said_no_attestations = False
+# --- render -------------------------------------------------------------------------------------
+
+def render_all(matrix: Matrix, names: list[str], *, check: bool) -> dict[str, str]:
+    """`build render`: every named target's Dockerfile, all rendered before any is written.
+    Returns name -> "up to date", "written", or (with ``check``, nothing written) the drift."""
+    rendered = {n: render.render(matrix.target(n)) for n in names}
+    status = {}
+    for name, text in rendered.items():
+        path = render.output_path(matrix.path, name)
+        problem = render.drift(matrix.target(name), path, text)
+        if problem is None:
+            status[name] = "up to date"
+        elif check:
+            status[name] = problem
+        else:
+            atomic_write(path, text)
+            status[name] = "written"
+    return status
 
 
-def offline_checks(plan: Plan) -> str:
-    """Refusals that need nothing but the repo: drifted Dockerfile, missing/unhashed/wrong-CUDA lock."""
-    with log.step(f"{plan.target.name}: check the committed Dockerfile and locks"):
-        dockerfile_text = check_rendered(plan)
-        for path in plan.locks.values():  # the build stage compiles against torch: same CUDA build
-            lock.check_torch_build(plan.target, lock.read_entries(path), path)
-    return dockerfile_text
+def recorded_image(plan: Plan) -> str:
+    """The image ``plan``'s record names (for test, doctor, compare without --image)."""
+    record = records.read(contract.record_path(plan.root, plan.target.name))
+    if record is None:
+        raise RecordError(f"{plan.target.name} has no recorded image (no {contract.RECORD_NAME}); pass --image REF")
+    return record.image
 
 
-def input_key(plan: Plan, dockerfile_text: str) -> str:
-    """sha256 over everything a build reads, so an unchanged key means an unchanged image.
-
-    The rendered Dockerfile (bases, labels, expiry), both locks, the whole matrix entry (source
-    commit, pins, compile settings, the CPython tarball's sha256) and the tool version. MAX_JOBS is
-    left out on purpose: it changes how fast the compile runs, not what it produces.
-    """
-    doc = {
-        "dockerfile": sha256_bytes(dockerfile_text.encode()),
-        "lock": sha256_file(plan.locks["runtime"]),
-        "build_lock": sha256_file(plan.locks["build"]),
-        "target": plan.target.model_dump(mode="json"),
-        "tool": __version__,
-    }
-    return sha256_bytes(json.dumps(doc, sort_keys=True).encode())
-
-
-def prepare(plan: Plan, engine: Engine, *, tag: str, dockerfile_text: str, no_cache: bool = False,
-            builder: str | None = None, max_jobs_override: int | None = None,
-            cache_from: tuple[str, ...] = (), cache_to: str | None = None,
-            secrets: tuple[str, ...] = ()) -> Prepared:
-    """Engine and source checks, then the context: nothing here pushes or records anything."""
-    global _said_no_attestations
-    target = plan.target
-    with log.step(f"{target.name}: engine preflight"):
-        info: EngineInfo = engine.preflight(builder)
-        log.info(f"    engine {info.server_version}, buildx {info.buildx_version}, builder {info.builder} ({info.driver})")
-    attest_here = info.driver in _ATTEST_DRIVERS
-    if not attest_here and not _said_no_attestations:
-        _said_no_attestations = True
-        log.info(f"    note: the {info.driver} driver cannot make BuildKit attestations; the tool's own SBOM "
-                 f"and provenance (locks/{target.name}/) are the record, attached to the image in the registry")
-    with log.step(f"{target.name}: fetch source {target.source.branch} @ {target.source.commit[:12]}"):
-        pinned = source.fetch(target.source)
-        if pinned.branch_head != target.source.commit:
-            log.warn(f"{target.source.branch} has moved to {pinned.branch_head[:12]}; building the pin "
-                     f"{target.source.commit[:12]} (run `build track` to move it)")
-    third = {}
-    if target.source.third_party:
-        with log.step(f"{target.name}: fetch {len(target.source.third_party)} pinned third-party source(s)"):
-            third = source.fetch_all_third_party(target.source, pinned)
-            for tp in third.values():
-                log.info(f"    {tp.name}: {tp.url} @ {tp.commit[:12]}"
-                         + (f" + {len(tp.submodules)} submodule(s)" if tp.submodules else ""))
-    with log.step(f"{target.name}: check the locks were made from these inputs"):
-        lock.check_current(plan.locks["runtime"], lock.inputs(target, pinned, "runtime"))
-        lock.check_current(plan.locks["build"], lock.inputs(target, pinned, "build"))
-    epoch = pinned.source_date_epoch
-    now = dt.datetime.now(dt.timezone.utc)
-    build_id = now.strftime("%Y%m%dT%H%M%SZ") + "-" + token_hex(3)
-    workdir = contract.artifacts_path(plan.root, target.name, build_id)
-    workdir.mkdir(parents=True)
-    with log.step(f"{target.name}: assemble the build context"):
-        ctx = assemble(target, plan.locks["runtime"].parent, workdir / "context", epoch)
-        src = pinned.export(workdir / "source")
-        contexts = {"source": src}
-        for name, tp in third.items():
-            contexts[contract.third_party_context(name)] = tp.export(workdir / "third_party" / name)
-    par = parallelism(target, info.cpus, info.memory_bytes, max_jobs_override)
-    request = BuildRequest(
-        context=ctx,
-        dockerfile=plan.dockerfile,
-        tags=(f"{target.image.name}:{tag}",),
-        build_args={
-            "SOURCE_DATE_EPOCH": str(epoch),
-            "MAX_JOBS": str(par.max_jobs),
-            "NVCC_THREADS": str(target.compile.nvcc_threads),
-            "K3_CREATED": created_iso(epoch),
-            "K3_LOCK_SHA256": sha256_file(plan.locks["runtime"]),
-        },
-        build_contexts=contexts,
-        source_date_epoch=epoch,
-        push=True,
-        no_cache=no_cache,
-        builder=builder,
-        attest=attest_here,
-        cache_from=cache_from,
-        cache_to=cache_to,
-        secrets=secrets,
-    )
-    (workdir / contract.BUILD_LOG_NAME).write_text(
-        f"[k3-builder] build {build_id} of target {target.name}, tool {__version__}\n"
-        f"[k3-builder] source {target.source.url} @ {target.source.commit}, SOURCE_DATE_EPOCH={epoch}\n"
-        + "".join(f"[k3-builder] third party {tp.name}: {tp.url} @ {tp.commit}\n" for tp in third.values())
-        + f"[k3-builder] {par.describe()}\n"
-    )
-    log.info(f"    {par.describe()}")
-    return Prepared(plan, info, pinned, dockerfile_text, build_id, workdir, request,
-                    now.strftime("%Y-%m-%dT%H:%M:%SZ"), third)
-
+# --- lock ---------------------------------------------------------------------------------------
 
 def lock_target(plan: Plan) -> dict[str, Path]:
     """`build lock`: resolve both locks from the matrix and the source at the pin; write them."""
@@ -297,10 +110,82 @@ def rehearse_lock(plan: Plan):
     """`build lock --rehearse`: the same resolution against PyPI only; nothing under locks/."""
     from builder import rehearse
 
+    with log.step(f"{plan.target.name}: REHEARSAL of the lock against PyPI only (the real lock needs the real indexes)"):
+        return rehearse.rehearse(plan.target, plan.root)
+
+
+# --- build --------------------------------------------------------------------------------------
+
+def _fetch_inputs(plan: Plan) -> tuple[PinnedSource, dict]:
     target = plan.target
-    with log.step(f"{target.name}: REHEARSAL of the lock against PyPI only (the real lock needs the real indexes)"):
-        result = rehearse.rehearse(target, plan.root)
-    return result
+    with log.step(f"{target.name}: fetch source {target.source.branch} @ {target.source.commit[:12]}"):
+        pinned = source.fetch(target.source)
+        if pinned.branch_head != target.source.commit:
+            log.warn(f"{target.source.branch} has moved to {pinned.branch_head[:12]}; building the pin "
+                     f"{target.source.commit[:12]} (run `build track` to move it)")
+    third = {}
+    if target.source.third_party:
+        with log.step(f"{target.name}: fetch {len(target.source.third_party)} pinned third-party source(s)"):
+            third = source.fetch_all_third_party(target.source, pinned)
+            for tp in third.values():
+                log.info(f"    {tp.name}: {tp.url} @ {tp.commit[:12]}"
+                         + (f" + {len(tp.submodules)} submodule(s)" if tp.submodules else ""))
+    with log.step(f"{target.name}: check the locks were made from these inputs"):
+        lock.check_current(plan.locks["runtime"], lock.inputs(target, pinned, "runtime"))
+        lock.check_current(plan.locks["build"], lock.inputs(target, pinned, "build"))
+    return pinned, third
+
+
+def _preflight(engine: Engine, options: BuildOptions, target: Target) -> EngineInfo:
+    with log.step(f"{target.name}: engine preflight"):
+        info = engine.preflight(options.builder)
+        log.info(f"    engine {info.server_version}, buildx {info.buildx_version}, builder {info.builder} ({info.driver})")
+    if info.driver not in _ATTEST_DRIVERS:
+        log.info(f"    note: the {info.driver} driver cannot make BuildKit attestations; the tool's own SBOM "
+                 f"and provenance (locks/{target.name}/) are the record, attached to the image in the registry")
+    return info
+
+
+def _request(plan: Plan, options: BuildOptions, info: EngineInfo, contexts: dict[str, Path], epoch: int,
+             locks: LockSet, tag: str, no_cache: bool) -> BuildRequest:
+    target = plan.target
+    par = parallelism(target, info.cpus, info.memory_bytes, options.max_jobs)
+    log.info(f"    {par.describe()}")
+    return BuildRequest(
+        context=contexts.pop("default"), dockerfile=plan.dockerfile, tags=(f"{target.image.name}:{tag}",),
+        build_args={"SOURCE_DATE_EPOCH": str(epoch), "MAX_JOBS": str(par.max_jobs),
+                    "NVCC_THREADS": str(target.compile.nvcc_threads), "K3_CREATED": contract.created_iso(epoch),
+                    "K3_LOCK_SHA256": locks.runtime_sha256},
+        build_contexts=contexts, source_date_epoch=epoch, push=True, no_cache=no_cache, builder=options.builder,
+        attest=info.driver in _ATTEST_DRIVERS, cache_from=options.cache_from, cache_to=options.cache_to,
+        secrets=options.secrets,
+    )
+
+
+def prepare(plan: Plan, engine: Engine, options: BuildOptions, *, tag: str, dockerfile_text: str,
+            locks: LockSet, no_cache: bool) -> Prepared:
+    """Engine and source checks, then the context: nothing here pushes or records anything."""
+    target = plan.target
+    info = _preflight(engine, options, target)
+    build_id = dt.datetime.now(dt.timezone.utc).strftime("%Y%m%dT%H%M%SZ") + "-" + token_hex(3)
+    workdir = contract.artifacts_path(plan.root, target.name, build_id)
+    workdir.mkdir(parents=True)
+    log_path = workdir / contract.BUILD_LOG_NAME
+    log_path.write_text(f"[k3-builder] build {build_id} of target {target.name}, tool {__version__}\n")
+    started = contract.now_iso()
+    pinned, third = _fetch_inputs(plan)
+    epoch = pinned.source_date_epoch
+    with log.step(f"{target.name}: assemble the build context"):
+        contexts = {"default": assemble(target, locks, workdir / "context", epoch),
+                    "source": pinned.export(workdir / "source")}
+        for name, tp in third.items():
+            contexts[contract.third_party_context(name)] = tp.export(workdir / "third_party" / name)
+    request = _request(plan, options, info, contexts, epoch, locks, tag, no_cache)
+    with log_path.open("a") as fh:
+        fh.write(f"[k3-builder] source {target.source.url} @ {target.source.commit}, SOURCE_DATE_EPOCH={epoch}\n")
+        fh.writelines(f"[k3-builder] third party {tp.name}: {tp.url} @ {tp.commit}\n" for tp in third.values())
+        fh.write(f"[k3-builder] {parallelism(target, info.cpus, info.memory_bytes, options.max_jobs).describe()}\n")
+    return Prepared(plan, info, pinned, third, dockerfile_text, locks, build_id, workdir, request, started)
 
 
 def record_source(target: Target, third: dict) -> dict:
@@ -317,26 +202,75 @@ def run_engine(prep: Prepared, engine: Engine) -> BuildResult:
     with log.step(f"{target.name}: buildx build and push {prep.request.tags[0]} (log: {prep.log_path})"):
         result = engine.build(prep.request, prep.log_path, log.raw)
     with log.step(f"{target.name}: confirm the registry serves {result.digest[:19]}"):
-        if not engine.serves(target.image.name, result.digest):
-            raise BuildError(f"the registry does not serve {target.image.name}@{result.digest} after the push",
-                             str(prep.log_path))
+        try:
+            served = engine.registry.serves(target.image.name, result.digest)
+        except BuildError as exc:  # unreachable registry included: name the kept log
+            raise type(exc)(f"{exc.message}; the build log is kept: {prep.log_path}") from None
+        if not served:
+            raise BuildError(f"the registry does not serve {target.image.name}@{result.digest} after the push; "
+                             f"the build log is kept: {prep.log_path}")
     return result
 
 
-def _warm_imports() -> None:
-    import builder.attest  # noqa: F401
-    import builder.checks  # noqa: F401
-    from cyclonedx.validation import json as _cdx_json  # noqa: F401
-    import jsonschema  # noqa: F401
+def _record(prep: Prepared, digest: str, key: str, checked: bool, seconds: float) -> records.Record:
+    """The record of a pushed image, its audit hashes still empty (the SBOM describes the record)."""
+    target = prep.plan.target
+    return records.Record(
+        target=target.name, image=f"{target.image.name}@{digest}", digest=digest,
+        bases={role: {"name": getattr(target.bases, role).display_name, "digest": getattr(target.bases, role).digest}
+               for role in ("build", "runtime")},
+        source=record_source(target, prep.third_party), lock_sha256=prep.locks.runtime_sha256,
+        build_lock_sha256=prep.locks.build_sha256, dockerfile_sha256=sha256_bytes(prep.dockerfile_text.encode()),
+        source_date_epoch=prep.pinned.source_date_epoch, input_key=key, tool_version=__version__,
+        checks="passed" if checked else "skipped",
+        build={"id": prep.build_id, "finished": contract.now_iso(), "duration_seconds": round(seconds, 1),
+               "engine": prep.info.server_version, "buildx": prep.info.buildx_version, "driver": prep.info.driver},
+    )
+
+
+def _check(prep: Prepared, engine: Engine, pushed: str) -> None:
+    """Before the record: image.json only names an image that passed its checks. A failing check
+    fails the command; the image stays in the registry and the JUnit report beside the log."""
+    from builder import imagechecks
+
+    target = prep.plan.target
+    with log.step(f"{target.name}: image checks on {pushed}"):
+        report = imagechecks.check_target(engine, target, prep.plan.locks["runtime"], prep.pinned, pushed,
+                                          dt.datetime.now(dt.timezone.utc).date(), prep.workdir)
+        report.raise_for_failures()
+
+
+def _publish(prep: Prepared, engine: Engine, record: records.Record) -> records.Record:
+    """Attach the SBOM and provenance in the registry, then write the record set as one unit."""
+    from builder import attest  # cyclonedx and jsonschema: only once there is an image (lazy-import policy)
+
+    target, root = prep.plan.target, prep.plan.root
+    with log.step(f"{target.name}: SBOM and provenance, attached to {record.image[-19:]}"):
+        sbom_text, prov_text = attest.publish(engine, target, record, list(prep.locks.runtime_entries),
+                                              prep.request.build_args, prep.started_iso)
+    final = dataclasses.replace(record, build={**record.build, **records.audit_hashes(sbom_text, prov_text)})
+    records.write_set(contract.record_path(root, target.name).parent, {
+        contract.SBOM_NAME: sbom_text, contract.PROVENANCE_NAME: prov_text, contract.RECORD_NAME: final.to_json()})
+    return final
 
 
 def up_to_date(plan: Plan, engine: Engine, previous: records.Record | None, key: str) -> bool:
-    """The recorded build had these exact inputs and the registry still serves it under the tag."""
+    """The recorded build had these exact inputs, its record set holds together, and the registry
+    still serves it under the tag. A record that does not hold is refused (exit 2): the evidence
+    is not rebuilt over."""
     if previous is None or previous.input_key != key:
         return False
+    problems = records.set_problems(plan.root, plan.target.name, previous)
+    if problems:
+        raise RecordError(f"{contract.record_path(plan.root, plan.target.name)}: the record set does not hold: "
+                          f"{'; '.join(problems)}; `build verify --target {plan.target.name}` explains, restore "
+                          "the files from git")
     target = plan.target
-    return (engine.serves(target.image.name, previous.digest)
-            and engine.resolve_digest(target.image.tagged) == previous.digest)
+    if not engine.registry.serves(target.image.name, previous.digest):
+        return False
+    if engine.registry.resolve_digest(target.image.tagged) != previous.digest:
+        return False
+    return True
 
 
 @contextlib.contextmanager
@@ -344,7 +278,8 @@ def target_lock(plan: Plan) -> Iterator[None]:
     """One build of a target at a time on this checkout: a second one is refused, not interleaved.
 
     The lock is flock(2) on the target's locks/ directory itself, so taking it writes nothing, and
-    the kernel drops it when the process dies however it dies.
+    the kernel drops it when the process dies however it dies. Under it, an interrupted record
+    write is finished or discarded first.
     """
     directory = plan.locks["runtime"].parent
     if not directory.is_dir():
@@ -357,91 +292,69 @@ def target_lock(plan: Plan) -> Iterator[None]:
         except BlockingIOError:
             raise Busy(f"{plan.target.name}: another build of this target is running in this checkout; "
                        "wait for it to finish, then run again") from None
+        for done in records.recover(directory):
+            log.info(f"    {directory}: {done}")
         yield
     finally:
         os.close(fd)
 
 
-def build(plan: Plan, engine: Engine, **options) -> Outcome:
+def build(plan: Plan, engine: Engine, options: BuildOptions) -> Outcome:
     with target_lock(plan):
-        return _build(plan, engine, **options)
+        return _build(plan, engine, options)
 
 
-def _build(plan: Plan, engine: Engine, *, no_cache: bool = False, builder: str | None = None,
-           max_jobs_override: int | None = None, run_checks: bool = True, force: bool = False,
-           cache_from: tuple[str, ...] = (), cache_to: str | None = None, secrets: tuple[str, ...] = ()) -> Outcome:
-    target = plan.target
+def _build(plan: Plan, engine: Engine, options: BuildOptions) -> Outcome:
+    target, started = plan.target, time.monotonic()
     record_path = contract.record_path(plan.root, target.name)
-    started = time.monotonic()
     previous = records.read(record_path)  # a damaged record stops the build before anything runs
-    dockerfile_text = offline_checks(plan)
-    key = input_key(plan, dockerfile_text)
-    if not force and not no_cache:
+    dockerfile_text, locks = offline_checks(plan)
+    key = input_key(plan, dockerfile_text, locks)
+    if not options.force and not options.no_cache:
         with log.step(f"{target.name}: compare inputs with the record"):
             current = up_to_date(plan, engine, previous, key)
         if current:
-            assert previous is not None
             log.info(f"    up to date: {previous.image} (same inputs, served by the registry; --force rebuilds)")
-            return Outcome(target=target.name, image=previous.image, digest=previous.digest, size=None,
-                           seconds=time.monotonic() - started, record=record_path, log=None, changed=False,
-                           up_to_date=True)
-    prep = prepare(plan, engine, tag=target.image.tag, dockerfile_text=dockerfile_text, no_cache=no_cache,
-                   builder=builder, max_jobs_override=max_jobs_override, cache_from=cache_from, cache_to=cache_to,
-                   secrets=secrets)
-    # The checks and the SBOM need pytest, testinfra and jsonschema (about a second of imports):
-    # load them while the engine builds, not after it.
-    threading.Thread(target=_warm_imports, daemon=True).start()
+            return Outcome(target.name, previous.image, previous.digest, None, time.monotonic() - started,
+                           record_path, None, changed=False, up_to_date=True)
+    prep = prepare(plan, engine, options, tag=target.image.tag, dockerfile_text=dockerfile_text, locks=locks,
+                   no_cache=options.no_cache)
     result = run_engine(prep, engine)
-    from builder import attest, checks  # pytest, testinfra, cyclonedx: only once there is an image
-
     pushed = f"{target.image.name}@{result.digest}"
-    size = engine.image_size(pushed)
-    if run_checks:
-        # Before the record: image.json only ever names an image that passed its checks. A failing
-        # check fails the command; the image stays in the registry for inspection and the JUnit
-        # report sits beside the build log.
-        with log.step(f"{target.name}: image checks on {pushed}"):
-            report = checks.check_target(engine, target, plan.locks["runtime"], prep.pinned, pushed,
-                                         dt.datetime.now(dt.timezone.utc).date(), prep.workdir)
-            report.raise_for_failures()
+    size = engine.registry.image_size(pushed)
+    if options.run_checks:
+        _check(prep, engine, pushed)
     seconds = time.monotonic() - started
-    record = records.Record(
-        target=target.name,
-        image=pushed,
-        digest=result.digest,
-        bases={role: {"name": getattr(target.bases, role).display_name, "digest": getattr(target.bases, role).digest}
-               for role in ("build", "runtime")},
-        source=record_source(target, prep.third_party),
-        lock_sha256=sha256_file(plan.locks["runtime"]),
-        build_lock_sha256=sha256_file(plan.locks["build"]),
-        dockerfile_sha256=sha256_bytes(prep.dockerfile_text.encode()),
-        source_date_epoch=prep.pinned.source_date_epoch,
-        input_key=key,
-        tool_version=__version__,
-        build={
-            "id": prep.build_id,
-            "finished": dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
-            "duration_seconds": round(seconds, 1),
-            "engine": prep.info.server_version,
-            "buildx": prep.info.buildx_version,
-            "driver": prep.info.driver,
-        },
-    )
-    with log.step(f"{target.name}: SBOM and provenance, attached to {pushed[-19:]}"):
-        sbom_text = attest.sbom(target, record, attest.inventory(engine, pushed), lock.read_entries(plan.locks["runtime"]))
-        prov_text = attest.provenance(target, record, prep.request.build_args, prep.started_iso)
-        annotations = {contract.OCI_CREATED: created_iso(record.source_date_epoch)}
-        engine.attach(target.image.name, result.digest, attest.SBOM_TYPE, sbom_text.encode(), annotations)
-        engine.attach(target.image.name, result.digest, attest.PROVENANCE_TYPE, prov_text.encode(), annotations)
-    # The record last: sbom and provenance first, so image.json never names an image whose
-    # audit files are missing. Each is written atomically.
-    atomic_write(contract.sbom_path(plan.root, target.name), sbom_text)
-    atomic_write(contract.provenance_path(plan.root, target.name), prov_text)
-    records.write(record_path, record)
+    record = _publish(prep, engine, _record(prep, result.digest, key, options.run_checks, seconds))
     changed = previous is None or previous.digest != record.digest
-    return Outcome(target=target.name, image=record.image, digest=result.digest, size=size,
-                   seconds=seconds, record=record_path, log=prep.log_path, changed=changed)
+    return Outcome(target.name, record.image, result.digest, size, seconds, record_path, prep.log_path, changed)
 
+
+# --- test ---------------------------------------------------------------------------------------
+
+def test(plan: Plan, engine: Engine, image: str | None):
+    """`build test`: the image checks on ``image`` (default: the recorded image), JUnit beside."""
+    from builder import imagechecks
+
+    target = plan.target
+    record = records.read(contract.record_path(plan.root, target.name))
+    ref = image or recorded_image(plan)
+    lock.read_entries(plan.locks["runtime"])
+    with log.step(f"{target.name}: engine preflight"):
+        engine.preflight()
+    with log.step(f"{target.name}: fetch source {target.source.branch} @ {target.source.commit[:12]}"):
+        pinned = source.fetch(target.source)
+    recorded = record is not None and ref == record.image
+    build_date = dt.date.fromisoformat(record.build["finished"][:10]) if recorded else dt.date.today()
+    out_dir = contract.artifacts_path(plan.root, target.name, "test-" + dt.datetime.now(dt.timezone.utc)
+                                      .strftime("%Y%m%dT%H%M%SZ") + "-" + token_hex(3))
+    with log.step(f"{target.name}: image checks on {ref}"):
+        report = imagechecks.check_target(engine, target, plan.locks["runtime"], pinned, ref, build_date, out_dir)
+        report.raise_for_failures()
+    return report
+
+
+# --- reproduce ----------------------------------------------------------------------------------
 
 @dataclass
 class Reproduction:
@@ -466,13 +379,12 @@ class Reproduction:
                                 f"differences in {self.report}")
 
 
-def reproduce(plan: Plan, engine: Engine, *, builder: str | None = None, secrets: tuple[str, ...] = ()) -> Reproduction:
-    """Rebuild the recorded image with no cache and compare: same digest, or what differs."""
+def _recorded_inputs(plan: Plan) -> records.Record:
+    """The record to reproduce; refuses when the files say something else now."""
     target = plan.target
     record = records.read(contract.record_path(plan.root, target.name))
     if record is None:
         raise RecordError(f"{contract.record_path(plan.root, target.name)}: no record to reproduce; build first")
-    # Reproduce the record, not whatever the files say now.
     for path, want in ((plan.dockerfile, record.dockerfile_sha256), (plan.locks["runtime"], record.lock_sha256),
                        (plan.locks["build"], record.build_lock_sha256)):
         if not path.exists() or sha256_file(path) != want:
@@ -480,20 +392,28 @@ def reproduce(plan: Plan, engine: Engine, *, builder: str | None = None, secrets
                               "recorded the build (or run `build verify`)")
     if record.source.get("commit") != target.source.commit:
         raise RecordError(f"{target.name}: the matrix pins another commit than image.json; check out the recorded commit")
-    prep = prepare(plan, engine, tag=f"{target.image.tag}-reproduce", dockerfile_text=offline_checks(plan),
-                   no_cache=True, builder=builder, secrets=secrets)
+    return record
+
+
+def reproduce(plan: Plan, engine: Engine, options: BuildOptions) -> Reproduction:
+    """Rebuild the recorded image with no cache and compare: same digest, or what differs."""
+    target = plan.target
+    record = _recorded_inputs(plan)
+    dockerfile_text, locks = offline_checks(plan)
+    prep = prepare(plan, engine, options, tag=f"{target.image.tag}-reproduce", dockerfile_text=dockerfile_text,
+                   locks=locks, no_cache=True)
     result = run_engine(prep, engine)
-    recorded = engine.platform_digest(target.image.name, record.digest)
-    rebuilt = engine.platform_digest(target.image.name, result.digest)
+    recorded = engine.registry.platform_digest(target.image.name, record.digest)
+    rebuilt = engine.registry.platform_digest(target.image.name, result.digest)
     if rebuilt == recorded:
         log.info(f"    reproduced: {recorded} (recorded {record.build.get('finished')}, rebuilt now)")
         return Reproduction(target.name, recorded, rebuilt, [], None)
     from builder import imagediff
 
     with log.step(f"{target.name}: compare {recorded[:19]} with the rebuild {rebuilt[:19]}"):
-        lines = imagediff.compare(engine, target.image.name, recorded, rebuilt)
+        lines = imagediff.diff_images(engine, target.image.name, recorded, rebuilt)
     report = prep.workdir / "reproduce-diff.txt"
-    atomic_write(report, "\n".join(lines) + "\n")
+    report.write_text("\n".join(lines) + "\n")
     for line in lines:
         log.info(f"    {line}")
     return Reproduction(target.name, recorded, rebuilt, lines, report)

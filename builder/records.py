@@ -1,4 +1,14 @@
-"""``locks/<target>/image.json``: what was built from what, written atomically.
+"""``locks/<target>/``: the record set of the last checked image, written as one unit.
+
+The set is ``image.json`` (what was built from what) plus the SBOM and the provenance.
+``image.json`` carries the sha256 of the SBOM and provenance it belongs to, so any mix of old and
+new files is detected offline (`build verify`, and every build before it trusts the record).
+
+Writing is a small journal: every new file is written and fsynced under a pending name, then a
+commit marker is written; only then are the files renamed into place, the record last. A crash
+before the marker leaves the old set (the pending files are removed at the next start); a crash
+after it is rolled forward at the next start. Either way the set on disk is old or new, never
+mixed.
 
 Schema (``contract.RECORD_FIELDS`` order): everything but ``build`` is a pure function of the
 inputs and the pushed digest, so rebuilding unchanged inputs changes only ``build``.
@@ -7,13 +17,17 @@ inputs and the pushed digest, so rebuilding unchanged inputs changes only ``buil
 from __future__ import annotations
 
 import json
+import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from builder import contract
 from builder.errors import RecordError
-from builder.fsutil import atomic_write
+from builder.fsutil import atomic_write, sha256_bytes, sha256_file
+
+PENDING = ".pending"  # suffix of a journal file: <name>.pending
+COMMIT_MARKER = ".record-set.commit"  # present once every pending file of a set is on disk
 
 
 @dataclass(frozen=True)
@@ -22,14 +36,17 @@ class Record:
     image: str  # registry/repository@sha256:...
     digest: str
     bases: dict[str, dict[str, str]]  # role -> {name, digest}
-    source: dict[str, Any]  # url, branch, commit
+    source: dict[str, Any]  # url, branch, commit (+ third_party)
     lock_sha256: str
     build_lock_sha256: str
     dockerfile_sha256: str
     source_date_epoch: int
-    input_key: str  # sha256 of every input (pipeline.input_key): unchanged key, unchanged image
+    input_key: str  # sha256 of every input (plan.input_key): unchanged key, unchanged image
     tool_version: str
-    build: dict[str, Any]  # id, finished (UTC ISO), duration_seconds, engine, buildx, driver
+    checks: str  # "passed", or "skipped" (--no-checks: the image was never checked)
+    # The volatile part: id, finished (UTC ISO), duration_seconds, engine, buildx, driver, and the
+    # sha256 of the SBOM and provenance this build wrote (sbom_sha256, provenance_sha256).
+    build: dict[str, Any]
 
     def to_json(self) -> str:
         doc = {"schema": contract.RECORD_SCHEMA}
@@ -37,11 +54,19 @@ class Record:
         return json.dumps(doc, indent=2, sort_keys=False) + "\n"
 
 
+# Field -> type a readable record must have (a record with "digest": 5 is damaged, not a digest).
+_TYPES = {"target": str, "image": str, "digest": str, "bases": dict, "source": dict, "lock_sha256": str,
+          "build_lock_sha256": str, "dockerfile_sha256": str, "source_date_epoch": int, "input_key": str,
+          "tool_version": str, "checks": str, "build": dict}
+
+
 def read(path: Path) -> Record | None:
     """The committed record, None when there is none; RecordError when it is damaged."""
     if not path.exists():
         return None
     try:
+        if not path.is_file() or path.stat().st_size > 1 << 20:
+            raise ValueError("not a regular file of a record's size")
         doc = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, ValueError) as exc:
         raise RecordError(
@@ -53,8 +78,65 @@ def read(path: Path) -> Record | None:
     missing = [k for k in contract.RECORD_FIELDS if k not in doc]
     if missing:
         raise RecordError(f"{path}: record lacks {', '.join(missing)}; restore it from git")
+    wrong = [k for k, kind in _TYPES.items() if not isinstance(doc[k], kind) or isinstance(doc[k], bool)]
+    if wrong:
+        raise RecordError(f"{path}: record fields of the wrong type: {', '.join(wrong)}; restore it from git")
     return Record(**{k: doc[k] for k in contract.RECORD_FIELDS if k != "schema"})
 
 
-def write(path: Path, record: Record) -> None:
-    atomic_write(path, record.to_json())
+def write_set(directory: Path, files: dict[str, str]) -> None:
+    """Write a record set as one unit (see the module docstring); the record name goes last."""
+    order = sorted(files, key=lambda name: name == contract.RECORD_NAME)
+    for name in order:
+        atomic_write(directory / (name + PENDING), files[name])
+    atomic_write(directory / COMMIT_MARKER, "\n".join(order) + "\n")  # the commit point
+    _roll_forward(directory)
+
+
+def _roll_forward(directory: Path) -> None:
+    names = (directory / COMMIT_MARKER).read_text().split()
+    for name in names:
+        pending = directory / (name + PENDING)
+        if pending.exists():
+            os.replace(pending, directory / name)
+    _fsync_dir(directory)
+    (directory / COMMIT_MARKER).unlink()
+
+
+def recover(directory: Path) -> list[str]:
+    """At the start of a build (under the target's lock): finish or discard an interrupted write,
+    and remove temp files a killed writer left. Returns what was done, for the log."""
+    if not directory.is_dir():
+        return []
+    done = []
+    if (directory / COMMIT_MARKER).exists():
+        _roll_forward(directory)
+        done.append("completed an interrupted record write")
+    for leftover in sorted(directory.glob(f"*{PENDING}")) + sorted(directory.glob(".*.tmp")):
+        leftover.unlink()
+        done.append(f"removed {leftover.name}")
+    return done
+
+
+def _fsync_dir(directory: Path) -> None:
+    fd = os.open(directory, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def audit_hashes(sbom_text: str, provenance_text: str) -> dict[str, str]:
+    return {"sbom_sha256": sha256_bytes(sbom_text.encode()), "provenance_sha256": sha256_bytes(provenance_text.encode())}
+
+
+def set_problems(root: Path, target: str, record: Record) -> list[str]:
+    """What does not hold between the record and the SBOM/provenance files it names (offline)."""
+    problems = []
+    for key, path in (("sbom_sha256", contract.sbom_path(root, target)),
+                      ("provenance_sha256", contract.provenance_path(root, target))):
+        want = record.build.get(key)
+        got = sha256_file(path) if path.is_file() else None
+        if got != want:
+            problems.append(f"{path.name} {'is missing' if got is None else 'differs from what image.json names'}")
+    return problems

@@ -4,7 +4,8 @@ and blobs for comparisons, and attach SBOM/provenance artifacts to an image.
 Registries without the referrers API (distribution 2.8 and 3.x) get artifacts the way the OCI
 distribution spec 1.1 prescribes for them: each artifact is an image manifest whose ``subject``
 is the image, and an image index tagged ``sha256-<hex of the image digest>`` lists them
-(the "referrers tag schema"). Only engine.py uses this module.
+(the "referrers tag schema"). ``RegistryClient`` is the seam the rest of the tool uses: references
+in, typed answers or ``RegistryUnavailable``/``BuildError`` out; ``Registry`` is its HTTP transport.
 
 Credentials: anonymous, or the basic credentials ``docker login`` stored in ~/.docker/config.json
 (``auths``), exchanged for a bearer token where the registry asks for one. They never appear in
@@ -13,6 +14,7 @@ logs or errors.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -22,6 +24,9 @@ import urllib.parse
 import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Iterator, Protocol
+
+from builder.errors import BuildError, RegistryUnavailable
 
 OCI_MANIFEST = "application/vnd.oci.image.manifest.v1+json"
 OCI_INDEX = "application/vnd.oci.image.index.v1+json"
@@ -210,3 +215,109 @@ class Registry:
                 continue
             found[doc.get("artifactType", entry.get("artifactType", ""))] = self.blob(repo, doc["layers"][0]["digest"])
         return found
+
+
+# --- the seam the rest of the tool uses ------------------------------------------------------------
+
+class RegistrySeam(Protocol):
+    """What the pipeline asks of a registry; unit-test fakes implement this."""
+
+    def serves(self, name: str, digest: str) -> bool: ...
+    def resolve_digest(self, ref: str) -> str | None: ...
+    def raw_manifest(self, name: str, reference: str) -> Manifest | None: ...
+    def platform_digest(self, name: str, digest: str) -> str: ...
+    def blob(self, name: str, digest: str) -> bytes: ...
+    def attach(self, name: str, digest: str, artifact_type: str, content: bytes,
+               annotations: dict[str, str]) -> str: ...
+    def referrers(self, name: str, digest: str) -> dict[str, bytes]: ...
+    def image_size(self, ref: str) -> int | None: ...
+
+
+def split_reference(ref: str) -> tuple[str, str]:
+    """'host/repo:tag' or 'host/repo@sha256:..' -> (name, tag or digest)."""
+    if "@" in ref:
+        name, _, reference = ref.partition("@")
+        return name.rsplit(":", 1)[0] if ":" in name.rsplit("/", 1)[-1] else name, reference
+    last = ref.rsplit("/", 1)[-1]
+    if ":" in last:
+        name, _, tag = ref.rpartition(":")
+        return name, tag
+    return ref, "latest"
+
+
+class RegistryClient:
+    """Registry operations by image reference, one HTTP client per registry host."""
+
+    def __init__(self) -> None:
+        self._hosts: dict[str, Registry] = {}
+
+    def _repo(self, name: str) -> tuple[Registry, str]:
+        host, repo = split_ref(name)
+        if host not in self._hosts:
+            self._hosts[host] = Registry(host)
+        return self._hosts[host], repo
+
+    @contextlib.contextmanager
+    def _reaching(self, what: str) -> Iterator[None]:
+        try:
+            yield
+        except RegistryError as exc:
+            raise RegistryUnavailable(f"registry: {what}: {exc}") from None
+
+    def raw_manifest(self, name: str, reference: str) -> Manifest | None:
+        registry, repo = self._repo(name)
+        with self._reaching(f"{name}@{reference}" if reference.startswith("sha256:") else f"{name}:{reference}"):
+            return registry.manifest(repo, reference)
+
+    def resolve_digest(self, ref: str) -> str | None:
+        """The manifest digest the registry serves for ``ref`` (tag or digest), or None."""
+        name, reference = split_reference(ref)
+        manifest = self.raw_manifest(name, reference)
+        return manifest.digest if manifest else None
+
+    def serves(self, name: str, digest: str) -> bool:
+        """Whether the registry serves ``name@digest`` (content-addressed, so it is that image)."""
+        return self.resolve_digest(f"{name}@{digest}") == digest
+
+    def platform_digest(self, name: str, digest: str) -> str:
+        """The image manifest behind ``digest``: itself, or the one platform manifest of an index.
+
+        With BuildKit attestations on (docker-container builders) buildx pushes an index whose
+        attestation manifest carries invocation ids and times; reproducibility is a property of the
+        platform manifest, so that is what comparisons use."""
+        m = self.raw_manifest(name, digest)
+        if m is None or "manifests" not in m.doc:
+            return digest
+        images = [d["digest"] for d in m.doc["manifests"]
+                  if (d.get("annotations") or {}).get("vnd.docker.reference.type") != "attestation-manifest"]
+        if len(images) != 1:
+            raise BuildError(f"{name}@{digest}: an index of {len(images)} images; compare one platform at a time")
+        return images[0]
+
+    def blob(self, name: str, digest: str) -> bytes:
+        registry, repo = self._repo(name)
+        with self._reaching(f"{name} blob {digest[:19]}"):
+            return registry.blob(repo, digest)
+
+    def attach(self, name: str, digest: str, artifact_type: str, content: bytes, annotations: dict[str, str]) -> str:
+        """Attach an artifact (SBOM, provenance) to ``name@digest`` via the referrers tag schema."""
+        registry, repo = self._repo(name)
+        with self._reaching(f"attaching {artifact_type} to {name}@{digest[:19]}"):
+            subject = registry.manifest(repo, digest)
+            if subject is None:
+                raise RegistryError(f"the registry does not serve {name}@{digest}")
+            return registry.attach(repo, subject, artifact_type, content, annotations)
+
+    def referrers(self, name: str, digest: str) -> dict[str, bytes]:
+        registry, repo = self._repo(name)
+        with self._reaching(f"artifacts attached to {name}@{digest[:19]}"):
+            return registry.referrers(repo, digest)
+
+    def image_size(self, ref: str) -> int | None:
+        """Compressed size in the registry: config plus layers of the manifest ``ref`` names."""
+        name, reference = split_reference(ref)
+        manifest = self.raw_manifest(name, reference)
+        if manifest is None or "layers" not in manifest.doc:
+            return None
+        doc = manifest.doc
+        return int(doc["config"]["size"]) + sum(int(layer["size"]) for layer in doc["layers"])

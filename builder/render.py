@@ -10,6 +10,7 @@ from pathlib import Path
 import jinja2
 
 from builder import contract
+from builder.errors import DriftError
 from builder.matrix import Target
 
 RUNTIME_UID = 2000  # vLLM's own non-root variant uses uid 2000 ("vllm")
@@ -59,7 +60,7 @@ def static_labels(target: Target) -> dict[str, str]:
     }
 
 
-def context(target: Target) -> dict:
+def template_vars(target: Target) -> dict:
     """The template's whole input, derived from the target alone, with sorted collections."""
     labels = static_labels(target)
     labels[contract.OCI_CREATED] = "${K3_CREATED}"
@@ -92,9 +93,27 @@ def context(target: Target) -> dict:
 
 
 def render(target: Target) -> str:
-    return _environment().get_template("Dockerfile.j2").render(**context(target))
+    return _environment().get_template("Dockerfile.j2").render(**template_vars(target))
 
 
 def output_path(matrix_path: Path, target: str) -> Path:
     """Rendered Dockerfiles live beside the matrix that produced them."""
     return contract.dockerfile_path(matrix_path.resolve().parent, target)
+
+
+def drift(target: Target, path: Path, rendered: str | None = None) -> str | None:
+    """Why the committed Dockerfile at ``path`` is not what the matrix renders, or None when it is.
+    The one drift rule: `build render --check`, every build and `build verify` use it."""
+    if not path.exists():
+        return "missing (not rendered)"
+    if path.read_text() != (rendered if rendered is not None else render(target)):
+        return "differs from what the matrix renders"
+    return None
+
+
+def check_committed(target: Target, path: Path) -> str:
+    """The rendered text, when the committed Dockerfile is exactly it; DriftError otherwise."""
+    problem = drift(target, path)
+    if problem:
+        raise DriftError(f"{path}: {problem}; run `build render --target {target.name}`")
+    return render(target)

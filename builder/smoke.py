@@ -128,7 +128,7 @@ def _bases(registry: str, engine: Engine) -> dict[str, str]:
     mine = known.get(registry, {})
     recipe = _recipe()
     if (mine.get("recipe") == recipe and all(
-            engine.serves(ref.split("@")[0].rsplit(":", 1)[0], ref.split("@")[1]) for ref in mine["refs"].values())):
+            engine.registry.serves(ref.split("@")[0].rsplit(":", 1)[0], ref.split("@")[1]) for ref in mine["refs"].values())):
         return mine["refs"]
     with tempfile.TemporaryDirectory(prefix="k3-smoke-") as tmp, ThreadPoolExecutor(2) as pool:
         stub = _driver_stub(Path(tmp))

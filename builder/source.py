@@ -31,7 +31,6 @@ class PinnedSource:
     commit: str
     branch_head: str
     source_date_epoch: int
-    subject: str
 
     def read(self, path: str) -> bytes | None:
         """A file's bytes at the pinned commit, or None when it does not exist there."""
@@ -111,7 +110,6 @@ def fetch(source: Source) -> PinnedSource:
         commit=source.commit,
         branch_head=head,
         source_date_epoch=int(commit.committed_date),
-        subject=commit.summary if isinstance(commit.summary, str) else commit.summary.decode(),
     )
 
 

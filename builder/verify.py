@@ -11,8 +11,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-from builder import attest, contract, lock, records, render
-from builder.errors import BuilderError
+from builder import attest, contract, lock, records, render, signature
+from builder.errors import BuilderError, VerifyFailed
 from builder.fsutil import sha256_bytes, sha256_file
 from builder.lock import normalize
 from builder.matrix import Target
@@ -183,19 +183,29 @@ class Verifier:
 
     def registry_image(self, engine) -> str:
         r = self.record
-        _need(engine.serves(self.t.image.name, r.digest), f"the registry does not serve {r.image}")
-        now = engine.resolve_digest(self.t.image.tagged)
+        _need(engine.registry.serves(self.t.image.name, r.digest), f"the registry does not serve {r.image}")
+        now = engine.registry.resolve_digest(self.t.image.tagged)
         _need(now == r.digest, f"tag {self.t.image.tag} now points at {now}, image.json says {r.digest}")
         return f"serves {r.digest[:19]}; tag {self.t.image.tag} points at it"
 
     def registry_attachments(self, engine) -> str:
         r = self.record
-        found = engine.referrers(self.t.image.name, r.digest)
+        found = engine.registry.referrers(self.t.image.name, r.digest)
         for kind, path in ((attest.SBOM_TYPE, self.sbom_path), (attest.PROVENANCE_TYPE, self.prov_path)):
             _need(kind in found, f"no {kind} attached to {r.digest[:19]}")
             local = path.read_bytes() if path.exists() else b""
             _need(found[kind] == local, f"the attached {path.name} differs from the committed one")
         return "SBOM and provenance attached, identical to the committed files"
+
+    def registry_signature(self, engine) -> str:
+        r, name = self.record, self.t.image.name
+        # $K3_SIGNING_* already reached the matrix (its environment overrides, validated there).
+        identity, issuer = signature.resolve_identity(self.t.signing.identity, self.t.signing.issuer, environ={})
+        tag_exists, referrers = signature.registry_probes(lambda ref: engine.registry.raw_manifest(name, ref),
+                                                          lambda d: engine.registry.blob(name, d), r.digest)
+        st = signature.signature_status(name, r.digest, identity, issuer, tag_exists=tag_exists, referrers=referrers)
+        _need(st.ok(required=identity is not None), f"{st.state}: {st.detail}")
+        return f"{st.state}: {st.detail}"
 
     def rows(self, engine=None) -> list[Row]:
         checks: list[tuple[str, Callable[[], str]]] = [
@@ -210,7 +220,8 @@ class Verifier:
         ]
         if engine is not None:
             checks += [("registry: image", lambda: self.registry_image(engine)),
-                       ("registry: SBOM + provenance", lambda: self.registry_attachments(engine))]
+                       ("registry: SBOM + provenance", lambda: self.registry_attachments(engine)),
+                       ("registry: signature", lambda: self.registry_signature(engine))]
         out = []
         for name, fn in checks:
             try:
@@ -218,3 +229,18 @@ class Verifier:
             except _Fail as exc:
                 out.append(Row(name, False, str(exc)))
         return out
+
+
+def verify_targets(matrix, names: list[str], engine=None, *, explicit: bool) -> list[tuple[str, Row]]:
+    """Rows for each target. Without named targets, targets never built are skipped; with nothing
+    recorded at all, that is a failure ("nothing recorded"), not a silent pass."""
+    root = matrix.path.resolve().parent
+    rows: list[tuple[str, Row]] = []
+    for name in names:
+        if not contract.record_path(root, name).exists() and not explicit:
+            continue
+        rows += [(name, row) for row in Verifier(root, matrix.target(name)).rows(engine)]
+    if not rows:
+        raise VerifyFailed(f"verify: nothing recorded for {', '.join(names)} (no {contract.RECORD_NAME}); "
+                           "build first, or restore the records from git")
+    return rows

@@ -12,7 +12,7 @@ import time
 import pytest
 
 from builder import imagediff
-from builder.engine import Engine
+from builder.engine import DockerEngine
 from builder.registry import OCI_INDEX, Registry
 from tests.integration.conftest import REGISTRY, cli
 
@@ -35,7 +35,7 @@ def test_sbom_and_provenance_are_recorded_and_attached(built):
     prov = json.loads((smoke.root / "locks/smoke/provenance.intoto.json").read_text())
     assert prov["subject"][0]["digest"]["sha256"] == digest.removeprefix("sha256:")
     # An auditor with only the registry finds both through the referrers tag schema.
-    index = Engine().raw_manifest(f"{REGISTRY}/{smoke.repository}", digest.replace(":", "-"))
+    index = DockerEngine().registry.raw_manifest(f"{REGISTRY}/{smoke.repository}", digest.replace(":", "-"))
     assert index is not None and index.media_type == OCI_INDEX
     types = sorted(m["artifactType"] for m in index.doc["manifests"])
     assert types == ["application/vnd.cyclonedx+json", "application/vnd.in-toto+json"]
@@ -112,7 +112,7 @@ def test_imagediff_reports_files_that_differ(built, tmp_path):
         subprocess.run(["docker", "buildx", "build", "--push", "-t", f"{name}:diff-{variant}", "--metadata-file",
                         str(meta), "-"], input=dockerfile, text=True, capture_output=True, check=True)
         digests.append(json.loads(meta.read_text())["containerimage.digest"])
-    lines = imagediff.compare(Engine(), name, digests[0], digests[1])
+    lines = imagediff.diff_images(DockerEngine(), name, digests[0], digests[1])
     text = "\n".join(lines)
     assert "config history" in text or "config rootfs.diff_ids" in text
     assert re.search(r"layer 1 diff-me: .*sha256 '[0-9a-f]{16}' != '[0-9a-f]{16}'", text), text

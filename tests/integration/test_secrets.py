@@ -8,7 +8,7 @@ import json
 import os
 import secrets
 
-from builder.engine import Engine
+from builder.engine import DockerEngine
 from tests.integration.conftest import REGISTRY, cli
 
 
@@ -37,14 +37,14 @@ def test_secret_is_mounted_and_leaves_no_trace(built, tmp_path):
     hits = [str(p) for p in work.root.rglob("*") if p.is_file() and token.encode() in p.read_bytes()]
     assert hits == []
     # Every layer, the config and its history, in the registry.
-    engine = Engine()
-    manifest = engine.raw_manifest(name, digest).doc
-    config = engine.blob(name, manifest["config"]["digest"])
+    engine = DockerEngine()
+    manifest = engine.registry.raw_manifest(name, digest).doc
+    config = engine.registry.blob(name, manifest["config"]["digest"])
     assert token.encode() not in config
     assert "hf_token" not in json.dumps(json.loads(config).get("history", []))  # not even the id as an arg
     for layer in manifest["layers"]:
-        blob = engine.blob(name, layer["digest"])
+        blob = engine.registry.blob(name, layer["digest"])
         assert token.encode() not in gzip.decompress(blob)
-    attached = engine.referrers(name, digest)
+    attached = engine.registry.referrers(name, digest)
     assert attached and all(token.encode() not in content for content in attached.values())
     assert name.startswith(REGISTRY)

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from builder import attest, matrix
+from builder import attest, inventory, matrix
 from builder.lock import LockEntry
 from builder.records import Record
 from tests.conftest import REPO
@@ -38,19 +38,19 @@ def inputs():
                for r in ("build", "runtime")},
         source={"url": t.source.url, "branch": t.source.branch, "commit": t.source.commit},
         lock_sha256="1" * 64, build_lock_sha256="2" * 64, dockerfile_sha256="3" * 64,
-        source_date_epoch=1790029969, input_key="k" * 64, tool_version="0.1.0",
+        source_date_epoch=1790029969, input_key="k" * 64, tool_version="0.1.0", checks="passed",
         build={"id": "b1", "finished": "2026-11-29T00:00:00Z", "engine": "26.1.5", "buildx": "0.13.1",
                "driver": "docker"},
     )
-    inv = attest.Inventory("ubuntu", "22.04", attest.parse_dpkg_status(STATUS),
+    inv = inventory.Inventory("ubuntu", "22.04", inventory.parse_dpkg_status(STATUS),
                            (("torch", "2.13.0+cu129"), ("vllm", "0.30.0")))
     lock = [LockEntry("torch", "2.13.0+cu129", ("a" * 64, "b" * 64))]
     return t, record, inv, lock
 
 
 def test_dpkg_status_keeps_only_installed_packages():
-    assert [d.name for d in attest.parse_dpkg_status(STATUS)] == ["libc6", "python3"]
-    assert attest.parse_os_release('ID=debian\nVERSION_ID="12"\n') == ("debian", "12")
+    assert [d.name for d in inventory.parse_dpkg_status(STATUS)] == ["libc6", "python3"]
+    assert inventory.parse_os_release('ID=debian\nVERSION_ID="12"\n') == ("debian", "12")
 
 
 def test_sbom_is_valid_and_the_same_bytes_every_time(inputs):

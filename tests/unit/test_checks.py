@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from builder import checklist, checks, extensions
+from builder import checklist, extensions, imagechecks as checks
 from builder.engine import ImageConfig
 from builder.errors import BuildError, SourceError
 from builder.matrix import Extensions

@@ -18,12 +18,19 @@ def test_matrix_and_target_before_or_after_the_command(command):
     mixed = p.parse_args(["--matrix", "m.yaml", command, "--target", "t"])
     for ns in (after, mixed):
         assert (ns.command, str(ns.matrix), ns.target) == (before.command, str(before.matrix), before.target)
-    assert str(before.matrix) == "m.yaml" and before.target == "t"
+    assert str(before.matrix) == "m.yaml" and before.target == ["t"]
 
 
 def test_defaults():
     ns = _parser().parse_args(["plan"])
-    assert str(ns.matrix) == "matrix.yaml" and ns.target is None
+    assert str(ns.matrix) == "matrix.yaml" and ns.target == []
+
+
+def test_target_is_always_a_list_and_repeats_count_once():
+    p = _parser()
+    assert p.parse_args(["--target", "a", "build"]).target == ["a"]
+    assert p.parse_args(["--target", "a,b", "--target", "a", "build"]).target == ["a", "b"]
+    assert p.parse_args(["--target", "smoke", "--target", "smoke"]).target == ["smoke"]
 
 
 def test_help_documents_each_command(capsys):

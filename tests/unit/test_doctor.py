@@ -9,7 +9,7 @@ import tarfile
 
 import pytest
 
-from builder import compat, contract, doctor
+from builder import compat, contract, doctor, evidence
 from builder.errors import ConfigError, EngineUnavailable
 from tests.conftest import REPO
 
@@ -80,8 +80,26 @@ SECRETS = {"HF_TOKEN": "hf_abcdefghijklmnop", "AWS_SECRET_ACCESS_KEY": "wJalrXUt
            "DB_PASSWORD": "hunter2hunter2", "PATH": "/usr/bin", "MY_API_KEY": "k-123456789"}
 
 
+def test_evidence_redacts_by_name_value_and_shape():
+    env = {"DOCKER_PASS": "plain", "GH_PAT": "ghp_0123456789abcdefghij", "CI_JOB_JWT": "eyJhbGciOi.x.y",
+           "HF_HUB_ACCESS": "whatever", "SOME_VAR": "ghp_notanameclue0123456789", "OPAQUE": "a" * 40,
+           "WEIRD": "x'y\"z", "LANG": "C.UTF-8", "HOME": "/root"}
+    text = evidence.redacted_environment(env)
+    for value in ("plain", "ghp_0123456789abcdefghij", "eyJhbGciOi.x.y", "whatever", "ghp_notanameclue",
+                  "a" * 40, "x'y"):
+        assert value not in text, value
+    assert "LANG=C.UTF-8" in text and "HOME=/root" in text
+
+
+def test_evidence_out_must_be_a_directory(tmp_path):
+    (tmp_path / "file").write_text("x")
+    for bad in (tmp_path / "file", "/dev/null", "/proc/self"):
+        with pytest.raises(ConfigError, match="--out"):
+            evidence.evidence(_NoDocker(), __import__("pathlib").Path(bad), None, None, environ={})
+
+
 def test_environment_is_sorted_and_redacted():
-    text = doctor.redacted_environment(SECRETS)
+    text = evidence.redacted_environment(SECRETS)
     for value in ("hf_abcdefghijklmnop", "wJalrXUtnFEMIK7MDENG", "s3cr3tpass", "hunter2hunter2", "k-123456789"):
         assert value not in text
     assert "PATH=/usr/bin" in text and "PIP_INDEX_URL=https://***@pypi.internal.example/simple" in text
@@ -98,13 +116,15 @@ class _NoDocker:
     def image_inspect(self, ref):
         raise EngineUnavailable("docker CLI not found")
 
-    def container_logs(self, name):
-        raise EngineUnavailable("docker CLI not found")
+    class containers:
+        @staticmethod
+        def logs(name):
+            raise EngineUnavailable("docker CLI not found")
 
 
 def test_evidence_without_gpu_nvidia_smi_or_docker(tmp_path, monkeypatch):
     monkeypatch.setenv("PATH", str(tmp_path))  # no nvidia-smi
-    path, manifest = doctor.evidence(_NoDocker(), tmp_path, "img:1", "vllm-1", environ=SECRETS)
+    path, manifest = evidence.evidence(_NoDocker(), tmp_path, "img:1", "vllm-1", environ=SECRETS)
     assert path.name.startswith("k3-evidence-") and path.suffixes == [".tar", ".gz"]
     assert set(manifest["captured"]) == {"date-utc.txt", "environment.txt"}
     assert set(manifest["missing"]) == {"nvidia-smi.txt", "docker-version.txt", "docker-info.txt",
@@ -121,5 +141,5 @@ def test_evidence_without_gpu_nvidia_smi_or_docker(tmp_path, monkeypatch):
 
 
 def test_evidence_with_a_captured_smi(tmp_path):
-    _, manifest = doctor.evidence(_NoDocker(), tmp_path, None, None, SMI / "r575-h100.txt", environ={})
+    _, manifest = evidence.evidence(_NoDocker(), tmp_path, None, None, SMI / "r575-h100.txt", environ={})
     assert "nvidia-smi.txt" in manifest["captured"]

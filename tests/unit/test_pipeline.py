@@ -7,8 +7,10 @@ import shutil
 import pytest
 
 from builder import lock, matrix, pipeline
+from builder.errors import ConfigError, DriftError, LockError
 from builder.fsutil import sha256_bytes
-from builder.errors import DriftError, LockError
+from builder.options import BuildOptions
+from builder.plan import Plan, parallelism
 from tests.conftest import REPO
 
 GIB = 1024**3
@@ -22,15 +24,15 @@ def cu129():
 def test_max_jobs_is_what_vllm_divides_by_nvcc_threads(cu129):
     # 4 GiB per nvcc thread x 8 threads = 32 GiB per job; MAX_JOBS = jobs x NVCC_THREADS, because
     # vLLM's setup.py divides MAX_JOBS by NVCC_THREADS itself (passing 8 would give it 1 job).
-    big = pipeline.parallelism(cu129, cpus=64, memory_bytes=256 * GIB)
+    big = parallelism(cu129, cpus=64, memory_bytes=256 * GIB)
     assert (big.max_jobs, big.jobs) == (64, 8)
-    assert pipeline.parallelism(cu129, cpus=64, memory_bytes=64 * GIB).jobs == 2  # memory bounds first
-    assert pipeline.parallelism(cu129, cpus=16, memory_bytes=256 * GIB).jobs == 2  # then cores
-    small = pipeline.parallelism(cu129, cpus=2, memory_bytes=24 * GIB)
+    assert parallelism(cu129, cpus=64, memory_bytes=64 * GIB).jobs == 2  # memory bounds first
+    assert parallelism(cu129, cpus=16, memory_bytes=256 * GIB).jobs == 2  # then cores
+    small = parallelism(cu129, cpus=2, memory_bytes=24 * GIB)
     assert (small.max_jobs, small.jobs) == (8, 1)  # never 0 jobs
-    assert pipeline.parallelism(cu129, cpus=2, memory_bytes=24 * GIB, override=6).max_jobs == 6
+    assert parallelism(cu129, cpus=2, memory_bytes=24 * GIB, override=6).max_jobs == 6
     fixed = cu129.model_copy(update={"compile": cu129.compile.model_copy(update={"max_jobs": 24})})
-    assert pipeline.parallelism(fixed, cpus=64, memory_bytes=512 * GIB).jobs == 3
+    assert parallelism(fixed, cpus=64, memory_bytes=512 * GIB).jobs == 3
     assert "8 compile job(s) x 8 nvcc thread(s)" in big.describe()
 
 
@@ -49,9 +51,9 @@ def checkout(tmp_path):
 
 
 def test_cu129_refuses_without_a_lock_before_touching_the_engine(checkout):
-    plan = pipeline.Plan.of(matrix.load(checkout / "matrix.yaml"), "cu129")
+    plan = Plan.of(matrix.load(checkout / "matrix.yaml"), "cu129")
     with pytest.raises(LockError, match="no lock for this target"):
-        pipeline.build(plan, _NoEngine())
+        pipeline.build(plan, _NoEngine(), BuildOptions())
     assert not (checkout / "locks" / "cu129" / "image.json").exists()
 
 
@@ -61,37 +63,43 @@ def test_cu129_refuses_a_lock_with_pypi_torch(checkout):
     body = "torch==2.13.0 \\\n    --hash=sha256:" + "a" * 64 + "\n"
     for name in ("requirements.txt", "build-requirements.txt"):
         (locks / name).write_text(f"# k3-lock-inputs-sha256: x\n{lock.BODY_HEADER}{sha256_bytes(body.encode())}\n{body}")
-    plan = pipeline.Plan.of(matrix.load(checkout / "matrix.yaml"), "cu129")
+    plan = Plan.of(matrix.load(checkout / "matrix.yaml"), "cu129")
     with pytest.raises(LockError, match=r"torch family must be \+cu129 builds.*has torch 2.13.0"):
-        pipeline.build(plan, _NoEngine())
+        pipeline.build(plan, _NoEngine(), BuildOptions())
 
 
 def test_drifted_dockerfile_refuses_before_the_engine(checkout):
     df = checkout / "dockerfiles" / "cu129" / "Dockerfile"
     df.write_text(df.read_text() + "RUN echo sneaky\n")
-    plan = pipeline.Plan.of(matrix.load(checkout / "matrix.yaml"), "cu129")
+    plan = Plan.of(matrix.load(checkout / "matrix.yaml"), "cu129")
     with pytest.raises(DriftError, match="differs from what the matrix renders"):
-        pipeline.build(plan, _NoEngine())
+        pipeline.build(plan, _NoEngine(), BuildOptions())
 
 
-def test_platform_digest_skips_attestation_manifests():
+def test_platform_digest_skips_attestation_manifests(monkeypatch):
     import json
 
-    from builder.engine import Engine
-    from builder.registry import Manifest
+    from builder.registry import Manifest, RegistryClient
 
     index = {"manifests": [
         {"digest": "sha256:" + "a" * 64, "platform": {"architecture": "amd64", "os": "linux"}},
         {"digest": "sha256:" + "b" * 64, "annotations": {"vnd.docker.reference.type": "attestation-manifest"}},
     ]}
 
-    class Fake(Engine):
-        def __init__(self):
-            pass
+    def raw_manifest(self, name, reference):
+        doc = index if reference == "sha256:" + "i" * 64 else {"layers": []}
+        return Manifest("application/vnd.oci.image.index.v1+json", reference, json.dumps(doc).encode())
 
-        def raw_manifest(self, name, reference):
-            doc = index if reference == "sha256:" + "i" * 64 else {"layers": []}
-            return Manifest("application/vnd.oci.image.index.v1+json", reference, json.dumps(doc).encode())
+    monkeypatch.setattr(RegistryClient, "raw_manifest", raw_manifest)
+    client = RegistryClient()
+    assert client.platform_digest("r/x", "sha256:" + "i" * 64) == "sha256:" + "a" * 64
+    assert client.platform_digest("r/x", "sha256:" + "c" * 64) == "sha256:" + "c" * 64
 
-    assert Fake().platform_digest("r/x", "sha256:" + "i" * 64) == "sha256:" + "a" * 64
-    assert Fake().platform_digest("r/x", "sha256:" + "c" * 64) == "sha256:" + "c" * 64
+
+def test_build_options_refuse_nonsense():
+    with pytest.raises(ConfigError, match="--max-jobs: must be between 1 and 512"):
+        BuildOptions(max_jobs=-5)
+    with pytest.raises(ConfigError, match="--jobs"):
+        BuildOptions(jobs=0)
+    with pytest.raises(TypeError):
+        BuildOptions(True)  # keyword-only: no positional flags that a second entry point can misorder

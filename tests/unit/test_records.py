@@ -16,33 +16,55 @@ def _record(digest="sha256:" + "a" * 64):
     return records.Record(
         target="t", image=f"r/x@{digest}", digest=digest, bases={}, source={"commit": "c"},
         lock_sha256="l", build_lock_sha256="b", dockerfile_sha256="d", source_date_epoch=1, input_key="k",
-        tool_version="0", build={"id": "1"},
+        tool_version="0", checks="passed",
+        build={"id": "1", "sbom_sha256": "s", "provenance_sha256": "p"},
     )
 
 
+def _set(record) -> dict[str, str]:
+    return {contract.SBOM_NAME: f"sbom of {record.digest}\n", contract.PROVENANCE_NAME: f"prov of {record.digest}\n",
+            contract.RECORD_NAME: record.to_json()}
+
+
 def test_round_trip_in_contract_order(tmp_path):
-    path = tmp_path / "image.json"
-    records.write(path, _record())
+    records.write_set(tmp_path, _set(_record()))
+    path = tmp_path / contract.RECORD_NAME
     assert list(json.loads(path.read_text())) == list(contract.RECORD_FIELDS)
     assert records.read(path) == _record()
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(_set(_record()))  # no journal left
 
 
-def test_failed_write_leaves_the_previous_record_and_no_temp_file(tmp_path, monkeypatch):
-    path = tmp_path / "image.json"
-    records.write(path, _record())
-    before = path.read_bytes()
+@pytest.mark.parametrize("crash_at", [1, 2, 3, 4])
+def test_a_crash_anywhere_leaves_the_old_set_or_the_new_one(tmp_path, monkeypatch, crash_at):
+    old, new = _record(), _record("sha256:" + "b" * 64)
+    records.write_set(tmp_path, _set(old))
+    calls = {"n": 0}
+    real_replace = os.replace
 
-    def crash(src, dst):
-        raise OSError("disk full")
+    def crashing_replace(src, dst):
+        calls["n"] += 1
+        if calls["n"] == crash_at:
+            raise KeyboardInterrupt  # killed between two renames
+        real_replace(src, dst)
 
-    monkeypatch.setattr(os, "replace", crash)
-    with pytest.raises(OSError):
-        records.write(path, _record("sha256:" + "b" * 64))
-    assert path.read_bytes() == before
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["image.json"]
+    monkeypatch.setattr(os, "replace", crashing_replace)
+    with pytest.raises(KeyboardInterrupt):
+        records.write_set(tmp_path, _set(new))
+    monkeypatch.setattr(os, "replace", real_replace)
+    records.recover(tmp_path)  # what the next build does first, under the target's lock
+    files = {p.name: p.read_text() for p in tmp_path.iterdir()}
+    assert files in (_set(old), _set(new)), sorted(files)
 
 
-@pytest.mark.parametrize("content", ['{"schema": 1, "target": "t"', "", "[]", '{"schema": 99}', '{"schema": 1}'])
+def test_record_fields_of_the_wrong_type_are_refused(tmp_path):
+    doc = json.loads(_record().to_json())
+    doc["digest"] = 5
+    (tmp_path / "image.json").write_text(json.dumps(doc))
+    with pytest.raises(RecordError, match="wrong type: digest"):
+        records.read(tmp_path / "image.json")
+
+
+@pytest.mark.parametrize("content", ['{"schema": 2, "target": "t"', "", "[]", '{"schema": 99}', '{"schema": 2}'])
 def test_corrupt_record_is_an_error_naming_it(tmp_path, content):
     path = tmp_path / "image.json"
     atomic_write(path, content)

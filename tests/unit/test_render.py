@@ -53,7 +53,7 @@ def test_final_stage_has_no_run_step(cu129):
 
 
 def test_template_uses_strict_undefined(cu129):
-    ctx = render.context(cu129)
+    ctx = render.template_vars(cu129)
     del ctx["uid"]
     template = render._environment().get_template("Dockerfile.j2")
     with pytest.raises(jinja2.UndefinedError):

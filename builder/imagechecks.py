@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import datetime as dt
-import sys
+import io
 import re
 import shutil
 import tempfile
@@ -21,15 +21,17 @@ from pathlib import Path
 import pip
 import pytest
 
-from builder import contract, extensions, lock, log
+from builder import contract, extensions, lock, log, render
+from builder.cudamajor import major_minor
 from builder.engine import Engine, ImageConfig
-from builder.errors import BuildError, CheckFailed
+from builder.errors import BuildError, CheckFailed, Interrupted
 from builder.fsutil import sha256_file
 from builder.lock import normalize
 from builder.matrix import Target
 from builder.source import PinnedSource
 
 CHECKLIST = Path(__file__).with_name("checklist.py")
+CHECK_OUTPUT_NAME = "checks.txt"  # pytest's own output, beside the JUnit report
 
 
 
@@ -61,7 +63,7 @@ class Expectations:
 
     @property
     def cuda_major_minor(self) -> str:
-        return ".".join(self.cuda_version.split(".")[:2])
+        return major_minor(self.cuda_version)
 
     @property
     def cudart_version(self) -> int:  # what cudaRuntimeGetVersion returns: 12.9 -> 12090
@@ -71,9 +73,6 @@ class Expectations:
 
 def expectations(target: Target, pinned: PinnedSource, lock_path: Path, build_date: dt.date,
                  today: dt.date | None = None) -> Expectations:
-    from builder.pipeline import created_iso
-    from builder.render import static_labels
-
     policy = target.source.extensions
     modules = extensions.plan({path: pinned.read(path) for path in policy.declared_in}, policy)
     _, entries = lock.parse_lock(lock_path.read_text(), lock_path)
@@ -82,8 +81,8 @@ def expectations(target: Target, pinned: PinnedSource, lock_path: Path, build_da
         pins["flashinfer-python"] = target.flashinfer.version
     if target.nccl:
         pins[f"nvidia-nccl-cu{target.cuda.version.split('.')[0]}"] = target.nccl.version
-    labels = static_labels(target)
-    labels[contract.OCI_CREATED] = created_iso(pinned.source_date_epoch)
+    labels = render.static_labels(target)
+    labels[contract.OCI_CREATED] = contract.created_iso(pinned.source_date_epoch)
     labels[contract.LABEL_LOCK_SHA256] = sha256_file(lock_path)
     return Expectations(
         target=target.name,
@@ -178,33 +177,51 @@ class _Plugin:
         return self.warnings.append
 
 
+def _pytest(expect: Expectations, config: ImageConfig, container: str, tmp: Path, junit: Path) -> tuple[int, _Plugin]:
+    """Run the checklist against the container; pytest's own output goes to a file beside the
+    JUnit report (the terminal gets the check table)."""
+    plugin = _Plugin(expect, config, container, "/tmp/k3-check-pip")
+    junit.parent.mkdir(parents=True, exist_ok=True)
+    ini = tmp / "pytest.ini"
+    ini.write_text("[pytest]\n")
+    output = io.StringIO()
+    # testinfra's own plugin is off: its parametrized "host" fixture would run checks on this
+    # machine; the checklist gets a testinfra host for the container from image_host.
+    with contextlib.redirect_stdout(output):
+        code = pytest.main(
+            [str(CHECKLIST), "-c", str(ini), "--rootdir", str(tmp), "-p", "no:cacheprovider", "-p", "no:testinfra",
+             "-q", "--tb=line", "--no-header", "-W", "ignore::DeprecationWarning",
+             f"--junitxml={junit}", "-o", "junit_family=xunit2", "-o", "junit_suite_name=k3-image-checks"],
+            plugins=[plugin],
+        )
+    junit.with_name(CHECK_OUTPUT_NAME).write_text(log.redact(output.getvalue()))
+    return code, plugin
+
+
 def run(engine: Engine, ref: str, expect: Expectations, junit: Path) -> Report:
-    """Start a container of ``ref``, run the checklist against it, remove the container."""
+    """Start a container of ``ref``, run the checklist against it, remove the container.
+
+    The container is started inside the cleanup scope; one a killed run left behind (they carry
+    the tool's label and their starter's pid) is removed first."""
     config = engine.image_config(ref)
-    container = engine.start(ref)
+    engine.containers.remove_stale()
+    container = None
     try:
+        container = engine.containers.start(ref)
         with tempfile.TemporaryDirectory(prefix="k3-check-") as tmp:
             # pip is not in the image (nothing outside the lock is); pip check runs from a copy.
             shutil.copytree(Path(pip.__file__).parent, Path(tmp) / "pip-path" / "pip",
                             ignore=shutil.ignore_patterns("__pycache__"))
-            engine.copy_into(container, Path(tmp) / "pip-path", "/tmp/k3-check-pip")
-            plugin = _Plugin(expect, config, container, "/tmp/k3-check-pip")
-            junit.parent.mkdir(parents=True, exist_ok=True)
-            ini = Path(tmp) / "pytest.ini"
-            ini.write_text("[pytest]\n")
-            # testinfra's own plugin is off: its parametrized "host" fixture would run checks on this
-            # machine; the checklist gets a testinfra host for the container from image_host.
-            with contextlib.redirect_stdout(sys.stderr):  # stdout is for machine-readable results
-                code = pytest.main(
-                [str(CHECKLIST), "-c", str(ini), "--rootdir", tmp, "-p", "no:cacheprovider", "-p", "no:testinfra",
-                 "-q", "--tb=line", "--no-header", "-W", "ignore::DeprecationWarning",
-                 f"--junitxml={junit}", "-o", "junit_family=xunit2", "-o", "junit_suite_name=k3-image-checks"],
-                plugins=[plugin],
-                )
+            engine.containers.copy_into(container, Path(tmp) / "pip-path", "/tmp/k3-check-pip")
+            code, plugin = _pytest(expect, config, container, Path(tmp), junit)
     finally:
-        engine.remove(container)
-    if code not in (0, 1):
-        raise BuildError(f"the image checks could not run (pytest exit {code}); report: {junit}")
+        if container:
+            engine.containers.remove(container)
+    if code == pytest.ExitCode.INTERRUPTED:  # pytest swallows the KeyboardInterrupt (SIGINT, SIGTERM)
+        raise Interrupted("interrupted during the image checks; the image is kept, nothing recorded")
+    if code not in (pytest.ExitCode.OK, pytest.ExitCode.TESTS_FAILED):
+        raise BuildError(f"the image checks could not run (pytest exit {int(code)}); "
+                         f"see {junit.with_name(CHECK_OUTPUT_NAME)}")
     return Report(image=ref, results=_parse_junit(junit), warnings=plugin.warnings, junit=junit)
 
 

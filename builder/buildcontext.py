@@ -1,0 +1,158 @@
+"""The build context, assembled on the host: locks, a hash-checked wheelhouse, the interpreter.
+
+Everything the build stage installs is downloaded here, outside the engine: the host verifies
+each file against the lock's sha256 (pip --require-hashes) or the matrix's (the CPython tarball),
+so RUN steps need no network and no certificates, and the build is hermetic. Every file's mtime
+is set to SOURCE_DATE_EPOCH so the context, like the source export, is a pure function of inputs.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import hashlib
+import shutil
+import subprocess
+import sys
+import tempfile
+import urllib.request
+from pathlib import Path
+from typing import Iterator
+
+from builder import contract, log
+from builder.errors import LockError, Unreachable, is_network_failure
+from builder.fsutil import atomic_write, cache_dir, clamp_mtimes, sha256_file
+from builder.hermetic import hermetic_env
+from builder.matrix import Target
+
+
+# Rewrites the relocated CPython's build-time prefix and compiler (see the script's docstring).
+RELOCATE_SCRIPT = Path(__file__).with_name("templates") / "relocate_python.py"
+
+
+@contextlib.contextmanager
+def _entry_lock(dest: Path) -> Iterator[None]:
+    """One filler per cache entry: checkouts sharing the cache wait for each other here."""
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    with open(dest.with_name(dest.name + ".lock"), "a") as fh:
+        fcntl.flock(fh, fcntl.LOCK_EX)
+        yield
+
+
+def _download(target: Target, lock: Path, into: Path) -> None:
+    py = target.python.version
+    index, *extra = target.lock_indexes()
+    cmd = [
+        sys.executable, "-m", "pip", "download", "--quiet", "--no-deps", "--require-hashes",
+        "--only-binary=:all:", "--implementation", "cp", "--python-version", py,
+        "--abi", "cp" + py.replace(".", ""), "--dest", str(into), "--index-url", index,
+    ]
+    for url in extra:
+        cmd += ["--extra-index-url", url]
+    for platform in target.python.wheel_platforms():
+        cmd += ["--platform", platform]
+    cmd += ["-r", str(lock)]
+    proc = subprocess.run(cmd, env=hermetic_env(), capture_output=True, text=True)
+    if proc.returncode != 0:
+        lines = [ln for ln in proc.stderr.strip().splitlines() if ln.strip()]
+        kind = Unreachable if is_network_failure(proc.stderr) else LockError
+        raise kind(f"{lock}: downloading the locked wheels failed: {lines[-1] if lines else proc.returncode} "
+                   "(a hash mismatch means the index changed a file; re-run `build lock`)")
+
+
+def _wheelhouse(target: Target, lock: Path) -> Path:
+    """The lock's files in a cache entry keyed by the lock's own hash, filled atomically (a unique
+    partial directory renamed into place, under the entry's lock); reused when complete."""
+    key = sha256_file(lock)
+    dest = cache_dir() / "wheelhouse" / key
+    with _entry_lock(dest):
+        if (dest / ".complete").exists():
+            return dest
+        if dest.exists():
+            shutil.rmtree(dest)
+        partial = Path(tempfile.mkdtemp(prefix=f"{key}.", suffix=".partial", dir=dest.parent))
+        try:
+            _download(target, lock, partial)
+            (partial / ".complete").write_text(key + "\n")
+            partial.rename(dest)
+        finally:
+            shutil.rmtree(partial, ignore_errors=True)
+    return dest
+
+
+class _CorruptCache(Exception):
+    pass
+
+
+def _copy_tree(src: Path, dest: Path, allowed: set[str]) -> None:
+    """Copy a cache entry into the context, hashing as it copies: a file whose sha256 is not in the
+    lock means a damaged cache entry (never a hard link: an edit under artifacts/ must not reach
+    the shared cache, and the context's mtimes are clamped afterwards)."""
+    dest.mkdir(parents=True, exist_ok=True)
+    for item in sorted(src.iterdir()):
+        if item.name.startswith("."):
+            continue
+        digest = hashlib.sha256()
+        with item.open("rb") as fin, (dest / item.name).open("wb") as fout:
+            for chunk in iter(lambda: fin.read(1 << 20), b""):
+                digest.update(chunk)
+                fout.write(chunk)
+        if digest.hexdigest() not in allowed:
+            raise _CorruptCache(f"{item}: sha256 {digest.hexdigest()[:16]} is not in the lock")
+
+
+def _wheels_into(target: Target, lock: Path, entries, dest: Path) -> None:
+    """The lock's wheels, verified, in ``dest``; a damaged cache entry is dropped and fetched again."""
+    allowed = {h for e in entries for h in e.hashes}
+    for attempt in (1, 2):
+        entry = _wheelhouse(target, lock)
+        try:
+            _copy_tree(entry, dest, allowed)
+            return
+        except _CorruptCache as exc:
+            shutil.rmtree(dest, ignore_errors=True)
+            with _entry_lock(entry):
+                shutil.rmtree(entry, ignore_errors=True)
+            if attempt == 2:
+                raise LockError(f"the wheel cache {entry} was damaged twice ({exc}); check the disk") from None
+            log.warn(f"the wheel cache entry {entry} was damaged ({exc}); dropped, fetching it again")
+
+
+def _standalone_python(target: Target) -> Path:
+    spec = target.python.standalone
+    assert spec is not None
+    dest = cache_dir() / "python" / f"{spec.sha256}.tar.gz"
+    if dest.exists() and sha256_file(dest) == spec.sha256:
+        return dest
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    tmp = dest.with_suffix(".partial")
+    try:
+        with urllib.request.urlopen(spec.url, timeout=120) as resp, tmp.open("wb") as out:  # noqa: S310
+            shutil.copyfileobj(resp, out)
+    except OSError as exc:
+        raise LockError(f"{target.name}: cannot download python.standalone.url: {exc}") from None
+    got = sha256_file(tmp)
+    if got != spec.sha256:
+        tmp.unlink()
+        raise LockError(f"{target.name}: python.standalone sha256 mismatch: matrix {spec.sha256}, downloaded {got}")
+    tmp.rename(dest)
+    return dest
+
+
+def assemble(target: Target, locks, dest: Path, epoch: int) -> Path:
+    """Build the default context at ``dest``: the two locks (a ``plan.LockSet``),
+    wheelhouse/{runtime,build}, python/."""
+    if dest.exists():
+        shutil.rmtree(dest)
+    dest.mkdir(parents=True)
+    for lock, entries, name, sub in ((locks.runtime, locks.runtime_entries, contract.LOCK_NAME, "runtime"),
+                                     (locks.build, locks.build_entries, contract.BUILD_LOCK_NAME, "build")):
+        shutil.copyfile(lock, dest / name)
+        _wheels_into(target, lock, entries, dest / "wheelhouse" / sub)
+    if target.python.provider == "standalone":
+        (dest / "python").mkdir()
+        shutil.copyfile(_standalone_python(target), dest / "python" / "cpython.tar.gz")
+        shutil.copyfile(RELOCATE_SCRIPT, dest / "python" / "relocate.py")
+    atomic_write(dest / ".dockerignore", "")  # the context is already exactly what the build reads
+    clamp_mtimes(dest, epoch)
+    return dest

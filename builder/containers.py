@@ -1,0 +1,116 @@
+"""Containers of built images: the idle container the image checks run in, throwaway runs that
+print what the SBOM inventory and the comparisons need, and container logs for evidence.
+
+Every container this tool starts carries the label ``contract.CONTAINER_LABEL`` with the pid of
+the process that started it, so one left behind by a killed run is found and removed at the next
+start, and one that a concurrent run (another target, --jobs) is using is left alone.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from pathlib import Path
+from typing import Iterator, Protocol
+
+from python_on_whales import DockerClient
+from python_on_whales.exceptions import DockerException
+from python_on_whales.utils import run
+
+from builder import contract
+from builder.errors import BuildError, EngineUnavailable
+
+
+class ContainerSeam(Protocol):
+    """What the checks, the SBOM inventory and the evidence ask of containers; fakes implement this."""
+
+    def start(self, ref: str) -> str: ...
+    def copy_into(self, container_id: str, src: Path, dest: str) -> None: ...
+    def remove(self, container_id: str) -> None: ...
+    def remove_stale(self) -> int: ...
+    def run_python(self, ref: str, script: str) -> str: ...
+    def run_capture(self, ref: str, entrypoint: str, args: list[str]) -> str: ...
+    def logs(self, name: str) -> str: ...
+
+
+@contextlib.contextmanager
+def docker_errors(what: str, unreachable: bool = False) -> Iterator[None]:
+    """One translation of the Docker CLI's failures: ``what`` failed (exit 1), or the engine is out
+    of reach (exit 3) when ``unreachable`` or the CLI itself is missing."""
+    try:
+        yield
+    except DockerException as exc:
+        detail = (exc.stderr or str(exc)).strip().splitlines()
+        kind = EngineUnavailable if unreachable or _daemon_down(exc) else BuildError
+        raise kind(f"{what}: {detail[-1][:300] if detail else exc}") from None
+    except FileNotFoundError:
+        raise EngineUnavailable("docker CLI not found; run ci/setup.sh") from None
+
+
+def _daemon_down(exc: DockerException) -> bool:
+    text = (exc.stderr or "").lower()
+    return "cannot connect to the docker daemon" in text or "is the docker daemon running" in text
+
+
+def _labels() -> dict[str, str]:
+    return {contract.CONTAINER_LABEL: str(os.getpid())}
+
+
+def _alive(pid: str) -> bool:
+    """Whether the process that started a container still runs here (then it still needs it)."""
+    if not pid.isdigit():
+        return False
+    try:
+        os.kill(int(pid), 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    state = Path(f"/proc/{pid}/stat")
+    return not (state.exists() and state.read_text().rsplit(")", 1)[-1].split()[0] == "Z")
+
+
+class DockerContainers:
+    def __init__(self, docker: DockerClient) -> None:
+        self.docker = docker
+
+    def start(self, ref: str) -> str:
+        """Start a container of ``ref`` that idles (no network) for checks; returns its id."""
+        with docker_errors(f"cannot start a container of {ref}"):
+            container = self.docker.run(ref, ["infinity"], entrypoint="sleep", detach=True, networks=["none"],
+                                        labels=_labels())
+        return container.id
+
+    def copy_into(self, container_id: str, src: Path, dest: str) -> None:
+        with docker_errors(f"cannot copy into container {container_id[:12]}"):
+            self.docker.container.copy(src, (container_id, dest))
+
+    def remove(self, container_id: str) -> None:
+        try:
+            self.docker.container.remove(container_id, force=True, volumes=True)
+        except DockerException:
+            pass  # already gone
+
+    def remove_stale(self) -> int:
+        """Remove every container an earlier run of this tool left behind when it was killed."""
+        with docker_errors("cannot list containers", unreachable=True):
+            ours = self.docker.container.list(all=True, filters={"label": contract.CONTAINER_LABEL})
+        stale = [c for c in ours if not _alive(c.config.labels.get(contract.CONTAINER_LABEL, ""))]
+        for container in stale:
+            self.remove(container.id)
+        return len(stale)
+
+    def run_python(self, ref: str, script: str) -> str:
+        """Run a Python script in a throwaway container of ``ref`` with whichever python it has."""
+        return self.run_capture(ref, "sh", ["-c", 'exec "$(command -v python3 || command -v python)" -c "$0"', script])
+
+    def run_capture(self, ref: str, entrypoint: str, args: list[str]) -> str:
+        """Run ``entrypoint args`` in a throwaway container of ``ref`` (no network); its stdout."""
+        with docker_errors(f"cannot run {entrypoint} in {ref}"):
+            return self.docker.run(ref, args, entrypoint=entrypoint, remove=True, networks=["none"],
+                                   labels=_labels())
+
+    def logs(self, name: str) -> str:
+        with docker_errors(f"cannot read the log of container {name}"):
+            out, err = run(self.docker.client_config.docker_cmd + ["logs", "--timestamps", name], return_stderr=True)
+        return out + err

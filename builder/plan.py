@@ -1,0 +1,191 @@
+"""What a build of one target reads and produces, and the refusals that need nothing but the
+repository: the committed Dockerfile, the locks (read once, into a ``LockSet``), the input key.
+No network, no engine: `build plan` is this module.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+from builder import __version__, contract, lock, log, render
+from builder.fsutil import sha256_bytes
+from builder.lock import LockEntry
+from builder.matrix import Matrix, Target
+
+GIB = 1024**3
+
+
+@dataclass(frozen=True)
+class Parallelism:
+    """How parallel the compile runs. ``max_jobs`` is what MAX_JOBS is set to, in the source's own
+    meaning: vLLM's setup.py divides it by NVCC_THREADS to get its ninja job count, so the tool
+    passes nvcc jobs x NVCC_THREADS (passing the job count itself would divide it twice)."""
+
+    max_jobs: int
+    nvcc_threads: int
+    why: str
+
+    @property
+    def jobs(self) -> int:  # the compile jobs the source's build runs at once
+        return max(1, self.max_jobs // self.nvcc_threads)
+
+    def describe(self) -> str:
+        return (f"MAX_JOBS={self.max_jobs} NVCC_THREADS={self.nvcc_threads}: {self.jobs} compile job(s) x "
+                f"{self.nvcc_threads} nvcc thread(s) ({self.why})")
+
+
+def parallelism(target: Target, cpus: int, memory_bytes: int, override: int | None = None) -> Parallelism:
+    """MAX_JOBS for the compile: --max-jobs, else compile.max_jobs, else derived from the builder.
+
+    Derived: jobs = min(cpus / NVCC_THREADS, memory / (memory_per_job_gib x NVCC_THREADS)), at least
+    one; each nvcc thread needs ``memory_per_job_gib`` and OOM-killed compiles are vLLM's most
+    reported build failure, so memory bounds the jobs before cores do. MAX_JOBS = jobs x threads.
+    """
+    threads = target.compile.nvcc_threads
+    if override:
+        return Parallelism(override, threads, "--max-jobs")
+    if target.compile.max_jobs:
+        return Parallelism(target.compile.max_jobs, threads, "compile.max_jobs")
+    per_job = target.compile.memory_per_job_gib * threads * GIB
+    jobs = max(1, min(cpus // threads, memory_bytes // per_job if memory_bytes else 1))
+    why = (f"derived from the builder: {cpus} cpus, {memory_bytes // GIB} GiB, "
+           f"{target.compile.memory_per_job_gib} GiB per nvcc thread")
+    return Parallelism(jobs * threads, threads, why)
+
+
+@dataclass(frozen=True)
+class Plan:
+    """What a build of one target will read and produce; computed without network."""
+
+    target: Target
+    root: Path
+    dockerfile: Path
+    locks: dict[str, Path]
+    output: str
+
+    @classmethod
+    def of(cls, matrix: Matrix, name: str) -> "Plan":
+        target = matrix.target(name)
+        root = matrix.path.resolve().parent
+        return cls(
+            target=target,
+            root=root,
+            dockerfile=contract.dockerfile_path(root, name),
+            locks={"runtime": contract.lock_path(root, name), "build": contract.build_lock_path(root, name)},
+            output=target.image.tagged,
+        )
+
+    def to_json(self) -> dict:
+        """The plan as structured data (`build plan --json`): values, not display strings."""
+        t = self.target
+        doc = {
+            "target": t.name, "description": t.description, "owner": t.owner, "expires": t.expires.isoformat(),
+            "expiry_warning_days": t.expiry_warning_days,
+            "bases": {role: {"name": b.display_name, "digest": b.digest, "ref": b.ref}
+                      for role, b in (("build", t.bases.build), ("runtime", t.bases.runtime))},
+            "source": {"url": t.source.url, "branch": t.source.branch, "commit": t.source.commit,
+                       "package": t.source.package, "wheel_version": t.source.wheel_version,
+                       "third_party": {n: {"url": tp.url, "ref": tp.ref, "commit": tp.commit, "env": tp.env}
+                                       for n, tp in sorted(t.source.third_party.items())}},
+            "python": {"version": t.python.version, "provider": t.python.provider},
+            "cuda": {"version": t.cuda.version, "arch_list": list(t.cuda.arch_list)},
+            "pins": {k: p.version for k, p in (("torch", t.torch), ("flashinfer", t.flashinfer), ("nccl", t.nccl)) if p},
+            "lock_indexes": list(t.lock_indexes()),
+            "compile": {"nvcc_threads": t.compile.nvcc_threads, "max_jobs": t.compile.max_jobs,
+                        "memory_per_job_gib": t.compile.memory_per_job_gib},
+            "dockerfile": {"path": str(self.dockerfile), "present": self.dockerfile.exists()},
+            "locks": {k: {"path": str(p), "present": p.exists()} for k, p in self.locks.items()},
+            "output": self.output,
+            "record": str(contract.record_path(self.root, t.name)),
+        }
+        return doc
+
+    def rows(self) -> list[tuple[str, str]]:
+        t = self.target
+        rows = [
+            ("target", f"{t.name}: {t.description}"),
+            ("owner / expires", f"{t.owner} / {t.expires.isoformat()} (warn {t.expiry_warning_days} days before)"),
+            ("build base", t.bases.build.ref),
+            ("runtime base", t.bases.runtime.ref),
+            ("source", f"{t.source.url} {t.source.branch} @ {t.source.commit}"),
+            ("source package", f"{t.source.package} {t.source.wheel_version}"
+                               + (f" (told through {t.source.version_env})" if t.source.version_env else "")),
+            ("python", f"{t.python.version} ({t.python.provider}"
+                       + (f": {t.python.standalone.url} sha256:{t.python.standalone.sha256}" if t.python.standalone else "")
+                       + ")"),
+            ("cuda", f"{t.cuda.version} arch {' '.join(t.cuda.arch_list)}"),
+        ]
+        for label, pin in (("torch", t.torch), ("flashinfer", t.flashinfer), ("nccl (override)", t.nccl)):
+            if pin:
+                rows.append((label, pin.version + (f" from {pin.index}" if pin.index else "")))
+        for name, tp in sorted(t.source.third_party.items()):
+            named = f"{tp.ref} = {tp.commit}" if tp.ref != tp.commit else tp.commit
+            rows.append((f"third party {name}", f"{tp.url} @ {named} -> {tp.env}"
+                                                + (f" (its {tp.subdir})" if tp.subdir else "")))
+        rows += [
+            ("lock indexes", ", ".join(t.lock_indexes())),
+            ("lock inputs", ", ".join(t.pinned_requirements() + t.source.requirements) or "-"),
+            ("build lock inputs", ", ".join(t.build_requirements + t.source.build_requirements) or "-"),
+            ("build args", f"SOURCE_DATE_EPOCH=<commit time> TORCH_CUDA_ARCH_LIST=\"{' '.join(t.cuda.arch_list)}\" "
+                           f"NVCC_THREADS={t.compile.nvcc_threads} MAX_JOBS=<parallelism>"),
+            ("parallelism", (parallelism(t, 0, 0).describe() if t.compile.max_jobs else
+                             f"MAX_JOBS = jobs x NVCC_THREADS {t.compile.nvcc_threads}, jobs = min(cpus / "
+                             f"{t.compile.nvcc_threads}, memory / ({t.compile.memory_per_job_gib} GiB x "
+                             f"{t.compile.nvcc_threads})), from the builder; e.g. 64 cpus, 256 GiB: "
+                             + parallelism(t, 64, 256 * GIB).describe())),
+            ("dockerfile", f"{self.dockerfile} ({'present' if self.dockerfile.exists() else 'not rendered'})"),
+        ]
+        for kind, path in self.locks.items():
+            rows.append((f"{kind} lock", f"{path} ({'present' if path.exists() else 'missing: run build lock'})"))
+        rows += [("output", f"{self.output} -> recorded in {contract.record_path(self.root, t.name)}")]
+        return rows
+
+
+@dataclass(frozen=True)
+class LockSet:
+    """Both committed locks of a target, read and checked once per build."""
+
+    runtime: Path
+    build: Path
+    runtime_entries: tuple[LockEntry, ...]
+    build_entries: tuple[LockEntry, ...]
+    runtime_sha256: str
+    build_sha256: str
+
+    @classmethod
+    def read(cls, plan: "Plan") -> "LockSet":
+        runtime, build = plan.locks["runtime"], plan.locks["build"]
+        r_text, b_text = lock.read_text(runtime), lock.read_text(build)
+        r_entries, b_entries = lock.entries_of(r_text, runtime), lock.entries_of(b_text, build)
+        for path, entries in ((runtime, r_entries), (build, b_entries)):
+            # The build stage compiles against torch: it must be the same CUDA build as the runtime's.
+            lock.check_torch_build(plan.target, entries, path)
+        return cls(runtime, build, tuple(r_entries), tuple(b_entries),
+                   sha256_bytes(r_text.encode()), sha256_bytes(b_text.encode()))
+
+
+def offline_checks(plan: Plan) -> tuple[str, LockSet]:
+    """Refusals that need nothing but the repo: drifted Dockerfile, missing/unhashed/wrong-CUDA lock."""
+    with log.step(f"{plan.target.name}: check the committed Dockerfile and locks"):
+        dockerfile_text = render.check_committed(plan.target, plan.dockerfile)
+        locks = LockSet.read(plan)
+    return dockerfile_text, locks
+
+
+def input_key(plan: Plan, dockerfile_text: str, locks: LockSet) -> str:
+    """sha256 over everything a build reads, so an unchanged key means an unchanged image.
+
+    The rendered Dockerfile (bases, labels, expiry), both locks, the whole matrix entry (source
+    commit, pins, compile settings, the CPython tarball's sha256) and the tool version. MAX_JOBS is
+    left out on purpose: it changes how fast the compile runs, not what it produces.
+    """
+    doc = {
+        "dockerfile": sha256_bytes(dockerfile_text.encode()),
+        "lock": locks.runtime_sha256,
+        "build_lock": locks.build_sha256,
+        "target": plan.target.model_dump(mode="json"),
+        "tool": __version__,
+    }
+    return sha256_bytes(json.dumps(doc, sort_keys=True).encode())
