@@ -321,3 +321,23 @@ class RegistryClient:
             return None
         doc = manifest.doc
         return int(doc["config"]["size"]) + sum(int(layer["size"]) for layer in doc["layers"])
+
+    def image_config(self, ref: str) -> dict | None:
+        """The image's config JSON read from the registry (no pull): labels, env, user, entrypoint.
+        An index is followed to its one linux/amd64 (or only) image. None when not served."""
+        name, reference = split_reference(ref)
+        manifest = self.raw_manifest(name, reference)
+        if manifest is None:
+            return None
+        doc = manifest.doc
+        if "manifests" in doc:
+            images = [d for d in doc["manifests"]
+                      if (d.get("annotations") or {}).get("vnd.docker.reference.type") != "attestation-manifest"]
+            amd64 = [d for d in images if (d.get("platform") or {}).get("architecture") in ("amd64", None)]
+            if not amd64:
+                return None
+            manifest = self.raw_manifest(name, amd64[0]["digest"])
+            if manifest is None:
+                return None
+            doc = manifest.doc
+        return json.loads(self.blob(name, doc["config"]["digest"]))
