@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import signal
 import sys
 from pathlib import Path
@@ -131,9 +132,10 @@ def _parser() -> argparse.ArgumentParser:
     rp = sub.add_parser("reproduce", help="rebuild the recorded image with no cache and compare digests",
                         description="Rebuild --target from the committed records with no cache, push it as "
                                     "<tag>-reproduce and compare with the recorded digest. On a difference, "
-                                    "report config fields, then layer by layer and file by file.")
+                                    "report config fields, then layer by layer and file by file. Takes the build "
+                                    "options (--secret for targets that need one, --builder, ...).")
     _globals(rp, top=False)
-    rp.add_argument("--builder", default=None, help="buildx builder to use")
+    _build_options(rp, top=False)
 
     tr = sub.add_parser("track", help="follow --target's branch: move the commit pin when the branch moved",
                         description="Resolve refs/heads/<branch> with ls-remote (no clone). When it moved past the "
@@ -173,12 +175,22 @@ def _parser() -> argparse.ArgumentParser:
     _globals(cp, top=False)
     cp.add_argument("--against", required=True, help="the reference image, e.g. vllm/vllm-openai:kimi-k3")
     cp.add_argument("--image", help="our image (default: --target's recorded image)")
+    cp.add_argument("--format", choices=("text", "markdown"), default="text",
+                    help="markdown: a table for $GITHUB_STEP_SUMMARY (appended there when set)")
+    cp.add_argument("--all", action="store_true", help="list every difference after the summary")
+
+    pr = sub.add_parser("prune", help="remove old build and test directories under artifacts/",
+                        description="Keep the newest --keep build directories and --keep test directories of "
+                                    "each target (all targets unless --target) under artifacts/<target>/; "
+                                    "remove the rest. Builds already drop their context/source copies.")
+    _globals(pr, top=False)
+    pr.add_argument("--keep", type=int, default=5, help="how many of each kind to keep per target (default 5)")
 
     sm = sub.add_parser("smoke-init", help="make the smoke target's bases, source repo and matrix (demo/tests)",
                         description="Create the smoke target on this machine: Debian 12 base images "
                                     "(debootstrap) pushed to --registry and pinned by digest, a git "
                                     "repository of the stand-in source, and OUT/matrix.yaml.")
-    sm.add_argument("--out", type=Path, default=Path("artifacts/smoke"), help="where to write (default: artifacts/smoke)")
+    sm.add_argument("--out", type=Path, default=Path("smoke"), help="where to write (default: ./smoke)")
     sm.add_argument("--registry", default="127.0.0.1:5000", help="registry for the bases and the image")
     sm.add_argument("--repository", default="k3/smoke", help="repository of the smoke image (default: k3/smoke)")
     return p
@@ -205,6 +217,8 @@ def _build_options(parser: argparse.ArgumentParser, top: bool) -> None:
                              "its value is never logged, labelled or recorded")
     parser.add_argument("--jobs", type=int, default=default(1),
                         help="build this many targets at once (with several --target); one summary")
+    parser.add_argument("--keep-context", action="store_true", default=default(False),
+                        help="keep the build's context/, source/ and third_party/ copies under artifacts/")
 
 
 def _targets(matrix: Matrix, names: list[str]) -> list[str]:
@@ -214,18 +228,27 @@ def _targets(matrix: Matrix, names: list[str]) -> list[str]:
     return list(names) or sorted(matrix.targets)
 
 
-def _one_target(args: argparse.Namespace, command: str) -> str:
-    if not args.target:
-        raise ConfigError(f"{command}: --target is required (e.g. `build {command} --target cu129`)")
-    if len(args.target) > 1:
-        raise ConfigError(f"{command}: takes one --target (got {', '.join(args.target)})")
-    return args.target[0]
-
-
-def _plan(args: argparse.Namespace, command: str):
+def _per_target(args: argparse.Namespace, out: Output, body) -> int:
+    """Run ``body(plan, out)`` for --target, or for every target when none is named: every command
+    takes --target the same way. One target: its document as it is; several: under "targets"."""
     from builder.plan import Plan
 
-    return Plan.of(load(args.matrix), _one_target(args, command))
+    matrix = load(args.matrix)
+    names = _targets(matrix, args.target)
+    if len(names) == 1:
+        return body(Plan.of(matrix, names[0]), out)
+    codes, docs = [], {}
+    for name in names:
+        sub = Output(out.json_mode)
+        try:
+            codes.append(body(Plan.of(matrix, name), sub))
+            docs[name] = {"ok": codes[-1] == 0, **sub.data}
+        except BuilderError as exc:
+            codes.append(exc.exit_code)
+            log.info(f"error: {name}: {log.redact(exc.message)}")
+            docs[name] = {"ok": False, "exit_code": exc.exit_code, "error": log.redact(exc.message), **sub.data}
+    out.data["targets"] = docs
+    return max(codes)
 
 
 def _options(args: argparse.Namespace, plans) -> "BuildOptions":
@@ -234,7 +257,8 @@ def _options(args: argparse.Namespace, plans) -> "BuildOptions":
     wanted = {sid for p in plans for sid in p.target.compile.secrets}
     return BuildOptions(no_cache=args.no_cache, builder=args.builder, max_jobs=args.max_jobs,
                         run_checks=not args.no_checks, force=args.force, cache_from=tuple(args.cache_from),
-                        cache_to=args.cache_to, secrets=parse_secrets(args.secret, wanted), jobs=args.jobs)
+                        cache_to=args.cache_to, secrets=parse_secrets(args.secret, wanted), jobs=args.jobs,
+                        keep_context=args.keep_context)
 
 
 def _engine():
@@ -259,10 +283,13 @@ def cmd_render(args: argparse.Namespace, out: Output) -> int:
 
 
 def cmd_lock(args: argparse.Namespace, out: Output) -> int:
+    return _per_target(args, out, lambda plan, o: _lock(plan, o, args.rehearse))
+
+
+def _lock(plan, out: Output, rehearse: bool) -> int:
     from builder.pipeline import lock_target, rehearse_lock
 
-    plan = _plan(args, "lock")
-    if not args.rehearse:
+    if not rehearse:
         written = lock_target(plan)
         for path in written.values():
             log.info(f"{path}: written")
@@ -285,7 +312,10 @@ def cmd_lock(args: argparse.Namespace, out: Output) -> int:
 
 
 def cmd_plan(args: argparse.Namespace, out: Output) -> int:
-    plan = _plan(args, "plan")
+    return _per_target(args, out, _show_plan)
+
+
+def _show_plan(plan, out: Output) -> int:
     width = max(len(k) for k, _ in plan.rows())
     for key, value in plan.rows():
         out.line(f"{key:<{width}}  {value}")
@@ -319,7 +349,7 @@ def cmd_build(args: argparse.Namespace, out: Output) -> int:
     from builder.plan import Plan
 
     matrix = load(args.matrix)
-    plans = [Plan.of(matrix, name) for name in _targets(matrix, args.target or [_one_target(args, "build")])]
+    plans = [Plan.of(matrix, name) for name in _targets(matrix, args.target)]
     options = _options(args, plans)
     engine = _engine()
     if len(plans) == 1:
@@ -342,13 +372,23 @@ def cmd_build(args: argparse.Namespace, out: Output) -> int:
 
 
 def cmd_test(args: argparse.Namespace, out: Output) -> int:
-    from builder.pipeline import test
+    from builder import contract
+    from builder.pipeline import image_config, test
 
-    plan = _plan(args, "test")
-    report = test(plan, _engine(), args.image)
-    out.data.update(report.to_json())
-    out.line(report.image)
-    return 0
+    engine = _engine()
+    if args.image and not args.target:  # the image's own label says which target it is
+        label = image_config(engine, args.image).labels.get(contract.LABEL_TARGET)
+        if not label:
+            raise ConfigError(f"test: {args.image} has no {contract.LABEL_TARGET} label; pass --target")
+        args.target = [label]
+
+    def one(plan, o: Output) -> int:
+        report = test(plan, engine, args.image)
+        o.data.update(report.to_json())
+        o.line(report.image)
+        return 0
+
+    return _per_target(args, out, one)
 
 
 def cmd_verify(args: argparse.Namespace, out: Output) -> int:
@@ -372,41 +412,60 @@ def cmd_verify(args: argparse.Namespace, out: Output) -> int:
 def cmd_reproduce(args: argparse.Namespace, out: Output) -> int:
     from builder.pipeline import reproduce
 
-    plan = _plan(args, "reproduce")
-    result = reproduce(plan, _engine(), _options(args, [plan]))
-    out.data.update(result.to_json())
-    result.raise_for_difference()
-    out.line(f"{plan.target.image.name}@{result.rebuilt}")
-    return 0
+    engine = _engine()
+
+    def one(plan, o: Output) -> int:
+        result = reproduce(plan, engine, _options(args, [plan]))
+        o.data.update(result.to_json())
+        result.raise_for_difference()
+        o.line(f"{plan.target.image.name}@{result.rebuilt}")
+        return 0
+
+    return _per_target(args, out, one)
 
 
-def _image(args: argparse.Namespace, command: str) -> str:
-    if getattr(args, "image", None):
-        return args.image
+def _on_images(args: argparse.Namespace, out: Output, body) -> int:
+    """``body(image, out)`` for --image, else for each target's recorded image."""
+    if args.image:
+        return body(args.image, out)
     from builder.pipeline import recorded_image
 
-    return recorded_image(_plan(args, command))
+    return _per_target(args, out, lambda plan, o: body(recorded_image(plan), o))
 
 
 def cmd_doctor(args: argparse.Namespace, out: Output) -> int:
     from builder import doctor
+    from builder.pipeline import image_config
 
-    image = _image(args, "doctor")
     smi_text, smi_source = doctor.read_nvidia_smi(args.nvidia_smi_file)
-    config = _engine().image_config(image)
-    d = doctor.diagnose(smi_text, smi_source, config.labels, config.env, image)
-    out.line(d.line)
-    out.line(f"route: {d.route}")
-    if d.expiry:
-        out.line(d.expiry)
-    out.data.update({"compatible": d.compatible, "verdict": d.line, "route": d.route, "expiry": d.expiry, **d.facts})
-    return 0 if d.compatible else 1
+    engine = _engine()
+
+    def one(image: str, o: Output) -> int:
+        config = image_config(engine, image)
+        d = doctor.diagnose(smi_text, smi_source, config.labels, config.env, image)
+        o.line(d.line)
+        o.line(f"route: {d.route}")
+        if d.expiry:
+            o.line(d.expiry)
+        o.data.update({"compatible": d.compatible, "verdict": d.line, "route": d.route, "expiry": d.expiry,
+                       **d.facts})
+        return 0 if d.compatible else 1
+
+    return _on_images(args, out, one)
 
 
 def cmd_evidence(args: argparse.Namespace, out: Output) -> int:
     from builder.evidence import evidence
+    from builder.pipeline import recorded_image
 
-    path, manifest = evidence(_engine(), args.out, args.image, args.container, args.nvidia_smi_file)
+    image = args.image
+    if image is None and args.target:  # --target names the image: its recorded one
+        if len(args.target) > 1:
+            raise ConfigError(f"evidence: one image per archive; --target names {', '.join(args.target)}")
+        from builder.plan import Plan
+
+        image = recorded_image(Plan.of(load(args.matrix), args.target[0]))
+    path, manifest = evidence(_engine(), args.out, image, args.container, args.nvidia_smi_file)
     for name, why in sorted(manifest["missing"].items()):
         log.info(f"    not captured: {name}: {why}")
     log.info(f"    captured: {', '.join(manifest['captured'])}")
@@ -418,11 +477,23 @@ def cmd_evidence(args: argparse.Namespace, out: Output) -> int:
 def cmd_compare(args: argparse.Namespace, out: Output) -> int:
     from builder.compare import compare
 
-    result = compare(_engine(), _image(args, "compare"), args.against)
-    for line in result.text():
-        out.line(line)
-    out.data.update(result.to_json())
-    return 0
+    engine = _engine()
+
+    def one(image: str, o: Output) -> int:
+        result = compare(engine, image, args.against)
+        if args.format == "markdown":
+            o.line(result.markdown())
+            summary = os.environ.get("GITHUB_STEP_SUMMARY")
+            if summary:
+                with open(summary, "a", encoding="utf-8") as fh:
+                    fh.write(result.markdown())
+        else:
+            for line in (result.text() if args.all else result.summary()):
+                o.line(line)
+        o.data.update(result.to_json())
+        return 0
+
+    return _on_images(args, out, one)
 
 
 def cmd_smoke_init(args: argparse.Namespace, out: Output) -> int:
@@ -435,9 +506,12 @@ def cmd_smoke_init(args: argparse.Namespace, out: Output) -> int:
 
 
 def cmd_track(args: argparse.Namespace, out: Output) -> int:
+    return _per_target(args, out, lambda plan, o: _track(args, plan.target.name, o))
+
+
+def _track(args: argparse.Namespace, name: str, out: Output) -> int:
     from builder.track import track
 
-    name = _one_target(args, "track")
     result = track(args.matrix, load(args.matrix), name, check=args.check)
     out.data.update(result.to_json())
     if not result.moved:
@@ -460,10 +534,24 @@ def cmd_track(args: argparse.Namespace, out: Output) -> int:
     return 0
 
 
+def cmd_prune(args: argparse.Namespace, out: Output) -> int:
+    from builder.pipeline import prune
+
+    if args.keep < 0:
+        raise ConfigError(f"--keep: must be 0 or more (got {args.keep})")
+    matrix = load(args.matrix)
+    removed = prune(args.matrix.resolve().parent, _targets(matrix, args.target), args.keep)
+    for path in removed:
+        log.info(f"removed {path}")
+    out.data["removed"] = [str(p) for p in removed]
+    out.line(f"removed {len(removed)} director{'y' if len(removed) == 1 else 'ies'}")
+    return 0
+
+
 COMMANDS = {"render": cmd_render, "lock": cmd_lock, "plan": cmd_plan, "build": cmd_build, "test": cmd_test,
             "verify": cmd_verify, "reproduce": cmd_reproduce, "track": cmd_track,
             "doctor": cmd_doctor, "evidence": cmd_evidence, "compare": cmd_compare,
-            "smoke-init": cmd_smoke_init}
+            "smoke-init": cmd_smoke_init, "prune": cmd_prune}
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -485,6 +573,9 @@ def main(argv: list[str] | None = None) -> None:
         log.info(f"error: {message}")
         out.finish(exc.exit_code, exc)
         sys.exit(exc.exit_code)
+    except BrokenPipeError:  # `build plan | head`: the reader left; not an error of ours
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        sys.exit(0)
     except KeyboardInterrupt:
         log.info("error: interrupted; records untouched")
         out.finish(130, Interrupted("interrupted; records untouched"))

@@ -16,7 +16,20 @@ def _diff(ours: dict[str, str], theirs: dict[str, str]) -> dict[str, list]:
         "only_reference": sorted([k, theirs[k]] for k in set(theirs) - set(ours)),
         "changed": sorted([k, ours[k], theirs[k]] for k in set(ours) & set(theirs) if ours[k] != theirs[k]),
         "same": len([k for k in set(ours) & set(theirs) if ours[k] == theirs[k]]),
+        "same_items": sorted([k, ours[k]] for k in set(ours) & set(theirs) if ours[k] == theirs[k]),
     }
+
+
+def _versions(section: dict) -> dict[str, tuple]:
+    """name -> (ours, reference) from a diffed section."""
+    pairs = {k: (v, v) for k, v in section.get("same_items", [])}
+    pairs.update({k: (a, b) for k, a, b in section["changed"]})
+    pairs.update({k: (v, None) for k, v in section["only_ours"]})
+    pairs.update({k: (None, v) for k, v in section["only_reference"]})
+    return pairs
+
+
+HEADLINE = ("torch", "vllm", "flashinfer-python", "nvidia-nccl", "cuda-bindings", "triton")
 
 
 @dataclass
@@ -26,13 +39,42 @@ class Comparison:
     sections: dict[str, dict]
 
     def to_json(self) -> dict:
-        return {"ours": self.ours, "reference": self.reference, **self.sections}
+        return {"ours": self.ours, "reference": self.reference, "headline": self.headline(), **self.sections}
 
-    def text(self) -> list[str]:
+    def headline(self) -> dict[str, list]:
+        """What decides between the images: CUDA, torch, NCCL, FlashInfer, vLLM, ours vs theirs."""
+        out = {"cuda": list(_versions(self.sections["cuda"]).get("cuda", (None, None)))}
+        py = _versions(self.sections["python distributions"])
+        for name in HEADLINE:
+            out[name] = list(next((pair for k, pair in sorted(py.items()) if k == name or k.startswith(name + "-cu")),
+                                  (None, None)))
+        return out
+
+    def summary(self) -> list[str]:
         lines = [f"ours:      {self.ours}", f"reference: {self.reference}"]
+        for name, (a, b) in self.headline().items():
+            lines.append(f"  {name:<18} {a or '-':<24} {b or '-'}")
         for title, d in self.sections.items():
             lines.append(f"{title}: {d['same']} same, {len(d['changed'])} changed, "
                          f"{len(d['only_ours'])} only ours, {len(d['only_reference'])} only in the reference")
+        return lines
+
+    def markdown(self) -> str:
+        """For $GITHUB_STEP_SUMMARY: the headline and the counts, details folded."""
+        rows = ["| | ours | reference |", "| --- | --- | --- |"]
+        rows += [f"| {n} | {a or '-'} | {b or '-'} |" for n, (a, b) in self.headline().items()]
+        counts = ["| section | same | changed | only ours | only reference |", "| --- | --- | --- | --- | --- |"]
+        counts += [f"| {t} | {d['same']} | {len(d['changed'])} | {len(d['only_ours'])} | {len(d['only_reference'])} |"
+                   for t, d in self.sections.items()]
+        details = "\n".join(self.text()[2:])
+        return (f"### `{self.ours}` vs `{self.reference}`\n\n" + "\n".join(rows) + "\n\n" + "\n".join(counts)
+                + f"\n\n<details><summary>every difference</summary>\n\n```\n{details}\n```\n</details>\n")
+
+    def text(self) -> list[str]:
+        """The summary first, then every difference."""
+        lines = self.summary()
+        for title, d in self.sections.items():
+            lines.append(f"{title}:")
             lines += [f"  ~ {k}: {a} -> {b} (reference)" for k, a, b in d["changed"]]
             lines += [f"  + {k} {v} (only ours)" for k, v in d["only_ours"]]
             lines += [f"  - {k} {v} (only in the reference)" for k, v in d["only_reference"]]
@@ -40,8 +82,10 @@ class Comparison:
 
 
 def compare(engine, ours: str, reference: str) -> Comparison:
+    from builder.pipeline import image_config
+
+    ca, cb = image_config(engine, ours), image_config(engine, reference)  # bad or unserved refs refused first
     a, b = inventory.read(engine, ours), inventory.read(engine, reference)
-    ca, cb = engine.image_config(ours), engine.image_config(reference)
 
     def cuda(cfg) -> dict[str, str]:
         found = compat.image_cuda(cfg.labels, cfg.env, contract.LABEL_CUDA)

@@ -18,9 +18,11 @@ LABEL_OWNER = f"{LABEL_PREFIX}.owner"  # who answers for this bridge build
 LABEL_TARGET = f"{LABEL_PREFIX}.target"  # matrix target name
 LABEL_CUDA = f"{LABEL_PREFIX}.cuda-version"  # CUDA version the image was built against
 LABEL_LOCK_SHA256 = f"{LABEL_PREFIX}.lock-sha256"  # sha256 of locks/<target>/requirements.txt
+LABEL_UPSTREAM_SOURCE = f"{LABEL_PREFIX}.upstream.source"  # the packaged software's repository (vLLM)
+LABEL_SBOM = f"{LABEL_PREFIX}.sbom"  # where per-component licenses are: the attached CycloneDX SBOM
 OCI_CREATED = "org.opencontainers.image.created"
-OCI_SOURCE = "org.opencontainers.image.source"
-OCI_REVISION = "org.opencontainers.image.revision"
+OCI_SOURCE = "org.opencontainers.image.source"  # this repository: the source code that builds the image
+OCI_REVISION = "org.opencontainers.image.revision"  # OCI: "revision of the packaged software": the vLLM commit
 OCI_VERSION = "org.opencontainers.image.version"
 OCI_TITLE = "org.opencontainers.image.title"
 OCI_DESCRIPTION = "org.opencontainers.image.description"
@@ -112,7 +114,14 @@ def provenance_path(root: Path, target: str) -> Path:
 
 
 def artifacts_path(root: Path, target: str, build_id: str) -> Path:
+    """artifacts/<target>/<id>/: one directory per build (<UTC time>-<hex>) or test run
+    (test-<UTC time>-<hex>), newest last by name. Kept: build.log, metadata.json, checks.xml,
+    checks.txt, reproduce-diff.txt; the inputs handed to the engine (context/, source/,
+    third_party/, BULKY_INPUTS) are removed after the build unless --keep-context."""
     return root / ARTIFACTS_DIR / target / build_id
+
+
+BULKY_INPUTS = ("context", "source", "third_party")
 
 
 # The image checks `build test` runs (builder/checklist.py holds one test per entry, same name).

@@ -14,16 +14,17 @@ from pathlib import Path
 
 from builder import compat, contract, log
 from builder.errors import BuilderError, ConfigError
-from builder.fsutil import atomic_write
+from builder.fsutil import read_regular
+
+
+MAX_SMI_BYTES = 1 << 20  # `nvidia-smi -q` for 8 GPUs is ~100 KB
 
 
 def read_nvidia_smi(path: Path | None) -> tuple[str | None, str]:
     """(output, where from): a captured file, or `nvidia-smi` when it is installed, or nothing."""
     if path is not None:
-        try:
-            return path.read_text(errors="replace"), str(path)
-        except OSError as exc:
-            raise ConfigError(f"{path}: cannot read the captured nvidia-smi output: {exc.strerror}") from None
+        data = read_regular(path, MAX_SMI_BYTES, "a captured nvidia-smi output")
+        return data.decode("utf-8", "replace"), str(path)
     exe = shutil.which("nvidia-smi")
     if not exe:
         return None, "nvidia-smi not installed"

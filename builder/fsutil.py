@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import stat
 import tempfile
 from pathlib import Path
 
@@ -56,3 +57,25 @@ def cache_dir() -> Path:
     path = Path(base)
     path.mkdir(parents=True, exist_ok=True)
     return path
+
+
+def read_regular(path: Path, limit: int, what: str) -> bytes:
+    """A small regular file's bytes, refused before reading when it is not one: a FIFO would block
+    forever and /dev/zero never ends. Raises ConfigError (bad input, exit 2) naming ``what``."""
+    from builder.errors import ConfigError
+
+    try:
+        info = os.stat(path)
+    except FileNotFoundError:
+        raise ConfigError(f"{path}: no such file ({what})") from None
+    except OSError as exc:
+        raise ConfigError(f"{path}: cannot read {what}: {exc.strerror}") from None
+    if not stat.S_ISREG(info.st_mode):
+        raise ConfigError(f"{path}: not a regular file ({what})")
+    if info.st_size > limit:
+        raise ConfigError(f"{path}: larger than {limit} bytes; is it really {what}?")
+    try:
+        with open(path, "rb") as fh:
+            return fh.read(limit + 1)[:limit]
+    except OSError as exc:
+        raise ConfigError(f"{path}: cannot read {what}: {exc.strerror}") from None

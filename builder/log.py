@@ -11,6 +11,7 @@ import contextlib
 import os
 import re
 import sys
+import threading
 import time
 from dataclasses import dataclass
 from typing import Iterator
@@ -76,15 +77,42 @@ def raw(line: str) -> None:
     sys.stderr.flush()
 
 
+HEARTBEAT_SECONDS = 30.0  # a long step says it is alive this often (plain lines, CI logs)
+
+
 @contextlib.contextmanager
-def step(name: str) -> Iterator[None]:
+def _alive(name: str, start: float) -> Iterator[None]:
+    """Progress for a long step: a spinner with the elapsed time on a terminal, a plain line every
+    HEARTBEAT_SECONDS elsewhere (a CI log shows the step did not hang)."""
+    if sys.stderr.isatty() and not _in_actions():
+        with _console.status(f"{name}", spinner="dots"):
+            yield
+        return
+    stop = threading.Event()
+
+    def beat() -> None:
+        while not stop.wait(HEARTBEAT_SECONDS):
+            _console.print(f"    ... still running: {name} ({time.monotonic() - start:.0f}s)", markup=False)
+
+    thread = threading.Thread(target=beat, daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        stop.set()
+
+
+@contextlib.contextmanager
+def step(name: str, long: bool = False) -> Iterator[None]:
+    """A named step with its timing (and a CI log group); ``long`` steps show progress."""
     if _in_actions():
         sys.stderr.write(f"::group::{name}\n")
     _console.print(f"[bold]==>[/bold] {name}", markup=True)
     start = time.monotonic()
     ok = False
     try:
-        yield
+        with _alive(name, start) if long else contextlib.nullcontext():
+            yield
         ok = True
     finally:
         took = time.monotonic() - start

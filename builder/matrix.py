@@ -372,8 +372,13 @@ class Target(_Frozen):
     expires: IsoDate
     expiry_warning_days: Annotated[StrictInt, Field(ge=0, le=3650)] = 30
     expiry_horizon_days: Annotated[StrictInt, Field(ge=1, le=3650)] = 365
-    licenses: Text = "Apache-2.0"
+    # SPDX expression for the image label; an image of many components (NVIDIA's proprietary ones
+    # included) is honestly NOASSERTION, with the licenses per component in the SBOM.
+    licenses: Text = "NOASSERTION"
     vendor: Text = "K3 cu129 image pipeline"
+    # This repository: the source code that builds the image (label org.opencontainers.image.source;
+    # registries link the package to it). The packaged software's own repository is source.url.
+    project_url: HttpsUrl = "https://github.com/k3-cu129/k3-cu129-images"
     image: ImageTarget
     bases: Bases
     source: Source
@@ -686,12 +691,11 @@ def _cross_checks(path: Path, t: Target) -> None:
 
 
 def load(path: Path) -> Matrix:
-    try:
-        raw = path.read_bytes()
-    except FileNotFoundError:
-        raise ConfigError(f"{path}: no such file (pass --matrix PATH)") from None
-    except OSError as exc:
-        raise ConfigError(f"{path}: cannot read: {exc.strerror}") from None
+    from builder.fsutil import read_regular
+
+    if not path.exists():
+        raise ConfigError(f"{path}: no such file (pass --matrix PATH)")
+    raw = read_regular(path, MAX_MATRIX_BYTES, "the build matrix")
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as exc:

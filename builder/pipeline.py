@@ -14,6 +14,8 @@ import dataclasses
 import datetime as dt
 import fcntl
 import os
+import re
+import shutil
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,8 +24,8 @@ from typing import Iterator
 
 from builder import __version__, contract, lock, log, records, render, source
 from builder.buildcontext import assemble
-from builder.engine import BuildRequest, BuildResult, Engine, EngineInfo
-from builder.errors import BuildError, Busy, NotReproduced, RecordError
+from builder.engine import BuildRequest, BuildResult, Engine, EngineInfo, ImageConfig
+from builder.errors import BuildError, Busy, ConfigError, NotReproduced, RecordError
 from builder.fsutil import atomic_write, sha256_bytes, sha256_file
 from builder.matrix import Matrix, Target
 from builder.options import BuildOptions
@@ -31,6 +33,7 @@ from builder.plan import LockSet, Plan, input_key, offline_checks, parallelism
 from builder.source import PinnedSource
 
 _ATTEST_DRIVERS = ("docker-container", "remote", "kubernetes")
+_IMAGE_REF = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:/-]{0,250}(?:@sha256:[0-9a-f]{64})?")
 
 
 @dataclass
@@ -94,15 +97,33 @@ def recorded_image(plan: Plan) -> str:
     return record.image
 
 
+def image_config(engine: Engine, ref: str) -> ImageConfig:
+    """An image's config for doctor and compare: read from the registry when the reference names
+    one (no pull of a multi-GB image), else from the local engine. A malformed reference is bad
+    input (exit 2), an image the registry does not serve too, an unreachable registry exit 3."""
+    if not _IMAGE_REF.fullmatch(ref):
+        raise ConfigError(f"--image {ref!r}: not an image reference (name[:tag][@sha256:...])")
+    first = ref.split("/", 1)[0]
+    if "/" in ref and ("." in first or ":" in first or first == "localhost"):
+        doc = engine.registry.image_config(ref)
+        if doc is None:
+            raise ConfigError(f"--image {ref}: the registry does not serve it")
+        cfg = doc.get("config") or {}
+        env = dict(item.split("=", 1) for item in cfg.get("Env") or [] if "=" in item)
+        return ImageConfig(ref=ref, id="", labels=dict(cfg.get("Labels") or {}), env=env, user=cfg.get("User") or "",
+                           entrypoint=tuple(cfg.get("Entrypoint") or ()))
+    return engine.image_config(ref)
+
+
 # --- lock ---------------------------------------------------------------------------------------
 
 def lock_target(plan: Plan) -> dict[str, Path]:
     """`build lock`: resolve both locks from the matrix and the source at the pin; write them."""
     target = plan.target
-    with log.step(f"{target.name}: fetch source {target.source.branch} @ {target.source.commit[:12]}"):
+    with log.step(f"{target.name}: fetch source {target.source.branch} @ {target.source.commit[:12]}", long=True):
         pinned = source.fetch(target.source)
     with log.step(f"{target.name}: resolve the runtime and build locks (uv, for Python {target.python.version} on "
-                  f"{target.python.uv_platform()})"):
+                  f"{target.python.uv_platform()})", long=True):
         return lock.write(plan.root, target, pinned)
 
 
@@ -110,7 +131,8 @@ def rehearse_lock(plan: Plan):
     """`build lock --rehearse`: the same resolution against PyPI only; nothing under locks/."""
     from builder import rehearse
 
-    with log.step(f"{plan.target.name}: REHEARSAL of the lock against PyPI only (the real lock needs the real indexes)"):
+    with log.step(f"{plan.target.name}: REHEARSAL of the lock against PyPI only (the real lock needs the real indexes)",
+                  long=True):
         return rehearse.rehearse(plan.target, plan.root)
 
 
@@ -118,14 +140,15 @@ def rehearse_lock(plan: Plan):
 
 def _fetch_inputs(plan: Plan) -> tuple[PinnedSource, dict]:
     target = plan.target
-    with log.step(f"{target.name}: fetch source {target.source.branch} @ {target.source.commit[:12]}"):
+    with log.step(f"{target.name}: fetch source {target.source.branch} @ {target.source.commit[:12]}", long=True):
         pinned = source.fetch(target.source)
         if pinned.branch_head != target.source.commit:
             log.warn(f"{target.source.branch} has moved to {pinned.branch_head[:12]}; building the pin "
                      f"{target.source.commit[:12]} (run `build track` to move it)")
     third = {}
     if target.source.third_party:
-        with log.step(f"{target.name}: fetch {len(target.source.third_party)} pinned third-party source(s)"):
+        with log.step(f"{target.name}: fetch {len(target.source.third_party)} pinned third-party source(s)",
+                      long=True):
             third = source.fetch_all_third_party(target.source, pinned)
             for tp in third.values():
                 log.info(f"    {tp.name}: {tp.url} @ {tp.commit[:12]}"
@@ -175,7 +198,7 @@ def prepare(plan: Plan, engine: Engine, options: BuildOptions, *, tag: str, dock
     started = contract.now_iso()
     pinned, third = _fetch_inputs(plan)
     epoch = pinned.source_date_epoch
-    with log.step(f"{target.name}: assemble the build context"):
+    with log.step(f"{target.name}: assemble the build context (download and hash-check the wheels)", long=True):
         contexts = {"default": assemble(target, locks, workdir / "context", epoch),
                     "source": pinned.export(workdir / "source")}
         for name, tp in third.items():
@@ -254,17 +277,22 @@ def _publish(prep: Prepared, engine: Engine, record: records.Record) -> records.
     return final
 
 
-def up_to_date(plan: Plan, engine: Engine, previous: records.Record | None, key: str) -> bool:
-    """The recorded build had these exact inputs, its record set holds together, and the registry
-    still serves it under the tag. A record that does not hold is refused (exit 2): the evidence
-    is not rebuilt over."""
-    if previous is None or previous.input_key != key:
-        return False
+def _record_holds(plan: Plan, previous: records.Record | None) -> None:
+    """A record set that does not hold together (an edited digest, a missing or swapped SBOM) is
+    evidence: refused (exit 2), never called up to date, never rebuilt over."""
+    if previous is None:
+        return
     problems = records.set_problems(plan.root, plan.target.name, previous)
     if problems:
         raise RecordError(f"{contract.record_path(plan.root, plan.target.name)}: the record set does not hold: "
-                          f"{'; '.join(problems)}; `build verify --target {plan.target.name}` explains, restore "
+                          f"{'; '.join(problems)}; `build verify --target {plan.target.name}` explains; restore "
                           "the files from git")
+
+
+def up_to_date(plan: Plan, engine: Engine, previous: records.Record | None, key: str) -> bool:
+    """The recorded build had these exact inputs and the registry still serves it under the tag."""
+    if previous is None or previous.input_key != key:
+        return False
     target = plan.target
     if not engine.registry.serves(target.image.name, previous.digest):
         return False
@@ -301,13 +329,40 @@ def target_lock(plan: Plan) -> Iterator[None]:
 
 def build(plan: Plan, engine: Engine, options: BuildOptions) -> Outcome:
     with target_lock(plan):
-        return _build(plan, engine, options)
+        try:
+            return _build(plan, engine, options)
+        finally:
+            if not options.keep_context:
+                _drop_inputs(plan)
+
+
+def _drop_inputs(plan: Plan) -> None:
+    """The engine's inputs are copies (a cu129 source export is about a GB): once the build is
+    over they go, so artifacts/ keeps what explains a build (logs, reports), not what repeats it."""
+    for build_dir in (plan.root / contract.ARTIFACTS_DIR / plan.target.name).glob("*"):
+        for name in contract.BULKY_INPUTS:
+            shutil.rmtree(build_dir / name, ignore_errors=True)
+
+
+def prune(root: Path, names: list[str], keep: int) -> list[Path]:
+    """`build prune`: per target, all but the newest ``keep`` build directories and ``keep`` test
+    directories under artifacts/ are removed. Returns what was removed."""
+    removed = []
+    for name in names:
+        dirs = sorted(p for p in (root / contract.ARTIFACTS_DIR / name).glob("*") if p.is_dir())
+        for kind in (lambda p: p.name.startswith("test-"), lambda p: not p.name.startswith("test-")):
+            chosen = [p for p in dirs if kind(p) and p.name != "rehearsal"]
+            for old in chosen[: max(0, len(chosen) - keep)]:
+                shutil.rmtree(old)
+                removed.append(old)
+    return removed
 
 
 def _build(plan: Plan, engine: Engine, options: BuildOptions) -> Outcome:
     target, started = plan.target, time.monotonic()
     record_path = contract.record_path(plan.root, target.name)
     previous = records.read(record_path)  # a damaged record stops the build before anything runs
+    _record_holds(plan, previous)
     dockerfile_text, locks = offline_checks(plan)
     key = input_key(plan, dockerfile_text, locks)
     if not options.force and not options.no_cache:

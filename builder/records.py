@@ -130,13 +130,27 @@ def audit_hashes(sbom_text: str, provenance_text: str) -> dict[str, str]:
     return {"sbom_sha256": sha256_bytes(sbom_text.encode()), "provenance_sha256": sha256_bytes(provenance_text.encode())}
 
 
+def _described_digest(path: Path, kind: str) -> str | None:
+    """The image digest an SBOM (metadata.component.version) or provenance (subject) describes."""
+    try:
+        doc = json.loads(path.read_text())
+        if kind == "sbom":
+            return doc["metadata"]["component"]["version"]
+        return "sha256:" + doc["subject"][0]["digest"]["sha256"]
+    except (OSError, ValueError, KeyError, IndexError, TypeError):
+        return None
+
+
 def set_problems(root: Path, target: str, record: Record) -> list[str]:
-    """What does not hold between the record and the SBOM/provenance files it names (offline)."""
+    """What does not hold between the record and the SBOM/provenance files it names (offline):
+    their sha256 (any edit, a mix of old and new, a deletion) and the digest they describe (an
+    edited digest in image.json)."""
     problems = []
-    for key, path in (("sbom_sha256", contract.sbom_path(root, target)),
-                      ("provenance_sha256", contract.provenance_path(root, target))):
-        want = record.build.get(key)
+    for key, kind, path in (("sbom_sha256", "sbom", contract.sbom_path(root, target)),
+                            ("provenance_sha256", "provenance", contract.provenance_path(root, target))):
         got = sha256_file(path) if path.is_file() else None
-        if got != want:
+        if got != record.build.get(key):
             problems.append(f"{path.name} {'is missing' if got is None else 'differs from what image.json names'}")
+        elif _described_digest(path, kind) != record.digest:
+            problems.append(f"{path.name} describes {_described_digest(path, kind)}, image.json names {record.digest}")
     return problems

@@ -35,11 +35,13 @@ def _need(cond: bool, message: str) -> None:
 
 
 def _read_json(path: Path) -> dict:
-    _need(path.exists(), f"{path.name} is missing")
+    _need(path.is_file(), f"{path.name} is missing")
     try:
-        return json.loads(path.read_text())
-    except ValueError as exc:
-        raise _Fail(f"{path.name} is not JSON: {exc}") from None
+        doc = json.loads(path.read_text())
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise _Fail(f"{path.name} is not JSON: {str(exc)[:80]}") from None
+    _need(isinstance(doc, dict), f"{path.name} is not a JSON object")
+    return doc
 
 
 
@@ -67,10 +69,19 @@ class Verifier:
 
     # -- rows -----------------------------------------------------------------------------------
     def matrix_dockerfile(self) -> str:
-        _need(self.dockerfile.exists(), f"{self.dockerfile} is missing")
-        want = render.render(self.t)
-        _need(self.dockerfile.read_text() == want, "the committed Dockerfile differs from what the matrix renders")
-        return f"sha256 {sha256_bytes(want.encode())[:16]}"
+        problem = render.drift(self.t, self.dockerfile)
+        _need(problem is None, f"the committed Dockerfile: {problem}")
+        return f"sha256 {sha256_file(self.dockerfile)[:16]}"
+
+    def record_set(self) -> str:
+        problems = records.set_problems(self.root, self.t.name, self.record)
+        _need(not problems, "; ".join(problems))
+        return "image.json names this SBOM and this provenance (sha256)"
+
+    def checked(self) -> str:
+        _need(self.record.checks == "passed",
+              f"the image was never checked (built with --no-checks: checks {self.record.checks!r}); run `build test`")
+        return "the recorded image passed its checks before it was recorded"
 
     def lock_pinned(self) -> str:
         counts = []
@@ -128,6 +139,7 @@ class Verifier:
         except ValueError as exc:
             raise _Fail(str(exc)[:200]) from None
         doc = json.loads(text)
+        _need(isinstance(doc, dict), "the SBOM is not a JSON object")
         comp = doc.get("metadata", {}).get("component", {})
         _need(comp.get("version") == r.digest and f"@{r.digest}" in comp.get("purl", ""),
               f"SBOM describes {comp.get('version')}, image.json {r.digest}")
@@ -163,6 +175,13 @@ class Verifier:
         doc = _read_json(self.prov_path)
         _need(doc.get("_type") == "https://in-toto.io/Statement/v1", "not an in-toto v1 statement")
         _need(doc.get("predicateType") == "https://slsa.dev/provenance/v1", "not an SLSA provenance v1 predicate")
+        definition = doc.get("predicate", {}).get("buildDefinition", {})
+        _need(definition.get("buildType") == attest.BUILD_TYPE, f"buildType {definition.get('buildType')!r}")
+        _need(definition.get("externalParameters") == {"target": self.t.name,
+                                                        "matrix": self.t.model_dump(mode="json")},
+              "externalParameters differ from the matrix's entry for this target")
+        builder_id = doc.get("predicate", {}).get("runDetails", {}).get("builder", {}).get("id")
+        _need(builder_id == attest.BUILDER_ID, f"builder.id {builder_id!r} is not {attest.BUILDER_ID}")
         subjects = [s.get("digest", {}).get("sha256") for s in doc.get("subject", [])]
         _need(subjects == [r.digest.removeprefix("sha256:")], f"subject {subjects} != image.json {r.digest}")
         deps = {d.get("name"): d.get("digest", {}) for d in
@@ -208,9 +227,17 @@ class Verifier:
         return f"{st.state}: {st.detail}"
 
     def rows(self, engine=None) -> list[Row]:
-        checks: list[tuple[str, Callable[[], str]]] = [
+        head: list[tuple[str, Callable[[], str]]] = [
             ("matrix <-> Dockerfile", self.matrix_dockerfile),
             ("lock hash-pinned", self.lock_pinned),
+        ]
+        try:
+            self.record
+        except _Fail as exc:  # one row says so, not one per link that needs the record
+            return self._run(head) + [Row("image.json", False, str(exc))]
+        checks: list[tuple[str, Callable[[], str]]] = head + [
+            ("image.json <-> audit files", self.record_set),
+            ("image checks", self.checked),
             ("Dockerfile <-> image.json", self.dockerfile_record),
             ("lock <-> image.json", self.lock_record),
             ("matrix <-> image.json", self.matrix_record),
@@ -222,12 +249,18 @@ class Verifier:
             checks += [("registry: image", lambda: self.registry_image(engine)),
                        ("registry: SBOM + provenance", lambda: self.registry_attachments(engine)),
                        ("registry: signature", lambda: self.registry_signature(engine))]
+        return self._run(checks)
+
+    @staticmethod
+    def _run(checks: list[tuple[str, Callable[[], str]]]) -> list[Row]:
         out = []
         for name, fn in checks:
             try:
                 out.append(Row(name, True, fn()))
             except _Fail as exc:
                 out.append(Row(name, False, str(exc)))
+            except BuilderError as exc:  # the registry out of reach, or a damaged file
+                out.append(Row(name, False, exc.message))
         return out
 
 

@@ -5,7 +5,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 REGISTRY=${REGISTRY:-127.0.0.1:5000}
-OUT=${OUT:-artifacts/smoke}
+OUT=${OUT:-smoke}  # the smoke target's own tree: matrix, dockerfiles, locks, artifacts/, sources
 
 bash ci/setup.sh
 build=.venv/bin/build
