@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import fnmatch
 import hashlib
 import shutil
 import subprocess
@@ -20,6 +21,7 @@ from pathlib import Path
 from typing import Iterator
 
 from builder import contract, log
+from builder.distnames import normalize
 from builder.errors import LockError, Unreachable, is_network_failure
 from builder.fsutil import atomic_write, cache_dir, clamp_mtimes, sha256_file
 from builder.hermetic import hermetic_env
@@ -84,33 +86,41 @@ class _CorruptCache(Exception):
     pass
 
 
-def _copy_tree(src: Path, dest: Path, allowed: set[str]) -> None:
-    """Copy a cache entry into the context, hashing as it copies: a file whose sha256 is not in the
-    lock means a damaged cache entry (never a hard link: an edit under artifacts/ must not reach
-    the shared cache, and the context's mtimes are clamped afterwards)."""
-    dest.mkdir(parents=True, exist_ok=True)
+def _copy_tree(src: Path, dest_for: dict[str, Path]) -> None:
+    """Copy a cache entry into the context, hashing as it copies, each file to the directory its
+    sha256 belongs to: a file whose sha256 is not in the lock means a damaged cache entry (never a
+    hard link: an edit under artifacts/ must not reach the shared cache, and the context's mtimes
+    are clamped afterwards)."""
     for item in sorted(src.iterdir()):
         if item.name.startswith("."):
             continue
         digest = hashlib.sha256()
-        with item.open("rb") as fin, (dest / item.name).open("wb") as fout:
+        tmp = item.name + ".copying"
+        first = next(iter(dest_for.values()))
+        first.mkdir(parents=True, exist_ok=True)
+        with item.open("rb") as fin, (first / tmp).open("wb") as fout:
             for chunk in iter(lambda: fin.read(1 << 20), b""):
                 digest.update(chunk)
                 fout.write(chunk)
-        if digest.hexdigest() not in allowed:
+        dest = dest_for.get(digest.hexdigest())
+        if dest is None:
+            (first / tmp).unlink()
             raise _CorruptCache(f"{item}: sha256 {digest.hexdigest()[:16]} is not in the lock")
+        dest.mkdir(parents=True, exist_ok=True)
+        (first / tmp).rename(dest / item.name)
 
 
-def _wheels_into(target: Target, lock: Path, entries, dest: Path) -> None:
-    """The lock's wheels, verified, in ``dest``; a damaged cache entry is dropped and fetched again."""
-    allowed = {h for e in entries for h in e.hashes}
+def _wheels_into(target: Target, lock: Path, dest_for: dict[str, Path]) -> None:
+    """The lock's wheels, verified, each in the directory of its hash; a damaged cache entry is
+    dropped and fetched again."""
     for attempt in (1, 2):
         entry = _wheelhouse(target, lock)
         try:
-            _copy_tree(entry, dest, allowed)
+            _copy_tree(entry, dest_for)
             return
         except _CorruptCache as exc:
-            shutil.rmtree(dest, ignore_errors=True)
+            for dest in set(dest_for.values()):
+                shutil.rmtree(dest, ignore_errors=True)
             with _entry_lock(entry):
                 shutil.rmtree(entry, ignore_errors=True)
             if attempt == 2:
@@ -139,16 +149,43 @@ def _standalone_python(target: Target) -> Path:
     return dest
 
 
+def layer_of(target: Target, name: str) -> str:
+    """The layer a runtime lock entry goes to: the first matrix group matching its name, else deps."""
+    norm = normalize(name)
+    return next((layer.name for layer in target.layers if any(fnmatch.fnmatchcase(norm, p) for p in layer.match)),
+                "deps")
+
+
+def _entry_text(entry) -> str:
+    lines = [f"{entry.name}=={entry.version} \\"] + [f"    --hash=sha256:{h} \\" for h in entry.hashes]
+    return "\n".join(lines).rstrip(" \\") + "\n"
+
+
+def _layers(target: Target, entries, dest: Path) -> dict[str, Path]:
+    """layers/<layer>.txt (that layer's lock entries) for each layer; sha256 -> wheel directory."""
+    (dest / "layers").mkdir()
+    texts: dict[str, str] = {name: "" for name in contract.layer_names(target.layers)}
+    dest_for: dict[str, Path] = {}
+    for entry in entries:
+        layer = layer_of(target, entry.name)
+        texts[layer] += _entry_text(entry)
+        dest_for.update({h: dest / "wheelhouse" / "layers" / layer for h in entry.hashes})
+    for layer, text in texts.items():
+        (dest / "layers" / f"{layer}.txt").write_text(text)
+        (dest / "wheelhouse" / "layers" / layer).mkdir(parents=True, exist_ok=True)
+    return dest_for
+
+
 def assemble(target: Target, locks, dest: Path, epoch: int) -> Path:
-    """Build the default context at ``dest``: the two locks (a ``plan.LockSet``),
-    wheelhouse/{runtime,build}, python/."""
+    """Build the default context at ``dest``: the two locks (a ``plan.LockSet``), the runtime lock
+    split by layer (layers/<layer>.txt, wheelhouse/layers/<layer>/), wheelhouse/build, python/."""
     if dest.exists():
         shutil.rmtree(dest)
     dest.mkdir(parents=True)
-    for lock, entries, name, sub in ((locks.runtime, locks.runtime_entries, contract.LOCK_NAME, "runtime"),
-                                     (locks.build, locks.build_entries, contract.BUILD_LOCK_NAME, "build")):
-        shutil.copyfile(lock, dest / name)
-        _wheels_into(target, lock, entries, dest / "wheelhouse" / sub)
+    shutil.copyfile(locks.runtime, dest / contract.LOCK_NAME)
+    _wheels_into(target, locks.runtime, _layers(target, locks.runtime_entries, dest))
+    shutil.copyfile(locks.build, dest / contract.BUILD_LOCK_NAME)
+    _wheels_into(target, locks.build, {h: dest / "wheelhouse" / "build" for e in locks.build_entries for h in e.hashes})
     if target.python.provider == "standalone":
         (dest / "python").mkdir()
         shutil.copyfile(_standalone_python(target), dest / "python" / "cpython.tar.gz")

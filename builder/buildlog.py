@@ -18,6 +18,11 @@ class Step:
     text: str
     cached: bool
     done: bool
+    seconds: float | None = None  # from `#N DONE X.Ys`
+
+    @property
+    def command(self) -> str:
+        return self.text
 
     @property
     def ran(self) -> bool:
@@ -27,16 +32,19 @@ class Step:
 def steps(log: str) -> list[Step]:
     heads: dict[str, tuple[str, str, str]] = {}
     cached: set[str] = set()
-    done: set[str] = set()
+    done: dict[str, float | None] = {}
     for line in log.splitlines():
         m = _HEADER.match(line)
         if m:
             heads.setdefault(m.group(1), (m.group("stage"), m.group("instruction"), m.group("rest").strip()))
             continue
-        m = re.match(r"^#(\d+) (CACHED|DONE\b)", line)
+        m = re.match(r"^#(\d+) (CACHED|DONE\b)(?: ([\d.]+)s)?", line)
         if m:
-            (cached if m.group(2) == "CACHED" else done).add(m.group(1))
-    return [Step(stage, instr, text, n in cached, n in done or n in cached)
+            if m.group(2) == "CACHED":
+                cached.add(m.group(1))
+            else:
+                done[m.group(1)] = float(m.group(3)) if m.group(3) else None
+    return [Step(stage, instr, text, n in cached, n in done or n in cached, done.get(n))
             for n, (stage, instr, text) in sorted(heads.items(), key=lambda kv: int(kv[0]))]
 
 

@@ -14,7 +14,6 @@ import re
 
 import pytest
 
-from builder import contract
 from builder.cudamajor import is_other_major, major_minor
 from builder.lock import normalize
 
@@ -185,7 +184,7 @@ def test_pinned_versions(facts, expect):
 
 
 def test_expiry(image, expect, report_warning):
-    key = contract.LABEL_EXPIRES
+    key = expect.label_keys.expires
     raw = image.labels.get(key, "")
     assert raw, f"expected label {key} = {expect.expires.isoformat()}, found it missing"
     try:
@@ -207,7 +206,7 @@ def test_expiry(image, expect, report_warning):
 def test_labels(image, expect):
     wrong = [f"{k}: expected {v!r}, found {image.labels.get(k, '(missing)')!r}"
              for k, v in sorted(expect.labels.items())
-             if k != contract.LABEL_EXPIRES and image.labels.get(k) != v]
+             if k != expect.label_keys.expires and image.labels.get(k) != v]
     assert not wrong, "; ".join(wrong)
 
 

@@ -8,10 +8,14 @@ import os
 import signal
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from builder import __version__, log
 from builder.errors import BuilderError, CheckFailed, ConfigError, DriftError, Interrupted, VerifyFailed
 from builder.matrix import Matrix, load
+
+if TYPE_CHECKING:
+    from builder.options import BuildOptions
 
 DESCRIPTION = """\
 Reproducible builds of vLLM for Kimi K3 against CUDA 12.9, from matrix.yaml.
@@ -219,6 +223,10 @@ def _build_options(parser: argparse.ArgumentParser, top: bool) -> None:
                         help="build this many targets at once (with several --target); one summary")
     parser.add_argument("--keep-context", action="store_true", default=default(False),
                         help="keep the build's context/, source/ and third_party/ copies under artifacts/")
+    parser.add_argument("--compile-cache", default=default(None), metavar="URL",
+                        help="remote sccache backend for targets with compile.remote_cache: redis://host:port, "
+                             "s3://bucket/prefix?region=R, gcs://bucket, webdav(s)://host/path, gha:// "
+                             "(default: $K3_COMPILE_CACHE); it travels as a BuildKit secret")
 
 
 def _targets(matrix: Matrix, names: list[str]) -> list[str]:
@@ -251,14 +259,15 @@ def _per_target(args: argparse.Namespace, out: Output, body) -> int:
     return max(codes)
 
 
-def _options(args: argparse.Namespace, plans) -> "BuildOptions":
+def _options(args: argparse.Namespace, plans) -> BuildOptions:
     from builder.options import BuildOptions, parse_secrets
 
     wanted = {sid for p in plans for sid in p.target.compile.secrets}
     return BuildOptions(no_cache=args.no_cache, builder=args.builder, max_jobs=args.max_jobs,
                         run_checks=not args.no_checks, force=args.force, cache_from=tuple(args.cache_from),
                         cache_to=args.cache_to, secrets=parse_secrets(args.secret, wanted), jobs=args.jobs,
-                        keep_context=args.keep_context)
+                        keep_context=args.keep_context,
+                        compile_cache=args.compile_cache or os.environ.get("K3_COMPILE_CACHE") or None)
 
 
 def _engine():
@@ -327,6 +336,10 @@ def _summarize(outcomes, errors, out: Output) -> None:
     rows = []
     for o in outcomes:
         status = "up to date" if o.up_to_date else "pushed" if o.changed else "pushed (same digest)"
+        if o.cache and o.cache.hit_rate is not None:
+            status += f", compile cache {o.cache.hits}/{o.cache.hits + o.cache.misses} hits"
+        if o.cache and o.cache.backend_unreachable:
+            status += " (cache backend unreachable)"
         size = f"{o.size / 1e6:.1f} MB" if o.size else "-"
         rows.append(log.SummaryRow(o.image.split("@")[0], o.digest, size, o.seconds, status))
         if o.log:
@@ -338,6 +351,7 @@ def _summarize(outcomes, errors, out: Output) -> None:
         out.line(o.image)
     out.data["builds"] = [{"target": o.target, "image": o.image, "digest": o.digest, "size": o.size,
                            "seconds": round(o.seconds, 2), "status": "up to date" if o.up_to_date else "pushed",
+                           "compile_cache": o.cache.__dict__ if o.cache else None,
                            "log": str(o.log) if o.log else None} for o in outcomes]
     out.data["errors"] = [{"target": name, "error": log.redact(exc.message)} for name, exc in errors]
 
@@ -377,9 +391,11 @@ def cmd_test(args: argparse.Namespace, out: Output) -> int:
 
     engine = _engine()
     if args.image and not args.target:  # the image's own label says which target it is
-        label = image_config(engine, args.image).labels.get(contract.LABEL_TARGET)
+        labels = image_config(engine, args.image).labels
+        key = contract.keys_in(labels).target
+        label = labels.get(key)
         if not label:
-            raise ConfigError(f"test: {args.image} has no {contract.LABEL_TARGET} label; pass --target")
+            raise ConfigError(f"test: {args.image} has no {key} label; pass --target")
         args.target = [label]
 
     def one(plan, o: Output) -> int:

@@ -88,7 +88,7 @@ def compare(engine, ours: str, reference: str) -> Comparison:
     a, b = inventory.read(engine, ours), inventory.read(engine, reference)
 
     def cuda(cfg) -> dict[str, str]:
-        found = compat.image_cuda(cfg.labels, cfg.env, contract.LABEL_CUDA)
+        found = compat.image_cuda(cfg.labels, cfg.env, contract.keys_in(cfg.labels).cuda)
         return {"cuda": found[0]} if found else {}
 
     sections = {

@@ -11,14 +11,14 @@ from __future__ import annotations
 import contextlib
 import os
 from pathlib import Path
-from typing import Iterator, Protocol
+from typing import TYPE_CHECKING, Callable, Iterator, Protocol
 
-from python_on_whales import DockerClient
-from python_on_whales.exceptions import DockerException
-from python_on_whales.utils import run
 
 from builder import contract
 from builder.errors import BuildError, EngineUnavailable
+
+if TYPE_CHECKING:
+    from python_on_whales import DockerClient
 
 
 class ContainerSeam(Protocol):
@@ -37,6 +37,8 @@ class ContainerSeam(Protocol):
 def docker_errors(what: str, unreachable: bool = False) -> Iterator[None]:
     """One translation of the Docker CLI's failures: ``what`` failed (exit 1), or the engine is out
     of reach (exit 3) when ``unreachable`` or the CLI itself is missing."""
+    from python_on_whales.exceptions import DockerException
+
     try:
         yield
     except DockerException as exc:
@@ -47,7 +49,7 @@ def docker_errors(what: str, unreachable: bool = False) -> Iterator[None]:
         raise EngineUnavailable("docker CLI not found; run ci/setup.sh") from None
 
 
-def _daemon_down(exc: DockerException) -> bool:
+def _daemon_down(exc) -> bool:
     text = (exc.stderr or "").lower()
     return "cannot connect to the docker daemon" in text or "is the docker daemon running" in text
 
@@ -71,8 +73,12 @@ def _alive(pid: str) -> bool:
 
 
 class DockerContainers:
-    def __init__(self, docker: DockerClient) -> None:
-        self.docker = docker
+    def __init__(self, docker: "DockerClient | Callable[[], DockerClient]") -> None:
+        self._docker = docker  # or a factory: the engine makes its client on first use
+
+    @property
+    def docker(self) -> "DockerClient":
+        return self._docker() if callable(self._docker) else self._docker
 
     def start(self, ref: str) -> str:
         """Start a container of ``ref`` that idles (no network) for checks; returns its id."""
@@ -86,6 +92,8 @@ class DockerContainers:
             self.docker.container.copy(src, (container_id, dest))
 
     def remove(self, container_id: str) -> None:
+        from python_on_whales.exceptions import DockerException
+
         try:
             self.docker.container.remove(container_id, force=True, volumes=True)
         except DockerException:
@@ -112,5 +120,7 @@ class DockerContainers:
 
     def logs(self, name: str) -> str:
         with docker_errors(f"cannot read the log of container {name}"):
+            from python_on_whales.utils import run
+
             out, err = run(self.docker.client_config.docker_cmd + ["logs", "--timestamps", name], return_stderr=True)
         return out + err

@@ -7,19 +7,72 @@ here and nowhere else; the README's "For the auditor" section documents this mod
 from __future__ import annotations
 
 import datetime as dt
+from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 
 # Labels every image carries. OCI predefined keys where OCI has one; OCI defines no expiry or
-# owner key, so these two live under the project's own reverse-DNS prefix (like Quay's
+# owner key, so these live under a reverse-DNS prefix the owner controls (like Quay's
 # ``quay.expires-after``, but an ISO date rather than a duration so it can be checked offline).
-LABEL_PREFIX = "io.k3-cu129"
-LABEL_EXPIRES = f"{LABEL_PREFIX}.expires"  # ISO date (YYYY-MM-DD) after which the image must not run
-LABEL_OWNER = f"{LABEL_PREFIX}.owner"  # who answers for this bridge build
-LABEL_TARGET = f"{LABEL_PREFIX}.target"  # matrix target name
-LABEL_CUDA = f"{LABEL_PREFIX}.cuda-version"  # CUDA version the image was built against
-LABEL_LOCK_SHA256 = f"{LABEL_PREFIX}.lock-sha256"  # sha256 of locks/<target>/requirements.txt
-LABEL_UPSTREAM_SOURCE = f"{LABEL_PREFIX}.upstream.source"  # the packaged software's repository (vLLM)
-LABEL_SBOM = f"{LABEL_PREFIX}.sbom"  # where per-component licenses are: the attached CycloneDX SBOM
+DEFAULT_LABEL_PREFIX = "io.k3-cu129"
+
+
+@dataclass(frozen=True)
+class LabelKeys:
+    """The project's own label keys, under a reverse-DNS prefix its owner controls (matrix
+    ``label_prefix``; default io.k3-cu129)."""
+
+    prefix: str = DEFAULT_LABEL_PREFIX
+
+    @property
+    def expires(self) -> str:  # ISO date (YYYY-MM-DD) after which the image must not run
+        return f"{self.prefix}.expires"
+
+    @property
+    def owner(self) -> str:  # who answers for this bridge build
+        return f"{self.prefix}.owner"
+
+    @property
+    def target(self) -> str:  # matrix target name
+        return f"{self.prefix}.target"
+
+    @property
+    def cuda(self) -> str:  # CUDA version the image was built against
+        return f"{self.prefix}.cuda-version"
+
+    @property
+    def lock_sha256(self) -> str:  # sha256 of locks/<target>/requirements.txt
+        return f"{self.prefix}.lock-sha256"
+
+    @property
+    def upstream_source(self) -> str:  # the packaged software's repository (vLLM)
+        return f"{self.prefix}.upstream.source"
+
+    @property
+    def sbom(self) -> str:  # where per-component licenses are: the attached CycloneDX SBOM
+        return f"{self.prefix}.sbom"
+
+
+def keys_in(labels: Mapping[str, str]) -> LabelKeys:
+    """The keys an image's labels use: the prefix whose ``.target`` and ``.expires`` are both set
+    (an image built under another matrix's label_prefix), else the default. Readers that see only
+    an image (doctor, compare, evidence, test --image) find its prefix this way."""
+    for key in sorted(labels):
+        prefix = key[: -len(".target")] if key.endswith(".target") else None
+        if prefix and f"{prefix}.expires" in labels:
+            return LabelKeys(prefix)
+    return LabelKeys()
+
+
+_DEFAULT_KEYS = LabelKeys()
+LABEL_PREFIX = DEFAULT_LABEL_PREFIX
+LABEL_EXPIRES = _DEFAULT_KEYS.expires
+LABEL_OWNER = _DEFAULT_KEYS.owner
+LABEL_TARGET = _DEFAULT_KEYS.target
+LABEL_CUDA = _DEFAULT_KEYS.cuda
+LABEL_LOCK_SHA256 = _DEFAULT_KEYS.lock_sha256
+LABEL_UPSTREAM_SOURCE = _DEFAULT_KEYS.upstream_source
+LABEL_SBOM = _DEFAULT_KEYS.sbom
 OCI_CREATED = "org.opencontainers.image.created"
 OCI_SOURCE = "org.opencontainers.image.source"  # this repository: the source code that builds the image
 OCI_REVISION = "org.opencontainers.image.revision"  # OCI: "revision of the packaged software": the vLLM commit
@@ -49,6 +102,17 @@ METADATA_NAME = "metadata.json"  # buildx's --metadata-file, beside the log
 
 # Containers this tool starts (checks, probes) carry this label with the starting process's pid.
 CONTAINER_LABEL = f"{LABEL_PREFIX}.container-of-pid"
+
+# Dependency layers are clamped to this fixed time (2000-01-01T00:00:00Z), not to the source
+# commit's, so a source bump leaves them byte for byte as they were (same layer digests).
+DEPS_EPOCH = 946684800
+
+# The BuildKit secret that carries the remote compile cache's endpoint and credentials (sccache
+# environment lines) into the compile step; `build --compile-cache URL` makes it.
+COMPILE_CACHE_SECRET = "k3_compile_cache"
+STATS_MARKER = "K3-SCCACHE-STATS "  # the compile step prints sccache's JSON stats after this
+# ...and this line when the backend did not answer and it compiled with the local cache alone.
+FALLBACK_MARKER = "K3-SCCACHE-BACKEND-UNREACHABLE"
 
 # Times: every timestamp the tool writes (labels, records, provenance) is UTC in this format.
 TIME_FORMAT = "%Y-%m-%dT%H:%M:%SZ"
@@ -83,6 +147,11 @@ RECORD_FIELDS = (
 
 
 THIRD_PARTY_CONTEXT_PREFIX = "tp-"  # build context name of a pinned third-party source: tp-<name>
+
+
+def layer_names(target_layers) -> list[str]:
+    """The runtime lock's layers in image order: the matrix's groups, then the rest ("deps")."""
+    return [layer.name for layer in target_layers] + ["deps"]
 
 
 def third_party_context(name: str) -> str:

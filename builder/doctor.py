@@ -6,14 +6,13 @@ nvidia-smi (it says what is missing); `build evidence` (builder/evidence.py) sav
 from __future__ import annotations
 
 import datetime as dt
-import re
 import shutil
 import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from builder import compat, contract, log
-from builder.errors import BuilderError, ConfigError
+from builder import compat, contract
+from builder.errors import ConfigError
 from builder.fsutil import read_regular
 
 
@@ -50,9 +49,10 @@ def diagnose(smi_text: str | None, smi_source: str, labels: dict[str, str], env:
             host = compat.parse_smi(smi_text)
         except compat.SmiParseError as exc:
             raise ConfigError(f"{smi_source}: {exc}") from None
-    found = compat.image_cuda(labels, env, contract.LABEL_CUDA)
+    keys = contract.keys_in(labels)
+    found = compat.image_cuda(labels, env, keys.cuda)
     if found is None:
-        raise ConfigError(f"{image}: no CUDA version in its labels ({contract.LABEL_CUDA}) or env "
+        raise ConfigError(f"{image}: no CUDA version in its labels ({keys.cuda}) or env "
                           "(CUDA_VERSION, NVIDIA_REQUIRE_CUDA); is it a CUDA image?")
     cuda, where = found
     try:
@@ -69,14 +69,15 @@ def diagnose(smi_text: str | None, smi_source: str, labels: dict[str, str], env:
 
 
 def _expiry(labels: dict[str, str], today: dt.date) -> str | None:
-    raw = labels.get(contract.LABEL_EXPIRES)
+    keys = contract.keys_in(labels)
+    raw = labels.get(keys.expires)
     if raw is None:
         return None
     try:
         expires = dt.date.fromisoformat(raw)
     except ValueError:
-        return f"expiry label {contract.LABEL_EXPIRES}={raw!r} is not a date"
-    owner = labels.get(contract.LABEL_OWNER, "its owner")
+        return f"expiry label {keys.expires}={raw!r} is not a date"
+    owner = labels.get(keys.owner, "its owner")
     if expires < today:
         return f"EXPIRED on {raw}: this bridge build is past its exit date; ask {owner}"
     return f"expires {raw} ({(expires - today).days} days left; owner {owner})"

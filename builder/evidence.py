@@ -76,9 +76,9 @@ def _vllm_labels(inspect_json: str | None) -> str:
     labels = (doc.get("Config") or {}).get("Labels") or {}
     if not labels:
         raise ValueError("no labels (image not inspected)")
-    keys = (contract.OCI_VERSION, contract.OCI_REVISION, contract.LABEL_UPSTREAM_SOURCE, contract.OCI_SOURCE,
-            contract.LABEL_CUDA,
-            contract.LABEL_EXPIRES, contract.LABEL_OWNER)
+    own = contract.keys_in(labels)
+    keys = (contract.OCI_VERSION, contract.OCI_REVISION, own.upstream_source, contract.OCI_SOURCE, own.cuda,
+            own.expires, own.owner)
     return "".join(f"{k}={labels.get(k, '(absent)')}\n" for k in keys) + \
         f"repo_digests={','.join(doc.get('RepoDigests') or [])}\n"
 

@@ -21,7 +21,7 @@ from pathlib import Path
 import pip
 import pytest
 
-from builder import contract, extensions, lock, log, render
+from builder import contract, extensions, interrupts, lock, log, render
 from builder.cudamajor import major_minor
 from builder.engine import Engine, ImageConfig
 from builder.errors import BuildError, CheckFailed, Interrupted
@@ -56,6 +56,7 @@ class Expectations:
     compat_dir: str = "/usr/local/cuda/compat"
     cuda_home: str | None = None
     nvcc_arch: str = "sm_90"  # the first arch of the matrix, for the trivial-kernel compile
+    label_keys: contract.LabelKeys = field(default_factory=contract.LabelKeys)  # the matrix's label_prefix
 
     @property
     def cuda_major(self) -> int:
@@ -83,7 +84,7 @@ def expectations(target: Target, pinned: PinnedSource, lock_path: Path, build_da
         pins[f"nvidia-nccl-cu{target.cuda.version.split('.')[0]}"] = target.nccl.version
     labels = render.static_labels(target)
     labels[contract.OCI_CREATED] = contract.created_iso(pinned.source_date_epoch)
-    labels[contract.LABEL_LOCK_SHA256] = sha256_file(lock_path)
+    labels[target.labels.lock_sha256] = sha256_file(lock_path)
     return Expectations(
         target=target.name,
         cuda_version=target.cuda.version,
@@ -104,19 +105,27 @@ def expectations(target: Target, pinned: PinnedSource, lock_path: Path, build_da
         compat_dir=target.cuda.compat_dir,
         cuda_home=target.runtime.cuda_home,
         nvcc_arch="sm_" + target.cuda.arch_list[0].split("+")[0].replace(".", ""),
+        label_keys=target.labels,
     )
 
 
 @dataclass
 class CheckResult:
+    """One check's outcome. ``passed``: it ran and held. A skipped check (the target gives it
+    nothing to check, e.g. no pins) did not pass and did not fail: it is reported as skipped."""
+
     name: str
     passed: bool
     message: str = ""
     skipped: bool = False
 
+    def __post_init__(self) -> None:
+        if self.passed and self.skipped:
+            raise ValueError(f"check {self.name}: a skipped check is not a passed one")
+
     @property
     def status(self) -> str:
-        return "skip" if self.skipped else "pass" if self.passed else "FAIL"
+        return "pass" if self.passed else "skip" if self.skipped else "FAIL"
 
 
 @dataclass
@@ -128,15 +137,20 @@ class Report:
 
     @property
     def ok(self) -> bool:
-        return bool(self.results) and all(r.passed for r in self.results)
+        """No check failed and at least one ran and passed; skips are neither."""
+        return not self.failed() and any(r.passed for r in self.results)
 
     def failed(self) -> list[CheckResult]:
-        return [r for r in self.results if not r.passed]
+        return [r for r in self.results if r.status == "FAIL"]
+
+    def counts(self) -> dict[str, int]:
+        """How many checks passed, were skipped and failed (every check is exactly one of these)."""
+        return {status: sum(r.status == status for r in self.results) for status in ("pass", "skip", "FAIL")}
 
     def to_json(self) -> dict:
         return {"image": self.image, "checks": [{"name": r.name, "status": r.status, "message": r.message}
                                                 for r in self.results],
-                "warnings": self.warnings, "junit": str(self.junit) if self.junit else None}
+                "counts": self.counts(), "warnings": self.warnings, "junit": str(self.junit) if self.junit else None}
 
     def raise_for_failures(self) -> None:
         if not self.ok:
@@ -207,7 +221,8 @@ def run(engine: Engine, ref: str, expect: Expectations, junit: Path) -> Report:
     engine.containers.remove_stale()
     container = None
     try:
-        container = engine.containers.start(ref)
+        with interrupts.deferred():  # a signal now is raised once `container` names what to remove
+            container = engine.containers.start(ref)
         with tempfile.TemporaryDirectory(prefix="k3-check-") as tmp:
             # pip is not in the image (nothing outside the lock is); pip check runs from a copy.
             shutil.copytree(Path(pip.__file__).parent, Path(tmp) / "pip-path" / "pip",
@@ -241,10 +256,10 @@ def _parse_junit(path: Path) -> list[CheckResult]:
             message = (problem.get("message") or problem.text or "").strip()
             message = message.splitlines()[0] if message else "failed"
             message = re.sub(r"^(AssertionError|Failed): ", "", message)
-        skipped = case.find("skipped")
-        if skipped is not None:
-            message = (skipped.get("message") or "").strip()
-        results.append(CheckResult(name, problem is None, message, skipped is not None))
+        skipped = case.find("skipped") is not None and problem is None  # an error after a skip is a failure
+        if skipped:
+            message = (case.find("skipped").get("message") or "").strip()
+        results.append(CheckResult(name, problem is None and not skipped, message, skipped))
     if {r.name for r in results} != set(contract.CHECKS):
         missing = sorted(set(contract.CHECKS) - {r.name for r in results})
         raise BuildError(f"{path}: checks missing from the report: {', '.join(missing) or '(extra checks)'}")
@@ -258,6 +273,8 @@ def check_target(engine: Engine, target: Target, lock_path: Path, pinned: Pinned
     report = run(engine, ref, expect, out_dir / contract.CHECK_REPORT_NAME)
     for r in report.results:
         log.info(f"    {r.status}  {r.name:<20} {r.message}")
+    counts = report.counts()
+    log.info(f"    checks: {counts['pass']} pass, {counts['skip']} skip, {counts['FAIL']} FAIL")
     for w in report.warnings:
         log.warn(w)
     log.info(f"    JUnit report: {report.junit}")

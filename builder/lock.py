@@ -16,7 +16,6 @@ torch's pin; and ``unsafe-best-match`` across indexes is how vLLM resolves too: 
 from __future__ import annotations
 
 import json
-import os
 import re
 import subprocess
 import tempfile

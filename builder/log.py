@@ -16,11 +16,25 @@ import time
 from dataclasses import dataclass
 from typing import Iterator
 
-from rich.console import Console
-from rich.table import Table
 
-# Wide when not a terminal (CI logs), so digests in the summary table are never cut.
-_console = Console(stderr=True, highlight=False, soft_wrap=True, width=None if sys.stderr.isatty() else 200)
+
+class _LazyConsole:
+    """rich's Console, made on first use: importing rich costs ~30 ms that commands printing
+    nothing (a no-op build's fast path prints little) should not pay up front."""
+
+    _real = None
+
+    def __getattr__(self, name: str):
+        if _LazyConsole._real is None:
+            from rich.console import Console
+
+            # Wide when not a terminal (CI logs), so digests in the summary table are never cut.
+            _LazyConsole._real = Console(stderr=True, highlight=False, soft_wrap=True,
+                                         width=None if sys.stderr.isatty() else 200)
+        return getattr(_LazyConsole._real, name)
+
+
+_console = _LazyConsole()
 
 
 def _in_actions() -> bool:
@@ -132,6 +146,8 @@ class SummaryRow:
 
 
 def summary(rows: list[SummaryRow]) -> None:
+    from rich.table import Table
+
     table = Table(title="build summary")
     for col in ("image", "digest", "size", "time", "status"):
         table.add_column(col)

@@ -31,6 +31,7 @@ from pydantic import (
     ValidationError,
 )
 
+from builder import contract
 from builder.cudamajor import major_minor
 from builder.errors import ConfigError
 
@@ -78,6 +79,17 @@ CudaArch = _pattern(r"[0-9]{1,2}\.[0-9][af]?(?:\+PTX)?", "a CUDA arch such as 9.
 HttpsUrl = _pattern(
     r"https://" + _HOST + r"(?:/[A-Za-z0-9._~%+/-]*)?",
     "an https:// URL without credentials, quotes, spaces or shell characters",
+)
+LabelPrefix = _pattern(
+    r"(?!org\.opencontainers\.)(?!org\.label-schema\.)[a-z0-9]+(?:-[a-z0-9]+)*(?:\.[a-z0-9]+(?:-[a-z0-9]+)*)+",
+    "a reverse-DNS label prefix you control, e.g. com.example.gpu (lowercase; not org.opencontainers)",
+)
+# A remote sccache backend named in the (committed) matrix: no credentials, those travel as
+# secrets (`build --compile-cache` or the backend's own AWS_*/GOOGLE_*/ACTIONS_* variables).
+CacheUrl = _pattern(
+    r"(?:rediss?|s3|gcs|webdavs?)://" + _HOST + r"(?:/[A-Za-z0-9._~%+/-]*)?(?:\?[A-Za-z0-9._=&-]*)?"
+    r"|gha://[A-Za-z0-9._-]*",
+    "an sccache backend URL without credentials: redis://, rediss://, s3://, gcs://, webdav(s):// or gha://",
 )
 # The source is fetched by git on the host. file:// is for local mirrors and the smoke repo;
 # ext:: and other transports are not accepted.
@@ -351,6 +363,27 @@ def _identity(value: str) -> str:
     return value
 
 
+LayerName = _pattern(r"[a-z][a-z0-9-]{0,30}", "a layer name: lowercase letters, digits, '-'")
+NamePattern = _pattern(r"[a-z0-9*?][a-z0-9*?._-]{0,99}", "a distribution name pattern such as nvidia-* (PEP 503 names)")
+
+
+class Layer(_Frozen):
+    """A group of the runtime lock installed as its own image layer (most stable first)."""
+
+    name: LayerName
+    match: tuple[NamePattern, ...] = Field(min_length=1)  # fnmatch patterns on normalized names
+
+
+# Default grouping, most to least stable: what changes with CUDA, with torch, with FlashInfer.
+# Everything else in the lock is the "deps" layer; the source's own wheel is the "app" layer.
+DEFAULT_LAYERS = (
+    Layer(name="cuda", match=("nvidia-*", "cuda-*")),
+    Layer(name="torch", match=("torch", "torchvision", "torchaudio", "triton")),
+    Layer(name="flashinfer", match=("flashinfer-*",)),
+)
+RESERVED_LAYERS = ("base", "deps", "app")
+
+
 class Compile(_Frozen):
     # None: derived from the builder. Like vLLM's MAX_JOBS: the total parallelism (nvcc jobs x
     # NVCC_THREADS); the source's build divides it by NVCC_THREADS itself.
@@ -363,6 +396,17 @@ class Compile(_Frozen):
     secrets: tuple[SecretId, ...] = ()
     # Environment of the compile step, e.g. CMAKE_BUILD_TYPE=Release, VLLM_TARGET_DEVICE=cuda.
     env: dict[EnvName, EnvValue] = Field(default_factory=dict)
+    # Opt into a remote sccache backend (`build --compile-cache URL`): the compile step then has
+    # network access (the rendered Dockerfile says so). Without it the compile runs --network=none
+    # with sccache's local cache in a BuildKit cache mount.
+    remote_cache: bool = False
+    # The backend when the command line names none (`--compile-cache` and $K3_COMPILE_CACHE win);
+    # setting it opts into the remote cache like remote_cache: true.
+    cache_url: Optional[CacheUrl] = None
+
+    @property
+    def remote(self) -> bool:
+        return self.remote_cache or self.cache_url is not None
 
 
 class Target(_Frozen):
@@ -379,6 +423,9 @@ class Target(_Frozen):
     # This repository: the source code that builds the image (label org.opencontainers.image.source;
     # registries link the package to it). The packaged software's own repository is source.url.
     project_url: HttpsUrl = "https://github.com/k3-cu129/k3-cu129-images"
+    # Reverse-DNS prefix of the project's own labels (expiry, owner, target, ...): a domain the
+    # owner controls, e.g. com.example.gpu-platform. Readers of an image find it by its labels.
+    label_prefix: LabelPrefix = contract.DEFAULT_LABEL_PREFIX
     image: ImageTarget
     bases: Bases
     source: Source
@@ -395,8 +442,13 @@ class Target(_Frozen):
     overrides: dict[Requirement, Reason] = Field(default_factory=dict)
     compile: Compile = Compile()
     runtime: Runtime = Runtime()
+    layers: tuple[Layer, ...] = DEFAULT_LAYERS
     signing: Signing = Signing()
     entrypoint: tuple[Arg, ...] = Field(min_length=1)
+
+    @property
+    def labels(self) -> contract.LabelKeys:
+        return contract.LabelKeys(self.label_prefix)
 
     def pinned_requirements(self) -> tuple[str, ...]:
         """Top-level runtime pins for the lock: the matrix's own list plus the named pins."""
@@ -522,9 +574,13 @@ class _RawMatrix(_Frozen):
     targets: dict[TargetName, Target] = Field(min_length=1)
 
 
+_TYPE_TAG = re.compile(r"(function-|\[key\]$|[a-z-]+\[.*\(\))|(literal|tuple|list|dict|union|str|int|bool)\[")
+
+
 def _clean_loc(loc: tuple) -> tuple:
-    # pydantic appends the validator name for Annotated/union members; keep real keys only.
-    return tuple(p for p in loc if not (isinstance(p, str) and re.match(r"(function-|\[key\]$|[a-z-]+\[.*\(\))", p)))
+    # pydantic appends the validator name for Annotated members and the member's type for union
+    # members (literal['all','none'], tuple[...]); keep real keys only.
+    return tuple(p for p in loc if not (isinstance(p, str) and _TYPE_TAG.match(p)))
 
 
 def _has(node: Any, keys: tuple) -> bool:
@@ -631,6 +687,7 @@ def parse(text: str, path: Path) -> Matrix:
     except ValidationError as exc:
         # Unknown keys first (a typo explains the "missing" errors it causes), then the deepest
         # location: "indexes.0: must be an https URL" says more than "indexes: too short".
+        # Of a union's members, the one that got as deep as an item (a bad path in a list) says most.
         errors = sorted(exc.errors(include_url=False),
                         key=lambda e: (e["type"] != "extra_forbidden", -len(_clean_loc(tuple(e["loc"]))),
                                        tuple(map(str, e["loc"]))))
@@ -653,7 +710,9 @@ def _check_defaults(path: Path, defaults: dict, targets: dict) -> None:
             options = [o for o in Target.model_fields if o != "name"]
             raise ConfigError(f"{path}: defaults.{_key(key)}: unknown key{_did_you_mean(str(key), options)}")
         try:
-            TypeAdapter(Annotated[field.annotation, *field.metadata]).validate_python(value)
+            # Annotated[X] with no metadata is a TypeError: plain models (image, bases...) have none.
+            kind = Annotated[(field.annotation, *field.metadata)] if field.metadata else field.annotation
+            TypeAdapter(kind).validate_python(value)
         except ValidationError as exc:
             err = exc.errors(include_url=False)[0]
             message = _format_error(path, {**err, "loc": ("defaults", key, *err["loc"])})
@@ -673,11 +732,18 @@ def _cross_checks(path: Path, t: Target) -> None:
     envs = [("source.version_env", t.source.version_env)] if t.source.version_env else []
     envs += [(f"source.third_party.{n}.env", tp.env) for n, tp in t.source.third_party.items()]
     envs += [(f"compile.env.{k}", k) for k in t.compile.env]
+    envs += [("the template", k) for k in ("SOURCE_DATE_EPOCH", "TORCH_CUDA_ARCH_LIST", "MAX_JOBS", "NVCC_THREADS",
+                                           "SETUPTOOLS_SCM_PRETEND_VERSION", "SCCACHE_DIR", "CMAKE_ARGS")]
     seen: dict[str, str] = {}
     for key, var in envs:
         if var in seen:
             raise ConfigError(f"{where}.{key}: {var} is already set by {seen[var]}; each variable has one owner")
         seen[var] = key
+    names = [layer.name for layer in t.layers]
+    for i, name in enumerate(names):
+        if name in RESERVED_LAYERS or name in names[:i]:
+            raise ConfigError(f"{where}.layers.{i}.name: {name!r} is reserved or repeated "
+                              f"({', '.join(RESERVED_LAYERS)} are the tool's own layers)")
     for req in t.overrides:
         if "==" not in req or any(op in req.split("==", 1)[1] for op in ",<>!~"):
             raise ConfigError(f"{where}.overrides.{req}: an override forces one version: write name==version")

@@ -31,6 +31,7 @@ class BuildOptions:
     secrets: tuple[str, ...] = ()  # buildx --secret specs, values checked and registered for redaction
     jobs: int = 1  # targets built at once
     keep_context: bool = False  # keep the build's context/source/third_party copies under artifacts/
+    compile_cache: str | None = None  # remote sccache backend URL (a secret: may carry credentials)
 
     def __post_init__(self) -> None:
         if self.max_jobs is not None and not 1 <= self.max_jobs <= MAX_JOBS_LIMIT:

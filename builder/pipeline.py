@@ -16,13 +16,14 @@ import fcntl
 import os
 import re
 import shutil
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
 from secrets import token_hex
 from typing import Iterator
 
-from builder import __version__, contract, lock, log, records, render, source
+from builder import __version__, compilecache, contract, lock, log, records, render, source
 from builder.buildcontext import assemble
 from builder.engine import BuildRequest, BuildResult, Engine, EngineInfo, ImageConfig
 from builder.errors import BuildError, Busy, ConfigError, NotReproduced, RecordError
@@ -47,6 +48,7 @@ class Outcome:
     log: Path | None
     changed: bool = True
     up_to_date: bool = False
+    cache: "compilecache.Stats | None" = None
 
 
 @dataclass(frozen=True)
@@ -170,7 +172,7 @@ def _preflight(engine: Engine, options: BuildOptions, target: Target) -> EngineI
 
 
 def _request(plan: Plan, options: BuildOptions, info: EngineInfo, contexts: dict[str, Path], epoch: int,
-             locks: LockSet, tag: str, no_cache: bool) -> BuildRequest:
+             locks: LockSet, tag: str, no_cache: bool, secrets: tuple[str, ...]) -> BuildRequest:
     target = plan.target
     par = parallelism(target, info.cpus, info.memory_bytes, options.max_jobs)
     log.info(f"    {par.describe()}")
@@ -181,14 +183,27 @@ def _request(plan: Plan, options: BuildOptions, info: EngineInfo, contexts: dict
                     "K3_LOCK_SHA256": locks.runtime_sha256},
         build_contexts=contexts, source_date_epoch=epoch, push=True, no_cache=no_cache, builder=options.builder,
         attest=info.driver in _ATTEST_DRIVERS, cache_from=options.cache_from, cache_to=options.cache_to,
-        secrets=options.secrets,
+        secrets=options.secrets + secrets,
     )
 
 
+def _cache_secret(target: Target, options: BuildOptions, secret_dir: Path | None) -> tuple[str, ...]:
+    """The remote compile cache's BuildKit secret: the command line's backend, else the matrix's."""
+    url = options.compile_cache or target.compile.cache_url
+    if not url:
+        return ()
+    if not target.compile.remote or secret_dir is None:
+        raise ConfigError(f"--compile-cache: target {target.name} compiles with the network off; set "
+                          f"targets.{target.name}.compile.remote_cache: true (and re-render) to use a remote cache")
+    log.info(f"    compile cache: {compilecache.describe(url)} (as a BuildKit secret)")
+    return (compilecache.secret(url, secret_dir),)
+
+
 def prepare(plan: Plan, engine: Engine, options: BuildOptions, *, tag: str, dockerfile_text: str,
-            locks: LockSet, no_cache: bool) -> Prepared:
+            locks: LockSet, no_cache: bool, secret_dir: Path | None = None) -> Prepared:
     """Engine and source checks, then the context: nothing here pushes or records anything."""
     target = plan.target
+    extra_secrets = _cache_secret(target, options, secret_dir)
     info = _preflight(engine, options, target)
     build_id = dt.datetime.now(dt.timezone.utc).strftime("%Y%m%dT%H%M%SZ") + "-" + token_hex(3)
     workdir = contract.artifacts_path(plan.root, target.name, build_id)
@@ -203,7 +218,7 @@ def prepare(plan: Plan, engine: Engine, options: BuildOptions, *, tag: str, dock
                     "source": pinned.export(workdir / "source")}
         for name, tp in third.items():
             contexts[contract.third_party_context(name)] = tp.export(workdir / "third_party" / name)
-    request = _request(plan, options, info, contexts, epoch, locks, tag, no_cache)
+    request = _request(plan, options, info, contexts, epoch, locks, tag, no_cache, extra_secrets)
     with log_path.open("a") as fh:
         fh.write(f"[k3-builder] source {target.source.url} @ {target.source.commit}, SOURCE_DATE_EPOCH={epoch}\n")
         fh.writelines(f"[k3-builder] third party {tp.name}: {tp.url} @ {tp.commit}\n" for tp in third.values())
@@ -269,8 +284,9 @@ def _publish(prep: Prepared, engine: Engine, record: records.Record) -> records.
 
     target, root = prep.plan.target, prep.plan.root
     with log.step(f"{target.name}: SBOM and provenance, attached to {record.image[-19:]}"):
+        wheels = attest.wheel_files(prep.request.context / "wheelhouse" / "layers")  # what was installed
         sbom_text, prov_text = attest.publish(engine, target, record, list(prep.locks.runtime_entries),
-                                              prep.request.build_args, prep.started_iso)
+                                              prep.request.build_args, prep.started_iso, wheels=wheels)
     final = dataclasses.replace(record, build={**record.build, **records.audit_hashes(sbom_text, prov_text)})
     records.write_set(contract.record_path(root, target.name).parent, {
         contract.SBOM_NAME: sbom_text, contract.PROVENANCE_NAME: prov_text, contract.RECORD_NAME: final.to_json()})
@@ -358,6 +374,19 @@ def prune(root: Path, names: list[str], keep: int) -> list[Path]:
     return removed
 
 
+def _preload_publishing() -> None:
+    """Import what checks and attestation need (pytest; cyclonedx and jsonschema, whose IRI format
+    checker builds ~40 grammars: over a second) in a thread while the engine builds, so the build
+    does not wait for them afterwards; the up-to-date path never pays for them."""
+    def work() -> None:
+        with contextlib.suppress(Exception):  # an import that fails here fails again, loudly, where it is used
+            from cyclonedx.validation.json import JsonStrictValidator  # noqa: F401
+
+            from builder import attest, imagechecks  # noqa: F401
+
+    threading.Thread(target=work, name="k3-preload", daemon=True).start()
+
+
 def _build(plan: Plan, engine: Engine, options: BuildOptions) -> Outcome:
     target, started = plan.target, time.monotonic()
     record_path = contract.record_path(plan.root, target.name)
@@ -372,9 +401,16 @@ def _build(plan: Plan, engine: Engine, options: BuildOptions) -> Outcome:
             log.info(f"    up to date: {previous.image} (same inputs, served by the registry; --force rebuilds)")
             return Outcome(target.name, previous.image, previous.digest, None, time.monotonic() - started,
                            record_path, None, changed=False, up_to_date=True)
-    prep = prepare(plan, engine, options, tag=target.image.tag, dockerfile_text=dockerfile_text, locks=locks,
-                   no_cache=options.no_cache)
-    result = run_engine(prep, engine)
+    with compilecache.secret_dir() as secret_dir:  # the backend's secret lives only as long as the build
+        prep = prepare(plan, engine, options, tag=target.image.tag, dockerfile_text=dockerfile_text, locks=locks,
+                       no_cache=options.no_cache, secret_dir=Path(secret_dir))
+        _preload_publishing()
+        result = run_engine(prep, engine)
+    cache = compilecache.stats(prep.log_path.read_text(errors="replace"))
+    if cache:
+        (log.warn if cache.backend_unreachable else log.info)(f"    {cache.line()}")
+        with prep.log_path.open("a") as fh:
+            fh.write(f"[k3-builder] {cache.line()}\n")
     pushed = f"{target.image.name}@{result.digest}"
     size = engine.registry.image_size(pushed)
     if options.run_checks:
@@ -382,7 +418,8 @@ def _build(plan: Plan, engine: Engine, options: BuildOptions) -> Outcome:
     seconds = time.monotonic() - started
     record = _publish(prep, engine, _record(prep, result.digest, key, options.run_checks, seconds))
     changed = previous is None or previous.digest != record.digest
-    return Outcome(target.name, record.image, result.digest, size, seconds, record_path, prep.log_path, changed)
+    return Outcome(target.name, record.image, result.digest, size, seconds, record_path, prep.log_path, changed,
+                   cache=cache)
 
 
 # --- test ---------------------------------------------------------------------------------------

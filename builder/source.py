@@ -15,12 +15,14 @@ import shutil
 import tarfile
 from dataclasses import dataclass
 from pathlib import Path
-
-import git
+from typing import TYPE_CHECKING
 
 from builder.errors import SourceError, Unreachable, is_network_failure
 from builder.fsutil import cache_dir, clamp_mtimes
 from builder.matrix import Source, ThirdParty
+
+if TYPE_CHECKING:  # GitPython costs ~40 ms to import: only the commands that fetch pay it
+    import git
 
 
 @dataclass(frozen=True)
@@ -55,7 +57,29 @@ class PinnedSource:
 def _archive_into(repo: git.Repo, commit: str, dest: Path) -> None:
     data = repo.git.archive("--format=tar", commit, stdout_as_string=False)
     with tarfile.open(fileobj=io.BytesIO(data)) as tar:
-        tar.extractall(dest, filter="data")
+        if hasattr(tarfile, "data_filter"):  # Python >= 3.11.4 / 3.12
+            tar.extractall(dest, filter="data")
+        else:  # Debian 12's 3.11.2: the same refusals, by hand
+            tar.extractall(dest, members=_data_members(tar, dest))
+
+
+def _data_members(tar: tarfile.TarFile, dest: Path):
+    """Members of a source archive that stay inside ``dest`` (what tarfile's "data" filter allows):
+    files, directories and links whose path and link target resolve under it, nothing else."""
+    root = dest.resolve()
+    for member in tar.getmembers():
+        path = (root / member.name).resolve()
+        if member.name.startswith("/") or not path.is_relative_to(root):
+            raise SourceError(f"source archive: {member.name!r} points outside the source tree")
+        if member.issym() or member.islnk():
+            base = path.parent if member.issym() else root
+            target = (base / member.linkname).resolve()
+            if member.linkname.startswith("/") or not target.is_relative_to(root):
+                raise SourceError(f"source archive: link {member.name!r} points outside the source tree")
+        elif not (member.isfile() or member.isdir()):
+            continue  # devices and fifos have no place in a source tree
+        member.mode &= 0o755 if member.isdir() or member.mode & 0o111 else 0o644
+        yield member
 
 
 # Only these transports, ever (ext:: and friends run commands); never prompt for credentials.
@@ -63,8 +87,14 @@ GIT_ENV = {"GIT_ALLOW_PROTOCOL": "https:file", "GIT_TERMINAL_PROMPT": "0"}
 
 
 def git_reason(exc: git.GitCommandError) -> str:
-    detail = [ln.strip().removeprefix("stderr: ").strip("'") for ln in (exc.stderr or "").strip().splitlines()]
-    detail = [ln for ln in detail if ln]
+    text = (exc.stderr or "").strip().removeprefix("stderr: ")
+    if len(text) > 1 and text[0] == text[-1] == "'":  # GitPython's quoting: stderr: '...'
+        text = text[1:-1]
+    detail = [ln.strip() for ln in text.splitlines() if ln.strip()]
+    # git's "fatal:" lines say why (e.g. "detected dubious ownership"); the rest is advice.
+    fatal = [ln.removeprefix("fatal: ") for ln in detail if ln.startswith("fatal:")]
+    if fatal:
+        return "; ".join(dict.fromkeys(fatal))
     return detail[-1] if detail else f"git exited {exc.status}"
 
 
@@ -74,6 +104,7 @@ def _mirror_path(url: str) -> Path:
 
 def fetch(source: Source) -> PinnedSource:
     """Fetch ``refs/heads/<branch>`` into the mirror; verify the pinned commit is on it."""
+    import git
     mirror = _mirror_path(source.url)
     repo = git.Repo(mirror) if mirror.exists() else git.Repo.init(mirror, bare=True, mkdir=True)
     ref = f"refs/heads/{source.branch}"
@@ -175,6 +206,7 @@ class PinnedThirdParty:
 
 
 def _has_commit(repo: git.Repo, commit: str) -> bool:
+    import git
     try:
         repo.git.cat_file("-e", f"{commit}^{{commit}}")
         return True
@@ -185,6 +217,7 @@ def _has_commit(repo: git.Repo, commit: str) -> bool:
 def _commit_repo(url: str, commit: str) -> git.Repo:
     """A mirror of ``url`` that holds ``commit``: fetched by id (GitHub serves any reachable commit),
     else every branch and tag; the commit must exist either way."""
+    import git
     mirror = _mirror_path(url)
     repo = git.Repo(mirror) if mirror.exists() else git.Repo.init(mirror, bare=True, mkdir=True)
     if _has_commit(repo, commit):
@@ -207,6 +240,7 @@ def _commit_repo(url: str, commit: str) -> git.Repo:
 
 def _peeled_ref(url: str, ref: str) -> str | None:
     """What a tag or branch name points at on the remote now (annotated tags peeled)."""
+    import git
     client = git.cmd.Git()
     try:
         with client.custom_environment(**GIT_ENV):
@@ -231,6 +265,7 @@ def _relative_url(base: str, rel: str) -> str:
 def _submodules(repo: git.Repo, url: str, commit: str, wanted, prefix: str = "") -> list[Submodule]:
     """Submodules of ``commit`` (recursively), as ``git submodule update --init --recursive`` would
     check them out; ``wanted`` is "all", "none" or a tuple of top-level paths."""
+    import git
     if wanted == "none":
         return []
     try:

@@ -1,9 +1,17 @@
 #!/usr/bin/env bash
-# Installs and starts what the pipeline needs, only where it is missing:
-#   - Docker Engine >= 25 with buildx >= 0.13 (Debian 13's docker.io/docker-buildx on Debian 12,
-#     through a trixie apt source pinned low so nothing else is upgraded from it);
+# Installs and starts what the pipeline and its tests need, only where it is missing (every apt
+# install is --no-install-recommends and upgrades nothing; the host's default python3 is untouched):
+#   - Docker Engine >= 25 with buildx >= 0.13: on Debian 12 the docker.io, docker-cli and
+#     docker-buildx packages of Debian 13, named one by one (pkg/trixie) from a trixie apt source
+#     pinned at priority 100, so their dependencies come from Debian 12 (no libc6 or base-files
+#     upgrade); elsewhere the distribution's own docker.io (+ docker-cli where it is split out);
 #   - a local OCI registry (Debian's docker-registry, distribution 2.8) on 127.0.0.1:5000;
 #   - debootstrap (the smoke target's base image is made from Debian's archive);
+#   - apache2-utils (htpasswd: the credential tests run a registry that requires a password);
+#   - redis-server (Debian's): the compile-cache test and benchmark start their own instance on
+#     the engine's bridge, on a free port, and stop it; if installing it started the packaged
+#     service, that service is stopped and disabled again (nothing listens after setup);
+#   - python3-venv where `python3 -m venv` cannot make a venv with pip;
 #   - the project itself in a venv at .venv (pip install -e .[test]).
 # Idempotent: a second run finds everything present and running and changes nothing.
 set -euo pipefail
@@ -37,9 +45,10 @@ buildx_version() { docker buildx version 2>/dev/null | awk '{print $2}' | sed 's
 
 install_engine() {
   need_root
+  # shellcheck source=/dev/null
   . /etc/os-release
   if [ "${VERSION_CODENAME:-}" = bookworm ]; then
-    # Debian 12's docker.io is 20.10 without buildx; take both from trixie, pinned low.
+    # Debian 12's docker.io is 20.10 without buildx; take the engine, client and buildx from trixie.
     if [ ! -f /etc/apt/sources.list.d/k3-trixie.sources ]; then
       log "adding a low-priority trixie apt source for docker.io and docker-buildx"
       cat > /etc/apt/sources.list.d/k3-trixie.sources <<'SRC'
@@ -57,10 +66,18 @@ PIN
       apt_updated=0
     fi
     apt_update_once
-    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends -t trixie docker.io docker-buildx >/dev/null
+    # Only these three from trixie (pkg/release, not -t trixie): with -t trixie apt takes every
+    # dependency from trixie too and upgrades libc6, libstdc++6, dpkg and base-files (the host then
+    # calls itself Debian 13). trixie's docker.io needs only libc6 >= 2.34; bookworm has 2.36.
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
+      docker.io/trixie docker-cli/trixie docker-buildx/trixie >/dev/null
   else
     apt_update_once
-    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends docker.io docker-buildx >/dev/null
+    pkgs="docker.io docker-buildx"
+    # Since Debian 13 the docker client is its own package, only a Recommends of docker.io.
+    if apt-cache show docker-cli >/dev/null 2>&1; then pkgs="$pkgs docker-cli"; fi
+    # shellcheck disable=SC2086
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $pkgs >/dev/null
   fi
 }
 
@@ -150,13 +167,40 @@ if ! command -v debootstrap >/dev/null 2>&1; then
 fi
 start_registry
 
+# htpasswd, for the registry that requires a password in tests/integration/test_registry_auth.py.
+if ! command -v htpasswd >/dev/null 2>&1; then
+  need_root; apt_update_once
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends apache2-utils >/dev/null
+fi
+
+if ! command -v redis-server >/dev/null 2>&1; then
+  need_root; apt_update_once
+  log "installing redis-server (a compile-cache backend for the tests and benchmark)"
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends redis-server >/dev/null
+  if command -v systemctl >/dev/null 2>&1 && systemctl is-enabled redis-server >/dev/null 2>&1; then
+    systemctl disable --now redis-server >/dev/null 2>&1 || true
+  elif [ -x /etc/init.d/redis-server ]; then
+    /etc/init.d/redis-server stop >/dev/null 2>&1 || true
+  fi
+fi
+
+# `python3 -m venv` needs ensurepip, which Debian ships in python3-venv (for .venv here and the
+# fresh venv tests/integration/test_install.py installs the built wheel into).
+if ! python3 -c 'import ensurepip, venv' >/dev/null 2>&1; then
+  need_root; apt_update_once
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends python3-venv >/dev/null
+fi
+
 # The project in its own venv; pip's machine config (extra indexes, caps) is ignored so the
 # install resolves from PyPI alone, like the locks do.
 if [ ! -x "$here/.venv/bin/build" ] || [ "$here/pyproject.toml" -nt "$here/.venv/.installed" ]; then
   log "installing the project into .venv"
   python3 -m venv "$here/.venv"
   PIP_CONFIG_FILE=/dev/null "$here/.venv/bin/pip" install -q --upgrade pip
-  PIP_CONFIG_FILE=/dev/null "$here/.venv/bin/pip" install -q -e "$here[test]"
+  PIP_CONFIG_FILE=/dev/null "$here/.venv/bin/pip" install -q -e "${here}[test]"
   touch "$here/.venv/.installed"
 fi
+# Bytecode for the tool's own modules (an editable install leaves them as sources): where the
+# environment sets PYTHONDONTWRITEBYTECODE, every command would otherwise recompile them (~50 ms).
+"$here/.venv/bin/python" -m compileall -q "$here/builder" >/dev/null || true
 log "ready: engine $have, buildx $bx, registry http://$REGISTRY_ADDR"

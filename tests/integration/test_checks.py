@@ -1,42 +1,79 @@
 """The image checks catch what they claim to: broken variants of the smoke image, each failing
-exactly the check that owns the problem, with a message that says expected and found."""
+exactly the check that owns the problem, with a message that says expected and found. Every one of
+the twelve checks is shown failing on a real image, here or in test_miniature.py (runtime_toolchain,
+compiled_modules without the driver library, ops_registered with an op that appears)."""
 
 from __future__ import annotations
 
 import re
 import subprocess
+import sys
 import xml.etree.ElementTree as ET
+import zipfile
+from pathlib import Path
 
 import pytest
 
-from builder import contract
+from builder import contract, lock
+from builder.hermetic import hermetic_env
 from tests.integration.conftest import cli
 
 SITE = "/opt/k3/venv/lib/python3.11/site-packages"
+CUDART = f"{SITE}/nvidia/cuda_runtime/lib/libcudart.so.12"
+# A real CUDA runtime of another 12.x release from PyPI (its libcudart reports 12080), copied over
+# the image's 12.9 one: the file name still says CUDA 12, only the version differs.
+CUDART_12_8 = ("nvidia-cuda-runtime-cu12==12.8.90 "
+               "--hash=sha256:adade8dcbd0edf427b7204d480d6066d33902cab2a4707dcfc48a2d0fd44ab90")
+NCCL, OTHER_NCCL = "2.16.2", "2.16.5"  # a real NCCL wheel from PyPI (nvidia-nccl-cu12), and a pin the image lacks
+
+# name: (Dockerfile lines after FROM <smoke>, the checks that fail, text in one failure message)
 VARIANTS = {
     "no-expiry": ('LABEL "io.k3-cu129.expires"=""', {"expiry"}, "found it missing"),
     "expired": ('LABEL "io.k3-cu129.expires"="2020-01-01"', {"expiry"}, "the image has expired"),
     "no-kernel": (f"USER 0\nRUN rm -f {SITE}/k3smoke/_C.*.so\nUSER 2000:2000",
                   {"compiled_modules", "ops_registered"}, "k3smoke._C: ImportError"),
-    "cuda13": (f"USER 0\nRUN cp {SITE}/nvidia/cuda_runtime/lib/libcudart.so.12 /usr/lib/x86_64-linux-gnu/libcudart.so.13"
+    "cuda13": (f"USER 0\nRUN cp {CUDART} /usr/lib/x86_64-linux-gnu/libcudart.so.13"
                "\nUSER 2000:2000", {"no_other_cuda_major"}, "libcudart.so.13"),
+    "cuda12.8": (f"COPY libcudart.so.12 {CUDART}", {"cuda_runtime"},
+                 f"expected cudaRuntimeGetVersion() == 12090 (CUDA 12.9), found 12080 at {CUDART}"),
     "world-writable": (f"USER 0\nRUN chmod 0666 {SITE}/k3smoke/__init__.py\nUSER 2000:2000",
                        {"no_world_writable"}, "k3smoke/__init__.py"),
     "root": ("USER 0:0", {"non_root"}, "expected a non-root default user, found 0:0"),
     "unlocked": (f"USER 0\nRUN mkdir {SITE}/extra_pkg-1.0.dist-info && printf 'Metadata-Version: 2.1\\nName: extra-pkg"
                  f"\\nVersion: 1.0\\n' > {SITE}/extra_pkg-1.0.dist-info/METADATA\nUSER 2000:2000",
                  {"lock_contents"}, "extra-pkg 1.0: not in the lock"),
+    "wrong-label": ('LABEL "io.k3-cu129.owner"="someone-else@example.org"', {"labels"},
+                    "io.k3-cu129.owner: expected 'gpu-platform@example.org', found 'someone-else@example.org'"),
+    # The source's package now declares a requirement its environment does not meet: a dependency
+    # conflict only `pip check` sees (every name and version still equals the lock).
+    "pip-conflict": (f"USER 0\nRUN sed -i '/^Version:/a Requires-Dist: packaging>=999' "
+                     f"{SITE}/k3smoke-0.1.0+cu129.dist-info/METADATA\nUSER 2000:2000", {"pip_check"},
+                     "has requirement packaging>=999, but you have packaging"),
 }
 
 
+def _cudart_12_8(into: Path) -> None:
+    """libcudart.so.12 out of the hash-checked 12.8.90 wheel from PyPI."""
+    req = into / "req.txt"
+    req.write_text(CUDART_12_8 + "\n")
+    subprocess.run([sys.executable, "-m", "pip", "download", "--quiet", "--no-deps", "--require-hashes",
+                    "--only-binary", ":all:", "--platform", "manylinux_2_17_x86_64", "--python-version", "3.11",
+                    "-r", str(req), "-d", str(into)], check=True, env=hermetic_env(), capture_output=True)
+    wheel = next(into.glob("nvidia_cuda_runtime_cu12-12.8.90-*.whl"))
+    with zipfile.ZipFile(wheel) as z:
+        (into / "libcudart.so.12").write_bytes(z.read("nvidia/cuda_runtime/lib/libcudart.so.12"))
+
+
 @pytest.fixture(scope="module")
-def variants(built):
+def variants(built, tmp_path_factory):
     smoke, ref = built
+    context = tmp_path_factory.mktemp("variant-context")
+    _cudart_12_8(context)
     tags = {}
     for name, (lines, _, _) in VARIANTS.items():
         tag = f"k3-check-variant:{name}-{smoke.repository.rsplit('-', 1)[-1]}"
-        dockerfile = f"FROM {ref}\n{lines}\n"
-        subprocess.run(["docker", "buildx", "build", "--load", "-q", "-t", tag, "-"], input=dockerfile,
+        (context / "Dockerfile").write_text(f"FROM {ref}\n{lines}\n")
+        subprocess.run(["docker", "buildx", "build", "--load", "-q", "-t", tag, str(context)],
                        text=True, capture_output=True, check=True)
         tags[name] = tag
     yield smoke, tags
@@ -54,6 +91,9 @@ def test_the_built_image_passes_and_leaves_a_junit_report(built):
     assert r.out.strip().splitlines()[-1] == ref  # tests the recorded digest by default
     assert not _failed(r.err)
     assert re.search(r"^\s+pass\s+cuda_runtime", r.err, re.M)
+    # The smoke pins neither FlashInfer nor NCCL: that check is reported skipped, not passed.
+    assert re.search(r"^\s+skip\s+pinned_versions\s+the target pins no FlashInfer or NCCL", r.err, re.M)
+    assert "checks: 11 pass, 1 skip, 0 FAIL" in r.err
     reports = list((smoke.root / "artifacts" / "smoke").glob("*/checks.xml"))
     assert any((p.parent / "build.log").exists() for p in reports), "the build's own checks sit beside its log"
     suite = ET.parse(reports[0]).getroot().find("testsuite")
@@ -88,3 +128,49 @@ def test_a_build_whose_checks_fail_keeps_the_image_but_not_the_record(built, tmp
     assert work.record.read_bytes() == record_before  # image.json names only checked images
     reports = list((work.root / "artifacts" / "smoke").glob("*/checks.xml"))
     assert len(reports) == 1 and (reports[0].parent / "build.log").exists()
+
+
+def test_every_check_is_shown_failing_on_a_real_image():
+    shown = set().union(*(checks for _, checks, _ in VARIANTS.values()))
+    shown |= {"runtime_toolchain", "ops_registered", "compiled_modules"}  # test_miniature.py
+    shown |= {"pinned_versions"}  # test_a_pin_the_image_does_not_carry_fails_pinned_versions_only
+    assert shown == set(contract.CHECKS)
+
+
+@pytest.fixture(scope="module")
+def pinned(built, tmp_path_factory):
+    """The smoke with an NCCL pin, locked and built for real: the lock gets nvidia-nccl-cu12 as a uv
+    override plus a top-level pin, and the image carries that wheel from PyPI."""
+    smoke, _ = built
+    work = smoke.copy(tmp_path_factory.mktemp("pinned") / "work")
+    text = work.matrix.read_text()
+    assert "\n    compile:\n" in text and "nccl:" not in text
+    text = text.replace("\n    compile:\n", f"\n    nccl:\n      version: {NCCL}\n    compile:\n", 1)
+    work.matrix.write_text(text.replace("tag: smoke", "tag: pinned"))
+    for args in (("render",), ("lock", "--target", "smoke")):
+        r = cli("--matrix", str(work.matrix), *args)
+        assert r.code == 0, r.err[-3000:]
+    r = cli("--matrix", str(work.matrix), "--target", "smoke")
+    assert r.code == 0, r.err[-3000:]
+    yield work, r.out.strip().splitlines()[-1], r.err
+
+
+def test_a_pinned_nccl_is_locked_as_an_override_and_checked_in_the_image(pinned):
+    work, ref, err = pinned
+    _, entries = lock.parse_lock((work.root / "locks" / "smoke" / "requirements.txt").read_text(), Path("x"))
+    nccl = [e for e in entries if e.name == "nvidia-nccl-cu12"]
+    assert [(e.version, e.override) for e in nccl] == [(NCCL, True)]
+    assert re.search(r"^\s+pass\s+pinned_versions", err, re.M), err[-3000:]
+    assert "checks: 12 pass, 0 skip, 0 FAIL" in err
+
+
+def test_a_pin_the_image_does_not_carry_fails_pinned_versions_only(pinned, tmp_path):
+    work, ref, _ = pinned
+    work = work.copy(tmp_path / "moved-pin")
+    # The matrix moved its pin; the image (and its lock) did not.
+    work.matrix.write_text(work.matrix.read_text().replace(f"version: {NCCL}\n", f"version: {OTHER_NCCL}\n", 1))
+    r = cli("--matrix", str(work.matrix), "test", "--target", "smoke", "--image", ref)
+    assert r.code == 1, r.err[-3000:]
+    failed = _failed(r.err)
+    assert set(failed) == {"pinned_versions"}, r.err[-3000:]
+    assert failed["pinned_versions"] == f"nvidia-nccl-cu12: expected {OTHER_NCCL}, found {NCCL}"

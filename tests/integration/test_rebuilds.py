@@ -96,3 +96,39 @@ def test_several_targets_at_once_with_one_summary(built, tmp_path):
         assert list((work.root / "artifacts" / target).glob("*/build.log"))
         assert json.loads((lock_dir / target / "image.json").read_text())["target"] == target
     assert "#1 [internal]" not in r.err  # logs stay in their files when builds run side by side
+
+
+def _manifest_layers(ref: str) -> list[dict]:
+    return json.loads(subprocess.run(["docker", "buildx", "imagetools", "inspect", "--raw", ref],
+                                     capture_output=True, text=True, check=True).stdout)["layers"]
+
+
+def test_source_only_bump_changes_exactly_the_app_layer(built, tmp_path):
+    """Layers by rate of change: >= 3 layers above the base, and a new commit that touches only the
+    source's Python re-pushes one of them (the application's); every dependency layer keeps its digest."""
+    smoke, ref = built
+    work = smoke.copy(tmp_path / "bump")
+    text = work.matrix.read_text()
+    url, commit = re.search(r"\n      url: file://(\S+)\n      branch: \S+\n      commit: ([0-9a-f]{40})", text).groups()
+    clone = tmp_path / "src-clone"
+    subprocess.run(["git", "clone", "-q", url, str(clone)], check=True)
+    main_py = clone / "k3smoke" / "__main__.py"
+    main_py.write_text(main_py.read_text() + "# a source-only bump\n")
+    env = {"GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@example.org", "GIT_COMMITTER_NAME": "t",
+           "GIT_COMMITTER_EMAIL": "t@example.org", "GIT_COMMITTER_DATE": "2026-11-03T00:00:00+00:00",
+           "PATH": "/usr/bin:/bin"}
+    subprocess.run(["git", "-C", str(clone), "commit", "-qam", "bump"], check=True, env=env)
+    new_commit = subprocess.run(["git", "-C", str(clone), "rev-parse", "HEAD"], capture_output=True, text=True,
+                                check=True).stdout.strip()
+    work.matrix.write_text(text.replace(f"url: file://{url}\n", f"url: file://{clone}\n", 1)
+                           .replace(f"commit: {commit}", f"commit: {new_commit}", 1))
+    for args in (("render",), ("lock", "--target", "smoke")):
+        assert cli("--matrix", str(work.matrix), *args).code == 0
+    r = cli("--matrix", str(work.matrix), "--target", "smoke", "--no-checks")
+    assert r.code == 0, r.err[-2000:]
+    base = re.search(r"runtime: (\S+)", text).group(1)
+    n_base = len(_manifest_layers(base))
+    before, after = _manifest_layers(ref)[n_base:], _manifest_layers(r.out.strip().splitlines()[-1])[n_base:]
+    assert len(before) == len(after) >= 3
+    changed = [i for i, (a, b) in enumerate(zip(before, after)) if a["digest"] != b["digest"]]
+    assert changed == [len(after) - 1]  # the app layer is last: most changeable on top

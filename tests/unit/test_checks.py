@@ -1,16 +1,22 @@
-"""The check logic on facts shaped like the probe's (the real probe runs in integration tests)."""
+"""The check logic on facts shaped like the probe's, and on a stand-in for testinfra's host (the
+real probe and commands run in the integration tests, on real images)."""
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
+import inspect
+import json
 from pathlib import Path
 
 import pytest
 
-from builder import checklist, extensions, imagechecks as checks
+from builder import checklist, contract, extensions, imagechecks as checks, lock, matrix
 from builder.engine import ImageConfig
-from builder.errors import BuildError, SourceError
+from builder.errors import BuildError, CheckFailed, SourceError
+from builder.fsutil import sha256_bytes, sha256_file
 from builder.matrix import Extensions
+from tests.conftest import REPO
 
 CUDA12 = {"/opt/k3/venv/lib/python3.12/site-packages/nvidia/cuda_runtime/lib/libcudart.so.12":
           {"real": "x", "version": 12090, "error": None}}
@@ -45,17 +51,126 @@ def _image(labels=None, env=None, user="2000:2000"):
                        user=user, entrypoint=("vllm", "serve"))
 
 
+class _Ran:
+    def __init__(self, rc=0, stdout="", stderr=""):
+        self.rc, self.stdout, self.stderr = rc, stdout, stderr
+
+
+TOOLCHAIN_OK = ("cc=/usr/bin/cc\nincludepy=/usr/include/python3.12\npython_h=yes\ncc_link=yes\ncc_python=yes\n"
+                "nvcc_version=12.9\nnvcc_compile=yes\nTRITON_PTXAS_BLACKWELL_PATH=ok\n")
+
+
+class FakeHost:
+    """testinfra's host as the checks use it: ``run(command, *args)`` -> rc, stdout, stderr.
+    Answers like a correct cu129 image unless told otherwise; records every call."""
+
+    def __init__(self, pip=(0, ""), find="", toolchain=(0, TOOLCHAIN_OK), probe=None):
+        self.pip, self.find, self.toolchain, self.probe = pip, find, toolchain, probe
+        self.calls: list[tuple[str, tuple]] = []
+
+    def run(self, command, *args):
+        self.calls.append((command, args))
+        if "pip check" in command:
+            return _Ran(*self.pip)
+        if command.startswith("find / "):
+            return _Ran(0, self.find)
+        if "sh -c %s" in command:
+            return _Ran(*self.toolchain)
+        if "python -c %s %s" in command:
+            return _Ran(0, json.dumps(self.probe)) if self.probe is not None else _Ran(1, "", "no python")
+        raise AssertionError(f"unexpected command {command!r}")
+
+
+LABELS = {"io.k3-cu129.owner": "o@e.org", contract.OCI_REVISION: "c" * 40, contract.OCI_VERSION: "0.30.0+cu129",
+          contract.OCI_CREATED: "2026-11-29T00:00:00Z", contract.LABEL_EXPIRES: "2027-06-30"}
+
+
+def _correct():
+    """(facts, expectations, image, host) of an image that holds every check."""
+    e = _expect(labels=dict(LABELS), cuda_home="/usr/local/cuda", nvcc_arch="sm_75")
+    image = _image(labels=dict(LABELS), env={"CUDA_VERSION": "12.9.1", "CUDA_HOME": "/usr/local/cuda"})
+    return _facts(), e, image, FakeHost(probe=_facts())
+
+
+def _run_all(f, e, image, host) -> tuple[list[str], list[str]]:
+    """Call every check of the checklist with the fixtures it asks for; (names run, warnings)."""
+    warnings: list[str] = []
+    fixtures = {"facts": f, "expect": e, "image": image, "image_host": host, "pip_dir": "/tmp/k3-check-pip",
+                "report_warning": warnings.append}
+    ran = []
+    for name in contract.CHECKS:
+        test = getattr(checklist, f"test_{name}")
+        try:
+            test(**{p: fixtures[p] for p in inspect.signature(test).parameters})
+        except pytest.skip.Exception as exc:  # a skip inside this test would pass it: it is a failure here
+            raise AssertionError(f"check {name} skipped: {exc}") from None
+        ran.append(name)
+    return ran, warnings
+
+
 def test_a_correct_cu129_image_passes():
-    f, e = _facts(), _expect()
-    warnings = []
-    checklist.test_cuda_runtime(f, e, _image())
-    checklist.test_no_other_cuda_major(f, e, warnings.append)
-    checklist.test_compiled_modules(f, e)
-    checklist.test_ops_registered(f, e, warnings.append)
-    checklist.test_pinned_versions(f, e)
-    checklist.test_lock_contents(f, e)
-    checklist.test_non_root(_image(), f)
+    f, e, image, host = _correct()
+    ran, warnings = _run_all(f, e, image, host)
+    assert ran == list(contract.CHECKS) and len(ran) == 12  # every check ran, none skipped
     assert warnings == []
+    commands = " ".join(c for c, _ in host.calls)
+    assert "pip check" in commands and "find / " in commands and "sh -c %s" in commands
+
+
+@pytest.mark.parametrize("name", sorted(contract.CHECKS))
+def test_each_check_can_fail_on_an_otherwise_correct_image(name):
+    """One break per check (unit-level twin of the integration variants): that check fails, and it
+    says what it expected."""
+    f, e, image, host = _correct()
+    breaks = {
+        "cuda_runtime": lambda: f.update(libs={"/x/libcudart.so.12": {"version": 12080}}),
+        "no_other_cuda_major": lambda: f["libs"].update({"/usr/lib/libcublas.so.13": {"real": "x"}}),
+        "compiled_modules": lambda: f.update(modules={"vllm._C_stable_libtorch": "ImportError: gone"}),
+        "ops_registered": lambda: f.update(ops={"torch.ops._C.rms_norm": "AttributeError: no op"}),
+        # the matrix pin moved, the image (and its lock) did not
+        "pinned_versions": lambda: dataclasses.replace(e, pins={"nvidia-nccl-cu12": "2.30.8"}),
+        "expiry": lambda: image.labels.update({contract.LABEL_EXPIRES: "2027-06-29"}),
+        "labels": lambda: image.labels.update({contract.OCI_REVISION: "d" * 40}),
+        "lock_contents": lambda: f["dists"].append(["extra", "1.0"]),
+        "pip_check": lambda: setattr(host, "pip", (1, "vllm 0.30.0 has requirement numpy<2, but you have numpy 2.2.0.")),
+        "non_root": lambda: f.update(uid=0),
+        "no_world_writable": lambda: setattr(host, "find", "/opt/k3/venv/bin/vllm\n"),
+        "runtime_toolchain": lambda: setattr(host, "toolchain", (0, TOOLCHAIN_OK.replace("cc_link=yes", "cc_link=no"))),
+    }
+    assert set(breaks) == set(contract.CHECKS)
+    e = breaks[name]() or e
+    with pytest.raises(AssertionError, match="expected"):
+        _run_all(f, e, image, host)
+    failed = []
+    for check in contract.CHECKS:
+        try:
+            _run_one(check, f, e, image, host)
+        except AssertionError:
+            failed.append(check)
+    assert failed == [name]
+
+
+def _run_one(check, f, e, image, host):
+    fixtures = {"facts": f, "expect": e, "image": image, "image_host": host, "pip_dir": "/tmp/k3-check-pip",
+                "report_warning": lambda m: None}
+    test = getattr(checklist, f"test_{check}")
+    try:
+        test(**{p: fixtures[p] for p in inspect.signature(test).parameters})
+    except pytest.skip.Exception as exc:
+        raise AssertionError(f"check {check} skipped: {exc}") from None
+
+
+def test_the_probe_runs_with_the_compat_driver_and_asks_for_what_the_matrix_names():
+    e = _expect(absent={"torch.ops._C.fused": "CUDA 13 only"}, compat_dir="/opt/compat")
+    host = FakeHost(probe=_facts())
+    assert checklist.facts.__wrapped__(host, e) == _facts()
+    (command, args), = host.calls
+    assert command.startswith("LD_LIBRARY_PATH=%s${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH} python -c %s %s")
+    assert args[0] == "/opt/compat" and args[1] == checklist.PROBE
+    assert json.loads(args[2]) == {"modules": ["vllm._C_stable_libtorch"], "ops": ["torch.ops._C.rms_norm"],
+                                   "absent": ["torch.ops._C.fused"]}
+    with pytest.raises(AssertionError, match="the probe could not run in the image: expected exit 0, found 1"):
+        checklist.facts.__wrapped__(FakeHost(probe=None), e)
 
 
 def test_pypi_cuda13_torch_is_caught():
@@ -184,3 +299,503 @@ def test_every_contract_check_has_a_test():
     names = {n.removeprefix("test_") for n in dir(checklist) if n.startswith("test_")}
     assert names == set(checks.contract.CHECKS)
     assert Path(checks.CHECKLIST).exists()
+
+
+# --- expiry ---------------------------------------------------------------------------------------
+
+def _expiry(label, warnings=None, **kw):
+    labels = {} if label is None else {contract.LABEL_EXPIRES: label}
+    checklist.test_expiry(_image(labels), _expect(**kw), (warnings if warnings is not None else []).append)
+
+
+def test_expiring_exactly_today_still_passes_and_warns():
+    warnings = []
+    _expiry("2027-06-30", warnings, today=dt.date(2027, 6, 30))
+    assert warnings == ["io.k3-cu129.expires 2027-06-30: expires in 0 days (warning window 45 days)"]
+    with pytest.raises(AssertionError, match=r"found 2027-06-30 \(today 2027-07-01\): the image has expired"):
+        _expiry("2027-06-30", today=dt.date(2027, 7, 1))
+
+
+def test_no_warning_outside_the_window_and_one_on_its_first_day():
+    warnings = []
+    _expiry("2027-06-30", warnings, today=dt.date(2027, 5, 15))  # 46 days left, window 45
+    assert warnings == []
+    _expiry("2027-06-30", warnings, today=dt.date(2027, 5, 16))  # 45 days left: inside
+    assert warnings == ["io.k3-cu129.expires 2027-06-30: expires in 45 days (warning window 45 days)"]
+
+
+def test_a_label_that_differs_from_the_matrix_date_fails():
+    for label in ("2027-06-29", "2027-05-01"):
+        with pytest.raises(AssertionError, match=rf"expected label io.k3-cu129.expires = 2027-06-30 \(matrix\), "
+                                                 rf"found {label}"):
+            _expiry(label)
+
+
+def test_the_horizon_counts_from_the_build_date():
+    build = dt.date(2026, 11, 29)
+    edge = build + dt.timedelta(days=270)
+    _expiry(edge.isoformat(), expires=edge, build_date=build)  # exactly at the horizon
+    late = edge + dt.timedelta(days=1)
+    with pytest.raises(AssertionError, match=rf"at most 270 days after the build \({edge.isoformat()}\), "
+                                             rf"found {late.isoformat()}"):
+        _expiry(late.isoformat(), expires=late, build_date=build)
+
+
+def test_missing_and_malformed_expiry_labels():
+    with pytest.raises(AssertionError, match="expected label io.k3-cu129.expires = 2027-06-30, found it missing"):
+        _expiry(None)
+    with pytest.raises(AssertionError, match="found it missing"):
+        _expiry("")
+    for bad in ("2027-02-30", "30.06.2027", "2027-06-30T00:00:00"):
+        with pytest.raises(pytest.fail.Exception, match=r"ISO date \(YYYY-MM-DD\), found"):
+            _expiry(bad)
+
+
+# --- labels ---------------------------------------------------------------------------------------
+
+def test_labels_equal_to_the_matrix_pass_and_extra_ones_are_fine():
+    e = _expect(labels=dict(LABELS))
+    checklist.test_labels(_image({**LABELS, "com.example.extra": "x"}), e)
+
+
+def test_a_wrong_or_missing_label_fails_naming_each():
+    e = _expect(labels=dict(LABELS))
+    wrong = {**LABELS, "io.k3-cu129.owner": "someone@else.org"}
+    del wrong[contract.OCI_REVISION]
+    with pytest.raises(AssertionError) as info:
+        checklist.test_labels(_image(wrong), e)
+    assert str(info.value).splitlines()[0] == (
+        "io.k3-cu129.owner: expected 'o@e.org', found 'someone@else.org'; "
+        f"org.opencontainers.image.revision: expected {'c' * 40!r}, found '(missing)'")
+    with pytest.raises(AssertionError, match="org.opencontainers.image.version: expected '0.30.0\\+cu129', found ''"):
+        checklist.test_labels(_image({**LABELS, contract.OCI_VERSION: ""}), e)
+
+
+def test_the_expiry_label_belongs_to_the_expiry_check_only():
+    checklist.test_labels(_image({**LABELS, contract.LABEL_EXPIRES: "2020-01-01"}), _expect(labels=dict(LABELS)))
+
+
+# --- non-root -------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("user", ["", "0", "0:0", "root", "root:root", "0:2000"])
+def test_a_root_user_label_fails(user):
+    with pytest.raises(AssertionError, match="expected a non-root default user, found"):
+        checklist.test_non_root(_image(user=user), _facts())
+
+
+def test_the_uid_the_container_really_runs_as_must_not_be_0():
+    checklist.test_non_root(_image(user="vllm"), _facts(uid=2000))
+    with pytest.raises(AssertionError, match="expected the container to run as non-root, found uid 0"):
+        checklist.test_non_root(_image(user="vllm"), _facts(uid=0))  # a name that resolves to uid 0
+
+
+# --- pinned versions and skips ---------------------------------------------------------------------
+
+def test_pinned_versions_is_skipped_without_pins_and_checks_every_pin():
+    with pytest.raises(pytest.skip.Exception, match="the target pins no FlashInfer or NCCL"):
+        checklist.test_pinned_versions(_facts(), _expect(pins={}))
+    e = _expect(pins={"nvidia-nccl-cu12": "2.30.7", "flashinfer-python": "0.6.18"})
+    with pytest.raises(AssertionError) as info:
+        checklist.test_pinned_versions(_facts(), e)
+    assert str(info.value).splitlines()[0] == "flashinfer-python: expected 0.6.18, found not installed"
+    f = _facts(dists=[["FlashInfer_Python", "0.6.18"], ["nvidia-nccl-cu12", "2.30.7"]])
+    checklist.test_pinned_versions(f, e)  # names are normalized
+
+
+def test_ops_registered_is_skipped_when_the_matrix_names_no_ops():
+    warnings = []
+    e = _expect(ops=(), modules=extensions.ModulePlan(("m",), ("opt",), ()))
+    with pytest.raises(pytest.skip.Exception, match="names no ops"):
+        checklist.test_ops_registered(_facts(modules={"m": None, "opt": "ImportError: x"}, ops={}), e, warnings.append)
+    assert warnings == ["optional module opt does not import: ImportError: x"]
+
+
+# --- pip check ------------------------------------------------------------------------------------
+
+def test_pip_check_runs_pip_from_the_copy_and_passes_on_exit_0():
+    host = FakeHost()
+    checklist.test_pip_check(host, "/tmp/k3-check-pip", _expect(), lambda m: None)
+    (command, args), = host.calls
+    assert command.startswith("PYTHONPATH=%s python -m pip check") and args == ("/tmp/k3-check-pip",)
+
+
+def test_pip_check_reports_override_conflicts_and_fails_on_others():
+    nccl = "torch 2.13.0+cu129 has requirement nvidia-nccl-cu12==2.27.5, but you have nvidia-nccl-cu12 2.30.7."
+    other = "vllm 0.30.0 has requirement numpy<2, but you have numpy 2.2.0."
+    warnings = []
+    checklist.test_pip_check(FakeHost(pip=(1, nccl + "\n")), "/p", _expect(), warnings.append)
+    assert warnings == [f"pip check (expected, matrix override): {nccl}"]
+    warnings = []
+    with pytest.raises(AssertionError) as info:
+        checklist.test_pip_check(FakeHost(pip=(1, f"{nccl}\n\n{other}\n")), "/p", _expect(), warnings.append)
+    assert str(info.value).splitlines()[0] == f"expected pip check to pass, found: {other}"
+    assert len(warnings) == 1
+    with pytest.raises(AssertionError, match="found: k3smoke 0.1.0 requires missing-thing, which is not installed"):
+        checklist.test_pip_check(FakeHost(pip=(1, "k3smoke 0.1.0 requires missing-thing, which is not installed.")),
+                                 "/p", _expect(), warnings.append)
+    # Without the matrix override the NCCL conflict is a conflict like any other.
+    with pytest.raises(AssertionError, match="nvidia-nccl-cu12"):
+        checklist.test_pip_check(FakeHost(pip=(1, nccl)), "/p", _expect(overrides=frozenset()), warnings.append)
+
+
+# --- world-writable -------------------------------------------------------------------------------
+
+def test_world_writable_paths_are_listed():
+    checklist.test_no_world_writable(FakeHost(find="\n  \n"))
+    with pytest.raises(AssertionError, match="found: /opt/a, /opt/b$"):
+        checklist.test_no_world_writable(FakeHost(find="/opt/a\n/opt/b\n"))
+    many = "".join(f"/opt/f{i}\n" for i in range(30))
+    with pytest.raises(AssertionError) as info:
+        checklist.test_no_world_writable(FakeHost(find=many))
+    assert "/opt/f19" in str(info.value) and "/opt/f20" not in str(info.value)  # the first 20
+
+
+def test_the_find_command_prunes_pseudo_filesystems_and_spares_tmp_and_sticky_dirs():
+    host = FakeHost()
+    checklist.test_no_world_writable(host)
+    (command, _), = host.calls
+    for part in ("-xdev", "-path /proc", "-path /sys", "-path /dev", "-prune", "-perm -0002", "! -type l",
+                 "! -perm -1000", "! -path /tmp"):
+        assert part in command, part
+
+
+# --- run-time toolchain ---------------------------------------------------------------------------
+
+def _toolchain(out=TOOLCHAIN_OK, rc=0, env=None, **kw):
+    warnings = []
+    e = _expect(**{"cuda_home": "/usr/local/cuda", "nvcc_arch": "sm_75", **kw})
+    image = _image(env=env if env is not None else {"CUDA_HOME": "/usr/local/cuda"})
+    host = FakeHost(toolchain=(rc, out, "sh: boom"))
+    checklist.test_runtime_toolchain(host, image, e, warnings.append)
+    return host, warnings
+
+
+def test_a_complete_toolchain_passes_and_is_asked_for_the_first_arch():
+    host, warnings = _toolchain()
+    assert warnings == []
+    (command, args), = host.calls
+    assert command == "K3_CHECK_CUDA_HOME=/usr/local/cuda K3_CHECK_ARCH=sm_75 sh -c %s"
+    assert args == (checklist.TOOLCHAIN,)
+
+
+def test_without_a_run_time_cuda_toolkit_nvcc_is_skipped_and_said_so():
+    out = TOOLCHAIN_OK.replace("nvcc_version=12.9\nnvcc_compile=yes\n", "")
+    host, warnings = _toolchain(out, cuda_home=None, env={})
+    assert host.calls[0][0].startswith("K3_CHECK_CUDA_HOME= K3_CHECK_ARCH=")
+    assert len(warnings) == 1 and warnings[0].startswith("runtime_toolchain: skipped nvcc")
+
+
+@pytest.mark.parametrize("old,new,message", [
+    ("cc=/usr/bin/cc", "cc=", "no C compiler (CC, cc, gcc or clang)"),
+    ("cc_link=yes", "cc_link=no: ld: cannot find -lc", "/usr/bin/cc cannot compile and link a C program: no: ld"),
+    ("cc_python=yes\n", "", "/usr/bin/cc cannot compile against Python.h: not tried"),
+    ("python_h=yes", "python_h=no", "no Python.h in INCLUDEPY=/usr/include/python3.12"),
+    ("nvcc_version=12.9", "nvcc_version=13.0", "nvcc: expected release 12.9, found 13.0"),
+    ("nvcc_version=12.9", "nvcc_version=missing: no executable /usr/local/cuda/bin/nvcc",
+     "nvcc: expected release 12.9, found missing: no executable"),
+    ("nvcc_version=12.9\n", "", "nvcc: expected release 12.9, found not run"),
+    ("nvcc_compile=yes", "nvcc_compile=no: error", "nvcc cannot compile a trivial kernel for sm_75: no: error"),
+    ("TRITON_PTXAS_BLACKWELL_PATH=ok", "TRITON_PTXAS_BLACKWELL_PATH=missing: /nope/ptxas",
+     "TRITON_PTXAS_BLACKWELL_PATH points at no executable: /nope/ptxas"),
+])
+def test_each_toolchain_problem_is_named(old, new, message):
+    out = TOOLCHAIN_OK.replace(old, new)
+    assert out != TOOLCHAIN_OK
+    with pytest.raises(AssertionError) as info:
+        _toolchain(out)
+    text = str(info.value).splitlines()[0]
+    assert text.startswith("expected a run-time toolchain, found: ") and message in text
+
+
+def test_cuda_home_must_be_the_matrixs():
+    with pytest.raises(AssertionError, match="CUDA_HOME: expected /usr/local/cuda, found \\(unset\\)"):
+        _toolchain(env={})
+    with pytest.raises(AssertionError, match="CUDA_HOME: expected /usr/local/cuda, found /opt/cuda"):
+        _toolchain(env={"CUDA_HOME": "/opt/cuda"})
+
+
+def test_a_probe_that_cannot_run_fails():
+    with pytest.raises(AssertionError, match="expected the toolchain probe to run, found exit 2: sh: boom"):
+        _toolchain(rc=2)
+
+
+# --- CUDA runtime and other majors ----------------------------------------------------------------
+
+def test_one_matching_runtime_is_enough_and_every_source_of_the_version_must_agree():
+    libs = {"/a/libcudart.so.12": {"version": 12080}, "/b/libcudart.so.12": {"version": 12090}}
+    checklist.test_cuda_runtime(_facts(libs=libs), _expect(), _image())
+    checklist.test_cuda_runtime(_facts(version_json=None, torch=None), _expect(), _image(env={"PATH": "/bin"}))
+    with pytest.raises(AssertionError, match="expected /usr/local/cuda/version.json CUDA 12.9, found 12.8.1"):
+        checklist.test_cuda_runtime(_facts(version_json="12.8.1"), _expect(), _image())
+    with pytest.raises(AssertionError, match="expected torch to import, found ImportError: libcudnn"):
+        checklist.test_cuda_runtime(_facts(torch={"error": "ImportError: libcudnn"}), _expect(), _image())
+    with pytest.raises(AssertionError, match="no loadable libcudart"):
+        checklist.test_cuda_runtime(_facts(libs={"/a/libcudart.so.12": {"version": None, "error": "x"}}), _expect(),
+                                    _image())
+    # libcublas is no runtime
+    with pytest.raises(AssertionError, match="found none in the image"):
+        checklist.test_cuda_runtime(_facts(libs={"/a/libcublas.so.12": {"real": "x"}}), _expect(), _image())
+
+
+def test_a_renamed_library_is_caught_by_its_name_and_by_its_version():
+    renamed = {"/usr/lib/libcudart.so.13": {"version": 12090}}  # a 12.9 library named like CUDA 13
+    with pytest.raises(AssertionError, match=r"found: /usr/lib/libcudart.so.13$"):
+        checklist.test_no_other_cuda_major(_facts(libs={**CUDA12, **renamed}), _expect(), lambda m: None)
+    disguised = {"/usr/lib/libcudart.so.12": {"version": 13000}}  # a 13.0 library named like CUDA 12
+    with pytest.raises(AssertionError, match=r"found: /usr/lib/libcudart.so.12 reports 13000$"):
+        checklist.test_no_other_cuda_major(_facts(libs={**CUDA12, **disguised}), _expect(), lambda m: None)
+    with pytest.raises(AssertionError, match="libcublas.so.11"):
+        checklist.test_no_other_cuda_major(_facts(libs={"/l/libcublas.so.11": {}}), _expect(), lambda m: None)
+
+
+def test_expectations_derive_cuda_numbers():
+    e = _expect()
+    assert (e.cuda_major, e.cuda_major_minor, e.cudart_version) == (12, "12.9", 12090)
+    e13 = _expect(cuda_version="13.0.2")
+    assert (e13.cuda_major, e13.cuda_major_minor, e13.cudart_version) == (13, "13.0", 13000)
+    assert _expect(cuda_version="12.10").cudart_version == 12100
+
+
+def test_compiled_modules_need_a_declared_module():
+    with pytest.raises(AssertionError, match="expected the source to declare compiled modules, found none"):
+        checklist.test_compiled_modules(_facts(modules={}), _expect(modules=extensions.ModulePlan((), (), ())))
+    with pytest.raises(AssertionError) as info:
+        checklist.test_compiled_modules(_facts(modules={"a": "ImportError: x", "b": None, "c": "OSError: y"}),
+                                        _expect(modules=extensions.ModulePlan(("a", "b", "c"), (), ())))
+    assert str(info.value).splitlines()[0] == (
+        "expected every compiled module to import, found: a: ImportError: x; c: OSError: y")  # no driver hint
+
+
+# --- the report: passed, skipped, failed ----------------------------------------------------------
+
+def _junit(tmp_path, cases: dict[str, str]) -> Path:
+    body = {"pass": "", "skip": '<skipped message="the target pins no FlashInfer or NCCL"/>',
+            "fail": '<failure message="AssertionError: expected 1, found 2">long</failure>',
+            "error": '<error message="fixture broke"/>', "skip+error": '<skipped message="s"/><error message="e"/>'}
+    xml = "".join(f'<testcase name="test_{n}">{body[kind]}</testcase>' for n, kind in cases.items())
+    path = tmp_path / "checks.xml"
+    path.write_text(f"<testsuites><testsuite>{xml}</testsuite></testsuites>")
+    return path
+
+
+def test_a_skipped_check_is_reported_as_skipped_never_as_passed(tmp_path):
+    cases = {n: "pass" for n in contract.CHECKS}
+    cases["pinned_versions"] = "skip"
+    results = checks._parse_junit(_junit(tmp_path, cases))
+    skipped = next(r for r in results if r.name == "pinned_versions")
+    assert (skipped.passed, skipped.skipped, skipped.status) == (False, True, "skip")
+    assert skipped.message == "the target pins no FlashInfer or NCCL"
+    report = checks.Report("img", results)
+    assert report.ok and report.failed() == []  # a skip fails nothing...
+    assert report.counts() == {"pass": 11, "skip": 1, "FAIL": 0}  # ...and passes nothing
+    doc = report.to_json()
+    assert {c["name"]: c["status"] for c in doc["checks"]}["pinned_versions"] == "skip"
+    assert doc["counts"] == {"pass": 11, "skip": 1, "FAIL": 0}
+    with pytest.raises(ValueError):
+        checks.CheckResult("x", passed=True, skipped=True)
+
+
+def test_a_report_of_nothing_but_skips_is_not_ok():
+    report = checks.Report("img", [checks.CheckResult(n, False, "why", True) for n in contract.CHECKS])
+    assert not report.ok and report.failed() == []
+    with pytest.raises(CheckFailed):
+        report.raise_for_failures()
+    assert not checks.Report("img", []).ok
+
+
+def test_failures_and_errors_are_failures_with_their_first_line(tmp_path):
+    cases = {n: "pass" for n in contract.CHECKS}
+    cases.update(expiry="fail", labels="error", pinned_versions="skip+error")
+    report = checks.Report("img", checks._parse_junit(_junit(tmp_path, cases)), junit=tmp_path / "checks.xml")
+    by_name = {r.name: r for r in report.results}
+    assert by_name["expiry"].message == "expected 1, found 2" and by_name["expiry"].status == "FAIL"
+    assert by_name["labels"].message == "fixture broke" and by_name["labels"].status == "FAIL"
+    assert by_name["pinned_versions"].status == "FAIL"  # an error after a skip is no skip
+    assert [r.name for r in report.failed()] == ["pinned_versions", "expiry", "labels"]
+    assert not report.ok and report.counts() == {"pass": 9, "skip": 0, "FAIL": 3}
+    with pytest.raises(CheckFailed, match=r"^img: image checks failed: pinned_versions, expiry, labels; the image is "
+                                          r"kept; report: .*checks.xml$"):
+        report.raise_for_failures()
+
+
+def test_an_unreadable_junit_report_is_a_build_error(tmp_path):
+    bad = tmp_path / "checks.xml"
+    bad.write_text("<testsuites><testsuite>")
+    with pytest.raises(BuildError, match="unreadable check report"):
+        checks._parse_junit(bad)
+    with pytest.raises(BuildError, match="unreadable check report"):
+        checks._parse_junit(tmp_path / "missing.xml")
+
+
+class _Pinned:
+    source_date_epoch = 1790029969
+
+    def __init__(self, files):
+        self.files = files
+
+    def read(self, path):
+        return self.files.get(path)
+
+
+def test_expectations_come_from_the_matrix_the_lock_and_the_source(tmp_path):
+    t = matrix.load(REPO / "matrix.yaml").target("cu129")
+    body = (f"torch==2.13.0+cu129 \\\n    --hash=sha256:{'a' * 64}\n"
+            f"nvidia-nccl-cu12==2.30.7 \\\n    --hash=sha256:{'b' * 64}\n    # via torch, --override overrides.txt\n")
+    lock_path = tmp_path / "requirements.txt"
+    lock_path.write_text(f"{lock.BODY_HEADER}{sha256_bytes(body.encode())}\n{body}")
+    setup = b'ext_modules.append(CMakeExtension(name="vllm._C"))\n'
+    files = {p: (setup if p == "setup.py" else b"") for p in t.source.extensions.declared_in}
+    e = checks.expectations(t, _Pinned(files), lock_path, dt.date(2026, 11, 29), today=dt.date(2026, 12, 1))
+    assert e.pins == {"flashinfer-python": t.flashinfer.version, "nvidia-nccl-cu12": "2.30.7"}
+    assert e.lock == {"torch": "2.13.0+cu129", "nvidia-nccl-cu12": "2.30.7"}
+    assert e.overrides == frozenset({"nvidia-nccl-cu12"})
+    assert e.labels[contract.OCI_CREATED] == "2026-09-21T22:32:49Z"
+    assert e.labels[contract.LABEL_LOCK_SHA256] == sha256_file(lock_path)
+    assert e.labels[contract.LABEL_OWNER] == t.owner and e.expires == t.expires
+    assert (e.today, e.build_date, e.warning_days, e.horizon_days) == (dt.date(2026, 12, 1), dt.date(2026, 11, 29),
+                                                                        45, 270)
+    assert e.source_package == ("vllm", "0.30.0+cu129")
+    assert e.nvcc_arch == "sm_" + t.cuda.arch_list[0].split("+")[0].replace(".", "")
+    assert set(t.source.extensions.add) <= set(e.modules.required) and e.cuda_home == t.runtime.cuda_home
+    bare = t.model_copy(update={"flashinfer": None, "nccl": None})
+    assert checks.expectations(bare, _Pinned(files), lock_path, dt.date(2026, 11, 29)).pins == {}
+
+
+# --- every message, exactly: what was expected and what was found ---------------------------------
+
+def _message(call, *args) -> str:
+    """The first line of the AssertionError a check raises (pytest appends its own explanation)."""
+    with pytest.raises(AssertionError) as info:
+        call(*args)
+    return str(info.value).splitlines()[0]
+
+
+def test_cuda_runtime_messages():
+    libs = {"/b/libcudart.so.12": {"version": 12060}, "/a/libcudart.so.12": {"version": 12080}}
+    assert _message(checklist.test_cuda_runtime, _facts(libs=libs), _expect(), _image()) == (
+        "expected cudaRuntimeGetVersion() == 12090 (CUDA 12.9), found 12080 at /a/libcudart.so.12, "
+        "12060 at /b/libcudart.so.12")
+    dead = {"/a/libcudart.so.12": {"version": None}}
+    assert _message(checklist.test_cuda_runtime, _facts(libs=dead), _expect(), _image()) == (
+        "expected cudaRuntimeGetVersion() == 12090 (CUDA 12.9), found no loadable libcudart")
+    assert _message(checklist.test_cuda_runtime, _facts(libs={}), _expect(), _image()) == (
+        "expected a CUDA runtime (libcudart.so) reporting 12090, found none in the image")
+    assert _message(checklist.test_cuda_runtime, _facts(torch={"version": "2.13.0+cu130", "cuda": "13.0"}), _expect(),
+                    _image()) == "expected torch.version.cuda == 12.9, found 13.0 (torch 2.13.0+cu130)"
+
+
+def test_no_other_cuda_major_message_lists_everything():
+    f = _facts(libs={**CUDA12, "/l/libcublas.so.13": {}}, dists=[["nvidia-nccl-cu13", "2.28.9"]],
+               torch={"version": "2.13.0+cu130", "cuda": "13.0"})
+    assert _message(checklist.test_no_other_cuda_major, f, _expect(), lambda m: None) == (
+        "expected only CUDA 12 libraries and packages, found: /l/libcublas.so.13; distribution nvidia-nccl-cu13 "
+        "2.28.9; torch 2.13.0+cu130")
+
+
+def test_compiled_modules_messages():
+    assert _message(checklist.test_compiled_modules, _facts(), _expect(modules=extensions.ModulePlan((), (), ()))) == (
+        "expected the source to declare compiled modules, found none (waive or add them)")
+    f = _facts(modules={"vllm._C_stable_libtorch": "ImportError: libcuda.so.1"}, libcuda="libcuda.so.1: no such file")
+    assert _message(checklist.test_compiled_modules, f, _expect(compat_dir="/c")) == (
+        "expected every compiled module to import, found: vllm._C_stable_libtorch: ImportError: libcuda.so.1 "
+        "(libcuda.so.1 could not be loaded from /c: libcuda.so.1: no such file)")
+
+
+def test_ops_registered_messages():
+    f = _facts(ops={"torch.ops._C.b": "AttributeError: b", "torch.ops._C.a": "AttributeError: a"})
+    e = _expect(ops=("torch.ops._C.a", "torch.ops._C.b"))
+    assert _message(checklist.test_ops_registered, f, e, lambda m: None) == (
+        "expected every named op to be registered, found missing: torch.ops._C.a (AttributeError: a); "
+        "torch.ops._C.b (AttributeError: b)")
+    f = _facts(absent={"torch.ops._C.y": None, "torch.ops._C.x": None})
+    e = _expect(absent={"torch.ops._C.x": "r", "torch.ops._C.y": "r"})
+    assert _message(checklist.test_ops_registered, f, e, lambda m: None) == (
+        "expected these ops absent (source.extensions.absent), found them registered: torch.ops._C.x, "
+        "torch.ops._C.y; the build now has them: drop them from `absent`")
+    # Absent ops alone (no op that must resolve) still run the check.
+    warnings = []
+    checklist.test_ops_registered(_facts(ops={}, absent={"torch.ops._C.x": "AttributeError"}),
+                                  _expect(ops=(), absent={"torch.ops._C.x": "CUDA 13 only"}), warnings.append)
+    assert warnings == ["ops_registered: torch.ops._C.x absent as the matrix expects: CUDA 13 only"]
+    with pytest.raises(pytest.skip.Exception, match="^the matrix names no ops for this target$"):
+        checklist.test_ops_registered(_facts(), _expect(ops=(), absent={}), lambda m: None)
+
+
+def test_pinned_versions_message_and_skip_reason():
+    e = _expect(pins={"nvidia-nccl-cu12": "2.30.8", "flashinfer-python": "0.6.18"})
+    assert _message(checklist.test_pinned_versions, _facts(), e) == (
+        "flashinfer-python: expected 0.6.18, found not installed; nvidia-nccl-cu12: expected 2.30.8, found 2.30.7")
+    with pytest.raises(pytest.skip.Exception, match="^the target pins no FlashInfer or NCCL$"):
+        checklist.test_pinned_versions(_facts(), _expect(pins={}))
+
+
+def test_expiry_message_says_what_to_do():
+    with pytest.raises(AssertionError) as info:
+        _expiry("2026-11-28")
+    assert str(info.value).splitlines()[0] == (
+        "expected io.k3-cu129.expires not in the past, found 2026-11-28 (today 2026-11-29): the image has expired; "
+        "its owner must move hosts to the official image or extend the date in the matrix and rebuild")
+
+
+def test_lock_contents_messages_for_each_difference():
+    e = _expect(lock={"torch": "2.13.0+cu129", "numpy": "2.2.0"}, source_package=("vllm", "0.30.0+cu129"))
+    f = _facts(dists=[["torch", "2.13.0"], ["vllm", "0.30.0"], ["extra", "1"]])
+    assert _message(checklist.test_lock_contents, f, e) == (
+        "expected the environment to equal the lock, found: extra 1: not in the lock; torch: expected 2.13.0+cu129 "
+        "(lock), found 2.13.0; vllm: expected 0.30.0+cu129 (the source), found 0.30.0; numpy 2.2.0: in the lock, "
+        "not installed")
+    f = _facts(dists=[["torch", "2.13.0+cu129"], ["numpy", "2.2.0"]])
+    assert _message(checklist.test_lock_contents, f, e) == (
+        "expected the environment to equal the lock, found: vllm 0.30.0+cu129: the source's package is not installed")
+    checklist.test_lock_contents(_facts(dists=[["Torch", "2.13.0+cu129"], ["NumPy", "2.2.0"],
+                                               ["vllm", "0.30.0+cu129"]]), e)
+
+
+def test_pip_check_message_joins_every_conflict():
+    out = "a 1 has requirement b<2, but you have b 3.\nc 1 requires d, which is not installed.\n"
+    assert _message(checklist.test_pip_check, FakeHost(pip=(1, out)), "/p", _expect(), lambda m: None) == (
+        "expected pip check to pass, found: a 1 has requirement b<2, but you have b 3.; "
+        "c 1 requires d, which is not installed.")
+
+
+def test_non_root_message_for_an_unset_user():
+    assert _message(checklist.test_non_root, _image(user=""), _facts()) == (
+        "expected a non-root default user, found (unset: root)")
+    assert _message(checklist.test_non_root, _image(user="0:0"), _facts()) == (
+        "expected a non-root default user, found 0:0")
+
+
+def test_the_find_command_is_the_documented_one():
+    host = FakeHost()
+    checklist.test_no_world_writable(host)
+    assert host.calls[0][0] == (
+        "find / -xdev \\( -path /proc -o -path /sys -o -path /dev \\) -prune -o -perm -0002 ! -type l "
+        "\\( ! -type d -o ! -perm -1000 \\) ! -path /tmp -print 2>/dev/null")
+    assert _message(checklist.test_no_world_writable, FakeHost(find="/a\n/b\n")) == (
+        "expected no world-writable files outside /tmp, found: /a, /b")
+
+
+def test_runtime_toolchain_messages_and_values_with_equals_signs():
+    out = TOOLCHAIN_OK.replace("cc_link=yes", "cc_link=no: ld: -Wl,--hash-style=gnu failed").replace(
+        "TRITON_PTXAS_BLACKWELL_PATH=ok", "TRITON_PTXAS_PATH=missing: /a=b/ptxas")
+    with pytest.raises(AssertionError) as info:
+        _toolchain(out)
+    assert str(info.value).splitlines()[0] == (
+        "expected a run-time toolchain, found: /usr/bin/cc cannot compile and link a C program: no: ld: "
+        "-Wl,--hash-style=gnu failed; TRITON_PTXAS_PATH points at no executable: /a=b/ptxas")
+    out = TOOLCHAIN_OK.replace("cc=/usr/bin/cc\n", "")
+    with pytest.raises(AssertionError) as info:
+        _toolchain(out)
+    assert str(info.value).splitlines()[0] == (
+        "expected a run-time toolchain, found: no C compiler (CC, cc, gcc or clang) for Triton's run-time stubs")
+    _, warnings = _toolchain(TOOLCHAIN_OK, cuda_home=None, env={})
+    assert warnings == ["runtime_toolchain: skipped nvcc (version and a trivial kernel): the target declares no "
+                        "run-time CUDA toolkit (runtime.cuda_home unset); checked the C compiler and Python.h only"]
+
+
+def test_a_failed_toolchain_probe_shows_the_end_of_its_stderr():
+    host = FakeHost()
+    host.toolchain = (1, "", "x" * 100 + "y" * 300)
+    with pytest.raises(AssertionError) as info:
+        checklist.test_runtime_toolchain(host, _image(), _expect(), lambda m: None)
+    assert str(info.value).splitlines()[0] == "expected the toolchain probe to run, found exit 1: " + "y" * 300

@@ -67,7 +67,15 @@ def test_plan_for_the_real_target_is_offline_and_complete(no_network, capsys, mo
         assert needle in out
 
 
-@pytest.mark.parametrize("argv", [["plan"], ["plan", "--target", "nope"], ["lock"]])
+def test_no_target_means_every_target(capsys, monkeypatch):
+    monkeypatch.chdir(REPO)
+    with pytest.raises(SystemExit) as info:
+        main(["plan"])
+    assert info.value.code == 0 and "cu129: vLLM for Kimi K3" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("argv", [["plan", "--target", "nope"], ["lock", "--target", "nope"],
+                                  ["test", "--target", "cu129,nope"]])
 def test_bad_target_is_exit_2(argv, capsys, monkeypatch):
     monkeypatch.chdir(REPO)
     with pytest.raises(SystemExit) as info:

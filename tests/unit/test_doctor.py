@@ -9,9 +9,16 @@ import tarfile
 
 import pytest
 
-from builder import compat, contract, doctor, evidence
+from builder import compat, contract, doctor, evidence, log
 from builder.errors import ConfigError, EngineUnavailable
 from tests.conftest import REPO
+
+
+@pytest.fixture(autouse=True)
+def no_registered_secrets(monkeypatch):
+    """Values another test registered for redaction (process-wide) must not shape these outputs."""
+    monkeypatch.setattr(log, "_secrets", set())
+
 
 SMI = REPO / "tests" / "fixtures" / "nvidia-smi"
 CU129 = ({contract.LABEL_CUDA: "12.9.1", contract.LABEL_EXPIRES: "2027-06-30", contract.LABEL_OWNER: "o@e.org"}, {})
@@ -68,11 +75,68 @@ def test_expiry_is_reported():
     assert _diag("r575-h100.txt", today=dt.date(2027, 7, 1)).expiry.startswith("EXPIRED on 2027-06-30")
 
 
+def test_expiry_boundaries_and_odd_labels():
+    labels = {contract.LABEL_EXPIRES: "2027-06-30", contract.LABEL_OWNER: "o@e.org"}
+    assert doctor._expiry(labels, dt.date(2027, 6, 30)) == "expires 2027-06-30 (0 days left; owner o@e.org)"
+    assert doctor._expiry(labels, dt.date(2027, 6, 29)) == "expires 2027-06-30 (1 days left; owner o@e.org)"
+    assert doctor._expiry(labels, dt.date(2027, 7, 1)) == (
+        "EXPIRED on 2027-06-30: this bridge build is past its exit date; ask o@e.org")
+    assert doctor._expiry({contract.LABEL_EXPIRES: "2027-06-30"}, dt.date(2027, 7, 1)).endswith("ask its owner")
+    assert doctor._expiry({}, dt.date(2027, 7, 1)) is None
+    assert doctor._expiry({contract.LABEL_EXPIRES: "soon"}, dt.date(2027, 7, 1)) == (
+        "expiry label io.k3-cu129.expires='soon' is not a date")
+
+
+def test_the_diagnosis_records_its_facts():
+    d = _diag("r575-h100.txt")
+    assert d.line == "compatible: img: CUDA 12.9.1 needs driver >= 575.57.08; host has 575.57.08 (r575)"
+    assert d.route == "run the image as it is"
+    assert d.facts == {"image": "img", "image_cuda": "12.9.1", "image_cuda_from": "label io.k3-cu129.cuda-version",
+                       "host_driver": "575.57.08", "host_branch": "r575", "host_cuda": "12.9",
+                       "gpus": ["NVIDIA H100 80GB HBM3", "NVIDIA H100 80GB HBM3"], "data_center": True,
+                       "nvidia_smi": "r575-h100.txt"}
+    official = _diag("r575-h100.txt", OFFICIAL)
+    assert official.facts["image_cuda_from"] == "env CUDA_VERSION" and official.facts["image_cuda"] == "13.0.2"
+    assert official.expiry is None  # the official image carries no expiry label
+
+
+def test_no_nvidia_smi_at_all_is_a_verdict_not_an_error():
+    d = doctor.diagnose(None, "nvidia-smi not installed", CU129[0], CU129[1], "img", dt.date(2026, 11, 29))
+    assert not d.compatible and d.line.startswith("INCOMPATIBLE: img: image needs CUDA 12.9.1")
+    assert "(nvidia-smi not installed)" in d.line and d.route.startswith("install a driver")
+    assert d.facts["host_driver"] == "none" and d.facts["gpus"] == []
+
+
+def test_an_unreadable_image_cuda_version_is_bad_input():
+    with pytest.raises(ConfigError, match=r"img: label io.k3-cu129.cuda-version: not a CUDA version: 'twelve'"):
+        _diag("r575-h100.txt", ({contract.LABEL_CUDA: "twelve"}, {}))
+
+
+def test_read_nvidia_smi_from_a_file_or_the_path(tmp_path, monkeypatch):
+    text, where = doctor.read_nvidia_smi(SMI / "r575-h100.txt")
+    assert where == str(SMI / "r575-h100.txt") and "Driver Version: 575.57.08" in text
+    odd = tmp_path / "latin1.txt"
+    odd.write_bytes(b"Driver Version: 575.57.08 \xe9\n")  # not UTF-8: read anyway, replaced
+    assert doctor.read_nvidia_smi(odd)[0] == "Driver Version: 575.57.08 \ufffd\n"
+    with pytest.raises(ConfigError) as info:
+        doctor.read_nvidia_smi(tmp_path)  # a directory
+    assert info.value.message == f"{tmp_path}: not a regular file (a captured nvidia-smi output)"
+    monkeypatch.setenv("PATH", str(tmp_path))
+    assert doctor.read_nvidia_smi(None) == (None, "nvidia-smi not installed")
+    fake = tmp_path / "nvidia-smi"
+    fake.write_text("#!/bin/sh\necho 'Driver Version: 575.57.08'\necho oops >&2\n")
+    fake.chmod(0o755)
+    text, where = doctor.read_nvidia_smi(None)
+    assert where == str(fake) and text == "Driver Version: 575.57.08\noops\n"
+
+
 def test_garbage_and_unlabelled_images_are_bad_input():
     with pytest.raises(ConfigError, match="no 'Driver Version'"):
         _diag("garbage.txt")
-    with pytest.raises(ConfigError, match="no CUDA version"):
+    with pytest.raises(ConfigError) as info:
         _diag("r575-h100.txt", ({}, {}))
+    assert info.value.message == ("img: no CUDA version in its labels (io.k3-cu129.cuda-version) or env "
+                                  "(CUDA_VERSION, NVIDIA_REQUIRE_CUDA); is it a CUDA image?")
 
 
 SECRETS = {"HF_TOKEN": "hf_abcdefghijklmnop", "AWS_SECRET_ACCESS_KEY": "wJalrXUtnFEMIK7MDENG",

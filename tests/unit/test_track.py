@@ -125,7 +125,6 @@ def test_track_says_which_third_party_pins_the_new_commit_moved(upstream, tmp_pa
     from builder import matrix as matrix_mod
 
     target = matrix_mod.load(upstream["matrix"]).target("cu129")
-    work = upstream["work"]
     root = tmp_path / "work"
     files: dict[str, str] = {}
     for name, spec in target.source.third_party.items():

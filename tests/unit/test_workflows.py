@@ -93,23 +93,43 @@ def test_one_action_one_pin_everywhere():
     assert "peter-evans/create-pull-request" not in pins  # `gh pr create` with the App token instead
 
 
+# How many `build ...` invocations each workflow runs, at least. tests.yml runs none: its one job is
+# the README's test command (test_readme_ci_and_test_workflow_agree_on_the_test_command).
+BUILD_CALLS = {"k3-branch.yml": 8, "k3-promote.yml": 4, "tests.yml": 0}
+
+
+def _build_argvs(doc: dict) -> list[list[str]]:
+    return [argv for step in _steps(doc) for argv in _build_invocations(step.get("run", ""))
+            if argv and not argv[0].startswith("bash")]
+
+
 @pytest.mark.parametrize("path", WORKFLOWS, ids=lambda p: p.name)
 def test_every_build_command_exists_with_its_options(path):
-    doc = _load(path)
+    argvs = _build_argvs(_load(path))
     parser = _parser()
-    seen = 0
-    for step in _steps(doc):
-        for argv in _build_invocations(step.get("run", "")):
-            if not argv or argv[0].startswith("bash"):
-                continue
-            parser.parse_args(argv)  # SystemExit on an unknown command or option
-            seen += 1
+    for argv in argvs:
+        parser.parse_args(argv)  # SystemExit on an unknown command or option
+    if BUILD_CALLS[path.name]:
+        assert len(argvs) >= BUILD_CALLS[path.name], argvs
+    else:
+        assert argvs == [], f"{path.name} runs `build` now: add it to BUILD_CALLS and check its options"
     if path.name == "k3-branch.yml":
-        commands = {w for step in _steps(doc) for argv in _build_invocations(step.get("run", ""))
-                    for w in argv if w in ("track", "lock", "render", "test", "verify", "plan")}
-        assert commands == {"track", "lock", "render", "test", "verify", "plan"} and seen >= 8
-    if path.name == "k3-promote.yml":
-        assert seen >= 4
+        commands = {w for argv in argvs for w in argv if w in ("track", "lock", "render", "test", "verify", "plan")}
+        assert commands == {"track", "lock", "render", "test", "verify", "plan"}
+
+
+def test_the_build_call_finder_finds_calls_and_an_unknown_option_fails():
+    script = ('set -e\n.venv/bin/build --json plan --target "$T" | jq .\nif build verify --registry; then :; fi\n'
+              "echo rebuild nothing\n")
+    assert list(_build_invocations(script)) == [["--json", "plan", "--target", "$T"], ["verify", "--registry"]]
+    with pytest.raises(SystemExit):
+        _parser().parse_args(["verify", "--no-such-option"])
+    assert set(BUILD_CALLS) == {p.name for p in WORKFLOWS}
+
+
+def test_the_test_workflow_runs_only_the_readme_test_command():
+    runs = [step["run"] for step in _steps(_load(TESTS)) if "run" in step]
+    assert runs == ["sudo bash -c 'ci/setup.sh && .venv/bin/python -m pytest --integration'"]
 
 
 def test_the_branch_workflow_runs_on_schedule_dispatch_and_manual():
@@ -174,16 +194,26 @@ def test_every_job_is_named_and_times_out(path):
         assert job.get("name") and job.get("timeout-minutes"), f"{path.name}: {name}"
 
 
+COMPILE_CACHE_SECRETS = {"K3_COMPILE_CACHE", "K3_COMPILE_CACHE_AWS_ACCESS_KEY_ID", "K3_COMPILE_CACHE_AWS_SECRET_ACCESS_KEY"}
+
+
 def test_secrets_reach_actions_only_as_inputs():
+    # One exception: the shared compile cache's secrets reach the tool through the environment of
+    # the one step that builds (it hands them to the compile step as a BuildKit secret), in a job
+    # bound to its own deployment environment.
     for path in WORKFLOWS:
-        for job in _load(path)["jobs"].values():
+        for name, job in _load(path)["jobs"].items():
             outside = {k: v for k, v in job.items() if k != "steps"}
             assert "secrets." not in json.dumps(outside), path.name
             for step in job["steps"]:
-                rest = {k: v for k, v in step.items() if k != "with"}
+                rest = {k: v for k, v in step.items() if k not in ("with", "env")}
                 assert "secrets." not in json.dumps(rest), f"{path.name}: {step.get('name')}"
+                in_env = set(re.findall(r"secrets\.(\w+)", json.dumps(step.get("env", {}))))
+                if in_env:
+                    assert in_env <= COMPILE_CACHE_SECRETS and job.get("environment") == "k3-compile-cache", \
+                        f"{path.name}: {step.get('name')}: {in_env}"
     text = BRANCH.read_text() + PROMOTE.read_text()
-    assert set(re.findall(r"secrets\.(\w+)", text)) == {"GITHUB_TOKEN", "K3_APP_PRIVATE_KEY"}
+    assert set(re.findall(r"secrets\.(\w+)", text)) == {"GITHUB_TOKEN", "K3_APP_PRIVATE_KEY"} | COMPILE_CACHE_SECRETS
     assert _load(BRANCH)["jobs"]["pull-request"].get("environment")  # the App key is an environment secret
 
 

@@ -37,14 +37,23 @@ class cmake_build_ext(build_ext):
         if which("ninja") is None:
             raise RuntimeError("Cannot find the ninja executable")
         os.makedirs(self.build_temp, exist_ok=True)
+        echo_test_secrets()
         num_jobs, nvcc_threads = self.compute_num_jobs()
         cfg = os.environ.get("CMAKE_BUILD_TYPE") or "RelWithDebInfo"
         print(f"k3smoke: CMAKE_BUILD_TYPE={cfg}, {num_jobs} compile job(s), NVCC_THREADS={nvcc_threads}")
         fc_base_dir = os.environ.get("FETCHCONTENT_BASE_DIR", os.path.join(ROOT_DIR, ".deps"))
+        launcher = []
+        # Like vLLM: sccache when it is on PATH (and not disabled), else ccache.
+        if which("sccache") and not int(os.environ.get("K3SMOKE_DISABLE_SCCACHE", "0")):
+            launcher = ["-DCMAKE_C_COMPILER_LAUNCHER=sccache"]
+        elif which("ccache"):
+            launcher = ["-DCMAKE_C_COMPILER_LAUNCHER=ccache"]
+        other = os.environ.get("CMAKE_ARGS", "").split()
         subprocess.check_call(
             ["cmake", self.extensions[0].cmake_lists_dir, "-G", "Ninja", f"-DCMAKE_BUILD_TYPE={cfg}",
              f"-DPython3_EXECUTABLE={sys.executable}", f"-DFETCHCONTENT_BASE_DIR={fc_base_dir}",
-             "-DCMAKE_JOB_POOL_COMPILE:STRING=compile", f"-DCMAKE_JOB_POOLS:STRING=compile={num_jobs}"],
+             "-DCMAKE_JOB_POOL_COMPILE:STRING=compile", f"-DCMAKE_JOB_POOLS:STRING=compile={num_jobs}",
+             *launcher, *other],
             cwd=self.build_temp)
         targets = [ext.name.rsplit(".", 1)[-1] for ext in self.extensions]
         subprocess.check_call(["cmake", "--build", ".", f"-j={num_jobs}", *[f"--target={t}" for t in targets]],
@@ -55,6 +64,16 @@ class cmake_build_ext(build_ext):
                 prefix = prefix.parent
             subprocess.check_call(["cmake", "--install", ".", "--prefix", str(prefix), "--component",
                                    ext.name.rsplit(".", 1)[-1]], cwd=self.build_temp)
+
+
+def echo_test_secrets() -> None:
+    # A test hook, not something vLLM does: a BuildKit secret whose id starts with "echo_" is
+    # printed here, inside the compile step, so the integration tests can see that a --secret
+    # reaches the build and that the tool redacts it from its terminal output and build.log.
+    secrets = Path("/run/secrets")
+    if secrets.is_dir():
+        for path in sorted(secrets.glob("echo_*")):
+            print(f"k3smoke: build secret {path.name}: {path.read_text().strip()}")
 
 
 def get_version() -> str:

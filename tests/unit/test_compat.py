@@ -1,0 +1,210 @@
+"""The driver/CUDA rules of builder/compat.py, decision by decision and at every boundary."""
+
+from __future__ import annotations
+
+import pytest
+
+from builder import compat
+from builder.compat import HostGPU, decide
+
+H100, B200, RTX = "NVIDIA H100 80GB HBM3", "NVIDIA B200", "NVIDIA GeForce RTX 4090"
+
+
+def host(driver, cuda=None, gpus=(H100,), note=""):
+    return HostGPU(driver, cuda, tuple(gpus), note)
+
+
+# --- which GPUs are data-center GPUs -------------------------------------------------------------
+
+@pytest.mark.parametrize("gpus,data_center", [
+    ((H100, H100), True),
+    ((B200,), True),
+    (("NVIDIA A100-SXM4-80GB",), True),
+    (("Tesla T4", "NVIDIA L40S", "NVIDIA L4", "NVIDIA H20"), True),
+    ((RTX,), False),
+    (("NVIDIA RTX 6000 Ada Generation",), False),
+    (("NVIDIA RTX A6000",), False),  # the word A6000 is not A2/A10/A16/...
+    (("NVIDIA A1000",), False),
+    ((H100, RTX), False),  # a host mixing data-center and consumer GPUs: not a data-center host
+    ((RTX, H100), False),
+    ((), False),  # no GPU listed: never claimed
+])
+def test_data_center_means_every_gpu_is_one(gpus, data_center):
+    assert host((575, 57, 8), gpus=gpus).data_center is data_center
+
+
+def test_host_properties():
+    h = host((575, 57, 8))
+    assert (h.branch, h.driver_text) == ("r575", "575.57.08")
+    assert host((580, 65, 6)).driver_text == "580.65.06"
+    assert host((550, 163, 1)).driver_text == "550.163.01"
+    assert host((575, 57)).driver_text == "575.57"
+    assert host((9, 1, 2)).driver_text == "9.01.02"  # only the branch keeps its own width
+    none = host(None)
+    assert (none.branch, none.driver_text) == ("none", "none")
+
+
+# --- reading nvidia-smi --------------------------------------------------------------------------
+
+@pytest.mark.parametrize("text", [
+    "NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver.",
+    "No devices were found",
+    "blah\nNVIDIA-SMI has failed because of something else\n",
+])
+def test_no_driver_outputs(text):
+    h = compat.parse_smi(text)
+    assert h.driver is None and h.cuda is None and h.gpus == ()
+    assert h.note == "nvidia-smi reports no usable driver or GPU"
+
+
+def test_table_output():
+    text = ("| NVIDIA-SMI 575.57.08              Driver Version: 575.57.08      CUDA Version: 12.9     |\n"
+            "|   0  NVIDIA H100 80GB HBM3          On  |   00000000:18:00.0 Off |                    0 |\n"
+            "|   1  NVIDIA GeForce RTX 4090        Off |   00000000:2A:00.0 Off |                  N/A |\n")
+    h = compat.parse_smi(text)
+    assert (h.driver, h.cuda, h.gpus) == ((575, 57, 8), "12.9", (H100, RTX))
+    assert not h.data_center
+
+
+def test_query_output_with_a_two_part_driver_and_no_cuda():
+    h = compat.parse_smi("Driver Version : 535.54\nProduct Name : Tesla T4\n")
+    assert (h.driver, h.cuda, h.gpus) == ((535, 54), None, ("Tesla T4",))
+
+
+def test_csv_output():
+    h = compat.parse_smi("575.57.08, NVIDIA H100 80GB HBM3\n 575.57.08 , NVIDIA GeForce RTX 4090 \n")
+    assert (h.driver, h.cuda, h.gpus) == ((575, 57, 8), None, (H100, RTX))
+    assert not h.data_center
+
+
+@pytest.mark.parametrize("text", ["", "hello", "Driver Version: ???", "12.9, NVIDIA H100"])
+def test_unreadable_output_is_an_error(text):
+    with pytest.raises(compat.SmiParseError) as info:
+        compat.parse_smi(text)
+    assert str(info.value) == "no 'Driver Version' in the nvidia-smi output; capture `nvidia-smi` or `nvidia-smi -q`"
+
+
+def test_csv_output_of_one_gpu():
+    h = compat.parse_smi("575.57.08, NVIDIA H100 80GB HBM3\n")
+    assert (h.driver, h.gpus) == ((575, 57, 8), (H100,)) and h.data_center
+
+
+@pytest.mark.parametrize("text,parsed", [("12.9", (12, 9, 0)), ("12.9.1", (12, 9, 1)), (" 13.0.2\n", (13, 0, 2))])
+def test_parse_cuda(text, parsed):
+    assert compat.parse_cuda(text) == parsed
+
+
+@pytest.mark.parametrize("text", ["12", "12.9.1.4", "v12.9", "12.x", ""])
+def test_parse_cuda_refuses(text):
+    with pytest.raises(ValueError, match="not a CUDA version"):
+        compat.parse_cuda(text)
+
+
+def test_the_image_cuda_is_read_label_first_then_env():
+    key = "io.k3-cu129.cuda-version"
+    env = {"CUDA_VERSION": "12.8.1", "NVIDIA_REQUIRE_CUDA": "cuda>=12.7 brand=tesla,driver>=470"}
+    assert compat.image_cuda({key: "12.9.1"}, env, key) == ("12.9.1", f"label {key}")
+    assert compat.image_cuda({key: ""}, env, key) == ("12.8.1", "env CUDA_VERSION")
+    assert compat.image_cuda({}, {"NVIDIA_REQUIRE_CUDA": env["NVIDIA_REQUIRE_CUDA"]}, key) == (
+        "12.7", "env NVIDIA_REQUIRE_CUDA")
+    assert compat.image_cuda({}, {"NVIDIA_REQUIRE_CUDA": "cuda>=13.0.1 brand=x"}, key) == (
+        "13.0.1", "env NVIDIA_REQUIRE_CUDA")
+    assert compat.image_cuda({}, {"NVIDIA_REQUIRE_CUDA": "brand=tesla"}, key) is None
+    assert compat.image_cuda({}, {}, key) is None
+
+
+# --- the decision --------------------------------------------------------------------------------
+
+def test_no_driver_is_incompatible_and_says_what_to_install():
+    v = decide("12.9.1", host(None, note="nvidia-smi not installed"))
+    assert v.compatible is False
+    assert v.reason == "image needs CUDA 12.9.1 but this host has no usable NVIDIA driver (nvidia-smi not installed)"
+    assert v.route == ("install a driver (r575 for the cu129 build, r580 for the official CUDA 13 image), "
+                       "then run doctor again")
+
+
+@pytest.mark.parametrize("cuda,minimum", [("12.9.0", "575.51.03"), ("12.9.1", "575.57.08"), ("13.0.0", "580.65.06"),
+                                          ("13.0.1", "580.82.07"), ("13.0.2", "580.95.05")])
+def test_full_support_from_exactly_the_release_minimum(cuda, minimum):
+    drv = tuple(int(x) for x in minimum.split("."))
+    v = decide(cuda, host(drv))
+    assert v.compatible and v.route == "run the image as it is"
+    assert v.reason == f"CUDA {cuda} needs driver >= {minimum}; host has {minimum} (r{drv[0]})"
+    below = decide(cuda, host((drv[0], drv[1], drv[2] - 1)))
+    assert below.route != "run the image as it is"  # one patch below: not full support
+
+
+def test_an_update_not_in_the_table_uses_its_ga_minimum():
+    v = decide("12.9.2", host((575, 51, 3)))
+    assert v.compatible and v.reason.startswith("CUDA 12.9.2 needs driver >= 575.51.03")
+
+
+def test_minor_version_compatibility_within_12():
+    v = decide("12.9.1", host((575, 51, 3)))  # 12.9 GA driver, 12.9 U1 image
+    assert v.compatible
+    assert v.reason == ("CUDA 12.9.1 runs on driver 575.51.03 (r575) through minor-version compatibility within "
+                        "CUDA 12.x (family minimum 525.60.13) (full support from 575.57.08); features that need a "
+                        "newer driver (PTX JIT of newer code) are unavailable")
+    assert v.route == "run the image; upgrade the driver within the branch for full support"
+    assert decide("12.9.1", host((525, 60, 13))).compatible  # exactly the family minimum
+    old = decide("12.9.1", host((525, 60, 12)))
+    assert old.compatible is False
+    assert old.reason == "CUDA 12.9.1 needs driver >= 575.57.08 (branch r575); host has 525.60.12 (r525)"
+    assert old.route == "upgrade the driver to at least 575.57.08"
+
+
+def test_a_release_not_in_the_table_trusts_the_drivers_own_cuda_version():
+    # No table entry for 12.8: nvidia-smi's CUDA Version is the newest CUDA the driver fully supports.
+    v = decide("12.8.1", host((570, 86, 10), cuda="12.8"))
+    assert v.compatible and v.route == "run the image as it is"
+    assert v.reason == "CUDA 12.8.1: host driver 570.86.10 (r570) supports CUDA up to 12.8"
+    assert decide("12.8.1", host((570, 86, 10), cuda="12.9")).reason.endswith("supports CUDA up to 12.9")
+    older = decide("12.8.1", host((550, 54, 15), cuda="12.4"))
+    assert older.compatible and "minor-version compatibility within CUDA 12.x (family minimum 525.60.13);" in older.reason
+    assert "full support from" not in older.reason  # no table entry to point at
+    # The driver's own claim is only read for a release without a table entry.
+    listed = decide("12.9.1", host((560, 35, 3), cuda="12.9"))
+    assert "minor-version compatibility" in listed.reason
+
+
+def test_the_official_cuda13_image_on_r575():
+    dc = decide("13.0.2", host((575, 57, 8), gpus=(H100, H100)))
+    assert not dc.compatible
+    assert dc.reason == "CUDA 13.0.2 needs driver >= 580.95.05 (branch r580); host has 575.57.08 (r575)"
+    assert dc.route == ("use the cu129 build (this project) on this CUDA 12 driver (r575), or upgrade the driver to "
+                        "r580+; forward compatibility (cuda-compat-13-0) is possible on these data-center GPUs in "
+                        "an isolated environment")
+    consumer = decide("13.0.2", host((575, 57, 8), gpus=(RTX,)))
+    assert consumer.route.endswith("; forward compatibility is not available on these GPUs (data-center GPUs only)")
+    mixed = decide("13.0.2", host((575, 57, 8), gpus=(H100, RTX)))
+    assert "not available on these GPUs" in mixed.route and "is possible" not in mixed.route
+
+
+def test_cuda13_within_its_family():
+    v = decide("13.0.2", host((580, 65, 6), gpus=(RTX,)))  # 13.0 GA driver: minor-version compatible
+    assert v.compatible and "within CUDA 13.x (family minimum 580.65.06) (full support from 580.95.05)" in v.reason
+    assert not decide("13.0.0", host((580, 65, 5))).compatible
+
+
+def test_a_major_without_a_family_entry():
+    # CUDA 14 on a 580 driver: nothing in the tables; not the CUDA-12-driver route either.
+    v = decide("14.0.0", host((580, 65, 6)))
+    assert not v.compatible
+    assert v.reason == "CUDA 14.0.0 is not in the compatibility table; host has 580.65.06 (r580)"
+    assert v.route == "upgrade the driver"
+    # ... but on a CUDA 12 driver it is: the cu129 build is the way.
+    below = decide("14.0.0", host((580, 65, 5)))
+    assert below.route.startswith("use the cu129 build")
+    assert decide("14.0.0", host((580, 65, 6), cuda="14.0")).compatible  # the driver says it supports 14.0
+    assert not decide("14.1.0", host((580, 65, 6), cuda="14.0")).compatible
+
+
+def test_cuda11_on_an_old_driver():
+    v = decide("11.8.0", host((470, 82, 1)))
+    assert v.compatible is False and v.route == "upgrade the driver"
+    assert v.reason == "CUDA 11.8.0 is not in the compatibility table; host has 470.82.01 (r470)"
+
+
+def test_a_bad_version_is_a_value_error():
+    with pytest.raises(ValueError):
+        decide("twelve", host((575, 57, 8)))

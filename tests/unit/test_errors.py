@@ -1,0 +1,224 @@
+"""Exit codes: every failure class has its own, and `cli.main` is the one place that turns a raised
+error (or an interrupt) into that exit, a one-line message and, with --json, a JSON document."""
+
+from __future__ import annotations
+
+import json
+import signal
+
+import pytest
+
+from builder import cli, errors, log
+
+
+@pytest.fixture(autouse=True)
+def no_secrets(monkeypatch):
+    monkeypatch.setattr(log, "_secrets", set())
+
+
+# The README's table ("Exit codes"), class by class.
+EXIT_CODES = [
+    (errors.BuilderError, 1),
+    (errors.ConfigError, 2),
+    (errors.RecordError, 2),
+    (errors.SourceError, 2),
+    (errors.LockError, 2),
+    (errors.Unreachable, 3),
+    (errors.EngineUnavailable, 3),
+    (errors.RegistryUnavailable, 3),
+    (errors.BuildError, 1),
+    (errors.CheckFailed, 1),
+    (errors.VerifyFailed, 1),
+    (errors.NotReproduced, 1),
+    (errors.DriftError, 1),
+    (errors.Busy, 75),
+    (errors.Interrupted, 130),
+]
+
+
+def test_every_error_class_is_in_the_table():
+    known = {cls for cls, _ in EXIT_CODES}
+    defined = {obj for obj in vars(errors).values() if isinstance(obj, type) and issubclass(obj, errors.BuilderError)}
+    assert defined == known
+
+
+@pytest.mark.parametrize("cls,code", EXIT_CODES, ids=lambda v: getattr(v, "__name__", str(v)))
+def test_each_error_class_has_its_exit_code(cls, code):
+    assert cls.exit_code == code
+    assert cls("x").exit_code == code
+    assert cls("why it failed").message == "why it failed"
+    assert str(cls("why it failed")) == "why it failed"
+
+
+def test_registry_unavailable_is_an_engine_unavailable():
+    # Callers that catch "the engine is out of reach" also catch the registry being out of reach.
+    assert issubclass(errors.RegistryUnavailable, errors.EngineUnavailable)
+
+
+def test_a_build_error_names_its_log():
+    exc = errors.BuildError("buildx build failed", "/a/build.log")
+    assert exc.message == "buildx build failed (log: /a/build.log)" and exc.log_path == "/a/build.log"
+    plain = errors.BuildError("buildx build failed")
+    assert plain.message == "buildx build failed" and plain.log_path is None
+
+
+@pytest.mark.parametrize("text,network", [
+    ("fatal: unable to access 'https://github.com/x/': Could not resolve host: github.com", True),
+    ("error: Connection refused (os error 111)", True),
+    ("Failed to fetch: `https://pypi.org/simple/torch/`", True),
+    ("error sending request for url", True),
+    ("operation timed out", True),
+    ("No solution found when resolving dependencies: torch==9.9 is unavailable", False),
+    ("", False),
+])
+def test_network_failures_are_told_apart_from_bad_input(text, network):
+    assert errors.is_network_failure(text) is network
+    assert errors.is_network_failure(text.upper()) is network  # case does not matter
+
+
+def _main(monkeypatch, raiser, *argv):
+    """Run cli.main with the `plan` command replaced by ``raiser``; (exit code, stdout, stderr)."""
+    monkeypatch.setitem(cli.COMMANDS, "plan", raiser)
+    with pytest.raises(SystemExit) as info:
+        cli.main(["plan", *argv])
+    return info.value.code
+
+
+@pytest.mark.parametrize("cls,code", EXIT_CODES, ids=lambda v: getattr(v, "__name__", str(v)))
+def test_main_exits_with_the_raised_errors_code(monkeypatch, capsys, cls, code):
+    def raiser(args, out):
+        raise cls("the thing failed")
+
+    assert _main(monkeypatch, raiser) == code
+    captured = capsys.readouterr()
+    assert captured.err == "error: the thing failed\n" and captured.out == ""
+
+
+@pytest.mark.parametrize("cls,code", [(errors.LockError, 2), (errors.EngineUnavailable, 3),
+                                      (errors.RegistryUnavailable, 3), (errors.Unreachable, 3), (errors.Busy, 75)])
+def test_main_json_failure_document(monkeypatch, capsys, cls, code):
+    def raiser(args, out):
+        out.data["partial"] = "kept"
+        raise cls("out of reach: https://u:tok3n@host/x")
+
+    assert _main(monkeypatch, raiser, "--json") == code
+    doc = json.loads(capsys.readouterr().out)
+    assert doc == {"ok": False, "exit_code": code, "error": "out of reach: https://***@host/x", "partial": "kept"}
+
+
+def test_main_success_exit_code_and_json(monkeypatch, capsys):
+    def ok(args, out):
+        out.data["answer"] = 42
+        return 0
+
+    assert _main(monkeypatch, ok, "--json") == 0
+    assert json.loads(capsys.readouterr().out) == {"ok": True, "exit_code": 0, "answer": 42}
+    assert _main(monkeypatch, lambda args, out: 1) == 1  # a command's own non-zero result (doctor: incompatible)
+    assert json.loads(capsys.readouterr().out or "null") is None  # no --json: no document
+
+
+@pytest.mark.parametrize("how", ["keyboard", "sigterm"])
+def test_an_interrupt_is_exit_130_and_touches_no_record(monkeypatch, capsys, how):
+    def raiser(args, out):
+        if how == "sigterm":
+            # What a CI runner's cancel sends: main installed the handler that turns it into Ctrl-C.
+            assert signal.getsignal(signal.SIGTERM) is cli._terminate
+            cli._terminate(signal.SIGTERM, None)
+        raise KeyboardInterrupt
+
+    previous = signal.getsignal(signal.SIGTERM)
+    try:
+        assert _main(monkeypatch, raiser, "--json") == 130
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    captured = capsys.readouterr()
+    assert captured.err == "error: interrupted; records untouched\n"
+    assert json.loads(captured.out) == {"ok": False, "exit_code": 130, "error": "interrupted; records untouched"}
+
+
+def test_sigterm_handler_raises_keyboard_interrupt():
+    with pytest.raises(KeyboardInterrupt):
+        cli._terminate(signal.SIGTERM, None)
+
+
+def test_error_messages_are_one_line_and_redacted(monkeypatch, capsys):
+    log.register_secret("hf_0123456789abcdef")
+
+    def raiser(args, out):
+        raise errors.ConfigError("bad\nvalue\x1b[31m hf_0123456789abcdef\tend")
+
+    assert _main(monkeypatch, raiser) == 2
+    err = capsys.readouterr().err
+    assert err == "error: bad\\nvalue\\x1b[31m ***\\tend\n"
+
+
+def test_an_unexpected_exception_is_not_swallowed(monkeypatch):
+    def raiser(args, out):
+        raise ValueError("a bug")
+
+    monkeypatch.setitem(cli.COMMANDS, "plan", raiser)
+    with pytest.raises(ValueError):
+        cli.main(["plan"])
+
+
+def test_no_command_and_no_target_prints_help_and_exits_2(capsys):
+    with pytest.raises(SystemExit) as info:
+        cli.main([])
+    assert info.value.code == 2
+    assert "usage: build" in capsys.readouterr().err
+
+
+def test_no_command_with_a_target_is_build(monkeypatch):
+    seen = []
+    monkeypatch.setitem(cli.COMMANDS, "build", lambda args, out: seen.append(args.target) or 0)
+    with pytest.raises(SystemExit) as info:
+        cli.main(["--target", "smoke"])
+    assert info.value.code == 0 and seen == [["smoke"]]
+
+
+def test_a_backslash_in_a_message_is_shown_as_it_is(monkeypatch, capsys):
+    def raiser(args, out):
+        raise errors.ConfigError("C:\\path\\to 'x'")
+
+    assert _main(monkeypatch, raiser) == 2
+    assert capsys.readouterr().err == "error: C:\\path\\to 'x'\n"
+
+
+def test_the_json_document_is_indented_sorted_and_takes_paths(monkeypatch, capsys):
+    from pathlib import Path
+
+    def ok(args, out):
+        out.data.update({"zeta": 1, "alpha": Path("/x/y")})
+        return 0
+
+    assert _main(monkeypatch, ok, "--json") == 0
+    out = capsys.readouterr().out
+    assert out == json.dumps({"ok": True, "exit_code": 0, "zeta": 1, "alpha": "/x/y"}, indent=2, sort_keys=True) + "\n"
+    assert out.splitlines()[:3] == ["{", '  "alpha": "/x/y",', '  "exit_code": 0,']
+
+
+def test_a_reader_that_left_is_not_an_error(monkeypatch):
+    # `build plan | head`: stdout's reader is gone; the rest of the output goes to /dev/null, exit 0.
+    import os
+
+    calls = []
+
+    def dup2(fd, fd2):
+        calls.append((os.readlink(f"/proc/self/fd/{fd}"), fd2))
+        os.close(fd)
+
+    class Stdout:
+        def fileno(self):
+            return 1
+
+    def raiser(args, out):
+        raise BrokenPipeError
+
+    import sys
+    import types
+
+    monkeypatch.setattr(cli, "os", types.SimpleNamespace(dup2=dup2, open=os.open, O_WRONLY=os.O_WRONLY,
+                                                         devnull=os.devnull))
+    monkeypatch.setattr(cli, "sys", types.SimpleNamespace(stdout=Stdout(), stderr=sys.stderr, exit=sys.exit))
+    assert _main(monkeypatch, raiser) == 0
+    assert calls == [(os.devnull, 1)]
