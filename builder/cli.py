@@ -267,7 +267,8 @@ def _options(args: argparse.Namespace, plans) -> BuildOptions:
                         run_checks=not args.no_checks, force=args.force, cache_from=tuple(args.cache_from),
                         cache_to=args.cache_to, secrets=parse_secrets(args.secret, wanted), jobs=args.jobs,
                         keep_context=args.keep_context,
-                        compile_cache=args.compile_cache or os.environ.get("K3_COMPILE_CACHE") or None)
+                        compile_cache=args.compile_cache or os.environ.get("K3_COMPILE_CACHE") or None,
+                        compile_cache_from_env=not args.compile_cache and bool(os.environ.get("K3_COMPILE_CACHE")))
 
 
 def _engine():

@@ -110,6 +110,9 @@ DEPS_EPOCH = 946684800
 # The BuildKit secret that carries the remote compile cache's endpoint and credentials (sccache
 # environment lines) into the compile step; `build --compile-cache URL` makes it.
 COMPILE_CACHE_SECRET = "k3_compile_cache"
+# The build argument that picks the compile stage: the network-off one unless a backend is given.
+COMPILE_MODE_ARG = "K3_COMPILE_MODE"
+COMPILE_MODE_REMOTE = "remote-cache"
 STATS_MARKER = "K3-SCCACHE-STATS "  # the compile step prints sccache's JSON stats after this
 # ...and this line when the backend did not answer and it compiled with the local cache alone.
 FALLBACK_MARKER = "K3-SCCACHE-BACKEND-UNREACHABLE"

@@ -32,6 +32,7 @@ class BuildOptions:
     jobs: int = 1  # targets built at once
     keep_context: bool = False  # keep the build's context/source/third_party copies under artifacts/
     compile_cache: str | None = None  # remote sccache backend URL (a secret: may carry credentials)
+    compile_cache_from_env: bool = False  # it came from $K3_COMPILE_CACHE, not --compile-cache
 
     def __post_init__(self) -> None:
         if self.max_jobs is not None and not 1 <= self.max_jobs <= MAX_JOBS_LIMIT:

@@ -16,7 +16,6 @@ import fcntl
 import os
 import re
 import shutil
-import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -173,6 +172,7 @@ def _preflight(engine: Engine, options: BuildOptions, target: Target) -> EngineI
 
 def _request(plan: Plan, options: BuildOptions, info: EngineInfo, contexts: dict[str, Path], epoch: int,
              locks: LockSet, tag: str, no_cache: bool, secrets: tuple[str, ...]) -> BuildRequest:
+    """``secrets``: the compile cache's, if any (it selects the compile stage that reaches it)."""
     target = plan.target
     par = parallelism(target, info.cpus, info.memory_bytes, options.max_jobs)
     log.info(f"    {par.describe()}")
@@ -180,7 +180,9 @@ def _request(plan: Plan, options: BuildOptions, info: EngineInfo, contexts: dict
         context=contexts.pop("default"), dockerfile=plan.dockerfile, tags=(f"{target.image.name}:{tag}",),
         build_args={"SOURCE_DATE_EPOCH": str(epoch), "MAX_JOBS": str(par.max_jobs),
                     "NVCC_THREADS": str(target.compile.nvcc_threads), "K3_CREATED": contract.created_iso(epoch),
-                    "K3_LOCK_SHA256": locks.runtime_sha256},
+                    "K3_LOCK_SHA256": locks.runtime_sha256,
+                    # The compile stage with the shared cache, only when there is a backend to reach.
+                    **({contract.COMPILE_MODE_ARG: contract.COMPILE_MODE_REMOTE} if secrets else {})},
         build_contexts=contexts, source_date_epoch=epoch, push=True, no_cache=no_cache, builder=options.builder,
         attest=info.driver in _ATTEST_DRIVERS, cache_from=options.cache_from, cache_to=options.cache_to,
         secrets=options.secrets + secrets,
@@ -191,6 +193,11 @@ def _cache_secret(target: Target, options: BuildOptions, secret_dir: Path | None
     """The remote compile cache's BuildKit secret: the command line's backend, else the matrix's."""
     url = options.compile_cache or target.compile.cache_url
     if not url:
+        return ()
+    if not target.compile.remote and options.compile_cache_from_env:
+        # A CI-wide variable meets a target that compiles with the network off: that target wins.
+        log.info(f"    compile cache: $K3_COMPILE_CACHE not used: targets.{target.name}.compile.remote_cache is "
+                 "false (the compile keeps --network=none)")
         return ()
     if not target.compile.remote or secret_dir is None:
         raise ConfigError(f"--compile-cache: target {target.name} compiles with the network off; set "
@@ -374,19 +381,6 @@ def prune(root: Path, names: list[str], keep: int) -> list[Path]:
     return removed
 
 
-def _preload_publishing() -> None:
-    """Import what checks and attestation need (pytest; cyclonedx and jsonschema, whose IRI format
-    checker builds ~40 grammars: over a second) in a thread while the engine builds, so the build
-    does not wait for them afterwards; the up-to-date path never pays for them."""
-    def work() -> None:
-        with contextlib.suppress(Exception):  # an import that fails here fails again, loudly, where it is used
-            from cyclonedx.validation.json import JsonStrictValidator  # noqa: F401
-
-            from builder import attest, imagechecks  # noqa: F401
-
-    threading.Thread(target=work, name="k3-preload", daemon=True).start()
-
-
 def _build(plan: Plan, engine: Engine, options: BuildOptions) -> Outcome:
     target, started = plan.target, time.monotonic()
     record_path = contract.record_path(plan.root, target.name)
@@ -404,7 +398,6 @@ def _build(plan: Plan, engine: Engine, options: BuildOptions) -> Outcome:
     with compilecache.secret_dir() as secret_dir:  # the backend's secret lives only as long as the build
         prep = prepare(plan, engine, options, tag=target.image.tag, dockerfile_text=dockerfile_text, locks=locks,
                        no_cache=options.no_cache, secret_dir=Path(secret_dir))
-        _preload_publishing()
         result = run_engine(prep, engine)
     cache = compilecache.stats(prep.log_path.read_text(errors="replace"))
     if cache:

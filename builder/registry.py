@@ -29,6 +29,7 @@ import re
 import shutil
 import signal
 import subprocess
+import time
 import urllib.error
 import urllib.parse
 import urllib.request
@@ -406,16 +407,30 @@ class Registry:
         }
         raw = json.dumps(manifest, sort_keys=True, separators=(",", ":")).encode()
         digest = self.push_manifest(repo, "sha256:" + hashlib.sha256(raw).hexdigest(), raw, OCI_MANIFEST)
-        tag = subject.digest.replace(":", "-")
-        current = self.manifest(repo, tag)
-        entries = current.doc.get("manifests", []) if current else []
-        entries = [e for e in entries if e.get("artifactType") != artifact_type]
-        entries.append({"mediaType": OCI_MANIFEST, "digest": digest, "size": len(raw),
-                        "artifactType": artifact_type, "annotations": manifest["annotations"]})
-        index = {"schemaVersion": 2, "mediaType": OCI_INDEX,
-                 "manifests": sorted(entries, key=lambda e: (e["artifactType"], e["digest"]))}
-        self.push_manifest(repo, tag, json.dumps(index, sort_keys=True, separators=(",", ":")).encode(), OCI_INDEX)
+        entry = {"mediaType": OCI_MANIFEST, "digest": digest, "size": len(raw),
+                 "artifactType": artifact_type, "annotations": manifest["annotations"]}
+        self._list_referrer(repo, subject.digest.replace(":", "-"), entry)
         return digest
+
+    def _list_referrer(self, repo: str, tag: str, entry: dict, attempts: int = 4) -> None:
+        """Read-modify-write of the referrers index (the tag schema has no atomic update): two
+        builds of one image attach at once, or an entry's manifest was deleted since. The registry
+        refuses an index naming a manifest it lacks (HTTP 400), so entries it no longer has are
+        dropped and the write is retried on a fresh read."""
+        for attempt in range(attempts):
+            current = self.manifest(repo, tag)
+            entries = [e for e in (current.doc.get("manifests", []) if current else [])
+                       if e.get("artifactType") != entry["artifactType"] and self.manifest(repo, e["digest"])]
+            index = {"schemaVersion": 2, "mediaType": OCI_INDEX,
+                     "manifests": sorted([*entries, entry], key=lambda e: (e["artifactType"], e["digest"]))}
+            try:
+                self.push_manifest(repo, tag, json.dumps(index, sort_keys=True, separators=(",", ":")).encode(),
+                                   OCI_INDEX)
+                return
+            except RegistryError as exc:
+                if exc.status != 400 or attempt == attempts - 1:
+                    raise
+                time.sleep(0.2 * (attempt + 1))
 
     def referrers(self, repo: str, subject_digest: str) -> dict[str, bytes]:
         """artifactType -> content of each artifact attached to ``subject_digest`` (tag schema)."""

@@ -91,6 +91,8 @@ def template_vars(target: Target) -> dict:
         "cache_secret": contract.COMPILE_CACHE_SECRET,
         "fallback_marker": contract.FALLBACK_MARKER,
         "cache_vars": compilecache.BACKEND_VARS,
+        "compile_mode_arg": contract.COMPILE_MODE_ARG,
+        "compile_mode_remote": contract.COMPILE_MODE_REMOTE,
         "deps_epoch": contract.DEPS_EPOCH,
         "lock_name": contract.LOCK_NAME,
         "build_lock_name": contract.BUILD_LOCK_NAME,

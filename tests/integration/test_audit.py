@@ -51,17 +51,29 @@ def test_verify_passes_offline_and_against_the_registry(built):
         assert ("registry: image" in rows) == bool(args)
 
 
+def _installed_hash(root) -> str:
+    """The sha256 the SBOM records for the CUDA runtime wheel: the one file the image installed."""
+    sbom = json.loads((root / "locks/smoke/sbom.cdx.json").read_text())
+    comp = next(c for c in sbom["components"] if c["name"] == "nvidia-cuda-runtime-cu12")
+    return comp["hashes"][0]["content"]
+
+
+# The SBOM and provenance are named by hash in image.json, so editing either (or the record) also
+# fails "image.json <-> audit files"; a lock is not an audit file.
+AUDIT = "image.json <-> audit files"
 TAMPER = {
-    "lock": ("locks/smoke/requirements.txt", lambda t: re.sub(r"sha256:[0-9a-f]{4}", "sha256:0000", t, count=1),
+    # The installed wheel's hash, deliberately: a lock lists several wheels per package.
+    "lock": ("locks/smoke/requirements.txt", lambda t, root: t.replace(_installed_hash(root), "0" * 64),
              {"lock hash-pinned", "lock <-> image.json", "lock <-> SBOM"}),
-    "sbom": ("locks/smoke/sbom.cdx.json", lambda t: t.replace('"version": "12.9.79"', '"version": "12.9.80"', 1),
-             {"lock <-> SBOM"}),
-    "record": ("locks/smoke/image.json", lambda t: re.sub(r'"digest": "sha256:[0-9a-f]{64}"',
-                                                         '"digest": "sha256:' + "e" * 64 + '"', t, count=1),
-               {"matrix <-> image.json", "image.json <-> SBOM", "image.json <-> provenance"}),
-    "provenance": ("locks/smoke/provenance.intoto.json", lambda t: re.sub(r'"gitCommit": "[0-9a-f]{40}"',
-                                                                         '"gitCommit": "' + "1" * 40 + '"', t),
-                   {"image.json <-> provenance"}),
+    "sbom": ("locks/smoke/sbom.cdx.json",
+             lambda t, root: t.replace('"version": "12.9.79"', '"version": "12.9.80"', 1),
+             {"lock <-> SBOM", AUDIT}),
+    "record": ("locks/smoke/image.json", lambda t, root: re.sub(r'"digest": "sha256:[0-9a-f]{64}"',
+                                                               '"digest": "sha256:' + "e" * 64 + '"', t, count=1),
+               {"matrix <-> image.json", "image.json <-> SBOM", "image.json <-> provenance", AUDIT}),
+    "provenance": ("locks/smoke/provenance.intoto.json",
+                   lambda t, root: re.sub(r'"gitCommit": "[0-9a-f]{40}"', '"gitCommit": "' + "1" * 40 + '"', t),
+                   {"image.json <-> provenance", AUDIT}),
 }
 
 
@@ -72,7 +84,7 @@ def test_verify_fails_on_the_right_row(built, tmp_path, what):
     rel, edit, expected = TAMPER[what]
     path = work.root / rel
     before = path.read_text()
-    path.write_text(edit(before))
+    path.write_text(edit(before, work.root))
     assert path.read_text() != before
     r = cli("--matrix", str(work.matrix), "verify", "--target", "smoke")
     assert r.code == 1, r.err

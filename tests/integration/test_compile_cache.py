@@ -67,7 +67,7 @@ def _remote_target(smoke, dest: Path, tag: str):
     assert cli("--matrix", str(work.matrix), "render").code == 0
     dockerfile = (work.root / "dockerfiles" / "smoke" / "Dockerfile").read_text()
     assert "HAS NETWORK ACCESS" in dockerfile and "--mount=type=secret,id=k3_compile_cache" in dockerfile
-    assert "RUN --network=none \\\n    --mount=type=bind,from=source" not in dockerfile
+    assert "FROM build AS compile-offline\n" in dockerfile and "FROM build AS compile-remote-cache\n" in dockerfile
     assert cli("--matrix", str(work.matrix), "lock", "--target", "smoke").code == 0
     return work
 
@@ -87,6 +87,8 @@ def test_a_rerun_compile_hits_the_remote_cache_and_the_password_stays_secret(bui
     url = f"redis://:{PASSWORD}@{host}:{port}/0"
 
     cold, _ = _build(work, url)
+    log = Path(cold["log"]).read_text()
+    assert "[compile-remote-cache " in log and "[compile-offline " not in log  # the stage with the cache ran
     assert cold["compile_cache"]["misses"] > 0 and _dbsize(host, port) > 0
     warm, err = _build(work, url)
     stats = warm["compile_cache"]

@@ -50,7 +50,10 @@ def test_compare_reports_the_known_differences(variant):
     assert doc["labels"]["changed"] == [["io.k3-cu129.owner", "gpu-platform@example.org", "someone-else@example.org"]]
     assert doc["os packages"]["changed"] == [] and doc["os packages"]["same"] > 50
     assert doc["cuda"]["same"] == 1
-    text = cli("--matrix", str(smoke.matrix), "compare", "--target", "smoke", "--against", tag).out
+    summary = cli("--matrix", str(smoke.matrix), "compare", "--target", "smoke", "--against", tag).out
+    assert "python distributions: " in summary and "1 only in the reference" in summary
+    assert "extra-pkg" not in summary  # the summary counts; --all lists
+    text = cli("--matrix", str(smoke.matrix), "compare", "--target", "smoke", "--against", tag, "--all").out
     assert "- extra-pkg 2.0 (only in the reference)" in text
 
 

@@ -202,6 +202,10 @@ def test_the_probe_is_standalone_python():
 def test_sbom_is_valid_and_the_same_bytes_every_time(inputs):
     first = attest.sbom(*inputs)
     assert first == attest.sbom(*inputs)
+    attest.validate_sbom(first)  # strict CycloneDX 1.6 schema (what `verify` runs)
+    attest.validate_sbom(attest.sbom(*inputs[:4], WHEELS))
+    with pytest.raises(ValueError, match="CycloneDX 1.6"):
+        attest.validate_sbom(first.replace('"specVersion": "1.6"', '"specVersion": 1.6'))
     doc = json.loads(first)
     assert doc["specVersion"] == "1.6"
     assert doc["metadata"]["timestamp"] == "2026-09-21T22:32:49+00:00"

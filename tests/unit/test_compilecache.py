@@ -113,3 +113,35 @@ def test_the_fallback_is_read_from_output_lines_not_the_echoed_command():
     said = f"#13 10.2 {contract.FALLBACK_MARKER}: compiling with the local cache only"
     got = compilecache.stats("\n".join([command, said, stats_line]))
     assert got.backend_unreachable and got.line().endswith("(backend unreachable: local cache only)")
+
+
+def _target(tmp_path, **compile_keys):
+    import yaml
+
+    from builder import matrix
+    from tests.conftest import REPO
+
+    doc = yaml.safe_load((REPO / "matrix.yaml").read_text())
+    doc["targets"]["cu129"]["compile"].update(compile_keys)
+    (tmp_path / "matrix.yaml").write_text(yaml.safe_dump(doc))
+    return matrix.load(tmp_path / "matrix.yaml").target("cu129")
+
+
+def test_which_backend_a_build_uses(tmp_path):
+    from builder.options import BuildOptions
+    from builder.pipeline import _cache_secret
+
+    offline = _target(tmp_path, remote_cache=False)
+    assert _cache_secret(offline, BuildOptions(), tmp_path) == ()
+    # A CI-wide $K3_COMPILE_CACHE does not give network to a target that compiles without it...
+    assert _cache_secret(offline, BuildOptions(compile_cache="redis://c:1", compile_cache_from_env=True), tmp_path) == ()
+    # ...but asking for it on the command line is a contradiction, reported.
+    with pytest.raises(ConfigError, match=r"targets\.cu129\.compile\.remote_cache") as err:
+        _cache_secret(offline, BuildOptions(compile_cache="redis://c:1"), tmp_path)
+    assert err.value.exit_code == 2
+    secret = tmp_path / contract.COMPILE_CACHE_SECRET
+    from_matrix = _target(tmp_path, remote_cache=False, cache_url="s3://k3-cache/vllm?region=eu-west-1")
+    assert _cache_secret(from_matrix, BuildOptions(), tmp_path) == (f"id={contract.COMPILE_CACHE_SECRET},src={secret}",)
+    assert "SCCACHE_BUCKET=k3-cache" in secret.read_text()
+    _cache_secret(from_matrix, BuildOptions(compile_cache="redis://flag-wins:6379"), tmp_path)
+    assert "SCCACHE_REDIS_ENDPOINT=redis://flag-wins:6379" in secret.read_text()

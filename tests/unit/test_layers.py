@@ -65,8 +65,14 @@ def test_malformed_layers_are_config_errors(tmp_path, layers):
 def test_each_group_becomes_its_own_copy_into_the_final_stage():
     text = (REPO / "dockerfiles" / "cu129" / "Dockerfile").read_text()
     final = text[text.rindex("\nFROM "):]
-    copies = re.findall(r"^COPY --from=build /layers/([a-z0-9-]+)/opt /opt$", final, re.M)
+    copies = re.findall(r"^COPY --from=compiled /layers/([a-z0-9-]+)/opt /opt$", final, re.M)
     assert copies == ["base", "cuda", "torch", "flashinfer", "deps", "app"]
+
+
+def _compile_stages(text: str) -> dict[str, str]:
+    """Stage name -> its compile RUN's flags line, for the compile-* stages."""
+    found = re.findall(r"^FROM build AS (compile-[a-z-]+)\n(?:#.*\n)*(RUN [^\n]*)", text, re.M)
+    return dict(found)
 
 
 @pytest.mark.parametrize("url", ["s3://k3-cache/vllm?region=eu-west-1", "redis://cache.internal:6379/2",
@@ -77,7 +83,8 @@ def test_matrix_cache_url_opts_into_the_remote_cache(tmp_path, url):
         t["compile"]["cache_url"] = url
     target = _load(tmp_path, change).target("cu129")
     assert target.compile.remote
-    assert "--network=none" not in render.render(target)
+    stages = _compile_stages(render.render(target))
+    assert stages == {"compile-offline": "RUN --network=none \\", "compile-remote-cache": "RUN \\"}
 
 
 @pytest.mark.parametrize("url", ["redis://user:pw@cache:6379", "http://cache:80", "s3://b/p?x=$(id)",
@@ -90,7 +97,18 @@ def test_matrix_cache_url_without_credentials_or_shell(tmp_path, url):
 def test_without_remote_cache_the_compile_has_no_network(tmp_path):
     target = _load(tmp_path, lambda t: t["compile"].update(remote_cache=False)).target("cu129")
     text = render.render(target)
-    assert "RUN --network=none \\\n    --mount=type=bind,from=source" in text
-    assert "HAS NETWORK ACCESS" not in text
-    remote = render.render(matrix.load(REPO / "matrix.yaml").target("cu129"))
-    assert "HAS NETWORK ACCESS" in remote
+    assert _compile_stages(text) == {"compile-offline": "RUN --network=none \\"}
+    assert "HAS NETWORK ACCESS" not in text and contract.COMPILE_MODE_ARG not in text
+    assert "\nFROM compile-offline AS compiled\n" in text
+
+
+def test_a_remote_cache_target_still_compiles_offline_by_default():
+    """The committed cu129 Dockerfile allows a remote cache, yet with no build argument (no backend
+    given) the stage that builds is the network-off one."""
+    text = (REPO / "dockerfiles" / "cu129" / "Dockerfile").read_text()
+    assert f"ARG {contract.COMPILE_MODE_ARG}=offline\n" in text
+    assert f"FROM compile-${{{contract.COMPILE_MODE_ARG}}} AS compiled" in text
+    assert _compile_stages(text) == {"compile-offline": "RUN --network=none \\",
+                                     f"compile-{contract.COMPILE_MODE_REMOTE}": "RUN \\"}
+    remote = text[text.index(f"FROM build AS compile-{contract.COMPILE_MODE_REMOTE}"):text.index("AS compiled")]
+    assert "HAS NETWORK ACCESS" in text and "--mount=type=secret,id=k3_compile_cache,required=true" in remote

@@ -537,3 +537,16 @@ def test_a_timestamp_is_not_a_date():
 
 def test_upper_case_keys_print_plain():
     assert matrix._key("VLLM_CUTLASS_SRC_DIR") == "VLLM_CUTLASS_SRC_DIR"
+
+
+def test_an_unknown_target_lists_the_known_ones():
+    m = matrix.parse(_two_targets(), PATH)
+    with pytest.raises(ConfigError) as info:
+        m.target("smoke")
+    assert info.value.message == "matrix.yaml: targets: unknown target 'smoke'; known: cu129, other"
+
+
+def test_a_directory_is_not_a_matrix(tmp_path):
+    with pytest.raises(ConfigError) as info:
+        matrix.load(tmp_path)
+    assert info.value.message == f"{tmp_path}: not a regular file (the build matrix)"
