@@ -5,6 +5,9 @@ testinfra, cyclonedx and jsonschema cost about a second to import and are needed
 image exists (the image checks, the SBOM). ``builder.imagechecks`` and ``builder.attest`` import
 them at the top, and every caller imports those two modules inside the function that needs them,
 so start-up, `build plan`, `build render` and an "up to date" build never pay for them.
+The same holds for three libraries those paths do not use: python-on-whales (~170 pydantic
+models: the engine makes its Docker client on first use), GitPython (imported by the functions
+that fetch) and rich (the console is made on first print).
 """
 
 __version__ = "0.1.0"

@@ -25,8 +25,8 @@ MIN_DRIVER = {
 FAMILY_MIN = {12: (525, 60, 13), 13: (580, 65, 6)}
 # Forward compatibility (a newer CUDA major on an older driver through cuda-compat-X-Y) is only
 # supported on data-center GPUs.
-DATA_CENTER = re.compile(r"\b(A100|A800|A30|A40|A10|A16|A2|H100|H800|H200|H20|GH200|B100|B200|GB200|B300|L40S?|L4|"
-                         r"L20|T4|V100)\b")
+DATA_CENTER = re.compile(r"\b(A100|A800|A30|A40|A10G?|A16|A2|H100|H800|H200|H20|GH200|B100|B200|GB200|B300|GB300|"
+                         r"L40S?|L4|L20|T4|V100)\b")
 
 
 class SmiParseError(ValueError):

@@ -717,10 +717,18 @@ def _check_defaults(path: Path, defaults: dict, targets: dict) -> None:
             err = exc.errors(include_url=False)[0]
             message = _format_error(path, {**err, "loc": ("defaults", key, *err["loc"])})
             users = [n for n, t in targets.items() if not (isinstance(t, dict) and key in t)]
-            if users:
-                where = f"{path}: defaults.{_key(key)}"
-                message = message.replace(where, f"{where} (used by {', '.join(f'targets.{_key(u)}' for u in users)})", 1)
+            if users:  # after the whole key path: "<file>: defaults.image.registry (used by ...): why"
+                prefix = f"{path}: "
+                keypath, _, why = message[len(prefix):].partition(": ")
+                message = f"{prefix}{keypath} (used by {', '.join(f'targets.{_key(u)}' for u in users)}): {why}"
             raise ConfigError(message) from None
+
+
+# Variables the template sets in the build stage (builder/templates/Dockerfile.j2): no matrix key
+# may set them too.
+TEMPLATE_ENV = ("SOURCE_DATE_EPOCH", "TORCH_CUDA_ARCH_LIST", "MAX_JOBS", "NVCC_THREADS", "SETUPTOOLS_SCM_PRETEND_VERSION",
+                "SCCACHE_DIR", "SCCACHE_IDLE_TIMEOUT", "CMAKE_ARGS", "PIP_NO_INDEX", "PIP_DISABLE_PIP_VERSION_CHECK",
+                "PIP_NO_COMPILE", "PYTHONDONTWRITEBYTECODE", "VIRTUAL_ENV", "PATH")
 
 
 def _cross_checks(path: Path, t: Target) -> None:
@@ -729,11 +737,11 @@ def _cross_checks(path: Path, t: Target) -> None:
         raise ConfigError(f"{where}.python.standalone: required when provider is 'standalone' (url and sha256)")
     if t.python.provider == "system" and t.python.standalone is not None:
         raise ConfigError(f"{where}.python.standalone: only used with provider 'standalone'; remove it")
-    envs = [("source.version_env", t.source.version_env)] if t.source.version_env else []
+    # The template's own variables first, so a clash is reported at the matrix key that caused it.
+    envs = [("the template", k) for k in TEMPLATE_ENV]
+    envs += [("source.version_env", t.source.version_env)] if t.source.version_env else []
     envs += [(f"source.third_party.{n}.env", tp.env) for n, tp in t.source.third_party.items()]
     envs += [(f"compile.env.{k}", k) for k in t.compile.env]
-    envs += [("the template", k) for k in ("SOURCE_DATE_EPOCH", "TORCH_CUDA_ARCH_LIST", "MAX_JOBS", "NVCC_THREADS",
-                                           "SETUPTOOLS_SCM_PRETEND_VERSION", "SCCACHE_DIR", "CMAKE_ARGS")]
     seen: dict[str, str] = {}
     for key, var in envs:
         if var in seen:

@@ -94,7 +94,6 @@ def template_vars(target: Target) -> dict:
         "compile_mode_arg": contract.COMPILE_MODE_ARG,
         "compile_mode_remote": contract.COMPILE_MODE_REMOTE,
         "deps_epoch": contract.DEPS_EPOCH,
-        "lock_name": contract.LOCK_NAME,
         "build_lock_name": contract.BUILD_LOCK_NAME,
         "uid": RUNTIME_UID,
         "entrypoint": json.dumps(list(target.entrypoint)),

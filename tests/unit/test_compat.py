@@ -21,6 +21,8 @@ def host(driver, cuda=None, gpus=(H100,), note=""):
     ((B200,), True),
     (("NVIDIA A100-SXM4-80GB",), True),
     (("Tesla T4", "NVIDIA L40S", "NVIDIA L4", "NVIDIA H20"), True),
+    (("NVIDIA A10G",), True),  # AWS g5: nvidia-smi says A10G
+    (("NVIDIA GB300",), True),
     ((RTX,), False),
     (("NVIDIA RTX 6000 Ada Generation",), False),
     (("NVIDIA RTX A6000",), False),  # the word A6000 is not A2/A10/A16/...

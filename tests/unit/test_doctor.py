@@ -207,3 +207,20 @@ def test_evidence_without_gpu_nvidia_smi_or_docker(tmp_path, monkeypatch):
 def test_evidence_with_a_captured_smi(tmp_path):
     _, manifest = evidence.evidence(_NoDocker(), tmp_path, None, None, SMI / "r575-h100.txt", environ={})
     assert "nvidia-smi.txt" in manifest["captured"]
+
+
+def test_nvidia_smi_gets_a_minute_at_most(tmp_path, monkeypatch):
+    # A hung driver must not hang `build doctor`: the call carries its timeout.
+    fake = tmp_path / "nvidia-smi"
+    fake.write_text("#!/bin/sh\nexit 0\n")
+    fake.chmod(0o755)
+    monkeypatch.setenv("PATH", str(tmp_path))
+    seen = {}
+
+    def run(cmd, **kwargs):
+        seen.update(kwargs, cmd=cmd)
+        return __import__("subprocess").CompletedProcess(cmd, 0, "out\n", "err\n")
+
+    monkeypatch.setattr(doctor.subprocess, "run", run)
+    assert doctor.read_nvidia_smi(None) == ("out\nerr\n", str(fake))
+    assert seen == {"cmd": [str(fake)], "capture_output": True, "text": True, "timeout": 60}

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pydantic
@@ -372,7 +373,7 @@ def test_a_defaults_block_may_hold_a_whole_model():
     assert IMAGE in SRC
     assert matrix.parse(IMAGE_IN_DEFAULTS, PATH).target("cu129").image.registry == "ghcr.io"
     bad = IMAGE_IN_DEFAULTS.replace("    registry: ghcr.io\n", "    registry: bad host\n", 1)
-    assert _error(bad).startswith("matrix.yaml: defaults.image (used by targets.cu129).registry: must be a registry")
+    assert _error(bad).startswith("matrix.yaml: defaults.image.registry (used by targets.cu129): must be a registry")
 
 
 def test_an_environment_value_that_lands_on_a_default_is_named_there(monkeypatch):
@@ -458,13 +459,23 @@ def test_yaml_and_top_level_errors_read_exactly(text, expected):
     assert _error(text) == f"matrix.yaml: {expected}"
 
 
-@pytest.mark.parametrize("var", ["SOURCE_DATE_EPOCH", "TORCH_CUDA_ARCH_LIST", "MAX_JOBS", "NVCC_THREADS",
-                                 "SETUPTOOLS_SCM_PRETEND_VERSION", "SCCACHE_DIR", "CMAKE_ARGS"])
+@pytest.mark.parametrize("var", matrix.TEMPLATE_ENV)
 def test_the_templates_own_variables_are_not_the_matrixs(var):
     text = SRC.replace("      env:\n        CMAKE_BUILD_TYPE: Release\n",
                        f"      env:\n        {var}: x\n        CMAKE_BUILD_TYPE: Release\n", 1)
-    assert _error(text) == (f"matrix.yaml: targets.cu129.the template: {var} is already set by compile.env.{var}; "
+    assert _error(text) == (f"matrix.yaml: targets.cu129.compile.env.{var}: {var} is already set by the template; "
                             "each variable has one owner")
+
+
+def test_every_variable_the_template_sets_is_listed_as_its_own():
+    """TEMPLATE_ENV is the list the clash check uses: it must hold every ENV the build stage sets."""
+    from builder import render
+    text = render.render(matrix.parse(SRC, PATH).target("cu129"))
+    build = text[:text.index("\nFROM build AS compile-offline")]
+    env_lines = re.findall(r"^(?:ENV |    )([A-Z_][A-Z0-9_]*)=", build, re.M)
+    own = {v for v in env_lines} - set(matrix.parse(SRC, PATH).target("cu129").compile.env) - {"VLLM_VERSION_OVERRIDE"}
+    own -= {tp.env for tp in matrix.parse(SRC, PATH).target("cu129").source.third_party.values()}
+    assert own <= set(matrix.TEMPLATE_ENV), own - set(matrix.TEMPLATE_ENV)
 
 
 def test_python_provider_and_standalone_go_together():
@@ -550,3 +561,46 @@ def test_a_directory_is_not_a_matrix(tmp_path):
     with pytest.raises(ConfigError) as info:
         matrix.load(tmp_path)
     assert info.value.message == f"{tmp_path}: not a regular file (the build matrix)"
+
+
+@pytest.mark.parametrize("value,expected", [
+    ("[1]", "Input should be a valid boolean (got [1])"),  # bool_type
+    ("maybe", "Input should be a valid boolean, unable to interpret input (got 'maybe')"),  # bool_parsing
+])
+def test_a_boolean_key_says_what_it_got(value, expected):
+    assert "remote_cache: true" in SRC
+    assert _error(SRC.replace("remote_cache: true", f"remote_cache: {value}", 1)) == (
+        f"matrix.yaml: targets.cu129.compile.remote_cache: {expected}")
+
+
+@pytest.mark.parametrize("second,third,expected", [
+    ("base", None, "layers.1.name: 'base' is reserved or repeated"),
+    ("cuda", "x1", "layers.2.name: 'x1' is reserved or repeated"),
+])
+def test_layer_names_are_neither_the_tools_nor_repeated(second, third, expected):
+    layers = f"    layers:\n    - name: x1\n      match: [a]\n    - name: {second}\n      match: [b]\n"
+    if third:
+        layers += f"    - name: {third}\n      match: [c]\n"
+    text = SRC.replace("    expires: 2027-06-30\n", "    expires: 2027-06-30\n" + layers, 1)
+    assert _error(text) == f"matrix.yaml: targets.cu129.{expected} (base, deps, app are the tool's own layers)"
+
+
+@pytest.mark.parametrize("identity,ok", [
+    ("https://github.com/o/r/.github/workflows/k3-branch.yml@refs/heads/main", True),
+    ("release-bot@example.org", True), ("https://github.com/K3-Org/Images/.github/workflows/b.yml@refs/heads/main", True),
+    ("http://github.com/o/r", False), ("https://github.com", False), ("not an identity", False), ("a@b c", False),
+])
+def test_a_signing_identity_is_a_workflow_url_or_an_e_mail(monkeypatch, identity, ok):
+    monkeypatch.setenv("K3_SIGNING_IDENTITY", identity)
+    if ok:
+        assert matrix.parse(SRC, PATH).target("cu129").signing.identity == identity
+    else:
+        assert _error(SRC) == ("matrix.yaml: targets.cu129.signing.identity (from $K3_SIGNING_IDENTITY): must be a "
+                               f"certificate identity: a workflow URL or an e-mail (got {identity!r})")
+
+
+def test_a_target_that_has_its_own_image_is_named_even_when_defaults_have_one(monkeypatch):
+    both = SRC.replace("\ndefaults:\n", "\ndefaults:\n  image:\n    registry: ghcr.io\n    repository: k3-cu129/vllm-openai\n"
+                                        "    tag: kimi-k3-cu129\n", 1)
+    monkeypatch.setenv("K3_REGISTRY", "bad host!")
+    assert _error(both).startswith("matrix.yaml: targets.cu129.image.registry (from $K3_REGISTRY): must be a registry")

@@ -71,6 +71,7 @@ def test_heavy_imports_wait_until_an_image_exists():
     # The lazy-import policy (builder/__init__.py): the CLI's start-up, `plan`, `render` and the
     # "up to date" path must not pay for pytest, testinfra, cyclonedx or jsonschema.
     code = ("import sys, builder.cli, builder.pipeline, builder.plan; "
-            "print(','.join(m for m in ('pytest', 'testinfra', 'cyclonedx', 'jsonschema') if m in sys.modules))")
+            "print(','.join(m for m in ('pytest', 'testinfra', 'cyclonedx', 'jsonschema', 'python_on_whales', "
+            "'git', 'rich') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip()
     assert out == "", f"imported at start-up: {out}"
