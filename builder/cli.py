@@ -145,8 +145,8 @@ def _parser() -> argparse.ArgumentParser:
                         description="Resolve refs/heads/<branch> with ls-remote (no clone). When it moved past the "
                                     "pin, update targets.<t>.source.commit in the matrix (that line only; comments "
                                     "and order kept), re-render the Dockerfile and list the commits in between. "
-                                    "An unreachable remote, a deleted branch, a rewritten (force-pushed) history "
-                                    "or a file:// URL without K3_ALLOW_FILE_URLS=1: exit 2, matrix untouched.")
+                                    "A deleted branch, a rewritten (force-pushed) history or a file:// URL without "
+                                    "K3_ALLOW_FILE_URLS=1: exit 2; an unreachable remote: exit 3; the matrix untouched.")
     _globals(tr, top=False)
     tr.add_argument("--check", action="store_true", help="change nothing; exit 1 when the pin is behind, 0 when current")
 
@@ -156,7 +156,7 @@ def _parser() -> argparse.ArgumentParser:
                                     "line whether it can start and why: minimum driver per CUDA release, "
                                     "minor-version compatibility within a major, forward compatibility only on "
                                     "data-center GPUs. Also reports an expired image. Exit 0 compatible, "
-                                    "1 incompatible, 2 bad input.")
+                                    "1 incompatible, 2 bad input, 3 engine or registry out of reach.")
     _globals(dr, top=False)
     dr.add_argument("--image", help="image reference (default: --target's recorded image)")
     dr.add_argument("--nvidia-smi-file", type=Path, help="captured `nvidia-smi` or `nvidia-smi -q` output")
@@ -579,8 +579,11 @@ def main(argv: list[str] | None = None) -> None:
         parser.print_help(sys.stderr)
         sys.exit(2)
     # SIGTERM (a CI runner cancelling the job) takes the same path as Ctrl-C: the build's child is
-    # stopped, the log says so, and no record is written.
+    # stopped, the log says so, and no record is written. SIGINT is set too: a shell without job
+    # control starts `build ... &` with SIGINT ignored, and Python keeps an inherited ignore, so
+    # a deliberate `kill -INT` would otherwise be lost and the build would run on.
     signal.signal(signal.SIGTERM, _terminate)
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     out = Output(args.json)
     try:
         code = COMMANDS[command](args, out)

@@ -24,7 +24,7 @@ from typing import Protocol
 
 from builder import contract
 from builder.containers import ContainerSeam, DockerContainers, docker_errors
-from builder.errors import BuildError, EngineUnavailable
+from builder.errors import BuildError, EngineUnavailable, RegistryUnavailable, is_network_failure
 from builder.log import redact
 from builder.registry import RegistryClient, RegistrySeam
 
@@ -204,8 +204,11 @@ class DockerEngine:
                     echo(line.rstrip("\n"))
             except DockerException as exc:
                 log.write(f"\n[k3-builder] buildx exited with code {exc.return_code}\n")
-                raise BuildError(f"buildx build failed (exit {exc.return_code}): {_last_error(log_path)}",
-                                 str(log_path)) from None
+                last = _last_error(log_path)
+                refused = _registry_failure(last, req.tags)
+                if refused:
+                    raise RegistryUnavailable(f"{refused}: {last} (log: {log_path})") from None
+                raise BuildError(f"buildx build failed (exit {exc.return_code}): {last}", str(log_path)) from None
             except KeyboardInterrupt:
                 stopped = _stop_children("buildx")
                 log.write(f"\n[k3-builder] interrupted: stopped buildx (pids {stopped or 'none left'}); "
@@ -308,6 +311,25 @@ def _cache_spec(spec: str) -> dict[str, str]:
     if "=" not in spec:
         return {"type": "registry", "ref": spec}
     return dict(item.split("=", 1) for item in spec.split(",") if "=" in item)
+
+
+_AUTH = ("no basic auth credentials", "401 unauthorized", "unauthorized: authentication required",
+         "denied: requested access", "insufficient_scope")
+
+
+def _registry_failure(error: str, tags: tuple[str, ...] | list[str]) -> str | None:
+    """What went wrong with the registry the image goes to, when buildx's last error says it
+    could not be reached (stopped, refused, timed out) or would not take our credentials: both
+    are out of our hands (exit 3), not a failed build. A RUN step that fails on the network names
+    another host, so it stays a failed build (exit 1)."""
+    hosts = sorted({tag.split("/", 1)[0] for tag in tags if "/" in tag})
+    if is_network_failure(error):
+        host = next((h for h in hosts if h in error), None)
+        return f"registry {host} out of reach during the build" if host else None
+    if hosts and any(marker in error.lower() for marker in _AUTH):
+        return (f"registry {hosts[0]} refused the build's credentials (docker login {hosts[0]}, or a "
+                "credHelpers entry in ~/.docker/config.json)")
+    return None
 
 
 def _last_error(log_path: Path) -> str:

@@ -43,7 +43,8 @@ class Unreachable(BuilderError):
 
 _NETWORK = ("could not resolve host", "unable to access", "connection refused", "connection timed out",
             "timed out", "network is unreachable", "name or service not known", "temporary failure in name",
-            "failed to connect", "no route to host", "dns error", "error sending request", "failed to fetch")
+            "failed to connect", "no route to host", "dns error", "error sending request", "failed to fetch",
+            "dial tcp", "i/o timeout", "connection reset by peer")
 
 
 def is_network_failure(text: str) -> bool:

@@ -8,12 +8,12 @@ What the build is (targets, pins) lives in the matrix; this is only how it runs 
 from __future__ import annotations
 
 import os
-import stat
 from dataclasses import dataclass
 from pathlib import Path
 
 from builder import log
 from builder.errors import ConfigError
+from builder.fsutil import read_regular
 
 MAX_SECRET_BYTES = 64 * 1024  # a token or a netrc; anything larger is not a secret
 MAX_JOBS_LIMIT = 512
@@ -43,20 +43,11 @@ class BuildOptions:
 
 def read_secret_file(path: Path, sid: str) -> str:
     """A secret file's text: a regular file, small, UTF-8; anything else is refused before reading."""
+    data = read_regular(path, MAX_SECRET_BYTES, f"the file of --secret {sid}")
     try:
-        info = path.stat()
-    except OSError as exc:
-        raise ConfigError(f"--secret {sid}: cannot read {path}: {exc.strerror}") from None
-    if not stat.S_ISREG(info.st_mode):
-        raise ConfigError(f"--secret {sid}: {path} is not a regular file")
-    if info.st_size > MAX_SECRET_BYTES:
-        raise ConfigError(f"--secret {sid}: {path} is larger than {MAX_SECRET_BYTES} bytes")
-    try:
-        return path.read_bytes()[:MAX_SECRET_BYTES].decode("utf-8")
+        return data.decode("utf-8")
     except UnicodeDecodeError:
         raise ConfigError(f"--secret {sid}: {path} is not UTF-8 text") from None
-    except OSError as exc:
-        raise ConfigError(f"--secret {sid}: cannot read {path}: {exc.strerror}") from None
 
 
 def parse_secrets(specs: list[str], wanted: set[str]) -> tuple[str, ...]:

@@ -4,6 +4,7 @@ error (or an interrupt) into that exit, a one-line message and, with --json, a J
 from __future__ import annotations
 
 import json
+import os
 import signal
 
 import pytest
@@ -68,6 +69,8 @@ def test_a_build_error_names_its_log():
     ("Failed to fetch: `https://pypi.org/simple/torch/`", True),
     ("error sending request for url", True),
     ("operation timed out", True),
+    ('ERROR: Get "http://127.0.0.1:5000/v2/": dial tcp 127.0.0.1:5000: connect: connection refused', True),
+    ("ERROR: failed to push: read tcp 10.0.0.2:443: i/o timeout", True),
     ("No solution found when resolving dependencies: torch==9.9 is unavailable", False),
     ("", False),
 ])
@@ -134,6 +137,24 @@ def test_an_interrupt_is_exit_130_and_touches_no_record(monkeypatch, capsys, how
     captured = capsys.readouterr()
     assert captured.err == "error: interrupted; records untouched\n"
     assert json.loads(captured.out) == {"ok": False, "exit_code": 130, "error": "interrupted; records untouched"}
+
+
+def test_an_inherited_ignore_of_sigint_is_undone(monkeypatch, capsys):
+    """`build ... &` from a script starts with SIGINT ignored; a deliberate kill -INT must still stop it."""
+    seen = []
+
+    def command(args, out):
+        seen.append(signal.getsignal(signal.SIGINT))
+        os.kill(os.getpid(), signal.SIGINT)  # delivered to this (main) thread before the next bytecode
+        return 0
+
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        assert _main(monkeypatch, command) == 130
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    assert seen == [signal.default_int_handler]
+    assert capsys.readouterr().err == "error: interrupted; records untouched\n"
 
 
 def test_sigterm_handler_raises_keyboard_interrupt():
@@ -222,3 +243,22 @@ def test_a_reader_that_left_is_not_an_error(monkeypatch):
     monkeypatch.setattr(cli, "sys", types.SimpleNamespace(stdout=Stdout(), stderr=sys.stderr, exit=sys.exit))
     assert _main(monkeypatch, raiser) == 0
     assert calls == [(os.devnull, 1)]
+
+
+@pytest.mark.parametrize("error,expected", [
+    ('ERROR: Get "http://127.0.0.1:5000/v2/": dial tcp 127.0.0.1:5000: connect: connection refused',
+     "registry 127.0.0.1:5000 out of reach during the build"),
+    ("ERROR: failed to push 127.0.0.1:5000/k3/smoke:smoke: i/o timeout",
+     "registry 127.0.0.1:5000 out of reach during the build"),
+    ("ERROR: no basic auth credentials", "registry 127.0.0.1:5000 refused the build's credentials"),
+    ("ERROR: failed to push: 401 Unauthorized", "registry 127.0.0.1:5000 refused the build's credentials"),
+    # A network failure inside a RUN step is the build's own (it names another host): exit 1.
+    ("ERROR: process \"pip download\" did not complete: Could not resolve host: pypi.org", None),
+    # The registry named, but neither out of reach nor refusing credentials: a failed build.
+    ("ERROR: failed to push 127.0.0.1:5000/k3/smoke:smoke: unexpected status: 400 Bad Request", None),
+])
+def test_a_registry_out_of_reach_during_the_build_is_told_apart(error, expected):
+    from builder.engine import _registry_failure
+
+    found = _registry_failure(error, ("127.0.0.1:5000/k3/smoke:smoke",))
+    assert (found is None) if expected is None else found.startswith(expected)

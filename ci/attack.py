@@ -1,0 +1,569 @@
+#!/usr/bin/env python3
+"""The adversary's rehearsal: inject each fault into a smoke build on the real engine and
+registry, then score three things, as the attack that opened issue 13 did.
+
+    .venv/bin/python ci/attack.py [--only NAME ...] [--keep]
+
+- survived: the tool exited with the code the README maps the fault to, in one line without a
+  traceback, left no buildx process or check container behind, and the next ordinary run works;
+- consistent: afterwards the record set passes offline `build verify` (the old set or the new
+  one, never a mix) and no journal or temporary file is left under locks/;
+- secret hits: planted secret values (a multi-line file secret, credential-named environment
+  variables, a registry password) found in any output, artifact, evidence archive or image blob.
+
+Every scenario works on its own copy of one smoke workspace (made with `build smoke-init`, built
+once); the smoke's registry repository and the extra registries are removed at the end. Takes
+about 10 minutes on 2 cores. Not part of `.ci/run`: each defect it covers is an integration test.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gzip
+import json
+import os
+import re
+import secrets
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tarfile
+import tempfile
+import threading
+import time
+import urllib.error
+import urllib.request
+from dataclasses import dataclass, field
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+from builder.contract import CONTAINER_LABEL  # noqa: E402  (the label the tool's containers carry)
+
+BUILD = str(REPO / ".venv" / "bin" / "build")
+REGISTRY = "127.0.0.1:5000"
+PLANTED: list[str] = []  # every secret value the attack hands the tool
+OUTPUTS: list[str] = []  # everything the tool printed, for the secret scan
+
+
+@dataclass
+class Run:
+    code: int
+    out: str
+    err: str
+
+
+def cli(*args: str, env: dict | None = None, timeout: float = 600) -> Run:
+    proc = subprocess.run([BUILD, *args], capture_output=True, text=True, env=env, timeout=timeout)
+    OUTPUTS.append(proc.stdout + proc.stderr)
+    return Run(proc.returncode, proc.stdout, proc.stderr)
+
+
+class Started:
+    """A tool run in the background whose stderr is read as it comes (to time a fault)."""
+
+    def __init__(self, *args: str, env: dict | None = None) -> None:
+        self.proc = subprocess.Popen([BUILD, *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                     env=env)
+        self.err: list[str] = []
+        self._reader = threading.Thread(target=lambda: self.err.extend(self.proc.stderr), daemon=True)
+        self._reader.start()
+
+    def wait_for(self, pattern: str, timeout: float = 180) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if re.search(pattern, "".join(self.err), re.M):
+                return
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"the run ended before {pattern!r}: {''.join(self.err)[-1500:]}")
+            time.sleep(0.01)
+        raise RuntimeError(f"no {pattern!r} within {timeout}s")
+
+    def finish(self, timeout: float = 300) -> Run:
+        out = self.proc.stdout.read()
+        self.proc.wait(timeout=timeout)
+        self._reader.join(timeout=10)
+        err = "".join(self.err)
+        OUTPUTS.append(out + err)
+        return Run(self.proc.returncode, out, err)
+
+
+@dataclass
+class Work:
+    root: Path
+    repository: str
+
+    @property
+    def matrix(self) -> Path:
+        return self.root / "matrix.yaml"
+
+    @property
+    def record(self) -> Path:
+        return self.root / "locks" / "smoke" / "image.json"
+
+    def build(self, *extra: str, env: dict | None = None) -> Run:
+        return cli("--matrix", str(self.matrix), "--target", "smoke", *extra, env=env)
+
+    def start(self, *extra: str, env: dict | None = None) -> Started:
+        return Started("--matrix", str(self.matrix), "--target", "smoke", "--force", "--no-cache", *extra, env=env)
+
+    def edit(self, old: str, new: str) -> None:
+        text = self.matrix.read_text()
+        assert old in text, old
+        self.matrix.write_text(text.replace(old, new, 1))
+        assert cli("--matrix", str(self.matrix), "render").code == 0
+
+
+@dataclass
+class Outcome:
+    name: str
+    survived: bool
+    consistent: bool
+    notes: list[str] = field(default_factory=list)
+
+
+class Verdict:
+    """Collects the reasons a scenario did not survive; a scenario is a list of expectations."""
+
+    def __init__(self, name: str, work: Work) -> None:
+        self.name, self.work, self.notes = name, work, []
+
+    def expect(self, ok: bool, why: str) -> None:
+        if not ok:
+            self.notes.append(why)
+
+    def exited(self, run: Run, code: int, what: str) -> None:
+        self.expect(run.code == code, f"{what}: exit {run.code}, expected {code}: {run.err.strip()[-300:]}")
+        self.expect("Traceback" not in run.err, f"{what}: a traceback")
+        last = [line for line in run.err.strip().splitlines() if line.strip()][-1:] or [""]
+        if code not in (0, -9):
+            self.expect(last[0].startswith("error") or "error" in last[0].lower() or code == 130,
+                        f"{what}: the last line is not the error: {last[0][:200]}")
+
+    def recovers(self, env: dict | None = None) -> None:
+        again = self.work.build(env=env)
+        self.expect(again.code == 0, f"the next ordinary run failed: exit {again.code}: {again.err.strip()[-300:]}")
+
+    def outcome(self) -> Outcome:
+        leftovers = [str(p) for p in (self.work.root / "locks").rglob("*")
+                     if p.name.endswith((".tmp", ".pending")) or "journal" in p.name]
+        checked = cli("--matrix", str(self.work.matrix), "verify", "--target", "smoke")
+        consistent = checked.code == 0 and not leftovers
+        notes = list(self.notes)
+        if checked.code != 0:
+            notes.append(f"offline verify: exit {checked.code}: {checked.err.strip()[-300:]}")
+        if leftovers:
+            notes.append(f"left over: {leftovers}")
+        notes += _stray_processes(self.work)
+        return Outcome(self.name, not self.notes and not _stray_processes(self.work), consistent, notes)
+
+
+def _stray_processes(work: Work) -> list[str]:
+    marker = str(work.root).encode()
+    found = []
+    for entry in Path("/proc").glob("[0-9]*"):
+        try:
+            argv = (entry / "cmdline").read_bytes()
+        except OSError:
+            continue
+        if marker in argv and b"attack.py" not in argv:
+            found.append(f"process {entry.name} still running: {argv[:120]!r}")
+    containers = subprocess.run(["docker", "ps", "-aq", "--filter", f"label={CONTAINER_LABEL}"],
+                                capture_output=True, text=True).stdout.split()
+    return found + [f"check container left: {c}" for c in containers]
+
+
+class ExtraRegistry:
+    """A registry of its own on a free loopback port, which a scenario may stop and start."""
+
+    def __init__(self, root: Path, htpasswd: Path | None = None) -> None:
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            self.port = s.getsockname()[1]
+        self.address = f"127.0.0.1:{self.port}"
+        auth = f"auth:\n  htpasswd:\n    realm: k3\n    path: {htpasswd}\n" if htpasswd else ""
+        self.config = root / f"registry-{self.port}.yml"
+        self.config.write_text(f"version: 0.1\nlog:\n  level: error\nstorage:\n  filesystem:\n    rootdirectory: "
+                               f"{root / f'registry-{self.port}'}\nhttp:\n  addr: {self.address}\n{auth}")
+        self.proc: subprocess.Popen | None = None
+
+    def start(self) -> None:
+        self.proc = subprocess.Popen(["docker-registry", "serve", str(self.config)], stdout=subprocess.DEVNULL,
+                                     stderr=subprocess.DEVNULL)
+        for _ in range(200):
+            try:
+                urllib.request.urlopen(f"http://{self.address}/v2/", timeout=1).close()
+                return
+            except urllib.error.HTTPError:
+                return  # 401: up, and asking for credentials
+            except OSError:
+                time.sleep(0.05)
+        raise RuntimeError("the extra registry did not start")
+
+    def stop(self) -> None:
+        if self.proc:
+            self.proc.kill()
+            self.proc.wait()
+            self.proc = None
+
+
+# --- the scenarios ------------------------------------------------------------------------------
+
+
+def daemon_down(v: Verdict) -> None:
+    env = dict(os.environ, DOCKER_HOST=f"unix://{v.work.root}/no-docker.sock")
+    v.exited(v.work.build("--force", env=env), 3, "build with no daemon")
+    v.recovers()
+
+
+def registry_down_at_start(v: Verdict, extra: ExtraRegistry) -> None:
+    _move_to(v, extra)
+    extra.stop()
+    v.exited(v.work.build("--force", "--no-checks"), 3, "build with the registry down")
+    extra.start()
+    v.recovers()
+
+
+def registry_killed_during_push(v: Verdict, extra: ExtraRegistry) -> None:
+    _registry_killed(v, extra, r"\[runtime \d+/\d+\] COPY", "the push")
+
+
+def registry_killed_during_attach(v: Verdict, extra: ExtraRegistry) -> None:
+    _registry_killed(v, extra, r"==> smoke: SBOM and provenance", "the attach")
+
+
+def _registry_killed(v: Verdict, extra: ExtraRegistry, when: str, what: str) -> None:
+    _move_to(v, extra)
+    run = v.work.start("--no-checks")
+    run.wait_for(when)
+    extra.stop()
+    r = run.finish()
+    v.exited(r, 3, f"registry killed during {what}")
+    v.expect("build.log" in r.err, "the error does not name the build log")
+    extra.start()
+    v.recovers()
+
+
+def _move_to(v: Verdict, extra: ExtraRegistry) -> None:
+    v.work.edit(f"registry: {REGISTRY}", f"registry: {extra.address}")
+    first = v.work.build()
+    v.expect(first.code == 0, f"the first build to {extra.address} failed: {first.err[-300:]}")
+
+
+def signal_during_build(v: Verdict) -> None:
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        run = v.work.start("--no-checks")
+        run.wait_for(r"\[build \d+/\d+\] RUN")
+        run.proc.send_signal(sig)
+        v.exited(run.finish(), 130, f"{sig.name} during buildx")
+    v.recovers()
+
+
+def sigkill_during_build(v: Verdict) -> None:
+    run = v.work.start("--no-checks")
+    run.wait_for(r"\[build \d+/\d+\] RUN")
+    run.proc.kill()
+    run.finish()
+    time.sleep(1)  # the orphaned buildx client notices its closed pipe
+    v.recovers()
+
+
+def signal_during_checks(v: Verdict) -> None:
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        run = v.work.start()
+        run.wait_for(r"==> smoke: image checks on")
+        time.sleep(0.3)
+        run.proc.send_signal(sig)
+        v.exited(run.finish(), 130, f"{sig.name} during the checks")
+    v.recovers()
+
+
+def sigkill_while_recording(v: Verdict) -> None:
+    for delay in (0.0, 0.2, 0.5, 1.0):
+        run = v.work.start()
+        run.wait_for(r"==> smoke: SBOM and provenance")
+        time.sleep(delay)
+        run.proc.kill()
+        run.finish()
+        problems = cli("--matrix", str(v.work.matrix), "--target", "smoke", "--no-checks")  # rolls the journal
+        v.expect(problems.code in (0, 2), f"after SIGKILL +{delay}s: exit {problems.code}: {problems.err[-300:]}")
+    v.recovers()
+
+
+def concurrent_builds(v: Verdict) -> None:
+    first = v.work.start()
+    first.wait_for(r"==> smoke: buildx build")
+    second = v.work.build("--force", "--no-checks")
+    v.exited(second, 75, "a second build of the same target")
+    v.exited(first.finish(), 0, "the first build")
+
+
+def corrupt_record(v: Verdict) -> None:
+    good = v.work.record.read_bytes()
+    for damaged in (good[: len(good) // 2], b"[]", good.replace(b'"sha256:', b'"sha256:0', 1)):
+        v.work.record.write_bytes(damaged)
+        r = v.work.build()
+        v.exited(r, 2, "a damaged image.json")
+        v.expect(v.work.record.read_bytes() == damaged, "the damaged record was written over")
+    v.work.record.write_bytes(good)
+    v.recovers()
+
+
+def corrupt_cache(v: Verdict) -> None:
+    env = dict(os.environ, K3_CACHE_DIR=str(v.work.root / "cache"))
+    v.exited(v.work.build("--force", "--no-checks", env=env), 0, "the build that fills a private cache")
+    wheels = sorted((v.work.root / "cache").rglob("*.whl"))
+    v.expect(bool(wheels), "no wheel in the cache")
+    for wheel in wheels[:3]:
+        wheel.write_bytes(wheel.read_bytes()[:-100] + b"\0" * 100)
+    v.exited(v.work.build("--force", env=env), 0, "a build over a corrupted cache")
+
+
+def force_push(v: Verdict) -> None:
+    original = v.work.matrix.read_text()
+    src = _own_source(v)
+    env = dict(os.environ, K3_ALLOW_FILE_URLS="1", GIT_AUTHOR_NAME="x", GIT_AUTHOR_EMAIL="x@e.org",
+               GIT_COMMITTER_NAME="x", GIT_COMMITTER_EMAIL="x@e.org")
+    branch = re.search(r"branch: (\S+)", original).group(1)
+    git = ["git", "-C", str(src)]
+    subprocess.run([*git, "checkout", "-q", branch], check=True, env=env, capture_output=True)
+    subprocess.run([*git, "checkout", "-q", "--orphan", "rewritten"], check=True, env=env)
+    subprocess.run([*git, "commit", "-qm", "history rewritten"], check=True, env=env)
+    subprocess.run([*git, "branch", "-qfM", "rewritten", branch], check=True, env=env)
+    before = v.work.matrix.read_bytes()
+    v.exited(cli("--matrix", str(v.work.matrix), "track", "--target", "smoke", env=env), 2, "track after a force-push")
+    v.expect(v.work.matrix.read_bytes() == before, "track changed the matrix")
+    record = v.work.record.read_bytes()
+    v.exited(v.work.build("--force", env=env), 2, "a build whose branch no longer carries the pin")
+    v.expect(v.work.record.read_bytes() == record, "the record changed")
+    v.work.matrix.write_text(original)
+    assert cli("--matrix", str(v.work.matrix), "render").code == 0
+    v.recovers()
+
+
+def _own_source(v: Verdict) -> Path:
+    """A clone of the smoke's source repository for this scenario alone (the others share one)."""
+    text = v.work.matrix.read_text()
+    url = re.search(r"url: (file://\S+)", text).group(1)
+    src = v.work.root / "source-copy"
+    subprocess.run(["git", "clone", "-q", url.removeprefix("file://"), str(src)], check=True)
+    v.work.edit(url, f"file://{src}")
+    return src
+
+
+def secrets_in_the_build(v: Verdict) -> None:
+    sid = f"echo_netrc_{secrets.token_hex(3)}"
+    value = (f"machine pypi.example.org\nlogin k3bot\npassword pw-{secrets.token_hex(12)}\n"
+             f"token tok-{secrets.token_hex(12)}\n")
+    PLANTED.extend(line.split()[-1] for line in value.splitlines() if line.split()[0] in ("password", "token"))
+    secret_file = v.work.root / "netrc"
+    secret_file.write_text(value)
+    v.work.edit("compile:\n", f"compile:\n      secrets:\n      - {sid}\n")
+    r = v.work.build("--secret", f"id={sid},src={secret_file}")
+    v.exited(r, 0, "a build with a multi-line secret")
+    v.expect("***" in r.err, "the build step's print of the secret did not reach the output redacted")
+    secret_file.unlink()
+    leaked = f"env-{secrets.token_hex(10)}"
+    PLANTED.append(leaked)
+    misuse = v.work.build("--secret", f"id={sid},env={leaked}", "--json")
+    v.exited(misuse, 2, "--secret env=<the value itself>")
+    _scan_image(r.out.strip().splitlines()[-1] if r.out.strip() else "", v)
+
+
+def _scan_image(ref: str, v: Verdict) -> None:
+    """Every blob of the image and its attachments, from the registry's own API."""
+    if "@" not in ref:
+        v.expect(False, f"no image reference printed: {ref!r}")
+        return
+    name, digest = ref.split("@")
+    host, repo = name.split("/", 1)
+    accept = "application/vnd.oci.image.manifest.v1+json, application/vnd.docker.distribution.manifest.v2+json"
+    req = urllib.request.Request(f"http://{host}/v2/{repo}/manifests/{digest}", headers={"Accept": accept})
+    manifest = json.load(urllib.request.urlopen(req, timeout=30))
+    for blob in [manifest["config"], *manifest["layers"]]:
+        data = urllib.request.urlopen(f"http://{host}/v2/{repo}/blobs/{blob['digest']}", timeout=60).read()
+        if data[:2] == b"\x1f\x8b":
+            data = gzip.decompress(data)
+        OUTPUTS.append(data.decode("utf-8", errors="replace"))
+
+
+def evidence_environment(v: Verdict) -> None:
+    names = ("DOCKER_PASS", "GH_PAT", "CI_JOB_JWT", "HF_HUB_ACCESS", "NPM_AUTH", "SOME_API_KEY")
+    env = dict(os.environ)
+    for name in names:
+        env[name] = f"{name.lower()}-{secrets.token_hex(10)}"
+        PLANTED.append(env[name])
+    ref = json.loads(v.work.record.read_text())["image"]
+    out = v.work.root / "evidence"
+    out.mkdir()
+    r = cli("--matrix", str(v.work.matrix), "evidence", "--target", "smoke", "--image", ref, "--out", str(out),
+            env=env)
+    v.exited(r, 0, "evidence with credential-named variables set")
+    for archive in out.glob("*.tar.gz"):
+        with tarfile.open(archive) as tar:
+            for member in tar.getmembers():
+                if member.isfile():
+                    OUTPUTS.append(tar.extractfile(member).read().decode("utf-8", errors="replace"))
+
+
+def hostile_inputs(v: Verdict) -> None:
+    v.exited(cli("--matrix", "/dev/zero", "plan", timeout=30), 2, "--matrix /dev/zero")
+    v.exited(cli("--matrix", "/dev/urandom", "plan", timeout=30), 2, "--matrix /dev/urandom")
+    fifo = v.work.root / "fifo"
+    os.mkfifo(fifo)
+    v.exited(cli("--matrix", str(v.work.matrix), "doctor", "--nvidia-smi-file", str(fifo), timeout=30), 2,
+             "--nvidia-smi-file FIFO")
+    v.exited(cli("--matrix", str(v.work.matrix), "--target", "smoke", "--secret", "id=x,src=/dev/zero",
+                 timeout=30), 2, "--secret src=/dev/zero")
+    v.exited(v.work.build("--max-jobs", "-5"), 2, "--max-jobs -5")
+    v.exited(cli("--matrix", str(v.work.matrix), "--target", "nosuch"), 2, "an unknown target")
+    twice = cli("--matrix", str(v.work.matrix), "--target", "smoke", "--target", "smoke", "--jobs", "2")
+    v.exited(twice, 0, "the same target twice")
+    out = v.work.root / "file-not-dir"
+    out.write_text("x")
+    v.exited(cli("--matrix", str(v.work.matrix), "evidence", "--out", str(out)), 2, "evidence --out a file")
+    v.exited(cli("--matrix", str(v.work.matrix), "verify", "--target", "smoke", "--json"), 0, "verify still passes")
+
+
+def authenticated_registry(v: Verdict, root: Path) -> None:
+    password = "k3-" + secrets.token_urlsafe(18)
+    PLANTED.append(password)
+    made = subprocess.run(["htpasswd", "-iBn", "k3attacker"], input=password, capture_output=True, text=True,
+                          check=True)
+    (root / "htpasswd").write_text(made.stdout)
+    auth = ExtraRegistry(root, htpasswd=root / "htpasswd")
+    auth.start()
+    try:
+        v.work.edit(f"registry: {REGISTRY}", f"registry: {auth.address}")
+        config = root / "docker-config"
+        config.mkdir()
+        (config / "config.json").write_text("{}")
+        env = dict(os.environ, DOCKER_CONFIG=str(config))
+        v.exited(v.work.build("--no-checks", env=env), 3, "a registry that needs credentials, none given")
+        v.work.edit(f"registry: {auth.address}", f"registry: {REGISTRY}")
+    finally:
+        auth.stop()
+    v.recovers()
+
+
+# --- the run ------------------------------------------------------------------------------------
+
+SCENARIOS = ["daemon_down", "registry_down_at_start", "registry_killed_during_push", "registry_killed_during_attach",
+             "signal_during_build", "sigkill_during_build", "signal_during_checks", "sigkill_while_recording",
+             "concurrent_builds", "corrupt_record", "corrupt_cache", "force_push", "secrets_in_the_build",
+             "evidence_environment", "hostile_inputs", "authenticated_registry"]
+
+
+def _base(root: Path) -> Work:
+    repository = f"k3/attack-{secrets.token_hex(3)}"
+    made = cli("smoke-init", "--out", str(root / "base"), "--registry", REGISTRY, "--repository", repository)
+    if made.code != 0:
+        sys.exit(f"smoke-init failed (run ci/setup.sh first): {made.err.strip()[-500:]}")
+    work = Work(root / "base", repository)
+    for args in (("render",), ("lock", "--target", "smoke"), ("--target", "smoke")):
+        r = cli("--matrix", str(work.matrix), *args)
+        if r.code != 0:
+            sys.exit(f"the base build failed: {r.err.strip()[-500:]}")
+    return work
+
+
+def _copy(base: Work, dest: Path) -> Work:
+    dest.mkdir(parents=True)
+    shutil.copy(base.matrix, dest / "matrix.yaml")
+    for sub in ("dockerfiles", "locks"):
+        shutil.copytree(base.root / sub, dest / sub)
+    return Work(dest, base.repository)
+
+
+def run_one(name: str, base: Work, root: Path) -> Outcome:
+    v = Verdict(name, _copy(base, root / name))
+    fn = globals()[name]
+    extra = ExtraRegistry(root) if "registry_" in name and name != "authenticated_registry" else None
+    try:
+        if extra:
+            extra.start()
+            fn(v, extra)
+        elif name == "authenticated_registry":
+            fn(v, root / name)
+        else:
+            fn(v)
+    except Exception as exc:  # the scenario itself could not run: counted as not survived
+        v.notes.append(f"scenario error: {type(exc).__name__}: {exc}")
+    finally:
+        if extra:
+            extra.stop()
+    return v.outcome()
+
+
+def secret_hits(root: Path) -> list[str]:
+    """Where planted values were found. A canary file is planted too and must be found (and is
+    then left out), so a scan that sees nothing cannot pass as a clean one."""
+    canary = f"canary-{secrets.token_hex(8)}"
+    PLANTED.append(canary)
+    (root / "canary.gz").write_bytes(gzip.compress(canary.encode()))
+    hits = [f"output #{i}" for i, text in enumerate(OUTPUTS) for value in PLANTED if value in text]
+    for path in root.rglob("*"):
+        if path.is_file() and not path.is_symlink() and path.stat().st_size < 50_000_000:
+            data = path.read_bytes()
+            if path.suffix == ".gz":
+                try:
+                    data = gzip.decompress(data)
+                except OSError:
+                    pass
+            hits += [str(path) for value in PLANTED if value.encode() in data and path.name != "netrc"]
+    if str(root / "canary.gz") not in hits:
+        raise RuntimeError("the secret scan did not find its canary: it would not find a leak either")
+    return [hit for hit in hits if hit != str(root / "canary.gz")]
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--only", action="append", choices=SCENARIOS, help="run only this scenario (repeatable)")
+    ap.add_argument("--keep", action="store_true", help="keep the work directory")
+    args = ap.parse_args()
+    root = Path(tempfile.mkdtemp(prefix="k3-attack-"))
+    base = _base(root)
+    outcomes = []
+    try:
+        for name in args.only or SCENARIOS:
+            started = time.monotonic()
+            outcome = run_one(name, base, root)
+            outcomes.append(outcome)
+            print(f"{name:<32} survived={'yes' if outcome.survived else 'NO ':<3} "
+                  f"consistent={'yes' if outcome.consistent else 'NO'} ({time.monotonic() - started:.0f}s)", flush=True)
+            for note in outcome.notes:
+                print(f"    {note}", flush=True)
+        hits = secret_hits(root)
+    finally:
+        _delete_repository(base.repository)
+        if not args.keep:
+            shutil.rmtree(root, ignore_errors=True)
+    n = len(outcomes)
+    print(f"faults survived {sum(o.survived for o in outcomes)}/{n}, records consistent "
+          f"{sum(o.consistent for o in outcomes)}/{n}, secret hits {len(hits)}")
+    for hit in hits[:20]:
+        print(f"    secret found in {hit}")
+    return 0 if all(o.survived and o.consistent for o in outcomes) and not hits else 1
+
+
+def _delete_repository(repository: str) -> None:
+    accept = "application/vnd.oci.image.manifest.v1+json, application/vnd.oci.image.index.v1+json"
+    try:
+        tags = json.load(urllib.request.urlopen(f"http://{REGISTRY}/v2/{repository}/tags/list", timeout=10))["tags"]
+    except (OSError, ValueError, KeyError):
+        return
+    for tag in tags or []:
+        req = urllib.request.Request(f"http://{REGISTRY}/v2/{repository}/manifests/{tag}", method="HEAD",
+                                     headers={"Accept": accept})
+        try:
+            digest = urllib.request.urlopen(req, timeout=10).headers["Docker-Content-Digest"]
+            urllib.request.urlopen(urllib.request.Request(
+                f"http://{REGISTRY}/v2/{repository}/manifests/{digest}", method="DELETE"), timeout=10).close()
+        except OSError:
+            pass
+
+
+if __name__ == "__main__":
+    sys.exit(main())
