@@ -38,26 +38,25 @@ static PyObject *rms(PyObject *self, PyObject *args) {
     return PyFloat_FromDouble(r);
 }
 
-static PyObject *silu(PyObject *self, PyObject *args) {
-    (void)self;
+/* One sequence in, a kernel applied in place, a list out (silu, softmax). */
+static PyObject *elementwise(PyObject *args, void (*kernel)(double *, size_t)) {
     PyObject *seq;
     Py_ssize_t n;
     if (!PyArg_ParseTuple(args, "O", &seq)) return NULL;
     double *v = to_doubles(seq, &n);
     if (!v) return NULL;
-    k3_silu(v, (size_t)n);
+    kernel(v, (size_t)n);
     return to_list(v, n);
+}
+
+static PyObject *silu(PyObject *self, PyObject *args) {
+    (void)self;
+    return elementwise(args, k3_silu);
 }
 
 static PyObject *softmax(PyObject *self, PyObject *args) {
     (void)self;
-    PyObject *seq;
-    Py_ssize_t n;
-    if (!PyArg_ParseTuple(args, "O", &seq)) return NULL;
-    double *v = to_doubles(seq, &n);
-    if (!v) return NULL;
-    k3_softmax(v, (size_t)n);
-    return to_list(v, n);
+    return elementwise(args, k3_softmax);
 }
 
 static PyObject *rotary(PyObject *self, PyObject *args) {
