@@ -26,7 +26,6 @@ import re
 import secrets
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tarfile
@@ -41,18 +40,12 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 from builder.contract import CONTAINER_LABEL  # noqa: E402  (the label the tool's containers carry)
+from tests.integration.conftest import LocalRegistry, Run, Smoke, delete_repository  # noqa: E402  (the suite's own)
 
 BUILD = str(REPO / ".venv" / "bin" / "build")
 REGISTRY = "127.0.0.1:5000"
 PLANTED: list[str] = []  # every secret value the attack hands the tool
 OUTPUTS: list[str] = []  # everything the tool printed, for the secret scan
-
-
-@dataclass
-class Run:
-    code: int
-    out: str
-    err: str
 
 
 def cli(*args: str, env: dict | None = None, timeout: float = 600) -> Run:
@@ -91,17 +84,8 @@ class Started:
 
 
 @dataclass
-class Work:
-    root: Path
-    repository: str
-
-    @property
-    def matrix(self) -> Path:
-        return self.root / "matrix.yaml"
-
-    @property
-    def record(self) -> Path:
-        return self.root / "locks" / "smoke" / "image.json"
+class Work(Smoke):
+    """A smoke checkout (the suite's `Smoke`: root, matrix, record, copy) the attack runs builds in."""
 
     def build(self, *extra: str, env: dict | None = None) -> Run:
         return cli("--matrix", str(self.matrix), "--target", "smoke", *extra, env=env)
@@ -175,40 +159,6 @@ def _stray_processes(work: Work) -> list[str]:
     return found + [f"check container left: {c}" for c in containers]
 
 
-class ExtraRegistry:
-    """A registry of its own on a free loopback port, which a scenario may stop and start."""
-
-    def __init__(self, root: Path, htpasswd: Path | None = None) -> None:
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            self.port = s.getsockname()[1]
-        self.address = f"127.0.0.1:{self.port}"
-        auth = f"auth:\n  htpasswd:\n    realm: k3\n    path: {htpasswd}\n" if htpasswd else ""
-        self.config = root / f"registry-{self.port}.yml"
-        self.config.write_text(f"version: 0.1\nlog:\n  level: error\nstorage:\n  filesystem:\n    rootdirectory: "
-                               f"{root / f'registry-{self.port}'}\nhttp:\n  addr: {self.address}\n{auth}")
-        self.proc: subprocess.Popen | None = None
-
-    def start(self) -> None:
-        self.proc = subprocess.Popen(["docker-registry", "serve", str(self.config)], stdout=subprocess.DEVNULL,
-                                     stderr=subprocess.DEVNULL)
-        for _ in range(200):
-            try:
-                urllib.request.urlopen(f"http://{self.address}/v2/", timeout=1).close()
-                return
-            except urllib.error.HTTPError:
-                return  # 401: up, and asking for credentials
-            except OSError:
-                time.sleep(0.05)
-        raise RuntimeError("the extra registry did not start")
-
-    def stop(self) -> None:
-        if self.proc:
-            self.proc.kill()
-            self.proc.wait()
-            self.proc = None
-
-
 # --- the scenarios ------------------------------------------------------------------------------
 
 
@@ -218,7 +168,7 @@ def daemon_down(v: Verdict) -> None:
     v.recovers()
 
 
-def registry_down_at_start(v: Verdict, extra: ExtraRegistry) -> None:
+def registry_down_at_start(v: Verdict, extra: LocalRegistry) -> None:
     _move_to(v, extra)
     extra.stop()
     v.exited(v.work.build("--force", "--no-checks"), 3, "build with the registry down")
@@ -226,15 +176,15 @@ def registry_down_at_start(v: Verdict, extra: ExtraRegistry) -> None:
     v.recovers()
 
 
-def registry_killed_during_push(v: Verdict, extra: ExtraRegistry) -> None:
+def registry_killed_during_push(v: Verdict, extra: LocalRegistry) -> None:
     _registry_killed(v, extra, r"\[runtime \d+/\d+\] COPY", "the push")
 
 
-def registry_killed_during_attach(v: Verdict, extra: ExtraRegistry) -> None:
+def registry_killed_during_attach(v: Verdict, extra: LocalRegistry) -> None:
     _registry_killed(v, extra, r"==> smoke: SBOM and provenance", "the attach")
 
 
-def _registry_killed(v: Verdict, extra: ExtraRegistry, when: str, what: str) -> None:
+def _registry_killed(v: Verdict, extra: LocalRegistry, when: str, what: str) -> None:
     _move_to(v, extra)
     run = v.work.start("--no-checks")
     run.wait_for(when)
@@ -246,7 +196,7 @@ def _registry_killed(v: Verdict, extra: ExtraRegistry, when: str, what: str) -> 
     v.recovers()
 
 
-def _move_to(v: Verdict, extra: ExtraRegistry) -> None:
+def _move_to(v: Verdict, extra: LocalRegistry) -> None:
     v.work.edit(f"registry: {REGISTRY}", f"registry: {extra.address}")
     first = v.work.build()
     v.expect(first.code == 0, f"the first build to {extra.address} failed: {first.err[-300:]}")
@@ -433,7 +383,7 @@ def authenticated_registry(v: Verdict, root: Path) -> None:
     made = subprocess.run(["htpasswd", "-iBn", "k3attacker"], input=password, capture_output=True, text=True,
                           check=True)
     (root / "htpasswd").write_text(made.stdout)
-    auth = ExtraRegistry(root, htpasswd=root / "htpasswd")
+    auth = LocalRegistry(root, htpasswd=root / "htpasswd")
     auth.start()
     try:
         v.work.edit(f"registry: {REGISTRY}", f"registry: {auth.address}")
@@ -461,7 +411,7 @@ def _base(root: Path) -> Work:
     made = cli("smoke-init", "--out", str(root / "base"), "--registry", REGISTRY, "--repository", repository)
     if made.code != 0:
         sys.exit(f"smoke-init failed (run ci/setup.sh first): {made.err.strip()[-500:]}")
-    work = Work(root / "base", repository)
+    work = Work(root / "base", root / "base" / "matrix.yaml", repository)
     for args in (("render",), ("lock", "--target", "smoke"), ("--target", "smoke")):
         r = cli("--matrix", str(work.matrix), *args)
         if r.code != 0:
@@ -470,17 +420,14 @@ def _base(root: Path) -> Work:
 
 
 def _copy(base: Work, dest: Path) -> Work:
-    dest.mkdir(parents=True)
-    shutil.copy(base.matrix, dest / "matrix.yaml")
-    for sub in ("dockerfiles", "locks"):
-        shutil.copytree(base.root / sub, dest / sub)
-    return Work(dest, base.repository)
+    copy = base.copy(dest)
+    return Work(copy.root, copy.matrix, copy.repository)
 
 
 def run_one(name: str, base: Work, root: Path) -> Outcome:
     v = Verdict(name, _copy(base, root / name))
     fn = globals()[name]
-    extra = ExtraRegistry(root) if "registry_" in name and name != "authenticated_registry" else None
+    extra = LocalRegistry(root) if "registry_" in name and name != "authenticated_registry" else None
     try:
         if extra:
             extra.start()
@@ -537,7 +484,7 @@ def main() -> int:
                 print(f"    {note}", flush=True)
         hits = secret_hits(root)
     finally:
-        _delete_repository(base.repository)
+        delete_repository(base.repository)
         if not args.keep:
             shutil.rmtree(root, ignore_errors=True)
     n = len(outcomes)
@@ -546,23 +493,6 @@ def main() -> int:
     for hit in hits[:20]:
         print(f"    secret found in {hit}")
     return 0 if all(o.survived and o.consistent for o in outcomes) and not hits else 1
-
-
-def _delete_repository(repository: str) -> None:
-    accept = "application/vnd.oci.image.manifest.v1+json, application/vnd.oci.image.index.v1+json"
-    try:
-        tags = json.load(urllib.request.urlopen(f"http://{REGISTRY}/v2/{repository}/tags/list", timeout=10))["tags"]
-    except (OSError, ValueError, KeyError):
-        return
-    for tag in tags or []:
-        req = urllib.request.Request(f"http://{REGISTRY}/v2/{repository}/manifests/{tag}", method="HEAD",
-                                     headers={"Accept": accept})
-        try:
-            digest = urllib.request.urlopen(req, timeout=10).headers["Docker-Content-Digest"]
-            urllib.request.urlopen(urllib.request.Request(
-                f"http://{REGISTRY}/v2/{repository}/manifests/{digest}", method="DELETE"), timeout=10).close()
-        except OSError:
-            pass
 
 
 if __name__ == "__main__":

@@ -7,10 +7,13 @@ from __future__ import annotations
 import json
 import secrets
 import shutil
+import socket
 import subprocess
+import time
 import urllib.error
 import urllib.request
 from dataclasses import dataclass
+from typing import Callable
 from pathlib import Path
 
 import pytest
@@ -69,6 +72,41 @@ def delete_repository(repository: str) -> None:
     subprocess.run(["docker", "image", "rm", "-f", f"{REGISTRY}/{repository}:smoke"], capture_output=True)
 
 
+class LocalRegistry:
+    """Debian's docker-registry on a free 127.0.0.1 port, with its own storage (deletes enabled),
+    optionally behind htpasswd auth; a test or the attack script may stop and start it."""
+
+    def __init__(self, root: Path, htpasswd: Path | None = None) -> None:
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            self.address = f"127.0.0.1:{s.getsockname()[1]}"
+        auth = f"auth:\n  htpasswd:\n    realm: k3-test\n    path: {htpasswd}\n" if htpasswd else ""
+        name = self.address.replace(":", "-")
+        self.config = root / f"{name}.yml"
+        self.config.write_text(f"version: 0.1\nlog:\n  level: error\nstorage:\n  filesystem:\n    rootdirectory: "
+                               f"{root / name}\n  delete:\n    enabled: true\nhttp:\n  addr: {self.address}\n{auth}")
+        self.proc: subprocess.Popen | None = None
+
+    def start(self) -> None:
+        self.proc = subprocess.Popen(["docker-registry", "serve", str(self.config)], stdout=subprocess.DEVNULL,
+                                     stderr=subprocess.DEVNULL)
+        for _ in range(200):
+            try:
+                urllib.request.urlopen(f"http://{self.address}/v2/", timeout=1).close()
+                return
+            except urllib.error.HTTPError:
+                return  # 401: up, and asking for credentials
+            except OSError:
+                time.sleep(0.05)
+        raise AssertionError(f"the registry on {self.address} did not start")
+
+    def stop(self) -> None:
+        if self.proc:
+            self.proc.kill()
+            self.proc.wait()
+            self.proc = None
+
+
 @dataclass
 class Smoke:
     root: Path  # directory of the generated matrix: dockerfiles/, locks/, artifacts/ live here
@@ -87,6 +125,17 @@ class Smoke:
             if (self.root / sub).exists():
                 shutil.copytree(self.root / sub, dest / sub)
         return Smoke(dest, dest / "matrix.yaml", self.repository)
+
+    def variant(self, dest: Path, tag: str, change: Callable[[str], str] = lambda text: text) -> "Smoke":
+        """A copy whose matrix text went through ``change``, under an image tag of its own (the
+        shared ``smoke`` tag is left alone), rendered."""
+        work = self.copy(dest)
+        text = change(work.matrix.read_text())
+        assert text.count("tag: smoke") == 1, "the variant's matrix lost its tag line"
+        work.matrix.write_text(text.replace("tag: smoke", f"tag: {tag}"))
+        rendered = cli("--matrix", str(work.matrix), "render")
+        assert rendered.code == 0, rendered.err
+        return work
 
 
 @pytest.fixture(scope="session")

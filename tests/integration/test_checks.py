@@ -115,10 +115,8 @@ def test_each_broken_variant_fails_the_right_check(variants, name):
 
 def test_a_build_whose_checks_fail_keeps_the_image_but_not_the_record(built, tmp_path):
     smoke, _ = built
-    work = smoke.copy(tmp_path / "expired")
-    text = re.sub(r"expires: '?\d{4}-\d{2}-\d{2}'?", "expires: '2021-01-31'", work.matrix.read_text())
-    work.matrix.write_text(text.replace("tag: smoke", "tag: expired"))  # leave the shared tag alone
-    assert cli("--matrix", str(work.matrix), "render").code == 0
+    work = smoke.variant(tmp_path / "expired", "expired",
+                         lambda text: re.sub(r"expires: '?\d{4}-\d{2}-\d{2}'?", "expires: '2021-01-31'", text))
     record_before = work.record.read_bytes()
     r = cli("--matrix", str(work.matrix), "--target", "smoke")
     assert r.code == 1, r.err[-3000:]
@@ -142,14 +140,14 @@ def pinned(built, tmp_path_factory):
     """The smoke with an NCCL pin, locked and built for real: the lock gets nvidia-nccl-cu12 as a uv
     override plus a top-level pin, and the image carries that wheel from PyPI."""
     smoke, _ = built
-    work = smoke.copy(tmp_path_factory.mktemp("pinned") / "work")
-    text = work.matrix.read_text()
-    assert "\n    compile:\n" in text and "nccl:" not in text
-    text = text.replace("\n    compile:\n", f"\n    nccl:\n      version: {NCCL}\n    compile:\n", 1)
-    work.matrix.write_text(text.replace("tag: smoke", "tag: pinned"))
-    for args in (("render",), ("lock", "--target", "smoke")):
-        r = cli("--matrix", str(work.matrix), *args)
-        assert r.code == 0, r.err[-3000:]
+
+    def pin_nccl(text: str) -> str:
+        assert "\n    compile:\n" in text and "nccl:" not in text
+        return text.replace("\n    compile:\n", f"\n    nccl:\n      version: {NCCL}\n    compile:\n", 1)
+
+    work = smoke.variant(tmp_path_factory.mktemp("pinned") / "work", "pinned", pin_nccl)
+    r = cli("--matrix", str(work.matrix), "lock", "--target", "smoke")
+    assert r.code == 0, r.err[-3000:]
     r = cli("--matrix", str(work.matrix), "--target", "smoke")
     assert r.code == 0, r.err[-3000:]
     yield work, r.out.strip().splitlines()[-1], r.err

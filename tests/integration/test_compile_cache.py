@@ -59,12 +59,13 @@ def _dbsize(host: str, port: int) -> int:
 
 def _remote_target(smoke, dest: Path, tag: str):
     """A copy of the smoke target opted into the remote cache, under its own tag."""
-    work = smoke.copy(dest)
-    text = work.matrix.read_text().replace("tag: smoke", f"tag: {tag}")
-    text, n = re.subn(r"(\n(\s+)max_jobs: 2\n)", r"\1\2remote_cache: true\n", text)
-    assert n == 1
-    work.matrix.write_text(text)
-    assert cli("--matrix", str(work.matrix), "render").code == 0
+
+    def opt_in(text: str) -> str:
+        text, n = re.subn(r"(\n(\s+)max_jobs: 2\n)", r"\1\2remote_cache: true\n", text)
+        assert n == 1
+        return text
+
+    work = smoke.variant(dest, tag, opt_in)
     dockerfile = (work.root / "dockerfiles" / "smoke" / "Dockerfile").read_text()
     assert "HAS NETWORK ACCESS" in dockerfile and "--mount=type=secret,id=k3_compile_cache" in dockerfile
     assert "FROM build AS compile-offline\n" in dockerfile and "FROM build AS compile-remote-cache\n" in dockerfile

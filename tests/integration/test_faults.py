@@ -7,15 +7,13 @@ import os
 import re
 import shutil
 import signal
-import socket
 import subprocess
 import time
-import urllib.request
 from pathlib import Path
 
 import pytest
 
-from tests.integration.conftest import BUILD, cli
+from tests.integration.conftest import BUILD, LocalRegistry, cli
 
 
 def _tree(root: Path) -> dict[str, str]:
@@ -82,34 +80,10 @@ def test_docker_daemon_not_running(built, tmp_path):
 @pytest.fixture()
 def second_registry(tmp_path):
     """A registry of its own on 127.0.0.1:<free port>, which the test may stop and start."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    config = tmp_path / "registry.yml"
-    config.write_text(f"version: 0.1\nlog:\n  level: error\nstorage:\n  filesystem:\n    rootdirectory: "
-                      f"{tmp_path / 'registry-data'}\nhttp:\n  addr: 127.0.0.1:{port}\n")
-    procs = []
-
-    def start():
-        procs.append(subprocess.Popen(["docker-registry", "serve", str(config)], stdout=subprocess.DEVNULL,
-                                      stderr=subprocess.DEVNULL))
-        for _ in range(100):
-            try:
-                urllib.request.urlopen(f"http://127.0.0.1:{port}/v2/", timeout=1).close()
-                return
-            except OSError:
-                time.sleep(0.05)
-        raise AssertionError("the second registry did not start")
-
-    def stop():
-        procs[-1].kill()
-        procs[-1].wait()
-
-    start()
-    yield f"127.0.0.1:{port}", start, stop
-    for p in procs:
-        p.kill()
-        p.wait()
+    registry = LocalRegistry(tmp_path)
+    registry.start()
+    yield registry.address, registry.start, registry.stop
+    registry.stop()
 
 
 def test_registry_stopped_during_push(built, tmp_path, second_registry):

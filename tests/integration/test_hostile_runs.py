@@ -61,9 +61,7 @@ def test_two_checkouts_sharing_an_empty_cache_both_build(built, tmp_path):
     env = dict(os.environ, K3_CACHE_DIR=str(tmp_path / "empty-cache"))
     procs = []
     for name in ("one", "two"):
-        work = smoke.copy(tmp_path / name)
-        work.matrix.write_text(work.matrix.read_text().replace("tag: smoke", f"tag: race-{name}"))
-        assert cli("--matrix", str(work.matrix), "render").code == 0
+        work = smoke.variant(tmp_path / name, f"race-{name}")
         procs.append(subprocess.Popen([BUILD, "--matrix", str(work.matrix), "--target", "smoke", "--no-checks"],
                                       stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env))
     for p in procs:
@@ -91,9 +89,7 @@ def test_a_record_whose_digest_was_edited_is_refused_not_rebuilt_over(built, tmp
 
 def test_a_build_without_checks_says_so_and_verify_fails_it(built, tmp_path):
     smoke, _ = built
-    work = smoke.copy(tmp_path / "unchecked")
-    work.matrix.write_text(work.matrix.read_text().replace("tag: smoke", "tag: unchecked"))
-    assert cli("--matrix", str(work.matrix), "render").code == 0
+    work = smoke.variant(tmp_path / "unchecked", "unchecked")
     r = cli("--matrix", str(work.matrix), "--target", "smoke", "--force", "--no-checks")
     assert r.code == 0, r.err[-2000:]
     assert json.loads(work.record.read_text())["checks"] == "skipped"

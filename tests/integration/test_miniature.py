@@ -55,9 +55,7 @@ def test_the_demo_image_is_built_like_cu129(built):
 
 def test_the_compile_runs_cmake_and_ninja_from_the_build_lock(built, tmp_path):
     smoke, _ = built
-    work = smoke.copy(tmp_path / "uncached")
-    work.matrix.write_text(work.matrix.read_text().replace("tag: smoke", "tag: uncached"))
-    assert cli("--matrix", str(work.matrix), "render").code == 0
+    work = smoke.variant(tmp_path / "uncached", "uncached")
     r = cli("--matrix", str(work.matrix), "--target", "smoke", "--no-cache", "--no-checks")
     assert r.code == 0, r.err[-2000:]
     log = next((work.root / "artifacts" / "smoke").glob("*/build.log")).read_text()
@@ -69,12 +67,13 @@ def test_the_compile_runs_cmake_and_ninja_from_the_build_lock(built, tmp_path):
 
 def test_a_forgotten_third_party_source_fails_the_compile_not_the_image(built, tmp_path):
     smoke, _ = built
-    work = smoke.copy(tmp_path / "forgotten")
-    text = work.matrix.read_text()
-    cut = re.sub(r"\n      third_party:\n(        .*\n|          .*\n)+", "\n", text)
-    assert "third_party" not in cut
-    work.matrix.write_text(cut.replace("tag: smoke", "tag: forgotten"))
-    assert cli("--matrix", str(work.matrix), "render").code == 0
+
+    def forget_third_party(text: str) -> str:
+        cut = re.sub(r"\n      third_party:\n(        .*\n|          .*\n)+", "\n", text)
+        assert "third_party" not in cut
+        return cut
+
+    work = smoke.variant(tmp_path / "forgotten", "forgotten", forget_third_party)
     record_before = work.record.read_bytes()
     r = cli("--matrix", str(work.matrix), "--target", "smoke")
     assert r.code == 1, r.err[-2000:]
@@ -89,10 +88,8 @@ def test_a_forgotten_third_party_source_fails_the_compile_not_the_image(built, t
 
 def test_an_op_the_matrix_expects_absent_fails_when_it_appears(built, tmp_path):
     smoke, _ = built
-    work = smoke.copy(tmp_path / "cuda13-op")
-    text = work.matrix.read_text().replace("K3SMOKE_CUDA_VERSION: 12.9.1", "K3SMOKE_CUDA_VERSION: 13.0.1")
-    work.matrix.write_text(text.replace("tag: smoke", "tag: cuda13-op"))
-    assert cli("--matrix", str(work.matrix), "render").code == 0
+    work = smoke.variant(tmp_path / "cuda13-op", "cuda13-op",
+                         lambda text: text.replace("K3SMOKE_CUDA_VERSION: 12.9.1", "K3SMOKE_CUDA_VERSION: 13.0.1"))
     r = cli("--matrix", str(work.matrix), "--target", "smoke")
     assert r.code == 1, r.err[-2000:]
     failed = _failed(r.err)

@@ -55,9 +55,7 @@ def test_expiry_change_rebuilds_only_the_last_layers(built, tmp_path):
 
 def test_cache_from_the_registry_after_pruning_the_engine(built, tmp_path):
     smoke, _ = built
-    work = smoke.copy(tmp_path / "cache")
-    work.matrix.write_text(work.matrix.read_text().replace("tag: smoke", "tag: cached"))
-    assert cli("--matrix", str(work.matrix), "render").code == 0
+    work = smoke.variant(tmp_path / "cache", "cached")
     image = re.search(r"registry: (\S+)", work.matrix.read_text()).group(1) + "/" + smoke.repository + ":cached"
     first = cli("--matrix", str(work.matrix), "--target", "smoke", "--no-checks", "--force", "--cache-to", "type=inline")
     assert first.code == 0, first.err[-2000:]

@@ -16,9 +16,7 @@ import json
 import os
 import secrets
 import shutil
-import socket
 import subprocess
-import time
 import urllib.error
 import urllib.request
 from dataclasses import dataclass
@@ -28,7 +26,7 @@ import pytest
 
 from builder.errors import RegistryUnavailable
 from builder.registry import OCI_MANIFEST, Registry, RegistryClient
-from tests.integration.conftest import cli
+from tests.integration.conftest import LocalRegistry, cli
 
 USER = "k3tester"
 ARTIFACT = "application/vnd.k3.test.note+json"
@@ -40,12 +38,6 @@ class AuthRegistry:
     host: str
     user: str
     password: str
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _status(url: str) -> int:
@@ -65,29 +57,14 @@ def auth_registry(tmp_path_factory):
     password = "k3-" + secrets.token_urlsafe(18)
     made = subprocess.run(["htpasswd", "-iBn", USER], input=password, capture_output=True, text=True, check=True)
     (root / "htpasswd").write_text(made.stdout)
-    port = _free_port()
-    (root / "registry.yml").write_text(
-        "version: 0.1\nlog:\n  level: error\n"
-        f"storage:\n  filesystem:\n    rootdirectory: {root / 'data'}\n  delete:\n    enabled: true\n"
-        f"http:\n  addr: 127.0.0.1:{port}\n"
-        f"auth:\n  htpasswd:\n    realm: k3-test\n    path: {root / 'htpasswd'}\n")
-    proc = subprocess.Popen(["docker-registry", "serve", str(root / "registry.yml")],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    registry = LocalRegistry(root, htpasswd=root / "htpasswd")
+    registry.start()
     try:
-        for _ in range(200):
-            try:
-                if _status(f"http://127.0.0.1:{port}/v2/") == 401:
-                    break
-            except OSError:
-                pass
-            time.sleep(0.05)
-        else:
-            raise AssertionError("the registry with htpasswd auth did not start")
-        yield AuthRegistry(f"127.0.0.1:{port}", USER, password)
+        assert _status(f"http://{registry.address}/v2/") == 401
+        yield AuthRegistry(registry.address, USER, password)
     finally:
-        proc.kill()
-        proc.wait()
-        _remove_local_images(f"127.0.0.1:{port}/")
+        registry.stop()
+        _remove_local_images(f"{registry.address}/")
 
 
 def _remove_local_images(prefix: str) -> None:
