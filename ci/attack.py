@@ -123,8 +123,7 @@ class Verdict:
         self.expect("Traceback" not in run.err, f"{what}: a traceback")
         last = [line for line in run.err.strip().splitlines() if line.strip()][-1:] or [""]
         if code not in (0, -9):
-            self.expect(last[0].startswith("error") or "error" in last[0].lower() or code == 130,
-                        f"{what}: the last line is not the error: {last[0][:200]}")
+            self.expect(last[0].startswith("error: "), f"{what}: the last line is not the error: {last[0][:200]}")
 
     def recovers(self, env: dict | None = None) -> None:
         again = self.work.build(env=env)
@@ -140,8 +139,8 @@ class Verdict:
             notes.append(f"offline verify: exit {checked.code}: {checked.err.strip()[-300:]}")
         if leftovers:
             notes.append(f"left over: {leftovers}")
-        notes += _stray_processes(self.work)
-        return Outcome(self.name, not self.notes and not _stray_processes(self.work), consistent, notes)
+        strays = _stray_processes(self.work)
+        return Outcome(self.name, not self.notes and not strays, consistent, notes + strays)
 
 
 def _stray_processes(work: Work) -> list[str]:
