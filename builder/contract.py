@@ -255,7 +255,8 @@ CHECKS = {
                         "(RPATH/RUNPATH with $ORIGIN, LD_LIBRARY_PATH, the ld.so cache, the default directories) "
                         "or from a library the image carries that an earlier import loads (torch's pattern); "
                         "only the driver libraries the container runtime mounts are exempt; a NEEDED CUDA "
-                        "library of another major fails unless cuda.other_major names the file's distribution",
+                        "library of another major fails unless cuda.other_major names the file's distribution; "
+                        "every library the matrix says a package dlopens by name (runtime.dlopen) loads",
     "image_hygiene": "no symlink under the application prefix dangles or points into a build-only path, and no "
                      ".pth, RECORD, direct_url.json, shebang, *.cmake or *.pc file names a build-only path "
                      "(/third_party, /src, /build, /ctx, /layers)",

@@ -135,6 +135,9 @@ ToolName = _pattern(r"[A-Za-z0-9_][A-Za-z0-9_.+-]{0,63}", "a program name such a
 # Something in the image's Python to call or read: module:attribute[.attribute...].
 PyRef = _pattern(r"[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)*:[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)*",
                  "a Python reference module.path:attribute, e.g. vllm.tool_parsers:ToolParserManager.get_tool_parser")
+# A module to import, or module:callable to call (no arguments).
+PySetup = _pattern(r"[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)*(?::[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)*)?",
+                   "a module (imported) or module:callable (called), e.g. vllm.utils.import_utils:has_triton_kernels")
 # fnmatch patterns over dotted module names, e.g. vllm.third_party.fmha_sm100.cute.test_*.
 ModulePattern = _pattern(r"[A-Za-z_*?][A-Za-z0-9_.*?]{0,199}", "a dotted module name or fnmatch pattern")
 # An SPDX license expression: identifiers (LicenseRef- included) joined by AND/OR/WITH, parentheses.
@@ -244,9 +247,11 @@ class Extensions(_Frozen):
     python_trees: tuple[ModuleName, ...] = ()
     # Modules of those trees left out of the import, each with why (shown in the check's output).
     python_skip: dict[ModulePattern, Reason] = Field(default_factory=dict)
-    # Called (no arguments) before the trees are imported, for set-up the package itself does at
-    # run time first (vLLM: has_triton_kernels() makes the triton_kernels alias).
-    python_setup: tuple[PyRef, ...] = ()
+    # Run once before the trees are imported (each of their modules then in a process of its own,
+    # forked from that one): modules to import first (the heavy common ones, e.g. torch) and
+    # callables for set-up the package does at run time (vLLM: has_triton_kernels() makes the
+    # triton_kernels alias). A skip pattern "pkg.*" covers pkg itself too.
+    python_setup: tuple[PySetup, ...] = ()
 
 
 class ThirdParty(_Frozen):
@@ -376,6 +381,7 @@ def _glibc(value: str) -> str:
     return value
 
 
+Soname = _pattern(r"lib[A-Za-z0-9_.+-]{1,100}\.so(?:\.[0-9]+)*", "a library file name such as libcudart.so or libnuma.so.1")
 PathPattern = _pattern(r"/[A-Za-z0-9_./*?+-]{1,200}", "an absolute path or fnmatch pattern such as /opt/k3/*/libfoo*.so")
 EnvLikeDest = _pattern(r"[a-z_][a-z0-9_]{0,63}", "an argparse destination such as tool_call_parser")
 
@@ -421,6 +427,9 @@ class Runtime(_Frozen):
     # alternatives, each with why: their unresolved NEEDED libraries are shown, not failed
     # (check shared_libraries). A CUDA library of another major still fails.
     optional_libraries: dict[PathPattern, Reason] = Field(default_factory=dict)
+    # Libraries a package loads by name at run time (dlopen), which no NEEDED entry shows, each
+    # with who loads it: each must load in the image (check shared_libraries).
+    dlopen: dict[Soname, Reason] = Field(default_factory=dict)
 
 
 class Signing(_Frozen):
