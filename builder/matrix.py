@@ -386,7 +386,9 @@ PathPattern = _pattern(r"/[A-Za-z0-9_./*?+-]{1,200}", "an absolute path or fnmat
 EnvLikeDest = _pattern(r"[a-z_][a-z0-9_]{0,63}", "an argparse destination such as tool_call_parser")
 
 
-def _words(value: str) -> tuple[str, ...]:
+def _words(value: Any) -> tuple[str, ...]:
+    if not isinstance(value, str):
+        raise ValueError(f"must be one line of words separated by single spaces (got {_show(value)})")
     words = value.split(" ")
     for word in words:
         if not re.fullmatch(r"[A-Za-z0-9_./:=@+-][A-Za-z0-9_./:=@+,-]{0,127}", word):
@@ -404,7 +406,7 @@ class Recipe(_Frozen):
     something for it (not raise, not None). ``architecture`` goes through ``architecture_resolver``.
     """
 
-    command: Annotated[StrictStr, AfterValidator(_words)]
+    command: Annotated[tuple[str, ...], BeforeValidator(_words)]  # written as one line in the matrix
     parser: PyRef
     parser_class: PyRef
     validator: Optional[PyRef] = None
