@@ -16,6 +16,8 @@ inputs and the pushed digest, so rebuilding unchanged inputs changes only ``buil
 
 from __future__ import annotations
 
+import base64
+import binascii
 import json
 import os
 from dataclasses import dataclass
@@ -131,13 +133,15 @@ def audit_hashes(sbom_text: str, provenance_text: str) -> dict[str, str]:
 
 
 def _described_digest(path: Path, kind: str) -> str | None:
-    """The image digest an SBOM (metadata.component.version) or provenance (subject) describes."""
+    """The image digest an SBOM (metadata.component.version) or provenance (the subject of the
+    Statement its DSSE envelope carries) describes."""
     try:
         doc = json.loads(path.read_text())
         if kind == "sbom":
             return doc["metadata"]["component"]["version"]
-        return "sha256:" + doc["subject"][0]["digest"]["sha256"]
-    except (OSError, ValueError, KeyError, IndexError, TypeError):
+        statement = json.loads(base64.b64decode(doc["payload"], validate=True))  # a DSSE envelope
+        return "sha256:" + statement["subject"][0]["digest"]["sha256"]
+    except (OSError, ValueError, KeyError, IndexError, TypeError, binascii.Error):
         return None
 
 
