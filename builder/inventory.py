@@ -12,6 +12,7 @@ short License field and License classifiers); mapping them to SPDX is the SBOM's
 from __future__ import annotations
 
 import json
+import logging
 import re
 from dataclasses import dataclass
 
@@ -39,6 +40,8 @@ def dep5_licenses(text: str) -> tuple[str, ...]:
     rejects): `prose_licenses`."""
     from debian import copyright as deb_copyright
 
+    # python-debian logs each format URL it repairs; the result, not the repair, is what counts here.
+    logging.getLogger(deb_copyright.__name__).setLevel(logging.ERROR)
     text = text.replace("\r\n", "\n")
     try:
         parsed = deb_copyright.Copyright(text.splitlines(), strict=False)
