@@ -47,7 +47,7 @@ def _read_json(path: Path) -> dict:
 
 
 # Every row `build verify` prints, in order: (row, holds when, only with --registry). The README's
-# verify table is this list (tests/unit/test_verify_table.py compares them).
+# verify table is this list (tests/unit/test_provsign.py compares them).
 ROWS: tuple[tuple[str, str, bool], ...] = (
     ("matrix <-> Dockerfile", "the committed Dockerfile is exactly what the matrix renders", False),
     ("lock hash-pinned", "each lock matches its own body sha256 header (`k3-lock-body-sha256`: not truncated or "
