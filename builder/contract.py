@@ -98,7 +98,7 @@ LOCK_NAME = "requirements.txt"  # runtime environment of the image (installed wi
 BUILD_LOCK_NAME = "build-requirements.txt"  # build stage only (compilers' Python side)
 RECORD_NAME = "image.json"
 SBOM_NAME = "sbom.cdx.json"  # CycloneDX 1.6 JSON, same image -> same bytes
-PROVENANCE_NAME = "provenance.intoto.json"  # in-toto Statement v1, SLSA provenance v1 predicate
+PROVENANCE_NAME = "provenance.intoto.json"  # DSSE envelope of an in-toto Statement v1 (SLSA provenance v1)
 RECORD_SCHEMA = 2  # 2: the record names its SBOM/provenance by sha256 and whether checks ran
 
 # Per-build artifacts (not committed): artifacts/<target>/<build-id>/build.log

@@ -1,6 +1,7 @@
 """``locks/<target>/``: the record set of the last checked image, written as one unit.
 
-The set is ``image.json`` (what was built from what) plus the SBOM and the provenance.
+The set is ``image.json`` (what was built from what) plus the SBOM and the provenance (a DSSE
+envelope, builder/provsign.py).
 ``image.json`` carries the sha256 of the SBOM and provenance it belongs to, so any mix of old and
 new files is detected offline (`build verify`, and every build before it trusts the record).
 
