@@ -52,6 +52,14 @@ def test_sbom_and_provenance_are_recorded_and_attached(built):
     assert deps["template:Dockerfile.j2"]["uri"].startswith("git+https://github.com/")
     tool = prov["predicate"]["runDetails"]["builder"]["builderDependencies"][0]
     assert re.fullmatch(r"[0-9a-f]{40}", tool["digest"]["gitCommit"])
+    # in-toto's own bindings (the test extra) parse it: Statement v1, SLSA Provenance v1, strictly.
+    from google.protobuf import json_format
+    from in_toto_attestation.predicates.provenance.v1 import provenance_pb2
+    from in_toto_attestation.v1 import statement_pb2
+    from in_toto_attestation.v1.statement import Statement
+
+    Statement.copy_from_pb(json_format.ParseDict(prov, statement_pb2.Statement())).validate()
+    json_format.ParseDict(prov["predicate"], provenance_pb2.Provenance())
     # An auditor with only the registry finds both through the referrers tag schema.
     index = DockerEngine().registry.raw_manifest(f"{REGISTRY}/{smoke.repository}", digest.replace(":", "-"))
     assert index is not None and index.media_type == OCI_INDEX
