@@ -32,7 +32,7 @@ def test_the_decision_record_from_a_captured_host_and_the_demo_image(built, tmp_
     ver = doc["verification"]
     assert ver["checks"] == "passed" and ver["build_record"]["digest"] == ref.split("@", 1)[1]
     assert ver["labels"]["io.k3-cu129.cuda-version"] == "12.9.1"
-    assert ver["labels"]["org.opencontainers.image.version"] == "0.1.0"
+    assert ver["labels"]["org.opencontainers.image.version"].startswith("0.1.0")
     assert doc["exit_conditions"]["owner"] == "gpu-platform@example.org" == ver["labels"]["io.k3-cu129.owner"]
     assert doc["exit_conditions"]["expires"] == ver["labels"]["io.k3-cu129.expires"]
     assert doc["next_review"] <= doc["exit_conditions"]["expires"]
