@@ -161,7 +161,7 @@ def _table_gpus(text: str) -> tuple[str, ...]:
     """GPU names from the table's GPU rows (above its "MIG devices" and "Processes" sections): the
     name sits between the index and the Persistence-M (On/Off) or Windows driver-model column."""
     cut = min((i for i in (text.find("MIG devices:"), text.find("Processes:")) if i >= 0), default=len(text))
-    rows = re.findall(r"^\|\s+\d+\s+(\S.*?)\s+(?:On|Off|WDDM|TCC|MCDM)\s+\|", text[:cut], re.M)
+    rows = re.findall(r"^\|\s+\d+\s+(\S[^|]*?)\s+(?:On|Off|WDDM|TCC|MCDM)\s+\|", text[:cut], re.M)
     return tuple(r.strip() for r in rows)
 
 

@@ -328,3 +328,51 @@ def test_the_official_image_on_a_cuda12_windows_or_wsl_driver():
     none = decide("12.9.1", win((546, 80), None, platform="wsl"))
     assert not none.compatible and "reports no CUDA version" in none.reason
     assert decide("13.0.2", win((546, 80), None)).route.startswith("upgrade the Windows driver")
+
+
+@pytest.mark.parametrize("text,platform", [
+    # WSL: Linux's nvidia-smi reporting the Windows driver (--version and table forms)
+    ("NVIDIA-SMI version  : 580.82.07\nNVML version        : 580.95\nDRIVER version      : 581.42\n"
+     "CUDA Version        : 13.0\n", "wsl"),
+    ("| NVIDIA-SMI 545.46                 Driver Version: 546.80       CUDA Version: 12.3     |\n", "wsl"),
+    # the Windows table of older drivers: "TCC/WDDM" column, the model right after a cut name
+    ("| NVIDIA-SMI 517.48       Driver Version: 517.48       CUDA Version: 11.7     |\n"
+     "| GPU  Name            TCC/WDDM | Bus-Id        Disp.A | Volatile Uncorr. ECC |\n"
+     "|   0  NVIDIA GeForce ... WDDM  | 00000000:0A:00.0  On |                  N/A |\n", "windows"),
+    ("| NVIDIA-SMI 580.88   Driver Version: 580.88   CUDA Version: 13.0 |\n"
+     "|   0  NVIDIA RTX PRO 6000 Blackwell ... MCDM  | 00000000:0A:00.0 Off | Off |\n", "windows"),
+    ("Driver Version : 576.02\nCUDA Version : 12.9\nDriver Model\n    Current : TCC\n    Pending : TCC\n", "windows"),
+    # Linux, a two-part version included: nvidia-smi and the driver agree
+    ("| NVIDIA-SMI 595.80                 Driver Version: 595.80         CUDA Version: 13.2     |\n", "linux"),
+    ("Driver Version : 580.82.07\nDriver Model\n    Current : N/A\n", "linux"),
+    ("| NVIDIA-SMI 580.95.05   Driver Version: 580.95.05   CUDA Version: 13.0 |\n", "linux"),
+])
+def test_the_platform_of_a_driver(text, platform):
+    assert compat.parse_smi(text).platform == platform
+
+
+def test_the_old_windows_table_names_its_gpus():
+    h = compat.parse_smi("| NVIDIA-SMI 517.48       Driver Version: 517.48       CUDA Version: 11.7     |\n"
+                         "|   0  NVIDIA GeForce ... WDDM  | 00000000:0A:00.0  On |                  N/A |\n"
+                         "|   1  NVIDIA GeForce ... WDDM  | 00000000:43:00.0  On |                  N/A |\n")
+    assert h.gpus == ("NVIDIA GeForce ...",) * 2 and not h.data_center and h.unsure_gpus == ()
+
+
+def test_table_rows_never_run_into_the_next_cell_or_the_processes():
+    text = ("| NVIDIA-SMI 575.57.08   Driver Version: 575.57.08   CUDA Version: 12.9 |\n"
+            "|   0  Tesla T4            N/A  | 00000000:00:04.0 Off |                    0 |\n"
+            "| Processes:                                                                  |\n"
+            "|    0   N/A  N/A      2140    C+G   C:\\Windows\\System32\\dwm.exe    N/A      |\n"
+            "|    1   N/A  N/A      2141    C   python                        On |\n")
+    assert compat.parse_smi(text).gpus == ()  # no On/Off/model column: not a GPU row; process rows never
+
+
+@pytest.mark.parametrize("text,cuda,note", [
+    ("Driver Version: 575.57.08  CUDA UMD Version: 13.3  CUDA Version: 12.9", "13.3", ""),
+    ("Driver Version: 575.57.08  CUDA Version: N/A", None, "'CUDA Version: N/A'"),
+    ("Driver Version: 575.57.08  CUDA Version: ERR!", None, "'CUDA Version: ERR!'"),
+    ("Driver Version: 575.57.08", None, ""),
+])
+def test_the_drivers_cuda_version(text, cuda, note):
+    h = compat.parse_smi(text)
+    assert h.cuda == cuda and (note in h.note if note else h.note == "")
