@@ -4,7 +4,8 @@ Sources: the CUDA release notes' "Toolkit Driver Version" table (minimum Linux d
 release) and NVIDIA's "CUDA Compatibility" guide (minor-version compatibility within a major;
 forward compatibility through the cuda-compat package, data-center GPUs only). The numbers below
 are copied from that table (README, "Driver and CUDA facts"); a release not listed falls back to its family minimum
-with minor-version compatibility, which is what the guide promises.
+with minor-version compatibility, which is what the guide promises. The same table lists Windows minimums; none
+could be confirmed from this project's sources, so a Windows/WSL driver is judged by the CUDA version it reports.
 """
 
 from __future__ import annotations

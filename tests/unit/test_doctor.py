@@ -108,6 +108,13 @@ def test_csv_query_format():
     ("r580-q.txt", OFFICIAL, True, "minor-version compatibility within CUDA 13.x"),
     ("no-gpu.txt", CU129, False, "no usable NVIDIA driver"),
     # real captures (SOURCES.md)
+    ("r610-rtx2080s-table.txt", OFFICIAL, True, "CUDA 13.0.2 needs driver >= 580.95.05; host has 610.57.04 (r610)"),
+    ("r610-rtx2080s-q.txt", CU129, True, "CUDA 12.9.1 needs driver >= 575.57.08; host has 610.57.04 (r610)"),
+    ("r590-h100-version.txt", OFFICIAL, True, "needs driver >= 580.95.05; host has 590.48.01 (r590)"),
+    ("r590-h100-mig-table.txt", OFFICIAL, True, "needs driver >= 580.95.05; host has 590.48.01 (r590)"),
+    ("win-r610-rtx2080s-table.txt", CU129, True, "610.62 is a Windows driver that reports CUDA up to 13.3"),
+    ("nvml-mismatch-ci-log.txt", OFFICIAL, False, "differ (user-space NVML library 550.144)"),
+    ("nvml-mismatch.txt", CU129, False, "driver library differ (a driver upgraded or reinstalled without"),
     ("r610-b200-table.txt", OFFICIAL, True, "CUDA 13.0.2 needs driver >= 580.95.05; host has 610.43.02 (r610)"),
     ("r610-rtx2080s-version.txt", CU129, True, "host has 610.57.04 (r610)"),
     ("r610-rtx2080s-query.csv", OFFICIAL, True, "host has 610.57.04 (r610)"),
