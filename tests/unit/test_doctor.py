@@ -578,3 +578,18 @@ def test_archive_facts(tmp_path):
     assert doctor.archive_facts(None) is None
     with pytest.raises(ConfigError, match="--evidence .*missing: not a file"):
         doctor.archive_facts(tmp_path / "missing")
+
+
+def test_image_record_reads_the_targets_build_record(tmp_path):
+    from types import SimpleNamespace
+
+    plan = SimpleNamespace(root=tmp_path, target=SimpleNamespace(name="cu129"))
+    assert doctor.image_record(plan) is None  # never built here
+    path = contract.record_path(tmp_path, "cu129")
+    path.parent.mkdir(parents=True)
+    doc = {"schema": contract.RECORD_SCHEMA, "target": "cu129", "image": "reg/k3@sha256:ab", "digest": "sha256:ab",
+           "bases": {}, "source": {}, "lock_sha256": "", "build_lock_sha256": "", "dockerfile_sha256": "",
+           "source_date_epoch": 0, "input_key": "", "tool_version": "", "checks": "skipped", "build": {}}
+    path.write_text(json.dumps(doc))
+    assert doctor.image_record(plan) == {"target": "cu129", "image": "reg/k3@sha256:ab", "digest": "sha256:ab",
+                                         "checks": "skipped", "record": str(path)}
