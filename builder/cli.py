@@ -466,6 +466,7 @@ def cmd_doctor(args: argparse.Namespace, out: Output) -> int:
     import datetime as dt
 
     smi_text, smi_source = doctor.read_nvidia_smi(args.nvidia_smi_file)
+    doctor.host_of(smi_text, smi_source)  # output it cannot read is bad input before any image is looked at
     archive = doctor.archive_facts(args.evidence)
     if args.record is not None:
         doctor.output_dir(args.record, "--record")  # refused before anything is diagnosed or written

@@ -50,15 +50,19 @@ class Diagnosis:
     save: str = ""  # evidence to save before acting on the route (broken hosts)
 
 
+def host_of(smi_text: str | None, smi_source: str) -> compat.HostGPU:
+    """The host as nvidia-smi's output shows it; output doctor cannot read is bad input naming its source."""
+    if smi_text is None:
+        return compat.HostGPU(None, None, (), note=smi_source)
+    try:
+        return compat.parse_smi(smi_text)
+    except compat.SmiParseError as exc:
+        raise ConfigError(f"{smi_source}: {exc}") from None
+
+
 def diagnose(smi_text: str | None, smi_source: str, labels: dict[str, str], env: dict[str, str],
              image: str, today: dt.date | None = None) -> Diagnosis:
-    if smi_text is None:
-        host = compat.HostGPU(None, None, (), note=smi_source)
-    else:
-        try:
-            host = compat.parse_smi(smi_text)
-        except compat.SmiParseError as exc:
-            raise ConfigError(f"{smi_source}: {exc}") from None
+    host = host_of(smi_text, smi_source)
     keys = contract.keys_in(labels)
     found = compat.image_cuda(labels, env, keys.cuda)
     if found is None:
