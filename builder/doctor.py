@@ -186,8 +186,8 @@ def _not_chosen(path: str, d: Diagnosis, chosen: str | None, bridge: bool) -> st
     if not f["data_center"]:
         return "not available: forward compatibility (cuda-compat) needs data-center GPUs; host has " + \
             (", ".join(sorted(set(f["gpus"]))) or "no GPU listed")
-    return ("possible on these data-center GPUs (cuda-compat in an isolated environment), not needed while "
-            f"{chosen} holds; it swaps the driver's user-space libraries inside the container")
+    return ("possible on these data-center GPUs (cuda-compat in an isolated environment), not needed while the "
+            f"chosen path ({chosen}) holds; it swaps the driver's user-space libraries inside the container")
 
 
 def paths(d: Diagnosis, bridge: bool) -> list[dict]:

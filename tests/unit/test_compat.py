@@ -146,6 +146,9 @@ def test_a_truncated_name_is_never_claimed_for_forward_compatibility():
     assert "nvidia-smi cut the name of NVIDIA A10...: capture `nvidia-smi -q` or `nvidia-smi -L`" in route
     assert "is possible" not in route
     assert host((575, 57, 8), gpus=("NVIDIA A100-PCI...",)).unsure_gpus == ()
+    two = decide("13.0.2", host((575, 57, 8), gpus=("NVIDIA A10...", "NVIDIA A10...", "NVIDIA L4...", H100))).route
+    assert two.endswith("; forward compatibility needs data-center GPUs, and nvidia-smi cut the name of NVIDIA A10..., "
+                        "NVIDIA L4...: capture `nvidia-smi -q` or `nvidia-smi -L` for the full name")
 
 
 def test_csv_output_of_one_gpu():
@@ -327,7 +330,17 @@ def test_the_official_image_on_a_cuda12_windows_or_wsl_driver():
     assert v.route.startswith("use the cu129 build (this project) on this CUDA 12 driver, or upgrade the Windows")
     none = decide("12.9.1", win((546, 80), None, platform="wsl"))
     assert not none.compatible and "reports no CUDA version" in none.reason
-    assert decide("13.0.2", win((546, 80), None)).route.startswith("upgrade the Windows driver")
+    assert decide("13.0.2", win((546, 80), None)).route == (
+        "upgrade the Windows driver to one that reports CUDA 13.0 or newer (NVIDIA's table gives the minimum); "
+        "forward compatibility (cuda-compat) is not assessed for this driver")
+    assert v.route == ("use the cu129 build (this project) on this CUDA 12 driver, or upgrade the Windows driver to "
+                       "one that reports CUDA 13; forward compatibility (cuda-compat) is not assessed for this driver")
+    assert none.reason == (f"CUDA 12.9.1: 546.80 is a WSL host's Windows driver that reports no CUDA version; "
+                           f"minor-version compatibility would need the Windows family minimum, not confirmed here "
+                           f"({compat.WINDOWS_TABLE})")
+    # a CUDA 11 Windows driver is not sent to the cu129 bridge
+    assert decide("13.0.2", win((472, 12), "11.4")).route.startswith("upgrade the Windows driver to one that reports")
+    assert decide("12.9.1", win((610, 62), "12.9")).compatible  # exactly the image's major.minor
 
 
 @pytest.mark.parametrize("text,platform", [

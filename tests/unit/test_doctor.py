@@ -593,3 +593,78 @@ def test_image_record_reads_the_targets_build_record(tmp_path):
     path.write_text(json.dumps(doc))
     assert doctor.image_record(plan) == {"target": "cu129", "image": "reg/k3@sha256:ab", "digest": "sha256:ab",
                                          "checks": "skipped", "record": str(path)}
+
+
+GOLDEN = (  # the whole Markdown of one record: every line is the format
+    "# Decision record: img\n"
+    "\n"
+    "Created 2026-11-29T10:00:00Z by `build doctor --record`. Lines marked **TO FILL (a person)** are for a person to complete.\n"
+    "\n"
+    "## Fault evidence\n"
+    "\n"
+    "- verdict: compatible: img: CUDA 12.9.1 needs driver >= 575.57.08; host has 590.48.01 (r590)\n"
+    "- route: run the image as it is\n"
+    "- host: driver 590.48.01 (r590, linux), CUDA 13.1, GPUs: NVIDIA H100 80GB HBM3 (data-center)\n"
+    "- nvidia-smi: r590-h100-mig-table.txt (table)\n"
+    "- note: MIG is on: 4 MIG devices; each runs the image with its GPU's driver\n"
+    "- evidence archive: k3-evidence-20261129T095900Z.tar.gz (sha256 0000000000000000000000000000000000000000000000000000000000000000)\n"
+    "\n"
+    "## Paths\n"
+    "\n"
+    "- **chosen**: upgrade the driver: done: the host driver (590.48.01) already runs this image; on r580+ the bridge is not needed: run the official CUDA 13 image\n"
+    "- not chosen: the cu129 bridge: not needed: the host driver runs the image (r580+ runs the official CUDA 13 image)\n"
+    "- not chosen: an isolated environment: possible on these data-center GPUs (cuda-compat in an isolated environment), not needed while the chosen path (upgrade the driver) holds; it swaps the driver's user-space libraries inside the container\n"
+    "\n"
+    "Chosen: upgrade the driver (doctor's recommendation; **TO FILL (a person): confirm or change it**)\n"
+    "\n"
+    "## Verification\n"
+    "\n"
+    "- doctor: compatible (image CUDA 12.9.1)\n"
+    "- image checks: passed (build record locks/cu129/image.json, digest sha256:ab)\n"
+    "- label io.k3-cu129.cuda-version: 12.9.1\n"
+    "- label io.k3-cu129.owner: o@e.org\n"
+    "- label io.k3-cu129.expires: 2027-06-30\n"
+    "- label io.k3-cu129.target: (absent)\n"
+    "- label io.k3-cu129.lock-sha256: (absent)\n"
+    "- label io.k3-cu129.upstream.source: (absent)\n"
+    "- label org.opencontainers.image.version: (absent)\n"
+    "- label org.opencontainers.image.revision: (absent)\n"
+    "- label org.opencontainers.image.source: (absent)\n"
+    "- label org.opencontainers.image.created: (absent)\n"
+    "- label org.opencontainers.image.base.name: (absent)\n"
+    "- label org.opencontainers.image.base.digest: (absent)\n"
+    "\n"
+    "## Exit conditions\n"
+    "\n"
+    "- bridge: yes\n"
+    "- owner: o@e.org\n"
+    "- expires: 2027-06-30\n"
+    "- status: expires 2027-06-30 (213 days left; owner o@e.org)\n"
+    "- exit when: the hosts run driver r580+ and the official CUDA 13 image passes `build doctor` and `build compare` against this one; at the expiry date at the latest\n"
+    "\n"
+    "## Rollback\n"
+    "\n"
+    "- none needed: the host already runs the image\n"
+    "\n"
+    "## Next review\n"
+    "\n"
+    "- 2026-12-29\n"
+    "\n"
+    "## For a person\n"
+    "\n"
+    "- who decided: **TO FILL (a person): who decided**\n"
+    "- the platform lead who approved: **TO FILL (a person): the platform lead who approved**\n"
+    "- teams and services that run on these hosts: **TO FILL (a person): teams and services that run on these hosts**\n"
+    "- when the hosts can move to driver r580+ (maintenance window): **TO FILL (a person): when the hosts can move to driver r580+ (maintenance window)**\n"
+    "- the image to roll back to: **TO FILL (a person): the image to roll back to**\n"
+)
+
+
+def test_the_markdown_of_a_record_line_by_line():
+    built = {"target": "cu129", "image": "img", "digest": "sha256:ab", "checks": "passed",
+             "record": "locks/cu129/image.json"}
+    archive = {"archive": "k3-evidence-20261129T095900Z.tar.gz", "sha256": "0" * 64}
+    _, doc = _record("r590-h100-mig-table.txt", built=built, archive=archive)
+    assert doctor.decision_markdown(doc).splitlines() == GOLDEN.splitlines()
+    md, js = doctor.write_decision(__import__("pathlib").Path(__import__("tempfile").mkdtemp()), doc)
+    assert md.read_text() == GOLDEN and js.read_text() == json.dumps(doc, indent=2) + "\n"
