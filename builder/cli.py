@@ -460,10 +460,10 @@ def _on_images(args: argparse.Namespace, out: Output, body) -> int:
 
 
 def cmd_doctor(args: argparse.Namespace, out: Output) -> int:
+    import datetime as dt
+
     from builder import doctor
     from builder.pipeline import image_config
-
-    import datetime as dt
 
     smi_text, smi_source = doctor.read_nvidia_smi(args.nvidia_smi_file)
     doctor.host_of(smi_text, smi_source)  # output it cannot read is bad input before any image is looked at
