@@ -81,13 +81,12 @@ class HostGPU:
 def gpu_class(name: str) -> str:
     """"data-center", "consumer" or "unknown". nvidia-smi's table cuts long names ("NVIDIA GeForce RTX
     2080 ...", "NVIDIA A100-PCI..."): the word the cut runs into is dropped, never guessed from."""
-    truncated = name.rstrip().endswith("...")
-    whole = re.sub(r"[A-Za-z0-9]*\.\.\.\s*$", "", name) if truncated else name
-    if re.search(r"\b(GeForce|TITAN|Quadro)\b", whole, re.I) or re.search(r"\bRTX\b", whole):
+    whole = re.sub(r"[A-Za-z0-9]*\.\.\.\s*$", "", name)
+    if re.search(r"\b(GeForce|TITAN|Quadro|RTX)\b", whole):
         return "consumer"
     if DATA_CENTER.search(whole):
         return "data-center"
-    return "unknown" if truncated else "consumer"
+    return "unknown" if whole != name else "consumer"
 
 
 def _version(text: str) -> tuple[int, ...]:

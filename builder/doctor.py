@@ -185,7 +185,7 @@ def _not_chosen(path: str, d: Diagnosis, chosen: str | None, bridge: bool) -> st
         return "not assessed: forward compatibility (cuda-compat) on a Windows/WSL driver"
     if not f["data_center"]:
         return "not available: forward compatibility (cuda-compat) needs data-center GPUs; host has " + \
-            (", ".join(sorted(set(f["gpus"]))) or "no GPU listed")
+            (", ".join(sorted(set(f["gpus"]))) or "none named in this nvidia-smi output")
     return ("possible on these data-center GPUs (cuda-compat in an isolated environment), not needed while the "
             f"chosen path ({chosen}) holds; it swaps the driver's user-space libraries inside the container")
 
@@ -202,7 +202,7 @@ def decision(d: Diagnosis, labels: dict[str, str], built: dict | None, archive: 
     keys = contract.keys_in(labels)
     bridge = keys.expires in labels
     options = paths(d, bridge)
-    chosen = next((o["path"] for o in options if o["chosen"]), None)
+    chosen, why = _choice(d, bridge)
     label_keys = (keys.cuda, keys.owner, keys.expires, keys.target, keys.lock_sha256, keys.upstream_source,
                   contract.OCI_VERSION, contract.OCI_REVISION, contract.OCI_SOURCE, contract.OCI_CREATED,
                   contract.OCI_BASE_NAME, contract.OCI_BASE_DIGEST)
@@ -211,7 +211,7 @@ def decision(d: Diagnosis, labels: dict[str, str], built: dict | None, archive: 
         "schema": DECISION_SCHEMA, "created": now.strftime(contract.TIME_FORMAT), "image": d.facts["image"],
         "fault_evidence": {"verdict": d.line, "route": d.route, "host": {k: d.facts[k] for k in _HOST_FACTS},
                            "notes": d.notes, "save_first": d.save or None, "evidence_archive": archive},
-        "paths": options, "chosen": chosen,
+        "paths": options, "chosen": chosen, "chosen_why": why,
         "verification": {"compatible": d.compatible, "image_cuda": d.facts["image_cuda"],
                          "labels": {k: labels.get(k) for k in label_keys},
                          "build_record": built if same else None,
@@ -239,7 +239,7 @@ def _exit_conditions(labels: dict[str, str], keys, expiry: str | None) -> dict:
 def _rollback(chosen: str | None, d: Diagnosis) -> str:
     if chosen is None:
         return "none: nothing is changed until the host is repaired"
-    if chosen == PATHS[0] and d.facts["host_driver"] != "none" and not d.line.startswith("compatible"):
+    if chosen == PATHS[0] and not d.compatible:
         return f"reinstall the driver the host runs now ({d.facts['host_driver']}) and reboot"
     if chosen == PATHS[0]:
         return "none needed: the host already runs the image"
@@ -275,7 +275,7 @@ def write_decision(out_dir: Path, doc: dict) -> tuple[Path, Path]:
     stamp = doc["created"].replace("-", "").replace(":", "")
     stem = f"k3-decision-{stamp}-{re.sub(r'[^A-Za-z0-9._-]+', '_', doc['image'])[-60:]}"
     md, js = out / f"{stem}.md", out / f"{stem}.json"
-    atomic_write(js, json.dumps(doc, indent=2, sort_keys=False) + "\n")
+    atomic_write(js, json.dumps(doc, indent=2) + "\n")
     atomic_write(md, decision_markdown(doc))
     return md, js
 
@@ -306,8 +306,8 @@ def decision_markdown(doc: dict) -> str:
                                        f"**{TO_FILL}: run `build evidence --out DIR` and name its archive**"),
              "", "## Paths", ""]
     lines += [f"- {'**chosen**' if o['chosen'] else 'not chosen'}: {o['path']}: {o['why']}" for o in doc["paths"]]
-    lines += ["", f"Chosen: {doc['chosen'] or 'none yet'} (doctor's recommendation; "
-                  f"**{TO_FILL}: confirm or change it**)", "", "## Verification", "",
+    lines += ["", f"Chosen: {doc['chosen']} (doctor's recommendation; **{TO_FILL}: confirm or change it**)"
+              if doc["chosen"] else f"Chosen: none yet: {doc['chosen_why']}", "", "## Verification", "",
               f"- doctor: {'compatible' if ver['compatible'] else 'INCOMPATIBLE'} (image CUDA {ver['image_cuda']})",
               "- image checks: " + (f"{ver['checks']} (build record {ver['build_record']['record']}, digest "
                                     f"{ver['build_record']['digest']})" if ver["build_record"] else

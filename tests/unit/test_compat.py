@@ -134,6 +134,10 @@ def test_bom_and_crlf_are_read():
     ("NVIDIA RTX PRO 6000 Blac...", "consumer"),
     ("NVIDIA A1000", "consumer"),
     ("NVIDIA Graphics Device", "consumer"),
+    ("NVIDIA A10...  ", "unknown"),  # trailing blanks after the cut
+    ("NVIDIA TITAN Xp", "consumer"),
+    ("Quadro M1000M", "consumer"),
+    ("NVIDIA L4", "data-center"),
 ])
 def test_gpu_class_of_truncated_names(name, kind):
     assert compat.gpu_class(name) == kind
@@ -304,6 +308,8 @@ def test_the_mismatch_names_the_user_space_library():
 def test_cuda13_on_a_driver_below_cuda12_is_not_sent_to_the_bridge():
     v = decide("13.0.2", host((470, 82, 1)))
     assert v.route == "upgrade the driver to r580+ (even the cu129 build needs a CUDA 12 driver, >= 525.60.13)"
+    assert v.compatible is False
+    assert v.reason == "CUDA 13.0.2 needs driver >= 580.95.05 (branch r580); host has 470.82.01 (r470)"
     assert decide("13.0.2", host((525, 60, 13))).route.startswith("use the cu129 build")
     assert decide("13.0.2", host((525, 60, 12))).route.startswith("upgrade the driver to r580+")
 

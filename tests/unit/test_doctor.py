@@ -510,6 +510,15 @@ def test_record_on_r580_and_newer_hosts():
     assert doc["rollback"] == "none needed: the host already runs the image"
     official = _record("r610-b200-table.txt", OFFICIAL)[1]
     assert _paths(official)["upgrade the driver"][1] == "done: the host driver (610.43.02) already runs this image"
+    assert _paths(official)["the cu129 bridge"] == (False, "not needed: the host driver runs the image")
+    unnamed = _paths(_record("r590-h100-version.txt")[1])["an isolated environment"][1]
+    assert unnamed == ("not available: forward compatibility (cuda-compat) needs data-center GPUs; host has none "
+                       "named in this nvidia-smi output")
+    mixed = doctor.diagnose((SMI / "r575-h100.txt").read_text().replace(
+        "|   1  NVIDIA H100 80GB HBM3   ", "|   1  NVIDIA GeForce RTX 4090 "), "mixed", *CU129, "img", dt.date(2026, 11, 29))
+    assert mixed.facts["gpus"] == ["NVIDIA H100 80GB HBM3", "NVIDIA GeForce RTX 4090"]
+    assert _paths(doctor.decision(mixed, CU129[0], None, None, NOW))["an isolated environment"][1].endswith(
+        "host has NVIDIA GeForce RTX 4090, NVIDIA H100 80GB HBM3")
 
 
 def test_record_on_a_driver_too_old_for_the_bridge():
@@ -534,7 +543,64 @@ def test_record_of_a_broken_host_chooses_nothing_yet():
     assert doc["fault_evidence"]["host"]["nvml_library"] == "570.124" and doc["fault_evidence"]["save_first"] == d.save
     assert doc["rollback"] == "none: nothing is changed until the host is repaired"
     md = doctor.decision_markdown(doc)
-    assert "Chosen: none yet" in md and f"- save first: {d.save}" in md
+    assert f"- save first: {d.save}" in md
+    assert doc["chosen_why"] == f"no path until the host has a usable driver: {d.route}"
+    assert f"\nChosen: none yet: no path until the host has a usable driver: {d.route}\n" in md
+
+
+def test_record_without_nvidia_smi_chooses_nothing_yet():
+    d = doctor.diagnose(None, "nvidia-smi not installed", CU129[0], CU129[1], "img", dt.date(2026, 11, 29))
+    doc = doctor.decision(d, CU129[0], None, None, NOW)
+    assert doc["chosen"] is None and doc["fault_evidence"]["host"]["fault"] is None
+    assert doc["chosen_why"] == ("no path until the host has a usable driver: install a driver (r575 for the cu129 "
+                                 "build, r580 for the official CUDA 13 image), then run doctor again")
+
+
+def test_the_why_of_each_recommendation_quotes_the_verdict():
+    assert _record("r565-8xh100-table.txt")[1]["chosen_why"] == (
+        "the bridge runs on this host as it is (CUDA 12.9.1 runs on driver 565.57.01 (r565) through minor-version "
+        "compatibility within CUDA 12.x (family minimum 525.60.13) (full support from 575.57.08); features that need "
+        "a newer driver (PTX JIT of newer code) are unavailable)")
+    assert _record("r410-cuda-na-table.txt")[1]["chosen_why"] == (
+        "the image does not start on this driver: CUDA 12.9.1 needs driver >= 575.57.08 (branch r575); host has "
+        "410.78 (r410); route: upgrade the driver to at least 575.57.08")
+    doc = _record("r565-8xh100-table.txt")[1]
+    assert [o["why"] for o in doc["paths"] if o["chosen"]] == [doc["chosen_why"]]
+
+
+def test_record_fields_from_the_labels():
+    soon = ({contract.LABEL_CUDA: "12.9.1", contract.LABEL_EXPIRES: "2026-12-10", contract.LABEL_OWNER: "o@e.org"}, {})
+    _, doc = _record("r565-8xh100-table.txt", soon)
+    assert doc["next_review"] == "2026-12-10"  # the expiry comes before 30 days are up
+    owned = ({contract.LABEL_CUDA: "12.9.1", contract.LABEL_OWNER: "team@e.org"}, {})
+    assert _record("r565-8xh100-table.txt", owned)[1]["exit_conditions"]["owner"] == "team@e.org"
+
+
+def test_a_record_file_name_keeps_only_safe_characters(tmp_path):
+    _, doc = _record("r565-8xh100-table.txt")
+    doc["image"] = "127.0.0.1:5000/k3/smoke-test-abcdef@sha256:" + "0123456789abcdef" * 4
+    md, _ = doctor.write_decision(tmp_path, doc)
+    assert md.name == "k3-decision-20261129T100000Z-" + ("1:5000/k3/smoke-test-abcdef@sha256:" + "0123456789abcdef" * 4
+                                                           ).replace(":", "_").replace("/", "_").replace("@", "_")[-60:] + ".md"
+    assert len(md.stem) == len("k3-decision-20261129T100000Z-") + 60
+
+
+def test_notes_name_each_cut_gpu_once():
+    text = (SMI / "r575-h100.txt").read_text().replace("NVIDIA H100 80GB HBM3 ", "NVIDIA H10...          ", 1)
+    text = text.replace("NVIDIA H100 80GB HBM3 ", "NVIDIA A10...          ", 1)
+    d = doctor.diagnose(text, "cut", *CU129, "img", dt.date(2026, 11, 29))
+    assert d.notes == ["nvidia-smi cut the GPU name NVIDIA H10..., NVIDIA A10...: its class (data-center or not) is "
+                       "unknown; `nvidia-smi -q` or `nvidia-smi -L` prints the full name"]
+
+
+def test_output_dir(tmp_path):
+    nested = tmp_path / "a" / "b"
+    assert doctor.output_dir(nested, "--record") == nested.resolve() and nested.is_dir()
+    assert doctor.output_dir(nested, "--record") == nested.resolve()  # an existing directory is fine
+    for bad in ("/sys/x", "/dev/x", "/proc/x"):
+        with pytest.raises(ConfigError) as info:
+            doctor.output_dir(__import__("pathlib").Path(bad), "--opt")
+        assert info.value.message == f"--opt {bad}: not a place for an archive or a record"
 
 
 def test_next_review_is_at_the_latest_the_expiry():
@@ -668,3 +734,79 @@ def test_the_markdown_of_a_record_line_by_line():
     assert doctor.decision_markdown(doc).splitlines() == GOLDEN.splitlines()
     md, js = doctor.write_decision(__import__("pathlib").Path(__import__("tempfile").mkdtemp()), doc)
     assert md.read_text() == GOLDEN and js.read_text() == json.dumps(doc, indent=2) + "\n"
+
+
+GOLDEN_BROKEN = (  # a broken host and an image that is not a bridge: the other branches
+    "# Decision record: img\n"
+    "\n"
+    "Created 2026-11-29T10:00:00Z by `build doctor --record`. Lines marked **TO FILL (a person)** are for a person to complete.\n"
+    "\n"
+    "## Fault evidence\n"
+    "\n"
+    "- verdict: INCOMPATIBLE: img: image needs CUDA 13.0.2 but this host has no usable NVIDIA driver: nvidia-smi cannot initialise NVML: the loaded NVIDIA kernel module and the user-space driver library differ (user-space NVML library 570.124) (a driver upgraded or reinstalled without reloading the module)\n"
+    "- route: reboot the host, or stop every GPU process and reload the NVIDIA kernel modules (`rmmod nvidia_uvm nvidia_drm nvidia_modeset nvidia`, then `modprobe nvidia`); then run doctor again\n"
+    "- host: driver none (none, linux), CUDA not reported, GPUs: none listed\n"
+    "- nvidia-smi: nvml-mismatch-570.txt (a failure message)\n"
+    "- save first: /proc/driver/nvidia/version (the loaded module's version), `lsmod` and the installed driver packages (`build evidence` saves the first two), `dmesg | grep -i nvrm`\n"
+    "- evidence archive: **TO FILL (a person): run `build evidence --out DIR` and name its archive**\n"
+    "\n"
+    "## Paths\n"
+    "\n"
+    "- not chosen: upgrade the driver: not yet: repair the host first\n"
+    "- not chosen: the cu129 bridge: not yet: repair the host first\n"
+    "- not chosen: an isolated environment: not yet: repair the host first\n"
+    "\n"
+    "Chosen: none yet: no path until the host has a usable driver: reboot the host, or stop every GPU process and reload the NVIDIA kernel modules (`rmmod nvidia_uvm nvidia_drm nvidia_modeset nvidia`, then `modprobe nvidia`); then run doctor again\n"
+    "\n"
+    "## Verification\n"
+    "\n"
+    "- doctor: INCOMPATIBLE (image CUDA 13.0.2)\n"
+    "- image checks: unknown: no build record names this image (run `build test --image REF`)\n"
+    "- label io.k3-cu129.cuda-version: (absent)\n"
+    "- label io.k3-cu129.owner: (absent)\n"
+    "- label io.k3-cu129.expires: (absent)\n"
+    "- label io.k3-cu129.target: (absent)\n"
+    "- label io.k3-cu129.lock-sha256: (absent)\n"
+    "- label io.k3-cu129.upstream.source: (absent)\n"
+    "- label org.opencontainers.image.version: (absent)\n"
+    "- label org.opencontainers.image.revision: (absent)\n"
+    "- label org.opencontainers.image.source: (absent)\n"
+    "- label org.opencontainers.image.created: (absent)\n"
+    "- label org.opencontainers.image.base.name: (absent)\n"
+    "- label org.opencontainers.image.base.digest: (absent)\n"
+    "\n"
+    "## Exit conditions\n"
+    "\n"
+    "- bridge: no\n"
+    "- owner: (no owner label)\n"
+    "- expires: (no expiry label)\n"
+    "- status: no expiry label: this image is not a bridge build\n"
+    "\n"
+    "## Rollback\n"
+    "\n"
+    "- none: nothing is changed until the host is repaired\n"
+    "\n"
+    "## Next review\n"
+    "\n"
+    "- 2026-12-29\n"
+    "\n"
+    "## For a person\n"
+    "\n"
+    "- who decided: **TO FILL (a person): who decided**\n"
+    "- the platform lead who approved: **TO FILL (a person): the platform lead who approved**\n"
+    "- teams and services that run on these hosts: **TO FILL (a person): teams and services that run on these hosts**\n"
+    "- when the hosts can move to driver r580+ (maintenance window): **TO FILL (a person): when the hosts can move to driver r580+ (maintenance window)**\n"
+    "- the image to roll back to: **TO FILL (a person): the image to roll back to**\n"
+)
+
+
+def test_the_markdown_of_a_broken_hosts_record():
+    _, doc = _record("nvml-mismatch-570.txt", OFFICIAL)
+    assert doctor.decision_markdown(doc).splitlines() == GOLDEN_BROKEN.splitlines()
+
+
+def test_decode_capture_replaces_what_it_cannot_read():
+    assert doctor.decode_capture(b"\xff\xfeD\x00\x00\xd8") == "D\ufffd"  # UTF-16LE with a lone surrogate
+    assert doctor.decode_capture(b"\xfe\xff\x00D") == "D"  # UTF-16BE
+    assert doctor.decode_capture(b"\xef\xbb\xbfKMD \xff") == "KMD \ufffd"
+    assert doctor.decode_capture(b"\xff\xfe") == ""
