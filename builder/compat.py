@@ -129,9 +129,9 @@ def _driver_version(text: str) -> tuple[str, str] | None:
     for label in ("KMD Version", "Driver Version"):
         m = re.search(label + r"\s*:\s*" + _VER, text, re.I)
         if m:
-            line = text[text.rfind("\n", 0, m.start()) + 1:m.start()]
-            form = ("version" if re.search(r"NVIDIA-SMI version\s*:", text, re.I) else
-                    "table" if line.lstrip().startswith("|") or "NVIDIA-SMI" in line else "query")
+            line = text[:m.start()].rsplit("\n", 1)[-1]  # the table's header line names NVIDIA-SMI too
+            form = ("version" if re.search(r"NVIDIA-SMI version\s*:", text) else
+                    "table" if "NVIDIA-SMI" in line else "query")
             return m.group(1), form
     return None
 
@@ -187,7 +187,7 @@ def _parse_csv(text: str) -> HostGPU | None:
     lines = [line for line in text.splitlines() if line.strip()]
     head = next((i for i, line in enumerate(lines) if re.search(r"(^|,)\s*driver_version\s*(,|$)", line)), None)
     if head is None:
-        rows = [re.fullmatch(r"\s*(\d{3}\.\d+(?:\.\d+)?)\s*,\s*(.+?)\s*", line) for line in lines]
+        rows = [re.fullmatch(r"\s*(\d{3}\.\d+(?:\.\d+)?)\s*,\s*([^,]+?)\s*", line) for line in lines]
         if rows and all(rows):
             return HostGPU(_version(rows[0].group(1)), None, tuple(r.group(2) for r in rows), form="csv")
         if lines and all(line.count(",") >= 2 for line in lines):

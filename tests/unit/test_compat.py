@@ -395,3 +395,50 @@ def test_table_rows_never_run_into_the_next_cell_or_the_processes():
 def test_the_drivers_cuda_version(text, cuda, note):
     h = compat.parse_smi(text)
     assert h.cuda == cuda and (note in h.note if note else h.note == "")
+
+
+@pytest.mark.parametrize("text,driver,gpus", [
+    ("driver_version\n575.57.08\n", (575, 57, 8), ()),  # no name column: no GPU names
+    ("timestamp, name, driver_version, pstate\n2026/07/14, NVIDIA L4, 550.163.01, P8\n", (550, 163, 1), ("NVIDIA L4",)),
+    ("575.57.08, NVIDIA H100\n", (575, 57, 8), ("NVIDIA H100",)),
+])
+def test_csv_columns(text, driver, gpus):
+    h = compat.parse_smi(text)
+    assert (h.driver, h.gpus, h.form, h.platform, h.cuda) == (driver, gpus, "csv", "linux", None)
+
+
+@pytest.mark.parametrize("text,message", [
+    ("575.57.08, NVIDIA H100, P8\n", "without its header"),  # three columns, no header: not the two-column form
+    ("2026/07/14, 590.48.01, NVIDIA H100\n", "without its header"),
+    ("name, driver_version\n", "a row without a version"),  # the header alone
+])
+def test_csv_refusals(text, message):
+    with pytest.raises(compat.SmiParseError, match=message):
+        compat.parse_smi(text)
+
+
+def test_a_tcc_csv_row_is_windows():
+    assert compat.parse_smi("name, driver_version, driver_model.current\nTesla T4, 576.02, TCC\n").platform == "windows"
+
+
+def test_a_container_with_a_newer_nvidia_smi_than_its_driver_is_not_wsl():
+    h = compat.parse_smi("| NVIDIA-SMI 575.57.08    Driver Version: 570.124.06    CUDA Version: 12.8 |\n")
+    assert (h.platform, h.driver) == ("linux", (570, 124, 6))
+
+
+def test_forms():
+    assert compat.parse_smi("Driver Version : 575.57.08\n").form == "query"
+    assert compat.parse_smi("| NVIDIA-SMI 575.57.08   Driver Version: 575.57.08 |\n").form == "table"
+    assert compat.parse_smi("x\n| NVIDIA-SMI 331.62     Driver Version: 331.62         |\n").form == "table"
+    assert compat.parse_smi("NVIDIA-SMI version  : 590.48.01\nDRIVER version      : 590.48.01\n").form == "version"
+
+
+def test_a_mig_section_at_the_end_of_the_output():
+    text = ("| NVIDIA-SMI 590.48.01   Driver Version: 590.48.01   CUDA Version: 13.1 |\n"
+            "|   0  NVIDIA H100 80GB HBM3          On  |   00000000:00:09.0 Off |   On |\n\n"
+            "| MIG devices:                                  |\n"
+            "|  0    2   0   0  |  26MiB / 40448MiB | 60  0 |\n"
+            "|  0    3   0   1  |  17MiB / 20096MiB | 32  0 |")
+    h = compat.parse_smi(text)
+    assert (h.mig_devices, h.gpus) == (2, ("NVIDIA H100 80GB HBM3",))
+    assert compat.parse_smi(text + "\n\n|  0    9   0   2  |  not MIG: after the section |\n").mig_devices == 2
