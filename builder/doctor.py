@@ -48,6 +48,7 @@ class Diagnosis:
     facts: dict = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)  # what the output showed besides the verdict
     save: str = ""  # evidence to save before acting on the route (broken hosts)
+    reason: str = ""  # the verdict's reason (the line without its "compatible: image:" prefix)
 
 
 def host_of(smi_text: str | None, smi_source: str) -> compat.HostGPU:
@@ -80,7 +81,7 @@ def diagnose(smi_text: str | None, smi_source: str, labels: dict[str, str], env:
         "host_branch": host.branch, "host_cuda": host.cuda, "gpus": list(host.gpus),
         "data_center": host.data_center, "nvidia_smi": smi_source, "nvidia_smi_form": host.form,
         "platform": host.platform, "fault": host.fault, "nvml_library": host.nvml, "mig_devices": host.mig_devices,
-    }, _notes(host), verdict.save)
+    }, _notes(host), verdict.save, verdict.reason)
 
 
 def _notes(host: compat.HostGPU) -> list[str]:
@@ -158,15 +159,15 @@ def _choice(d: Diagnosis, bridge: bool) -> tuple[str | None, str]:
     f = d.facts
     if f["fault"] or f["host_driver"] == "none":
         return None, f"no path until the host has a usable driver: {d.route}"
-    on_580 = f["host_branch"] != "none" and int(f["host_branch"][1:]) >= 580
+    on_580 = int(f["host_branch"][1:]) >= 580
     if d.route.startswith("use the cu129 build"):
         return PATHS[1], f"this host runs a CUDA 12 driver ({f['host_branch']}); the cu129 build runs on it"
     if bridge and d.compatible and not on_580:
-        return PATHS[1], f"the bridge runs on this host as it is ({d.line.split(': ', 2)[-1]})"
+        return PATHS[1], f"the bridge runs on this host as it is ({d.reason})"
     if d.compatible:
         return PATHS[0], (f"done: the host driver ({f['host_driver']}) already runs this image"
                           + ("; on r580+ the bridge is not needed: run the official CUDA 13 image" if bridge else ""))
-    return PATHS[0], f"the image does not start on this driver: {d.line.split(': ', 2)[-1]}; route: {d.route}"
+    return PATHS[0], f"the image does not start on this driver: {d.reason}; route: {d.route}"
 
 
 def _not_chosen(path: str, d: Diagnosis, chosen: str | None, bridge: bool) -> str:

@@ -413,12 +413,20 @@ def test_csv_columns(text, driver, gpus):
     ("name, driver_version\n", "a row without a version"),  # the header alone
 ])
 def test_csv_refusals(text, message):
-    with pytest.raises(compat.SmiParseError, match=message):
+    with pytest.raises(compat.SmiParseError, match=message) as info:
         compat.parse_smi(text)
+    assert str(info.value) in (
+        "a --query-gpu CSV without its header (`--format=csv,noheader`) has no column names; capture it with "
+        "`--format=csv` (header kept), or capture `nvidia-smi --query-gpu=driver_version,name --format=csv,noheader`",
+        "the --query-gpu CSV has a driver_version column but a row without a version")
 
 
 def test_a_tcc_csv_row_is_windows():
     assert compat.parse_smi("name, driver_version, driver_model.current\nTesla T4, 576.02, TCC\n").platform == "windows"
+    two = "name, driver_version, driver_model.current\nA, 576.02, WD\nB, 576.02, DM\n"  # "WD DM" is no model
+    assert compat.parse_smi(two).platform == "linux"
+    blank = "name, driver_version, driver_model.current\nA, 576.02,\nB, 576.02, TCC\n"
+    assert compat.parse_smi(blank).platform == "windows"
 
 
 def test_a_container_with_a_newer_nvidia_smi_than_its_driver_is_not_wsl():

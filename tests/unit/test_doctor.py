@@ -521,6 +521,15 @@ def test_record_on_r580_and_newer_hosts():
         "host has NVIDIA GeForce RTX 4090, NVIDIA H100 80GB HBM3")
 
 
+def test_the_bridge_on_r580_is_not_chosen():
+    for sample in ("r580-b200.txt", "r580-q.txt"):  # 580.95.05 and 580.82.07: the r580 boundary itself
+        assert _record(sample)[1]["chosen"] == "upgrade the driver", sample
+    assert _record("r575-h100.txt")[1]["chosen"] == "the cu129 bridge"
+    d = _diag("r575-h100.txt")
+    assert d.reason == "CUDA 12.9.1 needs driver >= 575.57.08; host has 575.57.08 (r575)"
+    assert d.line == f"compatible: img: {d.reason}"
+
+
 def test_record_on_a_driver_too_old_for_the_bridge():
     _, doc = _record("r410-cuda-na-table.txt")
     assert doc["chosen"] == "upgrade the driver"
