@@ -670,13 +670,42 @@ def test_image_record_reads_the_targets_build_record(tmp_path):
                                          "checks": "skipped", "record": str(path)}
 
 
-GOLDEN = (  # the whole Markdown of one record: every line is the format
+# Lines both records below share: the head, the labels neither test image has, the review and the blanks.
+HEAD = (
     "# Decision record: img\n"
     "\n"
     "Created 2026-11-29T10:00:00Z by `build doctor --record`. Lines marked **TO FILL (a person)** are for a person to complete.\n"
     "\n"
     "## Fault evidence\n"
     "\n"
+)
+ABSENT_LABELS = (
+    "- label io.k3-cu129.target: (absent)\n"
+    "- label io.k3-cu129.lock-sha256: (absent)\n"
+    "- label io.k3-cu129.upstream.source: (absent)\n"
+    "- label org.opencontainers.image.version: (absent)\n"
+    "- label org.opencontainers.image.revision: (absent)\n"
+    "- label org.opencontainers.image.source: (absent)\n"
+    "- label org.opencontainers.image.created: (absent)\n"
+    "- label org.opencontainers.image.base.name: (absent)\n"
+    "- label org.opencontainers.image.base.digest: (absent)\n"
+)
+REVIEW_AND_PERSON = (
+    "## Next review\n"
+    "\n"
+    "- 2026-12-29\n"
+    "\n"
+    "## For a person\n"
+    "\n"
+    "- who decided: **TO FILL (a person): who decided**\n"
+    "- the platform lead who approved: **TO FILL (a person): the platform lead who approved**\n"
+    "- teams and services that run on these hosts: **TO FILL (a person): teams and services that run on these hosts**\n"
+    "- when the hosts can move to driver r580+ (maintenance window): **TO FILL (a person): when the hosts can move to driver r580+ (maintenance window)**\n"
+    "- the image to roll back to: **TO FILL (a person): the image to roll back to**\n"
+)
+
+
+GOLDEN = HEAD + (  # the whole Markdown of one record: every line is the format
     "- verdict: compatible: img: CUDA 12.9.1 needs driver >= 575.57.08; host has 590.48.01 (r590)\n"
     "- route: run the image as it is\n"
     "- host: driver 590.48.01 (r590, linux), CUDA 13.1, GPUs: NVIDIA H100 80GB HBM3 (data-center)\n"
@@ -699,15 +728,7 @@ GOLDEN = (  # the whole Markdown of one record: every line is the format
     "- label io.k3-cu129.cuda-version: 12.9.1\n"
     "- label io.k3-cu129.owner: o@e.org\n"
     "- label io.k3-cu129.expires: 2027-06-30\n"
-    "- label io.k3-cu129.target: (absent)\n"
-    "- label io.k3-cu129.lock-sha256: (absent)\n"
-    "- label io.k3-cu129.upstream.source: (absent)\n"
-    "- label org.opencontainers.image.version: (absent)\n"
-    "- label org.opencontainers.image.revision: (absent)\n"
-    "- label org.opencontainers.image.source: (absent)\n"
-    "- label org.opencontainers.image.created: (absent)\n"
-    "- label org.opencontainers.image.base.name: (absent)\n"
-    "- label org.opencontainers.image.base.digest: (absent)\n"
+) + ABSENT_LABELS + (
     "\n"
     "## Exit conditions\n"
     "\n"
@@ -721,18 +742,7 @@ GOLDEN = (  # the whole Markdown of one record: every line is the format
     "\n"
     "- none needed: the host already runs the image\n"
     "\n"
-    "## Next review\n"
-    "\n"
-    "- 2026-12-29\n"
-    "\n"
-    "## For a person\n"
-    "\n"
-    "- who decided: **TO FILL (a person): who decided**\n"
-    "- the platform lead who approved: **TO FILL (a person): the platform lead who approved**\n"
-    "- teams and services that run on these hosts: **TO FILL (a person): teams and services that run on these hosts**\n"
-    "- when the hosts can move to driver r580+ (maintenance window): **TO FILL (a person): when the hosts can move to driver r580+ (maintenance window)**\n"
-    "- the image to roll back to: **TO FILL (a person): the image to roll back to**\n"
-)
+) + REVIEW_AND_PERSON
 
 
 def test_the_markdown_of_a_record_line_by_line():
@@ -745,13 +755,7 @@ def test_the_markdown_of_a_record_line_by_line():
     assert md.read_text() == GOLDEN and js.read_text() == json.dumps(doc, indent=2) + "\n"
 
 
-GOLDEN_BROKEN = (  # a broken host and an image that is not a bridge: the other branches
-    "# Decision record: img\n"
-    "\n"
-    "Created 2026-11-29T10:00:00Z by `build doctor --record`. Lines marked **TO FILL (a person)** are for a person to complete.\n"
-    "\n"
-    "## Fault evidence\n"
-    "\n"
+GOLDEN_BROKEN = HEAD + (  # a broken host and an image that is not a bridge: the other branches
     "- verdict: INCOMPATIBLE: img: image needs CUDA 13.0.2 but this host has no usable NVIDIA driver: nvidia-smi cannot initialise NVML: the loaded NVIDIA kernel module and the user-space driver library differ (user-space NVML library 570.124) (a driver upgraded or reinstalled without reloading the module)\n"
     "- route: reboot the host, or stop every GPU process and reload the NVIDIA kernel modules (`rmmod nvidia_uvm nvidia_drm nvidia_modeset nvidia`, then `modprobe nvidia`); then run doctor again\n"
     "- host: driver none (none, linux), CUDA not reported, GPUs: none listed\n"
@@ -774,15 +778,7 @@ GOLDEN_BROKEN = (  # a broken host and an image that is not a bridge: the other 
     "- label io.k3-cu129.cuda-version: (absent)\n"
     "- label io.k3-cu129.owner: (absent)\n"
     "- label io.k3-cu129.expires: (absent)\n"
-    "- label io.k3-cu129.target: (absent)\n"
-    "- label io.k3-cu129.lock-sha256: (absent)\n"
-    "- label io.k3-cu129.upstream.source: (absent)\n"
-    "- label org.opencontainers.image.version: (absent)\n"
-    "- label org.opencontainers.image.revision: (absent)\n"
-    "- label org.opencontainers.image.source: (absent)\n"
-    "- label org.opencontainers.image.created: (absent)\n"
-    "- label org.opencontainers.image.base.name: (absent)\n"
-    "- label org.opencontainers.image.base.digest: (absent)\n"
+) + ABSENT_LABELS + (
     "\n"
     "## Exit conditions\n"
     "\n"
@@ -795,18 +791,7 @@ GOLDEN_BROKEN = (  # a broken host and an image that is not a bridge: the other 
     "\n"
     "- none: nothing is changed until the host is repaired\n"
     "\n"
-    "## Next review\n"
-    "\n"
-    "- 2026-12-29\n"
-    "\n"
-    "## For a person\n"
-    "\n"
-    "- who decided: **TO FILL (a person): who decided**\n"
-    "- the platform lead who approved: **TO FILL (a person): the platform lead who approved**\n"
-    "- teams and services that run on these hosts: **TO FILL (a person): teams and services that run on these hosts**\n"
-    "- when the hosts can move to driver r580+ (maintenance window): **TO FILL (a person): when the hosts can move to driver r580+ (maintenance window)**\n"
-    "- the image to roll back to: **TO FILL (a person): the image to roll back to**\n"
-)
+) + REVIEW_AND_PERSON
 
 
 def test_the_markdown_of_a_broken_hosts_record():
