@@ -224,7 +224,10 @@ def matrix_text(registry: str, bases: dict[str, str], repos: dict, expires: dt.d
                         "k3kernels": {
                             "url": repos["kernels_url"], "commit": repos["kernels_commit"],
                             "ref": repos["kernels_commit"], "declared_in": "CMakeLists.txt",
-                            "env": "K3SMOKE_KERNELS_SRC_DIR", "license": "Apache-2.0",
+                            # FetchContent's own override (the release path), not the source's
+                            # K3SMOKE_KERNELS_SRC_DIR: that one symlinks its Python tree into the
+                            # install and skips the import rewrite, as VLLM_FLASH_ATTN_SRC_DIR does.
+                            "fetchcontent": "k3kernels", "license": "Apache-2.0",
                         },
                     },
                 },
