@@ -219,9 +219,6 @@ def matrix_text(registry: str, bases: dict[str, str], repos: dict, expires: dt.d
                         "ops": ["k3smoke._C.rms", "k3smoke._C.driver_version", "k3smoke._C.cudart_version"],
                         "absent": {"k3smoke._C.fused_decode": "compiled only for CUDA >= 13 (CMakeLists.txt), "
                                                               "like vLLM's fused KDA decode"},
-                        # What CMakeLists.txt's install step puts into the wheel from k3kernels
-                        # (vLLM: vllm.vllm_flash_attn with FA4's cute files).
-                        "python_trees": ["k3smoke.kernels_py"],
                     },
                     "third_party": {
                         "k3kernels": {
