@@ -327,7 +327,8 @@ def test_python_trees(image_host, expect, report_warning):
 
 def test_shared_libraries(image_host, image, expect, report_warning):
     request = {"roots": [contract.APP_PREFIX], "ld_library_path": image.env.get("LD_LIBRARY_PATH", ""),
-               "cuda_major": expect.cuda_major, "tracking": list(contract.CUDA_TRACKING_LIBS)}
+               "cuda_major": expect.cuda_major, "tracking": list(contract.CUDA_TRACKING_LIBS),
+               "dlopen": sorted(expect.dlopen)}
     found = run_probe(image_host, "elf", request)
     assert "error" not in found, f"expected the ELF probe to run, found {found.get('error')}"
     assert found["elves"], f"expected ELF files under {contract.APP_PREFIX}, found none"
@@ -352,6 +353,9 @@ def test_shared_libraries(image_host, image, expect, report_warning):
             report_warning(f"shared_libraries: {who(e)} needs {e['needed']}, which the image lacks; allowed: {why}")
         else:
             problems.append(f"{who(e)} needs {e['needed']}, which nothing in the image provides")
+    for name, err in sorted((found.get("dlopen") or {}).items()):
+        if err:
+            problems.append(f"{name} (loaded by name: {expect.dlopen[name]}) does not load: {err}")
     assert not problems, (f"expected every NEEDED library of the {found['elves']} ELF files under "
                           f"{contract.APP_PREFIX} to resolve, found: " + _listing(problems))
 

@@ -62,6 +62,7 @@ class Expectations:
     python_setup: tuple[str, ...] = ()
     recipe: dict | None = None  # runtime.recipe as the recipe probe takes it (argv after program, subcommand)
     optional_libraries: dict[str, str] = field(default_factory=dict)  # ELF path pattern -> why
+    dlopen: dict[str, str] = field(default_factory=dict)  # library loaded by name at run time -> by whom
 
     @property
     def cuda_major(self) -> int:
@@ -116,6 +117,7 @@ def expectations(target: Target, pinned: PinnedSource, lock_path: Path, build_da
         python_setup=policy.python_setup,
         recipe=_recipe(target),
         optional_libraries=dict(target.runtime.optional_libraries),
+        dlopen=dict(target.runtime.dlopen),
     )
 
 

@@ -135,6 +135,9 @@ ToolName = _pattern(r"[A-Za-z0-9_][A-Za-z0-9_.+-]{0,63}", "a program name such a
 # Something in the image's Python to call or read: module:attribute[.attribute...].
 PyRef = _pattern(r"[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)*:[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)*",
                  "a Python reference module.path:attribute, e.g. vllm.tool_parsers:ToolParserManager.get_tool_parser")
+# A module to import, or module:callable to call (no arguments).
+PySetup = _pattern(r"[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)*(?::[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)*)?",
+                   "a module (imported) or module:callable (called), e.g. vllm.utils.import_utils:has_triton_kernels")
 # fnmatch patterns over dotted module names, e.g. vllm.third_party.fmha_sm100.cute.test_*.
 ModulePattern = _pattern(r"[A-Za-z_*?][A-Za-z0-9_.*?]{0,199}", "a dotted module name or fnmatch pattern")
 # An SPDX license expression: identifiers (LicenseRef- included) joined by AND/OR/WITH, parentheses.
@@ -244,9 +247,11 @@ class Extensions(_Frozen):
     python_trees: tuple[ModuleName, ...] = ()
     # Modules of those trees left out of the import, each with why (shown in the check's output).
     python_skip: dict[ModulePattern, Reason] = Field(default_factory=dict)
-    # Called (no arguments) before the trees are imported, for set-up the package itself does at
-    # run time first (vLLM: has_triton_kernels() makes the triton_kernels alias).
-    python_setup: tuple[PyRef, ...] = ()
+    # Run once before the trees are imported (each of their modules then in a process of its own,
+    # forked from that one): modules to import first (the heavy common ones, e.g. torch) and
+    # callables for set-up the package does at run time (vLLM: has_triton_kernels() makes the
+    # triton_kernels alias). A skip pattern "pkg.*" covers pkg itself too.
+    python_setup: tuple[PySetup, ...] = ()
 
 
 class ThirdParty(_Frozen):
@@ -376,11 +381,14 @@ def _glibc(value: str) -> str:
     return value
 
 
+Soname = _pattern(r"lib[A-Za-z0-9_.+-]{1,100}\.so(?:\.[0-9]+)*", "a library file name such as libcudart.so or libnuma.so.1")
 PathPattern = _pattern(r"/[A-Za-z0-9_./*?+-]{1,200}", "an absolute path or fnmatch pattern such as /opt/k3/*/libfoo*.so")
 EnvLikeDest = _pattern(r"[a-z_][a-z0-9_]{0,63}", "an argparse destination such as tool_call_parser")
 
 
-def _words(value: str) -> tuple[str, ...]:
+def _words(value: Any) -> tuple[str, ...]:
+    if not isinstance(value, str):
+        raise ValueError(f"must be one line of words separated by single spaces (got {_show(value)})")
     words = value.split(" ")
     for word in words:
         if not re.fullmatch(r"[A-Za-z0-9_./:=@+-][A-Za-z0-9_./:=@+,-]{0,127}", word):
@@ -398,7 +406,7 @@ class Recipe(_Frozen):
     something for it (not raise, not None). ``architecture`` goes through ``architecture_resolver``.
     """
 
-    command: Annotated[StrictStr, AfterValidator(_words)]
+    command: Annotated[tuple[str, ...], BeforeValidator(_words)]  # written as one line in the matrix
     parser: PyRef
     parser_class: PyRef
     validator: Optional[PyRef] = None
@@ -421,6 +429,14 @@ class Runtime(_Frozen):
     # alternatives, each with why: their unresolved NEEDED libraries are shown, not failed
     # (check shared_libraries). A CUDA library of another major still fails.
     optional_libraries: dict[PathPattern, Reason] = Field(default_factory=dict)
+    # Libraries a package loads by name at run time (dlopen), which no NEEDED entry shows, each
+    # with who loads it: each must load in the image (check shared_libraries).
+    dlopen: dict[Soname, Reason] = Field(default_factory=dict)
+
+
+KeyPath = _pattern(r"[A-Za-z0-9_./+-]{1,300}", "a key file path (relative to the matrix, or absolute)")
+KeyRef = _pattern(r"(?:(?:gcpkms|awskms|azurekms|hv|hsm):[A-Za-z0-9_./:=?&%+@-]{0,400})|[A-Za-z0-9_./+-]{1,300}",
+                  "a private key file path or a KMS URI (gcpkms:, awskms:, azurekms:, hv:, hsm:)")
 
 
 class Signing(_Frozen):
@@ -430,6 +446,16 @@ class Signing(_Frozen):
 
     identity: Optional[Annotated[StrictStr, AfterValidator(lambda v: _identity(v))]] = None
     issuer: HttpsUrl = "https://token.actions.githubusercontent.com"
+    # The provenance's DSSE signature (builder/provsign.py): ``key`` a PEM private key file
+    # (relative to the matrix) or a KMS URI securesystemslib signs with (gcpkms:, awskms:,
+    # azurekms:, hv: (Vault), hsm:); ``public_key`` the PEM public key `verify` checks it against,
+    # committed beside the matrix. Neither: explicitly unsigned, and `verify` says so.
+    key: Optional[KeyRef] = None
+    public_key: Optional[KeyPath] = None
+    # SLSA identities (builder/attest.py); None: the documented defaults ($K3_BUILDER_ID and
+    # $K3_BUILD_TYPE win over both).
+    builder_id: Optional[HttpsUrl] = None
+    build_type: Optional[HttpsUrl] = None
 
 
 def _identity(value: str) -> str:
@@ -498,8 +524,9 @@ class Target(_Frozen):
     # included) is honestly NOASSERTION, with the licenses per component in the SBOM.
     licenses: Text = "NOASSERTION"
     vendor: Text = "K3 cu129 image pipeline"
-    # This repository: the source code that builds the image (label org.opencontainers.image.source;
-    # registries link the package to it). The packaged software's own repository is source.url.
+    # This repository: the tool and matrix that build the image (label <prefix>.builder.source, the
+    # provenance's tool and buildType URLs). The packaged software's repository is source.url
+    # (labels org.opencontainers.image.source/revision, a pair: builder/contract.py says why).
     project_url: HttpsUrl = "https://github.com/k3-cu129/k3-cu129-images"
     # Reverse-DNS prefix of the project's own labels (expiry, owner, target, ...): a domain the
     # owner controls, e.g. com.example.gpu-platform. Readers of an image find it by its labels.
@@ -836,6 +863,8 @@ def _cross_checks(path: Path, t: Target) -> None:
     if recipe and recipe.architecture and not recipe.architecture_resolver:
         raise ConfigError(f"{where}.runtime.recipe.architecture_resolver: required with architecture "
                           "(the model registry's lookup, module:attribute)")
+    if t.signing.key and not t.signing.public_key:
+        raise ConfigError(f"{where}.signing.public_key: required with signing.key (verify checks against it)")
     names = [layer.name for layer in t.layers]
     for i, name in enumerate(names):
         if name in RESERVED_LAYERS or name in names[:i]:

@@ -7,7 +7,9 @@ libc10.so and nvidia/*/lib/libcudart.so.12 before vLLM's extensions, which carry
 a soname that no search path finds but that a file under the prefix provides counts as
 "preloaded". Reports what nothing in the image provides, and every soname of a CUDA library of
 another major, with the distribution that installed the file asking for it.
-Request: {"roots": [...], "ld_library_path": "...", "cuda_major": 12, "tracking": [...]}.
+Also loads, by name, the libraries packages dlopen at run time (no NEEDED entry shows those).
+Request: {"roots": [...], "ld_library_path": "...", "cuda_major": 12, "tracking": [...],
+"dlopen": [...]}.
 """
 
 import json
@@ -111,6 +113,16 @@ def search(entry, needed, origin, ld_library_path, cache):
     return None
 
 
+def loads(name):
+    """None when the dynamic loader finds ``name`` the way a package's dlopen(name) would."""
+    import ctypes
+    try:
+        ctypes.CDLL(name)
+        return None
+    except OSError as exc:
+        return str(exc)
+
+
 def owners(paths):
     """Path -> "name version" of the distribution that installed it, for the given paths only
     (resolving every file of every distribution takes the better part of a minute)."""
@@ -166,6 +178,7 @@ def main(req):
                 out["preloaded"] += 1
                 continue
             out["unresolved"].append({"path": path, "needed": needed})
+    out["dlopen"] = {name: loads(name) for name in req.get("dlopen", ())}
     owner = owners([e["path"] for e in out["unresolved"] + out["other_major"]])
     for e in out["unresolved"] + out["other_major"]:
         e["dist"] = owner.get(os.path.normpath(e["path"]))

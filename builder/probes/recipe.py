@@ -12,6 +12,7 @@ import contextlib
 import importlib
 import io
 import json
+import logging
 import sys
 from collections.abc import Mapping
 
@@ -41,6 +42,21 @@ def resolve(registry, value):
         return None if registry(value) is not None else "the registry returned nothing"
     except BaseException as exc:  # noqa: BLE001 - KeyError, ValueError, SystemExit: all "unknown"
         return error(exc)
+
+
+@contextlib.contextmanager
+def logged(stream):
+    """Copy every log record, from any logger that has handlers of its own, into ``stream``."""
+    handler = logging.StreamHandler(stream)
+    loggers = [logging.getLogger()] + [lg for lg in logging.Logger.manager.loggerDict.values()
+                                       if isinstance(lg, logging.Logger) and lg.handlers]
+    for lg in loggers:
+        lg.addHandler(handler)
+    try:
+        yield
+    finally:
+        for lg in loggers:
+            lg.removeHandler(handler)
 
 
 def parse(req):
@@ -81,10 +97,15 @@ def main(req):
         found = resolve(registry, value)
         out["options"][dest] = None if found is None else f"{value!r}: {found}"
     if req.get("architecture"):
+        said = io.StringIO()  # a registry that swallows the error (vLLM's logs it) still says why
         try:
-            found = resolve(ref(req["architecture_resolver"]), req["architecture"])
+            with contextlib.redirect_stdout(said), contextlib.redirect_stderr(said), logged(said):
+                found = resolve(ref(req["architecture_resolver"]), req["architecture"])
         except BaseException as exc:  # noqa: BLE001
             found = f"registry {req['architecture_resolver']}: {error(exc)}"
+        lines = [ln.strip() for ln in said.getvalue().splitlines() if ln.strip()]
+        if found and lines:
+            found += f" (it said: {lines[-1][:300]})"
         out["architecture"] = found
     return out
 

@@ -1,11 +1,14 @@
 """Probe: does every module of the named Python trees import in the image?
 
 The trees are what CMake install steps and third-party sources put into the wheel (vLLM:
-vllm.vllm_flash_attn with FA4's cute files, vllm.third_party, the K3 model package). Each
-module found on disk under a tree (.py files and packages, compiled modules too) is imported in
-this one process, after the set-up callables ran, in sorted order. A module matching a skip
-pattern is listed as skipped, not imported. Run with the compat driver library on the path.
-Request: {"trees": [...], "skip": [...], "setup": ["module:attr", ...]}.
+vllm.vllm_flash_attn with FA4's cute files, vllm.third_party, the K3 model package). Every module
+found on disk under a tree (.py files, packages, compiled modules) is imported in a process of
+its own, forked from one that ran the set-up entries (a module to import, or module:callable to
+call: the heavy common imports and the package's own run-time set-up), so one module's side
+effects cannot fail another: vLLM's unused flash_linear_attention.ops.fused_norm_gate registers
+the same custom-op name as ops.kda, and fmha_sm100 puts its own import root on sys.path. A
+module matching a skip pattern is listed, not imported. Run with the compat driver library on
+the library path. Request: {"trees": [...], "skip": [...], "setup": [...], "timeout": seconds}.
 """
 
 import fnmatch
@@ -14,7 +17,10 @@ import importlib.machinery
 import importlib.util
 import json
 import os
+import select
+import signal
 import sys
+import time
 
 MARKER = "K3-PROBE "
 
@@ -22,9 +28,66 @@ MARKER = "K3-PROBE "
 def call(ref):
     module, _, attr = ref.partition(":")
     obj = importlib.import_module(module)
+    if not attr:
+        return obj
     for part in attr.split("."):
         obj = getattr(obj, part)
     return obj()
+
+
+def start(name):
+    """Fork a child that imports ``name`` and writes its outcome (None or the error) to a pipe."""
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        os.close(read)
+        try:
+            importlib.import_module(name)
+            outcome = None
+        except BaseException as exc:  # noqa: BLE001 - SystemExit too: the child always reports
+            outcome = f"{type(exc).__name__}: {exc}"[:300]
+        os.write(write, json.dumps(outcome).encode())
+        os._exit(0)  # no atexit handlers, no flush of what the parent had buffered
+    os.close(write)
+    return pid, read
+
+
+def finish(pid, read, killed=False):
+    chunks = []
+    while True:
+        chunk = os.read(read, 65536)
+        if not chunk:
+            break
+        chunks.append(chunk)
+    os.close(read)
+    _, status = os.waitpid(pid, 0)
+    if chunks:
+        return json.loads(b"".join(chunks))
+    if killed:
+        return "timed out"
+    if os.WIFSIGNALED(status):
+        return f"the import crashed the interpreter (signal {os.WTERMSIG(status)})"
+    return f"the import ended the interpreter (exit {os.WEXITSTATUS(status)})"
+
+
+def import_each(names, timeout, workers):
+    """{name: None or why} with every import in its own forked child, ``workers`` at a time."""
+    results, queue, running = {}, list(names), {}
+    while queue or running:
+        while queue and len(running) < workers:
+            name = queue.pop(0)
+            pid, read = start(name)
+            running[read] = (name, pid, time.monotonic())
+        ready, _, _ = select.select(list(running), [], [], 1.0)
+        for read in list(running):
+            name, pid, began = running[read]
+            late = time.monotonic() - began > timeout
+            if read in ready or late:
+                if late and read not in ready:
+                    os.kill(pid, signal.SIGKILL)
+                results[name] = finish(pid, read, killed=late and read not in ready)
+                del running[read]
+    return results
 
 
 def modules_of(tree):
@@ -64,6 +127,7 @@ def main(req):
             out["setup"][ref] = None
         except BaseException as exc:  # noqa: BLE001 - SystemExit too: a probe never exits early
             out["setup"][ref] = f"{type(exc).__name__}: {exc}"
+    wanted = []
     for tree in req["trees"]:
         try:
             names = modules_of(tree)
@@ -75,12 +139,12 @@ def main(req):
             pattern = next((p for p in req["skip"] if skipped(name, p)), None)
             if pattern:
                 out["skipped"][name] = pattern
-                continue
-            try:
-                importlib.import_module(name)
-                out["imported"][name] = None
-            except BaseException as exc:  # noqa: BLE001
-                out["imported"][name] = f"{type(exc).__name__}: {exc}"[:300]
+            elif name not in wanted:
+                wanted.append(name)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    workers = max(1, min(8, os.cpu_count() or 1))
+    out["imported"] = import_each(wanted, req.get("timeout", 300), workers)
     return out
 
 

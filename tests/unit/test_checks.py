@@ -883,3 +883,38 @@ def test_a_failed_toolchain_probe_shows_the_end_of_its_stderr():
     with pytest.raises(AssertionError) as info:
         checklist.test_runtime_toolchain(host, _image(), _expect(), lambda m: None)
     assert str(info.value).splitlines()[0] == "expected the toolchain probe to run, found exit 1: " + "y" * 300
+
+
+def test_a_library_a_package_dlopens_by_name_must_load():
+    f, e, image, host = _correct()
+    e = dataclasses.replace(e, dlopen={"libcudart.so": "fastsafetensors (common.py)", "libnuma.so.1": "fastsafetensors"})
+    host.probes["elf"]["dlopen"] = {"libcudart.so": None, "libnuma.so.1": "libnuma.so.1: cannot open shared object file"}
+    with pytest.raises(AssertionError) as info:
+        checklist.test_shared_libraries(host, image, e, lambda m: None)
+    assert ("libnuma.so.1 (loaded by name: fastsafetensors) does not load: libnuma.so.1: cannot open shared object "
+            "file") in str(info.value) and "libcudart.so (" not in str(info.value)
+    ((_, args),) = [c for c in host.calls if probes.script("elf") in c[1]]
+    assert json.loads(args[1])["dlopen"] == ["libcudart.so", "libnuma.so.1"]
+
+
+def test_shared_libraries_allows_other_major_by_distribution_and_optional_files_with_reasons():
+    f, e, image, host = _correct()
+    lib = "/opt/k3/venv/lib/python3.12/site-packages/torchcodec/libtorchcodec_core8.so"
+    host.probes["elf"].update(
+        other_major=[{"path": lib, "needed": "libcudart.so.13", "major": 13, "dist": "torchcodec 0.17.0"}],
+        unresolved=[{"path": lib, "needed": "libcudart.so.13", "dist": "torchcodec 0.17.0"},
+                    {"path": lib, "needed": "libavcodec.so.61", "dist": "torchcodec 0.17.0"},
+                    {"path": lib, "needed": "libcuda.so.1", "dist": "torchcodec 0.17.0"}])
+    with pytest.raises(AssertionError) as info:
+        checklist.test_shared_libraries(host, image, e, lambda m: None)
+    text = str(info.value)
+    assert f"{lib} (torchcodec 0.17.0) needs libcudart.so.13, a CUDA 13 library" in text
+    assert "libavcodec.so.61, which nothing in the image provides" in text and "libcuda.so.1" not in text
+    warnings = []
+    e = dataclasses.replace(e, other_major={"torchcodec": "a stated exception"},
+                            optional_libraries={"/opt/k3/*/libtorchcodec_core*.so": "one core per FFmpeg major"})
+    checklist.test_shared_libraries(host, image, e, warnings.append)
+    assert warnings == [f"shared_libraries: {lib} (torchcodec 0.17.0) needs libcudart.so.13 (CUDA 13), allowed by the "
+                        "matrix: a stated exception",
+                        f"shared_libraries: {lib} (torchcodec 0.17.0) needs libavcodec.so.61, which the image lacks; "
+                        "allowed: one core per FFmpeg major"]

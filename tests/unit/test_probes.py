@@ -176,7 +176,10 @@ CLI = {
         "    def get(cls, name):\n"
         "        if name != 'kimi_k3':\n            raise KeyError(f'Tool parser {name!r} not found.')\n"
         "        return object\n"
-        "def model(arch):\n    return object if arch == 'K3ForConditionalGeneration' else None\n"),
+        "import logging\nlog = logging.getLogger('k3cli')\nlog.addHandler(logging.NullHandler())\n"
+        "def model(arch):\n"
+        "    if arch == 'K3ForConditionalGeneration':\n        return object\n"
+        "    log.warning('Error in loading model architecture %r', arch)\n    return None\n"),
 }
 
 
@@ -198,9 +201,42 @@ def test_recipe_parses_validates_and_resolves_through_the_cli_s_own_registries(t
     assert found["parse"] is None
     assert found["options"]["tool_call_parser"] == "'kimi_k9': KeyError: \"Tool parser 'kimi_k9' not found.\""
     assert found["options"]["load_format"].startswith("'runai': not one of ['auto', 'fastsafetensors']")
-    assert found["architecture"] == "the registry returned nothing"
+    assert found["architecture"] == ("the registry returned nothing (it said: Error in loading model architecture "
+                                     "'K9ForCausalLM')")
     found = run("recipe", _recipe(["m/K3", "--reasoning-parser", "kimi_k3"]), env)
     assert found["parse"] == "ValueError: error: unrecognized arguments: --reasoning-parser kimi_k3"
     found = run("recipe", _recipe(["m/K3", "--enable-auto-tool-choice"]), env)
     assert found["validate"] == "TypeError: --enable-auto-tool-choice requires --tool-call-parser"
     assert found["options"]["tool_call_parser"] == "None: the option is not set"
+
+
+def test_trees_imports_each_module_in_its_own_process(tmp_path):
+    """vLLM's unused flash_linear_attention.ops.fused_norm_gate registers the custom-op name that
+    ops.kda registers too, and the registry asserts on a second registration: imported one after
+    the other in one process, the second would fail. Each module gets a process of its own, so
+    only a module that fails on its own fails; one that crashes the interpreter or hangs is named."""
+    _package(tmp_path, {
+        "k3reg/__init__.py": "NAMES = set()\ndef register(name):\n    assert name not in NAMES, name\n    NAMES.add(name)\n",
+        "k3t/__init__.py": "",
+        "k3t/a_first.py": "import k3reg\nk3reg.register('fused_rms_norm_gated')\n",
+        "k3t/b_second.py": "import k3reg\nk3reg.register('fused_rms_norm_gated')\n",
+        "k3t/c_path.py": "import sys, os\nsys.path.insert(0, os.path.join(os.path.dirname(__file__), 'root'))\nimport hidden\n",
+        "k3t/root/hidden.py": "X = 1\n",
+        "k3t/d_needs_path.py": "import hidden\n",  # importable only after c_path ran in the same process
+        "k3t/e_crash.py": "import os, signal\nos.kill(os.getpid(), signal.SIGSEGV)\n",
+        "k3t/f_hang.py": "import time\ntime.sleep(60)\n",
+    })
+    found = run("trees", {"trees": ["k3t"], "skip": ["k3t.root.*"], "setup": ["k3reg", "json:dumps.__name__.upper"],
+                          "timeout": 3}, env={"PYTHONPATH": str(tmp_path)})
+    assert found["setup"] == {"k3reg": None, "json:dumps.__name__.upper": None}
+    assert found["imported"] == {
+        "k3t": None, "k3t.a_first": None, "k3t.b_second": None, "k3t.c_path": None,
+        "k3t.d_needs_path": "ModuleNotFoundError: No module named 'hidden'",
+        "k3t.e_crash": f"the import crashed the interpreter (signal {int(__import__('signal').SIGSEGV)})",
+        "k3t.f_hang": "timed out"}
+
+
+def test_elf_loads_by_name_what_packages_dlopen(tmp_path):
+    found = run("elf", elf_request(tmp_path, dlopen=["libc.so.6", "libk3nope.so.1"]))
+    assert found["dlopen"]["libc.so.6"] is None
+    assert "libk3nope.so.1" in found["dlopen"]["libk3nope.so.1"]
