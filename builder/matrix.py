@@ -381,7 +381,8 @@ DEFAULT_LAYERS = (
     Layer(name="torch", match=("torch", "torchvision", "torchaudio", "triton")),
     Layer(name="flashinfer", match=("flashinfer-*",)),
 )
-RESERVED_LAYERS = ("base", "deps", "app")
+# "app" too: the name the application layer had before it was split into app-native and app-python.
+RESERVED_LAYERS = ("base", "deps", "app", *contract.APP_LAYERS)
 
 
 class Compile(_Frozen):
