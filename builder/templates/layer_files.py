@@ -94,8 +94,12 @@ def verify(root):
         target = importlib.util.cache_from_source(path, optimization="")
         if not os.path.exists(target):
             continue
+        try:
+            fresh = pyc_bytes(path, root)
+        except (SyntaxError, ValueError, RecursionError):
+            fresh = None  # a pyc the package shipped for a source that does not compile: not ours
         with open(target, "rb") as fh:
-            if fh.read() != pyc_bytes(path, root):
+            if fresh is not None and fh.read() != fresh:
                 os.unlink(target)
                 print(os.path.relpath(path, root))
 
@@ -115,9 +119,12 @@ def split(stage, native, py):
             src = os.path.join(top, name)
             rel = os.path.relpath(src, stage)
             moved[rel] = native if is_elf(src) else py
-        for name in dirs:  # empty directories the wheel installs stay (in PY)
+        for name in dirs:  # empty directories the wheel installs stay (in PY); links move as files
             rel = os.path.relpath(os.path.join(top, name), stage)
-            os.makedirs(os.path.join(py, rel), exist_ok=True)
+            if os.path.islink(os.path.join(top, name)):
+                moved[rel] = py
+            else:
+                os.makedirs(os.path.join(py, rel), exist_ok=True)
     for rel, dest in moved.items():
         os.makedirs(os.path.dirname(os.path.join(dest, rel)), exist_ok=True)
         os.rename(os.path.join(stage, rel), os.path.join(dest, rel))

@@ -91,3 +91,24 @@ def test_verify_drops_a_pyc_that_does_not_match_a_fresh_compile(tmp_path):
     pyc.write_bytes(pyc.read_bytes() + b"\0")  # as if a compile had come out different
     assert _run("verify", str(root)).split() == ["m/a.py"]
     assert not pyc.exists()
+
+
+def test_a_shipped_pyc_of_a_source_that_does_not_compile_is_left_alone(tmp_path):
+    root = tmp_path / "r"
+    (root / "m").mkdir(parents=True)
+    (root / "m" / "py2.py").write_text("print 'python 2'\n")
+    shipped = Path(importlib.util.cache_from_source(str(root / "m" / "py2.py"), optimization=""))
+    shipped.parent.mkdir()
+    shipped.write_bytes(b"shipped by the wheel")
+    assert "0 compiled, 1 not compilable" in _run("bytecode", str(root))
+    assert shipped.read_bytes() == b"shipped by the wheel"
+
+
+def test_a_symlinked_directory_moves_as_a_link(tmp_path):
+    stage = tmp_path / "stage"
+    (stage / "lib" / "real").mkdir(parents=True)
+    (stage / "lib" / "real" / "a.txt").write_text("a\n")
+    (stage / "lib" / "alias").symlink_to("real")
+    _run("split", str(stage), str(tmp_path / "native"), str(tmp_path / "py"))
+    alias = tmp_path / "py" / "lib" / "alias"
+    assert alias.is_symlink() and os.readlink(alias) == "real" and (alias / "a.txt").read_text() == "a\n"
