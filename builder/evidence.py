@@ -77,7 +77,7 @@ def _vllm_labels(inspect_json: str | None) -> str:
     if not labels:
         raise ValueError("no labels (image not inspected)")
     own = contract.keys_in(labels)
-    keys = (contract.OCI_VERSION, contract.OCI_REVISION, own.upstream_source, contract.OCI_SOURCE, own.cuda,
+    keys = (contract.OCI_VERSION, contract.OCI_REVISION, contract.OCI_SOURCE, own.builder_source, own.cuda,
             own.expires, own.owner)
     return "".join(f"{k}={labels.get(k, '(absent)')}\n" for k in keys) + \
         f"repo_digests={','.join(doc.get('RepoDigests') or [])}\n"

@@ -87,7 +87,7 @@ class Plan:
                       for role, b in (("build", t.bases.build), ("runtime", t.bases.runtime))},
             "source": {"url": t.source.url, "branch": t.source.branch, "commit": t.source.commit,
                        "package": t.source.package, "wheel_version": t.source.wheel_version,
-                       "third_party": {n: {"url": tp.url, "ref": tp.ref, "commit": tp.commit, "env": tp.env}
+                       "third_party": {n: {"url": tp.url, "ref": tp.ref, "commit": tp.commit, "handoff": tp.handoff}
                                        for n, tp in sorted(t.source.third_party.items())}},
             "python": {"version": t.python.version, "provider": t.python.provider},
             "cuda": {"version": t.cuda.version, "arch_list": list(t.cuda.arch_list)},
@@ -122,7 +122,7 @@ class Plan:
                 rows.append((label, pin.version + (f" from {pin.index}" if pin.index else "")))
         for name, tp in sorted(t.source.third_party.items()):
             named = f"{tp.ref} = {tp.commit}" if tp.ref != tp.commit else tp.commit
-            rows.append((f"third party {name}", f"{tp.url} @ {named} -> {tp.env}"
+            rows.append((f"third party {name}", f"{tp.url} @ {named} -> {tp.handoff}"
                                                 + (f" (its {tp.subdir})" if tp.subdir else "")))
         rows += [
             ("lock indexes", ", ".join(t.lock_indexes())),
@@ -179,7 +179,9 @@ def input_key(plan: Plan, dockerfile_text: str, locks: LockSet) -> str:
 
     The rendered Dockerfile (bases, labels, expiry), both locks, the whole matrix entry (source
     commit, pins, compile settings, the CPython tarball's sha256) and the tool version. MAX_JOBS is
-    left out on purpose: it changes how fast the compile runs, not what it produces.
+    left out on purpose: it changes how fast the compile runs, not what it produces. The README
+    ("For the auditor") defines it exactly: sha256 of the compact, key-sorted JSON of
+    {build_lock, dockerfile, lock, target, tool}.
     """
     doc = {
         "dockerfile": sha256_bytes(dockerfile_text.encode()),
@@ -188,4 +190,5 @@ def input_key(plan: Plan, dockerfile_text: str, locks: LockSet) -> str:
         "target": plan.target.model_dump(mode="json"),
         "tool": __version__,
     }
-    return sha256_bytes(json.dumps(doc, sort_keys=True).encode())
+    # Compact, keys sorted: exactly `jq -cjS` of the same object (the README's hand check recomputes it).
+    return sha256_bytes(json.dumps(doc, sort_keys=True, separators=(",", ":")).encode())
