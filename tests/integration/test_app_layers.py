@@ -127,6 +127,12 @@ def test_python_only_and_c_only_bumps_each_move_one_app_layer(built, tmp_path, r
     assert _changed(_layers(work, py_bump["image"]), layers) == ["app-native"]
     _assert_split(_blob(smoke.repository, layers["app-native"]), _blob(smoke.repository, layers["app-python"]))
 
+    # The image's own user (uid 2000, PYTHONDONTWRITEBYTECODE=1) imports from that bytecode.
+    run = ["docker", "run", "--rm", "--network", "none", "-e", "LD_LIBRARY_PATH=/usr/local/cuda/compat"]
+    verbose = subprocess.run([*run, "--entrypoint", "python", c_bump["image"], "-v", "-c", "import k3smoke"],
+                             capture_output=True, text=True, check=True).stderr
+    assert re.search(r"k3smoke/__pycache__/__init__\.cpython-\d+\.pyc matches .*k3smoke/__init__\.py", verbose)
+
     # The C-only bump's image, rebuilt from nothing (no cache, offline compile stage): same digest.
     r = cli("--matrix", str(work.matrix), "reproduce", "--target", "smoke")
     assert r.code == 0, r.err[-3000:]
