@@ -36,6 +36,7 @@ from builder.fsutil import sha256_file
 from builder.inventory import Inventory, PythonDist
 from builder.lock import LockEntry, normalize
 from builder.matrix import Target
+from builder.oslock import DebEntry
 from builder.records import Record
 
 SBOM_TYPE = "application/vnd.cyclonedx+json"
@@ -196,17 +197,38 @@ def installed_wheel(dist: PythonDist, wheels: Mapping[str, str]) -> tuple[str, s
 
 # --- components ----------------------------------------------------------------------------------
 
-def _deb_components(inv: Inventory) -> list[Component]:
+def deb_files(directory: Path) -> dict[str, str]:
+    """file name -> sha256 of every .deb the build context handed the OS stage (debs/)."""
+    return {p.name: sha256_file(p) for p in sorted(Path(directory).glob("*.deb"))}
+
+
+def _os_lock_facts(entry: DebEntry, files: Mapping[str, str] | None) -> tuple[list[HashType], list[Property]]:
+    """The sha256 of the .deb that was unpacked (the context's file, which must be the lock's)."""
+    sha = entry.sha256 if files is None else files.get(entry.filename)
+    if sha != entry.sha256:
+        raise ValueError(f"{entry.filename}: the unpacked .deb's sha256 {str(sha)[:16]} is not the OS lock's")
+    return ([HashType(alg=HashAlgorithm.SHA_256, content=sha)],
+            [Property(name="k3:origin", value=f"{contract.OS_LOCK_NAME} (unpacked into the OS layer)"),
+             Property(name="k3:deb-url", value=entry.url)])
+
+
+def _deb_components(inv: Inventory, os_lock: list[DebEntry] = (), debs: Mapping[str, str] | None = None) -> list[Component]:
     out = []
     distro = f"{inv.distro_id}-{inv.distro_version}"
+    locked = {(e.name, e.version, e.arch): e for e in os_lock}
     for deb in inv.debs:
         qualifiers = {"arch": deb.arch, "distro": distro}
         if deb.source:
             qualifiers["upstream"] = deb.source
         purl = PackageURL(type="deb", namespace=inv.distro_id, name=deb.name, version=deb.version,
                           qualifiers=qualifiers)
-        out.append(Component(type=ComponentType.LIBRARY, name=deb.name, version=deb.version,
-                             purl=purl, bom_ref=purl.to_string(), licenses=deb_licenses(deb.licenses)))
+        entry = locked.pop((deb.name, deb.version, deb.arch), None)
+        hashes, props = _os_lock_facts(entry, debs) if entry else ([], [])
+        out.append(Component(type=ComponentType.LIBRARY, name=deb.name, version=deb.version, hashes=hashes,
+                             properties=props, purl=purl, bom_ref=purl.to_string(),
+                             licenses=deb_licenses(deb.licenses)))
+    if locked:
+        raise ValueError(f"in the OS lock but not in the image's dpkg records: {', '.join(e.filename for e in locked.values())}")
     return out
 
 
@@ -265,7 +287,8 @@ def _input_components(target: Target, record: Record) -> list[Component]:
 
 
 def sbom(target: Target, record: Record, inv: Inventory, lock: list[LockEntry],
-         wheels: Mapping[str, str] | None = None) -> str:
+         wheels: Mapping[str, str] | None = None, os_lock: list[DebEntry] = (),
+         debs: Mapping[str, str] | None = None) -> str:
     """The SBOM as CycloneDX 1.6 JSON text (`validate_sbom` checks it). ``wheels``: file name ->
     sha256 of the wheels the image was installed from (`wheel_files` of the context's wheelhouse)."""
     image_name = record.image.split("@")[0]
@@ -281,7 +304,7 @@ def sbom(target: Target, record: Record, inv: Inventory, lock: list[LockEntry],
               metadata=BomMetaData(component=image, timestamp=created))
     bom.metadata.tools.components.add(Component(type=ComponentType.APPLICATION, name="k3-cu129-builder",
                                                 version=__version__, bom_ref="tool"))
-    components = (_deb_components(inv) + _python_components(inv, lock, wheels)
+    components = (_deb_components(inv, os_lock, debs) + _python_components(inv, lock, wheels)
                   + _input_components(target, record))
     for c in components:
         bom.components.add(c)
@@ -293,12 +316,13 @@ def sbom(target: Target, record: Record, inv: Inventory, lock: list[LockEntry],
 
 
 def publish(engine: Engine, target: Target, record: Record, lock: list[LockEntry], build_args: dict[str, str],
-            started: str, wheels: Mapping[str, str] | None = None) -> tuple[str, str]:
-    """Make the SBOM (from the image's own inventory; ``wheels`` as for `sbom`) and the provenance,
-    and attach both to the image in the registry. Returns their texts; the caller writes them with
-    the record."""
-    sbom_text = sbom(target, record, inventory.read(engine, record.image), lock, wheels)
-    prov_text = provenance(target, record, build_args, started)
+            started: str, wheels: Mapping[str, str] | None = None, os_lock: list[DebEntry] = (),
+            debs: Mapping[str, str] | None = None) -> tuple[str, str]:
+    """Make the SBOM (from the image's own inventory; ``wheels``, ``os_lock`` and ``debs`` as for
+    `sbom`) and the provenance, and attach both to the image in the registry. Returns their texts;
+    the caller writes them with the record."""
+    sbom_text = sbom(target, record, inventory.read(engine, record.image), lock, wheels, os_lock, debs)
+    prov_text = provenance(target, record, build_args, started, os_lock)
     annotations = {contract.OCI_CREATED: contract.created_iso(record.source_date_epoch)}
     name = record.image.split("@")[0]
     engine.registry.attach(name, record.digest, SBOM_TYPE, sbom_text.encode(), annotations)
@@ -326,7 +350,8 @@ def validate_sbom(text: str) -> None:
         raise ValueError(f"SBOM does not validate against CycloneDX 1.6: {error}")
 
 
-def provenance(target: Target, record: Record, build_args: dict[str, str], started: str) -> str:
+def provenance(target: Target, record: Record, build_args: dict[str, str], started: str,
+               os_lock: list[DebEntry] = ()) -> str:
     """An in-toto v1 statement with an SLSA provenance v1 predicate for one build."""
     b = record.build
     deps = [
@@ -341,6 +366,12 @@ def provenance(target: Target, record: Record, build_args: dict[str, str], start
     for name, path, sha in (("lock", contract.LOCK_NAME, record.lock_sha256),
                             ("build-lock", contract.BUILD_LOCK_NAME, record.build_lock_sha256)):
         deps.append({"name": name, "uri": f"{contract.LOCKS_DIR}/{target.name}/{path}", "digest": {"sha256": sha}})
+    if record.os_lock_sha256:
+        deps.append({"name": "os-lock", "uri": f"{contract.LOCKS_DIR}/{target.name}/{contract.OS_LOCK_NAME}",
+                     "digest": {"sha256": record.os_lock_sha256}})
+    for e in os_lock:  # each .deb unpacked into the OS layer, as fetched on the host
+        deps.append({"name": f"deb:{e.name}", "uri": e.url, "digest": {"sha256": e.sha256},
+                     "annotations": {"version": e.version, "arch": e.arch}})
     deps.append({"name": "dockerfile", "uri": f"{contract.DOCKERFILES_DIR}/{target.name}/{contract.DOCKERFILE_NAME}",
                  "digest": {"sha256": record.dockerfile_sha256}})
     statement = {

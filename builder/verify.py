@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-from builder import attest, contract, lock, records, render, signature
+from builder import attest, contract, lock, oslock, records, render, signature
 from builder.errors import BuilderError, VerifyFailed
 from builder.fsutil import sha256_file
 from builder.lock import normalize
@@ -52,6 +52,7 @@ class Verifier:
         self.dockerfile = contract.dockerfile_path(root, target.name)
         self.lock = contract.lock_path(root, target.name)
         self.build_lock = contract.build_lock_path(root, target.name)
+        self.os_lock = contract.os_lock_path(root, target.name)
         self.sbom_path = contract.sbom_path(root, target.name)
         self.prov_path = contract.provenance_path(root, target.name)
         self._record: records.Record | None = None
@@ -93,6 +94,39 @@ class Verifier:
                 raise _Fail(exc.message) from None
             counts.append(len(entries))
         return f"{counts[0]} runtime + {counts[1]} build entries, all hash-pinned"
+
+    def os_lock_pinned(self) -> str:
+        try:
+            entries = oslock.read(self.os_lock)
+            oslock.check_current(self.os_lock, self.t)
+        except BuilderError as exc:
+            raise _Fail(exc.message) from None
+        return f"{len(entries)} .deb(s) by sha256, made from these os_packages and this runtime base"
+
+    def os_lock_record(self) -> str:
+        got = sha256_file(self.os_lock) if self.os_lock.exists() else "missing"
+        _need(got == self.record.os_lock_sha256,
+              f"{self.os_lock.name} sha256 {got[:16]} != image.json {str(self.record.os_lock_sha256)[:16]}")
+        return f"{self.os_lock.name} sha256 matches"
+
+    def os_lock_sbom(self) -> str:
+        doc = _read_json(self.sbom_path)
+        debs = {}
+        for c in doc.get("components", []):
+            if c.get("purl", "").startswith("pkg:deb/"):
+                arch = re.search(r"[?&]arch=([^&]+)", c["purl"])
+                debs[c.get("name")] = (c.get("version"), arch and arch.group(1),
+                                       sorted(h["content"] for h in c.get("hashes", [])))
+        try:
+            entries = oslock.read(self.os_lock)
+        except BuilderError as exc:
+            raise _Fail(exc.message) from None
+        for e in entries:
+            got = debs.get(e.name)
+            _need(got is not None, f"{e.name} is in {self.os_lock.name} but not in the SBOM as pkg:deb")
+            _need(got[:2] == (e.version, e.arch), f"{e.name}: SBOM {got[0]} {got[1]} != OS lock {e.version} {e.arch}")
+            _need(got[2] == [e.sha256], f"{e.name}: the SBOM's sha256 (the unpacked .deb's) is not the OS lock's")
+        return f"all {len(entries)} .deb(s) in the SBOM as pkg:deb, same version, arch and sha256"
 
     def dockerfile_record(self) -> str:
         got = sha256_file(self.dockerfile) if self.dockerfile.exists() else "missing"
@@ -195,6 +229,10 @@ class Verifier:
             "build-lock": {"sha256": r.build_lock_sha256},
             "dockerfile": {"sha256": r.dockerfile_sha256},
         }
+        if self.t.os_packages:
+            want["os-lock"] = {"sha256": r.os_lock_sha256}
+            for e in oslock.read(self.os_lock) if self.os_lock.exists() else ():
+                want[f"deb:{e.name}"] = {"sha256": e.sha256}
         for ref, _, _, commit in attest.third_party_trees(r):
             want[ref] = {"gitCommit": commit}
         for name, digest in want.items():
@@ -232,6 +270,8 @@ class Verifier:
             ("matrix <-> Dockerfile", self.matrix_dockerfile),
             ("lock hash-pinned", self.lock_pinned),
         ]
+        if self.t.os_packages:
+            head.append(("OS lock hash-pinned", self.os_lock_pinned))
         try:
             self.record
         except _Fail as exc:  # one row says so, not one per link that needs the record
@@ -246,6 +286,8 @@ class Verifier:
             ("lock <-> SBOM", self.lock_sbom),
             ("image.json <-> provenance", self.record_provenance),
         ]
+        if self.t.os_packages:
+            checks += [("OS lock <-> image.json", self.os_lock_record), ("OS lock <-> SBOM", self.os_lock_sbom)]
         if engine is not None:
             checks += [("registry: image", lambda: self.registry_image(engine)),
                        ("registry: SBOM + provenance", lambda: self.registry_attachments(engine)),

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from builder import checklist, contract, extensions, imagechecks as checks, lock, matrix
+from builder import checklist, contract, extensions, imagechecks as checks, lock, matrix, oslock
 from builder.engine import ImageConfig
 from builder.errors import BuildError, CheckFailed, SourceError
 from builder.fsutil import sha256_bytes, sha256_file
@@ -60,16 +60,27 @@ TOOLCHAIN_OK = ("cc=/usr/bin/cc\nincludepy=/usr/include/python3.12\npython_h=yes
                 "nvcc_version=12.9\nnvcc_compile=yes\nTRITON_PTXAS_BLACKWELL_PATH=ok\n")
 
 
+# cu129's OS packages as the check gets them (from locks/cu129/os-packages.txt and the matrix).
+OS_OK = checks.OsExpectations(
+    locked=(("libibverbs1", "39.0-1", "amd64"), ("libnuma1", "2.0.14-3ubuntu2", "amd64")),
+    listed=("libibverbs1", "libnuma1"), loads=("libibverbs.so.1", "libnuma.so.1"), runs=(("numactl", "--show"),))
+
+
 class FakeHost:
     """testinfra's host as the checks use it: ``run(command, *args)`` -> rc, stdout, stderr.
     Answers like a correct cu129 image unless told otherwise; records every call."""
 
-    def __init__(self, pip=(0, ""), find="", toolchain=(0, TOOLCHAIN_OK), probe=None):
+    def __init__(self, pip=(0, ""), find="", toolchain=(0, TOOLCHAIN_OK), probe=None, os_probe=None):
         self.pip, self.find, self.toolchain, self.probe = pip, find, toolchain, probe
+        self.os_probe = os_probe if os_probe is not None else {"problems": [], "checked": len(OS_OK.locked)}
         self.calls: list[tuple[str, tuple]] = []
 
     def run(self, command, *args):
         self.calls.append((command, args))
+        if args and args[0] == checklist.OS_PROBE:
+            request = json.loads(args[1])
+            assert request["locked"] == [list(x) for x in OS_OK.locked] and request["runs"] == [["numactl", "--show"]]
+            return _Ran(0, json.dumps(self.os_probe))
         if "pip check" in command:
             return _Ran(*self.pip)
         if command.startswith("find / "):
@@ -87,7 +98,7 @@ LABELS = {"io.k3-cu129.owner": "o@e.org", contract.OCI_REVISION: "c" * 40, contr
 
 def _correct():
     """(facts, expectations, image, host) of an image that holds every check."""
-    e = _expect(labels=dict(LABELS), cuda_home="/usr/local/cuda", nvcc_arch="sm_75")
+    e = _expect(labels=dict(LABELS), cuda_home="/usr/local/cuda", nvcc_arch="sm_75", os_packages=OS_OK)
     image = _image(labels=dict(LABELS), env={"CUDA_VERSION": "12.9.1", "CUDA_HOME": "/usr/local/cuda"})
     return _facts(), e, image, FakeHost(probe=_facts())
 
@@ -111,7 +122,7 @@ def _run_all(f, e, image, host) -> tuple[list[str], list[str]]:
 def test_a_correct_cu129_image_passes():
     f, e, image, host = _correct()
     ran, warnings = _run_all(f, e, image, host)
-    assert ran == list(contract.CHECKS) and len(ran) == 12  # every check ran, none skipped
+    assert ran == list(contract.CHECKS) and len(ran) == 13  # every check ran, none skipped
     assert warnings == []
     commands = " ".join(c for c, _ in host.calls)
     assert "pip check" in commands and "find / " in commands and "sh -c %s" in commands
@@ -136,6 +147,7 @@ def test_each_check_can_fail_on_an_otherwise_correct_image(name):
         "non_root": lambda: f.update(uid=0),
         "no_world_writable": lambda: setattr(host, "find", "/opt/k3/venv/bin/vllm\n"),
         "runtime_toolchain": lambda: setattr(host, "toolchain", (0, TOOLCHAIN_OK.replace("cc_link=yes", "cc_link=no"))),
+        "os_packages": lambda: host.os_probe["problems"].append("numactl: /usr/bin/numactl missing (No such file)"),
     }
     assert set(breaks) == set(contract.CHECKS)
     e = breaks[name]() or e
@@ -587,10 +599,10 @@ def test_a_skipped_check_is_reported_as_skipped_never_as_passed(tmp_path):
     assert skipped.message == "the target pins no FlashInfer or NCCL"
     report = checks.Report("img", results)
     assert report.ok and report.failed() == []  # a skip fails nothing...
-    assert report.counts() == {"pass": 11, "skip": 1, "FAIL": 0}  # ...and passes nothing
+    assert report.counts() == {"pass": 12, "skip": 1, "FAIL": 0}  # ...and passes nothing
     doc = report.to_json()
     assert {c["name"]: c["status"] for c in doc["checks"]}["pinned_versions"] == "skip"
-    assert doc["counts"] == {"pass": 11, "skip": 1, "FAIL": 0}
+    assert doc["counts"] == {"pass": 12, "skip": 1, "FAIL": 0}
     with pytest.raises(ValueError):
         checks.CheckResult("x", passed=True, skipped=True)
 
@@ -612,7 +624,7 @@ def test_failures_and_errors_are_failures_with_their_first_line(tmp_path):
     assert by_name["labels"].message == "fixture broke" and by_name["labels"].status == "FAIL"
     assert by_name["pinned_versions"].status == "FAIL"  # an error after a skip is no skip
     assert [r.name for r in report.failed()] == ["pinned_versions", "expiry", "labels"]
-    assert not report.ok and report.counts() == {"pass": 9, "skip": 0, "FAIL": 3}
+    assert not report.ok and report.counts() == {"pass": 10, "skip": 0, "FAIL": 3}
     with pytest.raises(CheckFailed, match=r"^img: image checks failed: pinned_versions, expiry, labels; the image is "
                                           r"kept; report: .*checks.xml$"):
         report.raise_for_failures()
@@ -645,7 +657,12 @@ def test_expectations_come_from_the_matrix_the_lock_and_the_source(tmp_path):
     lock_path.write_text(f"{lock.BODY_HEADER}{sha256_bytes(body.encode())}\n{body}")
     setup = b'ext_modules.append(CMakeExtension(name="vllm._C"))\n'
     files = {p: (setup if p == "setup.py" else b"") for p in t.source.extensions.declared_in}
+    deb = oslock.DebEntry("libnuma1", "2.0.14-3ubuntu2", "amd64", "https://snapshot.ubuntu.com/x/libnuma1.deb", 1,
+                          "c" * 64)
+    (tmp_path / contract.OS_LOCK_NAME).write_text(oslock.lock_text(t, [deb]))
     e = checks.expectations(t, _Pinned(files), lock_path, dt.date(2026, 11, 29), today=dt.date(2026, 12, 1))
+    assert e.os_packages.locked == (("libnuma1", "2.0.14-3ubuntu2", "amd64"),)
+    assert e.os_packages.listed == tuple(p.name for p in t.os_packages.packages) and "libnuma.so.1" in e.os_packages.loads
     assert e.pins == {"flashinfer-python": t.flashinfer.version, "nvidia-nccl-cu12": "2.30.7"}
     assert e.lock == {"torch": "2.13.0+cu129", "nvidia-nccl-cu12": "2.30.7"}
     assert e.overrides == frozenset({"nvidia-nccl-cu12"})
