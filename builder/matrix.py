@@ -444,7 +444,9 @@ class OsPackages(_Frozen):
     network into their own layer."""
 
     archive: ArchiveUrl
-    suite: Suite
+    # The release first, then its updates (a base is built from them: resolving against the
+    # release alone could ask for older versions than the base has), e.g. [jammy, jammy-updates].
+    suites: tuple[Suite, ...] = Field(min_length=1)
     components: tuple[Component, ...] = ("main",)
     packages: tuple[OsPackage, ...] = Field(min_length=1)
     accept_drift: bool = False  # a plain (non-snapshot) archive: versions move as the archive does
@@ -829,6 +831,8 @@ def _os_package_checks(where: str, osp: OsPackages) -> None:
                           "use one, or set accept_drift: true")
     if osp.snapshot and osp.accept_drift:
         raise ConfigError(f"{where}.os_packages.accept_drift: a snapshot archive does not drift; remove it")
+    if len(set(osp.suites)) != len(osp.suites):
+        raise ConfigError(f"{where}.os_packages.suites: a suite is listed twice")
     names = [p.name for p in osp.packages]
     for i, name in enumerate(names):
         if name in names[:i]:

@@ -1,7 +1,7 @@
 """OS packages locked like wheels: ``locks/<target>/os-packages.txt``.
 
 `build lock` resolves the matrix's ``os_packages`` against the runtime base's own dpkg database:
-a throwaway container of the pinned runtime base gets one apt source (the matrix's archive, suite
+a throwaway container of the pinned runtime base gets one apt source per suite (the matrix's archive, suites
 and components, checked with the base's own archive keyring), runs ``apt-get update`` and
 ``apt-get install --print-uris --no-install-recommends``, and prints what apt would download.
 Packages the base already has are not downloaded, so they are not in the lock; a closure that
@@ -59,7 +59,7 @@ def inputs_sha256(target: Target) -> str:
     and the runtime base (its dpkg database decides what is already there)."""
     osp = target.os_packages
     assert osp is not None
-    doc = {"archive": osp.archive, "suite": osp.suite, "components": list(osp.components),
+    doc = {"archive": osp.archive, "suites": list(osp.suites), "components": list(osp.components),
            "packages": [[p.name, p.version] for p in osp.packages], "base": target.bases.runtime.digest}
     return sha256_bytes(json.dumps(doc, sort_keys=True).encode())
 
@@ -71,12 +71,12 @@ def _requests(osp: OsPackages) -> list[str]:
 def resolve_script(osp: OsPackages) -> str:
     """The shell the throwaway container runs. It always exits 0 and says what happened in
     K3-* lines, so apt's own message reaches the caller whatever failed."""
-    source = f"deb {osp.archive} {osp.suite} {' '.join(osp.components)}"
+    source = "\n".join(f"deb {osp.archive} {suite} {' '.join(osp.components)}" for suite in osp.suites)
     want = " ".join(shlex.quote(r) for r in _requests(osp))
     return rf"""
 export DEBIAN_FRONTEND=noninteractive
 rm -f /etc/apt/sources.list /etc/apt/sources.list.d/*
-echo {shlex.quote(source)} > /etc/apt/sources.list.d/k3-os-packages.list
+printf '%s\n' {shlex.quote(source)} > /etc/apt/sources.list.d/k3-os-packages.list
 apt-get -o Acquire::Retries=2 -o Acquire::http::Timeout=30 -qq update > /tmp/update.log 2>&1
 echo "K3-UPDATE $?"; sed 's/^/K3-LOG /' /tmp/update.log
 echo "K3-ARCH $(dpkg --print-architecture)"
@@ -108,12 +108,12 @@ def parse_resolution(out: str, osp: OsPackages, where: str) -> list[DebEntry]:
         if is_network_failure(log) or "Could not resolve" in log or "Failed to fetch" in log or not log:
             raise Unreachable(f"{where}.archive: {osp.archive} is not reachable from a container of the runtime base "
                               f"({log[-200:] or 'no answer'}); run `build lock` where it is")
-        raise LockError(f"{where}.archive: apt-get update failed for {osp.archive} {osp.suite}: {log[-300:]}")
+        raise LockError(f"{where}.archive: apt-get update failed for {osp.archive} {' '.join(osp.suites)}: {log[-300:]}")
     sim = _lines(out, "K3-SIM")
     if _status(out, "K3-INSTALL") != 0:
         errors = [ln for ln in sim if ln.startswith("E:")] or sim[-2:]
         raise LockError(f"{where}.packages: apt cannot install {' '.join(_requests(osp))} on the runtime base from "
-                        f"{osp.archive} {osp.suite}: {' '.join(errors)[:400]}")
+                        f"{osp.archive} {' '.join(osp.suites)}: {' '.join(errors)[:400]}")
     # "Inst name [installed] (new ...)": a package of the base the closure would replace.
     conflicts = [f"{m[1]} {m[3]} (the base has {m[2]})" for m in (_INST.match(ln) for ln in sim) if m and m[2]]
     if conflicts:
@@ -165,7 +165,7 @@ def lock_text(target: Target, entries: list[DebEntry]) -> str:
     body = "".join(e.line() + "\n" for e in entries)
     return (
         f"# OS packages of target {target.name}, made by `build lock`; do not edit.\n"
-        f"# Resolved against {target.bases.runtime.ref} from {osp.archive} {osp.suite} {' '.join(osp.components)}\n"
+        f"# Resolved against {target.bases.runtime.ref} from {osp.archive} {' '.join(osp.suites)} ({' '.join(osp.components)})\n"
         "# name version arch url size sha256 (packages the base already has are not listed)\n"
         f"{INPUT_HEADER}{inputs_sha256(target)}\n"
         f"{BODY_HEADER}{sha256_bytes(body.encode())}\n"
@@ -221,11 +221,11 @@ def closure(engine, base_ref: str, osp: OsPackages, where: str) -> dict[str, str
 
 
 def _resolve(engine, base_ref: str, osp: OsPackages, where: str) -> list[DebEntry]:
-    probe = f"{osp.archive}/dists/{osp.suite}/InRelease"
+    probe = f"{osp.archive}/dists/{osp.suites[0]}/InRelease"
     try:  # from the host first: an archive out of reach is exit 3 before any base is pulled
         urllib.request.urlopen(urllib.request.Request(probe, method="HEAD"), timeout=15).close()  # noqa: S310
     except urllib.error.HTTPError as exc:
-        raise LockError(f"{where}.suite: {probe} answers HTTP {exc.code}; is {osp.suite} in that archive?") from None
+        raise LockError(f"{where}.suites: {probe} answers HTTP {exc.code}; is {osp.suites[0]} in that archive?") from None
     except OSError as exc:
         raise Unreachable(f"{where}.archive: {osp.archive} is not reachable from here "
                           f"({getattr(exc, 'reason', exc)}); the OS lock cannot be made on this machine: run "

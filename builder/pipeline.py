@@ -126,7 +126,7 @@ def lock_target(plan: Plan, engine_factory=None) -> dict[str, Path]:
     os_text = None
     if target.os_packages:
         with log.step(f"{target.name}: resolve the OS packages against the runtime base's dpkg database "
-                      f"({target.os_packages.archive} {target.os_packages.suite})", long=True):
+                      f"({target.os_packages.archive} {' '.join(target.os_packages.suites)})", long=True):
             os_text = oslock.resolve(engine_factory(), target)
     with log.step(f"{target.name}: fetch source {target.source.branch} @ {target.source.commit[:12]}", long=True):
         pinned = source.fetch(target.source)

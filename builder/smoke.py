@@ -193,6 +193,7 @@ def _source_repos(out: Path) -> dict:
 # The smoke's OS packages, from the plain Debian archive these machines reach (snapshot.debian.org
 # is out of reach), each with why the image needs it. `smoke-init` pins the versions the archive
 # serves when it runs, so the smoke's lock does not rot when Debian publishes an update.
+OS_SUITES = (SUITE, f"{SUITE}-updates")
 OS_PACKAGES = {
     "libnuma1": "NUMA policy library: what fastsafetensors binds NUMA nodes with in cu129; the check loads it",
     "numactl": "numactl --show, the operator's NUMA check; the image check runs it",
@@ -205,7 +206,7 @@ def os_package_pins(engine: Engine, runtime_ref: str) -> dict[str, str]:
     from builder import oslock
     from builder.matrix import OsPackage, OsPackages
 
-    spec = OsPackages(archive=MIRROR, suite=SUITE, accept_drift=True,
+    spec = OsPackages(archive=MIRROR, suites=OS_SUITES, accept_drift=True,
                       packages=tuple(OsPackage(name=n, why=w) for n, w in OS_PACKAGES.items()))
     found = oslock.closure(engine, runtime_ref, spec, "smoke-init")
     missing = [n for n in OS_PACKAGES if n not in found]
@@ -216,7 +217,7 @@ def os_package_pins(engine: Engine, runtime_ref: str) -> dict[str, str]:
 
 def os_packages_doc(pins: dict[str, str]) -> dict:
     return {
-        "archive": MIRROR, "suite": SUITE, "components": ["main"], "accept_drift": True,
+        "archive": MIRROR, "suites": list(OS_SUITES), "components": ["main"], "accept_drift": True,
         "packages": [{"name": n, "why": OS_PACKAGES[n], "version": v} for n, v in pins.items()],
         "loads": ["libnuma.so.1"],
         "runs": [["numactl", "--show"]],
@@ -287,7 +288,7 @@ def init(out: Path, registry: str, engine: Engine, expires: dt.date | None = Non
         repos = _source_repos(out)
         log.info(f"    {repos['url']} {BRANCH} @ {repos['commit']}")
         log.info(f"    third party k3kernels: {repos['kernels_url']} @ {repos['kernels_commit']}")
-    with log.step(f"smoke: pin the OS packages {MIRROR} {SUITE} serves now ({', '.join(OS_PACKAGES)})"):
+    with log.step(f"smoke: pin the OS packages {MIRROR} {' '.join(OS_SUITES)} serves now ({', '.join(OS_PACKAGES)})"):
         pins = os_package_pins(engine, bases["runtime"])
         log.info("    " + ", ".join(f"{n} {v}" for n, v in pins.items()))
     expires = expires or (dt.date.today() + dt.timedelta(days=180))

@@ -229,10 +229,8 @@ class Verifier:
             "build-lock": {"sha256": r.build_lock_sha256},
             "dockerfile": {"sha256": r.dockerfile_sha256},
         }
-        if self.t.os_packages:
+        if self.t.os_packages:  # its .debs (deb:<name>) are the lock's: "OS lock <-> SBOM" checks those
             want["os-lock"] = {"sha256": r.os_lock_sha256}
-            for e in oslock.read(self.os_lock) if self.os_lock.exists() else ():
-                want[f"deb:{e.name}"] = {"sha256": e.sha256}
         for ref, _, _, commit in attest.third_party_trees(r):
             want[ref] = {"gitCommit": commit}
         for name, digest in want.items():
