@@ -33,8 +33,9 @@ from builder.matrix import OsPackages, Target
 
 _LINE = re.compile(r"(?P<name>[a-z0-9][a-z0-9.+-]+) (?P<version>(?:[0-9]+:)?[0-9][A-Za-z0-9.+~-]*) "
                    r"(?P<arch>[a-z0-9-]+) (?P<url>https?://\S+\.deb) (?P<size>[0-9]+) sha256:(?P<sha256>[0-9a-f]{64})")
-# One line of `apt-get install --print-uris`: 'URL' FILE SIZE HASHTYPE:HEX
-_URI = re.compile(r"'(?P<url>[^' ]+)' (?P<file>\S+\.deb) (?P<size>[0-9]+) (?P<hash>\S+)")
+# One line of `apt-get install --print-uris`: 'URL' FILE SIZE [HASHTYPE:HEX] (an -updates index
+# may give no MD5Sum, and then apt prints no hash at all: the SHA256 comes from apt-cache show).
+_URI = re.compile(r"'(?P<url>[^' ]+)' (?P<file>\S+\.deb) (?P<size>[0-9]+)(?: (?P<hash>\S+))?")
 
 
 @dataclass(frozen=True)

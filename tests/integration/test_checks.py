@@ -1,6 +1,6 @@
 """The image checks catch what they claim to: broken variants of the smoke image, each failing
 exactly the check that owns the problem, with a message that says expected and found. Every one of
-the twelve checks is shown failing on a real image, here or in test_miniature.py (runtime_toolchain,
+the checks is shown failing on a real image, here or in test_miniature.py (runtime_toolchain,
 compiled_modules without the driver library, ops_registered with an op that appears)."""
 
 from __future__ import annotations
@@ -49,6 +49,9 @@ VARIANTS = {
     "pip-conflict": (f"USER 0\nRUN sed -i '/^Version:/a Requires-Dist: packaging>=999' "
                      f"{SITE}/k3smoke-0.1.0+cu129.dist-info/METADATA\nUSER 2000:2000", {"pip_check"},
                      "has requirement packaging>=999, but you have packaging"),
+    # A later layer that replaces a file of the OS layer: numactl is no longer the package's.
+    "os-layer": ("USER 0\nRUN printf '#!/bin/sh\\nexit 3\\n' > /usr/bin/numactl\nUSER 2000:2000", {"os_packages"},
+                 "numactl: /usr/bin/numactl differs from the package"),
 }
 
 
@@ -93,7 +96,7 @@ def test_the_built_image_passes_and_leaves_a_junit_report(built):
     assert re.search(r"^\s+pass\s+cuda_runtime", r.err, re.M)
     # The smoke pins neither FlashInfer nor NCCL: that check is reported skipped, not passed.
     assert re.search(r"^\s+skip\s+pinned_versions\s+the target pins no FlashInfer or NCCL", r.err, re.M)
-    assert "checks: 11 pass, 1 skip, 0 FAIL" in r.err
+    assert "checks: 12 pass, 1 skip, 0 FAIL" in r.err
     reports = list((smoke.root / "artifacts" / "smoke").glob("*/checks.xml"))
     assert any((p.parent / "build.log").exists() for p in reports), "the build's own checks sit beside its log"
     suite = ET.parse(reports[0]).getroot().find("testsuite")
