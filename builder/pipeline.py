@@ -277,7 +277,8 @@ def _record(prep: Prepared, digest: str, key: str, checked: bool, seconds: float
         bases={role: {"name": getattr(target.bases, role).display_name, "digest": getattr(target.bases, role).digest}
                for role in ("build", "runtime")},
         source=record_source(target, prep.third_party), lock_sha256=prep.locks.runtime_sha256,
-        build_lock_sha256=prep.locks.build_sha256, os_lock_sha256=prep.locks.os_sha256, dockerfile_sha256=sha256_bytes(prep.dockerfile_text.encode()),
+        build_lock_sha256=prep.locks.build_sha256, os_lock_sha256=prep.locks.os_sha256,
+        dockerfile_sha256=sha256_bytes(prep.dockerfile_text.encode()),
         source_date_epoch=prep.pinned.source_date_epoch, input_key=key, tool_version=__version__,
         checks="passed" if checked else "skipped",
         build={"id": prep.build_id, "finished": contract.now_iso(), "duration_seconds": round(seconds, 1),
