@@ -206,12 +206,14 @@ def check_current(path: Path, target: Target) -> None:
                         f"matrix gives now; run `build lock --target {target.name}`")
 
 
-def resolve(engine, target: Target) -> str:
+def resolve(engine, target: Target, file: str = "") -> str:
     """The OS lock's text, resolved in a throwaway container of the runtime base (see the module
-    docstring). Nothing is written here: the caller writes every lock of a target together."""
-    entries = _resolve(engine, target.bases.runtime.ref, target.os_packages, f"targets.{target.name}.os_packages")
+    docstring). Nothing is written here: the caller writes every lock of a target together.
+    ``file`` prefixes every message (the matrix's path), so the line names the file and the key."""
+    where = f"{file}targets.{target.name}.os_packages"
+    entries = _resolve(engine, target.bases.runtime.ref, target.os_packages, where)
     if not entries:
-        raise LockError(f"targets.{target.name}.os_packages.packages: the runtime base already has every package "
+        raise LockError(f"{where}.packages: the runtime base already has every package "
                         "listed; remove os_packages (nothing to lock)")
     return lock_text(target, entries)
 

@@ -127,7 +127,7 @@ def lock_target(plan: Plan, engine_factory=None) -> dict[str, Path]:
     if target.os_packages:
         with log.step(f"{target.name}: resolve the OS packages against the runtime base's dpkg database "
                       f"({target.os_packages.archive} {' '.join(target.os_packages.suites)})", long=True):
-            os_text = oslock.resolve(engine_factory(), target)
+            os_text = oslock.resolve(engine_factory(), target, f"{plan.matrix_path or 'matrix.yaml'}: ")
     with log.step(f"{target.name}: fetch source {target.source.branch} @ {target.source.commit[:12]}", long=True):
         pinned = source.fetch(target.source)
     with log.step(f"{target.name}: resolve the runtime and build locks (uv, for Python {target.python.version} on "

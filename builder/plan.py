@@ -65,6 +65,7 @@ class Plan:
     dockerfile: Path
     locks: dict[str, Path]
     output: str
+    matrix_path: Path | None = None  # the file the target came from, for messages that name a key
 
     @classmethod
     def of(cls, matrix: Matrix, name: str) -> "Plan":
@@ -77,6 +78,7 @@ class Plan:
             locks={"runtime": contract.lock_path(root, name), "build": contract.build_lock_path(root, name),
                    **({"os": contract.os_lock_path(root, name)} if target.os_packages else {})},
             output=target.image.tagged,
+            matrix_path=matrix.path,
         )
 
     def to_json(self) -> dict:

@@ -162,7 +162,7 @@ def test_a_pinned_nccl_is_locked_as_an_override_and_checked_in_the_image(pinned)
     nccl = [e for e in entries if e.name == "nvidia-nccl-cu12"]
     assert [(e.version, e.override) for e in nccl] == [(NCCL, True)]
     assert re.search(r"^\s+pass\s+pinned_versions", err, re.M), err[-3000:]
-    assert "checks: 12 pass, 0 skip, 0 FAIL" in err
+    assert "checks: 13 pass, 0 skip, 0 FAIL" in err
 
 
 def test_a_pin_the_image_does_not_carry_fails_pinned_versions_only(pinned, tmp_path):

@@ -65,6 +65,7 @@ def test_bad_os_packages_exit_with_one_line_and_write_nothing(smoke, tmp_path, w
     assert r.code == code, r.err[-1500:]
     errors = [ln for ln in r.err.splitlines() if ln.startswith("error:")]
     assert len(errors) == 1 and re.search(message, errors[0]), r.err[-1500:]
+    assert errors[0].startswith(f"error: {work.matrix}: targets.smoke.os_packages"), errors[0]  # file and key
     assert {p.name: p.read_bytes() for p in locks.iterdir()} == before  # no lock written, none touched
 
 
