@@ -9,106 +9,66 @@ for ``pip check``) and ``report_warning``. Every failure says what was expected 
 from __future__ import annotations
 
 import datetime as dt
+import fnmatch
 import json
 import re
+import shlex
 
 import pytest
 
+from builder import contract, probes
 from builder.cudamajor import is_other_major, major_minor
 from builder.lock import normalize
 
-# Runs inside the image with its own python. Gathers every fact the checks need in one process,
-# because ops are registered by importing the compiled modules first.
-PROBE = r"""
-import ctypes, importlib, importlib.metadata as md, importlib.util, json, os, sys
-req = json.loads(sys.argv[1])
-facts = {"uid": os.getuid(), "libs": {}, "dists": [], "modules": {}, "ops": {}, "absent": {}}
-try:  # the driver library the extensions link; in a GPU-less container, the base's compat copy
-    ctypes.CDLL("libcuda.so.1")
-    facts["libcuda"] = None
-except OSError as exc:
-    facts["libcuda"] = str(exc)
-for top, dirs, files in os.walk("/"):
-    if top in ("/proc", "/sys", "/dev"):
-        dirs[:] = []
-        continue
-    for f in files:
-        if f.startswith(("libcudart.so", "libcublas.so")):
-            path = os.path.join(top, f)
-            entry = {"real": os.path.realpath(path)}
-            if f.startswith("libcudart.so"):
-                try:
-                    v = ctypes.c_int()
-                    rc = ctypes.CDLL(path).cudaRuntimeGetVersion(ctypes.byref(v))
-                    entry["version"] = v.value if rc == 0 else None
-                    entry["error"] = None if rc == 0 else f"cudaRuntimeGetVersion returned {rc}"
-                except OSError as exc:
-                    entry["version"], entry["error"] = None, str(exc)
-            facts["libs"][path] = entry
-try:
-    with open("/usr/local/cuda/version.json") as fh:
-        facts["version_json"] = json.load(fh).get("cuda", {}).get("version")
-except (OSError, ValueError):
-    facts["version_json"] = None
-facts["dists"] = sorted({(d.metadata["Name"], d.version) for d in md.distributions() if d.metadata["Name"]})
-for name in req["modules"]:
-    try:
-        importlib.import_module(name)
-        facts["modules"][name] = None
-    except BaseException as exc:
-        facts["modules"][name] = f"{type(exc).__name__}: {exc}"
-def resolve(path):
-    parts = path.split(".")
-    obj = None
-    for i in range(len(parts), 0, -1):
-        try:
-            obj = importlib.import_module(".".join(parts[:i]))
-            break
-        except ImportError:
-            continue
-    if obj is None:
-        return "no importable prefix"
-    try:
-        for attr in parts[i:]:
-            obj = getattr(obj, attr)
-        return None
-    except BaseException as exc:
-        return f"{type(exc).__name__}: {exc}"
-for path in req["ops"]:
-    facts["ops"][path] = resolve(path)
-for path in req["absent"]:
-    facts["absent"][path] = resolve(path)
-if importlib.util.find_spec("torch"):
-    try:
-        import torch
-        facts["torch"] = {"version": torch.__version__, "cuda": torch.version.cuda}
-    except BaseException as exc:
-        facts["torch"] = {"error": f"{type(exc).__name__}: {exc}"}
-print(json.dumps(facts))
-"""
+def run_probe(image_host, name: str, request: dict, env: str = "") -> dict:
+    """Run probe ``name`` (builder/probes/) in the image; its facts, or a failure that shows why it
+    could not run (its exit status and the end of its stderr)."""
+    result = image_host.run(f"{env}python -c %s %s", probes.script(name), json.dumps(request))
+    found = probes.parse(result.stdout)
+    if found is None:
+        pytest.fail(f"expected the {name} probe to run in the image, found exit {result.rc} and no facts: "
+                    f"{_tail(result.stderr or result.stdout)}")
+    return found
+
+
+def _tail(text: str, lines: int = 3) -> str:
+    kept = [ln.strip() for ln in (text or "").splitlines() if ln.strip()][-lines:]
+    return " | ".join(kept)[-600:] or "(no output)"
+
+
+def need(facts: dict, *keys: str) -> None:
+    """Fail (this check only) when the probe could not gather a fact the check reads."""
+    broken = {k: facts.get("errors", {}).get(k) for k in keys if facts.get("errors", {}).get(k)}
+    assert not broken, "expected the probe to gather " + "; ".join(f"{k}, found {v}" for k, v in broken.items())
+
+
+# The compiled modules link libcuda.so.1, which only a GPU host's driver provides; the probes
+# load the base image's forward-compatibility copy instead (loading needs no GPU). A module that
+# is really missing still fails to import.
+def _compat_env(expect) -> str:
+    return f"LD_LIBRARY_PATH={shlex.quote(expect.compat_dir)}${{LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}} "
 
 
 @pytest.fixture(scope="session")
 def facts(image_host, expect):
     request = {"modules": list(expect.modules.required + expect.modules.optional), "ops": list(expect.ops),
                "absent": sorted(expect.absent)}
-    # The compiled modules link libcuda.so.1, which only a GPU host's driver provides; the probe
-    # loads the base image's forward-compatibility copy instead (loading needs no GPU). A module
-    # that is really missing still fails to import.
-    result = image_host.run("LD_LIBRARY_PATH=%s${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH} python -c %s %s",
-                            expect.compat_dir, PROBE, json.dumps(request))
-    assert result.rc == 0, f"the probe could not run in the image: expected exit 0, found {result.rc}: {result.stderr[-300:]}"
-    return json.loads(result.stdout)
+    found = run_probe(image_host, "facts", request, _compat_env(expect))
+    assert not found.get("errors", {}).get("probe"), f"expected the facts probe to run, found {found['errors']['probe']}"
+    return found
 
 
 def test_cuda_runtime(facts, expect, image):
+    need(facts, "libs", "version_json")
     want = expect.cudart_version
     runtimes = {p: e for p, e in facts["libs"].items() if "libcudart.so" in p}
     assert runtimes, f"expected a CUDA runtime (libcudart.so) reporting {want}, found none in the image"
     reported = {p: e.get("version") for p, e in runtimes.items() if e.get("version")}
+    unreadable = [f"{p} ({e['error']})" for p, e in sorted(runtimes.items()) if e.get("error")]
     assert want in reported.values(), (
         f"expected cudaRuntimeGetVersion() == {want} (CUDA {expect.cuda_major_minor}), found "
         + (", ".join(f"{v} at {p}" for p, v in sorted(reported.items())) or "no loadable libcudart")
+        + (f"; unreadable: {', '.join(unreadable)}" if unreadable else "")
     )
     if facts["version_json"]:
         assert major_minor(facts["version_json"]) == expect.cuda_major_minor, (
@@ -124,6 +84,7 @@ def test_cuda_runtime(facts, expect, image):
 
 
 def test_no_other_cuda_major(facts, expect, report_warning):
+    need(facts, "libs", "dists")
     major = expect.cuda_major
     wrong = []
     for path, entry in sorted(facts["libs"].items()):
@@ -148,6 +109,7 @@ def test_no_other_cuda_major(facts, expect, report_warning):
 
 
 def test_compiled_modules(facts, expect):
+    need(facts, "modules")
     broken = {m: facts["modules"].get(m) for m in expect.modules.required if facts["modules"].get(m)}
     assert expect.modules.required, "expected the source to declare compiled modules, found none (waive or add them)"
     hint = ""
@@ -158,6 +120,7 @@ def test_compiled_modules(facts, expect):
 
 
 def test_ops_registered(facts, expect, report_warning):
+    need(facts, "modules", "ops", "absent")
     for module in expect.modules.optional:
         if facts["modules"].get(module):
             report_warning(f"optional module {module} does not import: {facts['modules'][module]}")
@@ -177,6 +140,7 @@ def test_ops_registered(facts, expect, report_warning):
 def test_pinned_versions(facts, expect):
     if not expect.pins:
         pytest.skip("the target pins no FlashInfer or NCCL")
+    need(facts, "dists")
     have = {normalize(n): v for n, v in facts["dists"]}
     wrong = [f"{name}: expected {want}, found {have.get(name, 'not installed')}"
              for name, want in sorted(expect.pins.items()) if have.get(name) != want]
@@ -211,6 +175,7 @@ def test_labels(image, expect):
 
 
 def test_lock_contents(facts, expect):
+    need(facts, "dists")
     src_name, src_version = expect.source_package  # the wheel's version, local label included
     have = {normalize(n): v for n, v in facts["dists"]}
     problems = []
@@ -261,22 +226,27 @@ def test_no_world_writable(image_host):
 
 
 # Run inside the image: what code that compiles at run time needs. Triton builds its driver stub
-# with the C compiler and Python.h on first use; FlashInfer and DeepGEMM JIT with nvcc.
+# on first use with $CC, else gcc, else clang (triton/runtime/build.py; never plain `cc`), as
+# `cc src.c -O3 -shared -fPIC -I<sysconfig include>`; FlashInfer and DeepGEMM JIT with nvcc and
+# the toolkit's headers (FlashInfer's kernels include nvrtc.h; vLLM's image installs nvrtc-dev,
+# curand-dev and cublas-dev for them).
 TOOLCHAIN = r"""
 set -u
 work=$(mktemp -d)
 cd "$work"
 cc=${CC:-}
-[ -n "$cc" ] || cc=$(command -v cc || command -v gcc || command -v clang || true)
+[ -n "$cc" ] || cc=$(command -v gcc || command -v clang || true)
 echo "cc=$cc"
 includepy=$(python -c 'import sysconfig; print(sysconfig.get_config_var("INCLUDEPY"))')
 echo "includepy=$includepy"
 [ -f "$includepy/Python.h" ] && echo "python_h=yes" || echo "python_h=no"
+pyinclude=$(python -c 'import sysconfig as s; n = s.get_default_scheme(); print(s.get_paths(scheme="posix_prefix" if n == "posix_local" else n)["include"])')
+echo "pyinclude=$pyinclude"
 if [ -n "$cc" ]; then
   printf '#include <stdio.h>\nint main(void){puts("k3-toolchain-ok");return 0;}\n' > t.c
   if "$cc" -o t t.c > cc.log 2>&1 && [ "$(./t)" = k3-toolchain-ok ]; then echo "cc_link=yes"; else echo "cc_link=no: $(tail -n 2 cc.log | tr '\n' ' ')"; fi
   printf '#include <Python.h>\nint k3(void){return Py_IsInitialized();}\n' > p.c
-  if "$cc" -c -fPIC -I"$includepy" p.c -o p.o > p.log 2>&1; then echo "cc_python=yes"; else echo "cc_python=no: $(tail -n 2 p.log | tr '\n' ' ')"; fi
+  if "$cc" p.c -O3 -shared -fPIC -o p.so -I"$pyinclude" > p.log 2>&1; then echo "cc_python=yes"; else echo "cc_python=no: $(tail -n 2 p.log | tr '\n' ' ')"; fi
 fi
 if [ -n "${K3_CHECK_CUDA_HOME:-}" ]; then
   nvcc="$K3_CHECK_CUDA_HOME/bin/nvcc"
@@ -284,6 +254,8 @@ if [ -n "${K3_CHECK_CUDA_HOME:-}" ]; then
     echo "nvcc_version=$("$nvcc" --version | sed -n 's/.*release \([0-9.]*\),.*/\1/p' | head -n 1)"
     printf '__global__ void k3(float *x){x[threadIdx.x]*=2.0f;}\n' > k.cu
     if "$nvcc" -c -arch="$K3_CHECK_ARCH" k.cu -o k.o > nvcc.log 2>&1; then echo "nvcc_compile=yes"; else echo "nvcc_compile=no: $(tail -n 2 nvcc.log | tr '\n' ' ')"; fi
+    printf '#include <cuda_runtime.h>\n#include <nvrtc.h>\n#include <curand.h>\n#include <cublas_v2.h>\n__global__ void k3h(float *x){x[threadIdx.x]+=1.0f;}\n' > h.cu
+    if "$nvcc" -c -arch="$K3_CHECK_ARCH" h.cu -o h.o > h.log 2>&1; then echo "nvcc_headers=yes"; else echo "nvcc_headers=no: $(grep -m 1 -i 'error' h.log | tr '\n' ' ')"; fi
   else
     echo "nvcc_version=missing: no executable $nvcc"
   fi
@@ -303,9 +275,10 @@ def test_runtime_toolchain(image_host, image, expect, report_warning):
     got = dict(line.split("=", 1) for line in result.stdout.splitlines() if "=" in line)
     problems = []
     if not got.get("cc"):
-        problems.append("no C compiler (CC, cc, gcc or clang) for Triton's run-time stubs")
+        problems.append("no C compiler for Triton's run-time stubs (it looks for $CC, then gcc, then clang)")
     else:
-        for key, what in (("cc_link", "compile and link a C program"), ("cc_python", "compile against Python.h")):
+        for key, what in (("cc_link", "compile and link a C program"),
+                          ("cc_python", f"build a Python extension against {got.get('pyinclude')} as Triton does")):
             if got.get(key) != "yes":
                 problems.append(f"{got['cc']} cannot {what}: {got.get(key, 'not tried')}")
     if got.get("python_h") != "yes":
@@ -318,13 +291,99 @@ def test_runtime_toolchain(image_host, image, expect, report_warning):
             problems.append(f"nvcc: expected release {expect.cuda_major_minor}, found {version}")
         elif got.get("nvcc_compile") != "yes":
             problems.append(f"nvcc cannot compile a trivial kernel for {expect.nvcc_arch}: {got.get('nvcc_compile')}")
+        elif got.get("nvcc_headers") != "yes":
+            problems.append("nvcc cannot compile against the run-time JIT headers (cuda_runtime.h, nvrtc.h, curand.h, "
+                            f"cublas_v2.h): {got.get('nvcc_headers')}")
     else:
-        report_warning("runtime_toolchain: skipped nvcc (version and a trivial kernel): the target declares no "
+        report_warning("runtime_toolchain: skipped nvcc (version, a trivial kernel, JIT headers): the target declares no "
                        "run-time CUDA toolkit (runtime.cuda_home unset); checked the C compiler and Python.h only")
     for var in ("TRITON_PTXAS_PATH", "TRITON_PTXAS_BLACKWELL_PATH"):
         if got.get(var, "ok") != "ok":
             problems.append(f"{var} points at no executable: {got[var].removeprefix('missing: ')}")
     assert not problems, "expected a run-time toolchain, found: " + "; ".join(problems)
+
+
+def _listing(items: list[str], limit: int = 12) -> str:
+    shown = "; ".join(items[:limit])
+    return shown + (f"; and {len(items) - limit} more" if len(items) > limit else "")
+
+
+def test_python_trees(image_host, expect, report_warning):
+    if not expect.python_trees:
+        pytest.skip("the matrix names no Python trees (source.extensions.python_trees)")
+    request = {"trees": list(expect.python_trees), "skip": sorted(expect.python_skip),
+               "setup": list(expect.python_setup)}
+    found = run_probe(image_host, "trees", request, _compat_env(expect))
+    assert "error" not in found, f"expected the trees probe to run, found {found.get('error')}"
+    problems = [f"set-up {ref}: {err}" for ref, err in sorted(found["setup"].items()) if err]
+    problems += [f"tree {tree}: {err}" for tree, err in sorted(found["trees"].items()) if err]
+    problems += [f"{name}: {err}" for name, err in sorted(found["imported"].items()) if err]
+    for pattern in sorted(set(found["skipped"].values())):
+        count = sum(1 for p in found["skipped"].values() if p == pattern)
+        report_warning(f"python_trees: skipped {count} module(s) matching {pattern}: {expect.python_skip[pattern]}")
+    assert not problems, (f"expected every module of {', '.join(expect.python_trees)} to import "
+                          f"({len(found['imported'])} tried), found: " + _listing(problems))
+
+
+def test_shared_libraries(image_host, image, expect, report_warning):
+    request = {"roots": [contract.APP_PREFIX], "ld_library_path": image.env.get("LD_LIBRARY_PATH", ""),
+               "cuda_major": expect.cuda_major, "tracking": list(contract.CUDA_TRACKING_LIBS),
+               "dlopen": sorted(expect.dlopen)}
+    found = run_probe(image_host, "elf", request)
+    assert "error" not in found, f"expected the ELF probe to run, found {found.get('error')}"
+    assert found["elves"], f"expected ELF files under {contract.APP_PREFIX}, found none"
+
+    def who(entry):
+        return f"{entry['path']}" + (f" ({entry['dist']})" if entry.get("dist") else "")
+
+    problems, other = [], set()
+    for e in found["other_major"]:
+        dist = normalize(e["dist"].rsplit(" ", 1)[0]) if e.get("dist") else None
+        other.add((e["path"], e["needed"]))
+        if dist in expect.other_major:
+            report_warning(f"shared_libraries: {who(e)} needs {e['needed']} (CUDA {e['major']}), allowed by the "
+                           f"matrix: {expect.other_major[dist]}")
+        else:
+            problems.append(f"{who(e)} needs {e['needed']}, a CUDA {e['major']} library")
+    for e in found["unresolved"]:
+        if (e["path"], e["needed"]) in other or e["needed"] in contract.DRIVER_LIBRARIES:
+            continue
+        why = next((r for pat, r in expect.optional_libraries.items() if fnmatch.fnmatchcase(e["path"], pat)), None)
+        if why:
+            report_warning(f"shared_libraries: {who(e)} needs {e['needed']}, which the image lacks; allowed: {why}")
+        else:
+            problems.append(f"{who(e)} needs {e['needed']}, which nothing in the image provides")
+    for name, err in sorted((found.get("dlopen") or {}).items()):
+        if err:
+            problems.append(f"{name} (loaded by name: {expect.dlopen[name]}) does not load: {err}")
+    assert not problems, (f"expected every NEEDED library of the {found['elves']} ELF files under "
+                          f"{contract.APP_PREFIX} to resolve, found: " + _listing(problems))
+
+
+def test_image_hygiene(image_host, expect):
+    request = {"roots": [contract.APP_PREFIX], "build_roots": list(contract.BUILD_ONLY_ROOTS)}
+    found = run_probe(image_host, "hygiene", request)
+    assert "error" not in found, f"expected the hygiene probe to run, found {found.get('error')}"
+    problems = [f"symlink {path} -> {target} dangles" for path, target in found["dangling"]]
+    problems += [f"symlink {path} -> {target} points into a build-only path" for path, target in found["outside"]]
+    problems += [f"{path} names {root}: {line}" for path, root, line in found["named"]]
+    total = sum(found["counts"].values())
+    assert not problems, (f"expected nothing under {contract.APP_PREFIX} to point at a build-only path "
+                          f"({', '.join(contract.BUILD_ONLY_ROOTS)}), found {total}: " + _listing(problems))
+
+
+def test_recipe_cli(image_host, expect):
+    recipe = expect.recipe
+    if not recipe:
+        pytest.skip("the matrix gives no launch command (runtime.recipe)")
+    found = run_probe(image_host, "recipe", recipe, _compat_env(expect))
+    assert "error" not in found, f"expected the recipe probe to run, found {found.get('error')}"
+    assert not found["parse"], f"expected the CLI to accept `{recipe['command']}`, found {found['parse']}"
+    problems = [f"its validation: {found['validate']}"] if found["validate"] else []
+    problems += [f"--{dest.replace('_', '-')} {err}" for dest, err in sorted(found["options"].items()) if err]
+    if found["architecture"]:
+        problems.append(f"architecture {recipe['architecture']}: {found['architecture']}")
+    assert not problems, f"expected `{recipe['command']}` to be servable by the image's CLI, found: " + "; ".join(problems)
 
 
 # --- os_packages (issue 24): the OS layer's .debs, in the image as locked -----------------------

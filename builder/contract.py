@@ -200,6 +200,31 @@ def artifacts_path(root: Path, target: str, build_id: str) -> Path:
 
 BULKY_INPUTS = ("context", "source", "third_party")
 
+# Where the image's application lives: the interpreter, the venv and every layer the tool builds.
+# The shared_libraries, image_hygiene and python_trees checks look here.
+APP_PREFIX = "/opt/k3"
+# Paths that exist only in the build stages (sources, third-party trees, the build venv and
+# wheels, the context, the layer roots): nothing installed may point at them (image_hygiene).
+BUILD_ONLY_ROOTS = ("/third_party", "/src", "/build", "/ctx", "/layers")
+# Libraries a GPU host's container runtime (nvidia-container-toolkit) mounts into the container
+# from the driver: an image must not carry them, so a NEEDED of one is not a missing library.
+DRIVER_LIBRARIES = {
+    "libcuda.so.1": "CUDA driver API",
+    "libnvidia-ml.so.1": "NVML (nvidia-smi, pynvml)",
+    "libnvidia-ptxjitcompiler.so.1": "the driver's PTX JIT",
+    "libnvidia-nvvm.so.4": "the driver's NVVM (JIT of LTO-IR)",
+    "libcudadebugger.so.1": "the CUDA debugger backend",
+    "libnvcuvid.so.1": "NVDEC video decoding (PyNvVideoCodec)",
+    "libnvidia-encode.so.1": "NVENC video encoding",
+    "libnvidia-opticalflow.so.1": "the optical flow SDK",
+}
+# CUDA libraries whose soname major is the CUDA major (libcudart.so.12 on 12.x, .13 on 13.x).
+# Others number their own (libcufft.so.11 on 12.x, libcudnn.so.9, libnccl.so.2) and are judged
+# by their distribution's name instead (no_other_cuda_major).
+CUDA_TRACKING_LIBS = ("cudart", "cublas", "cublasLt", "nvblas", "nvrtc", "nvrtc-builtins", "nvJitLink", "nvjpeg",
+                      "cupti", "nvperf_host", "nvperf_target", "nppc", "nppial", "nppicc", "nppidei", "nppif",
+                      "nppig", "nppim", "nppist", "nppisu", "nppitc", "npps")
+
 
 # The image checks `build test` runs (builder/checklist.py holds one test per entry, same name).
 # Expectations come from the matrix (and the record); nothing here is a constant of a test.
@@ -223,9 +248,26 @@ CHECKS = {
     "non_root": "the image runs as a non-root user by default",
     "no_world_writable": "no world-writable file anywhere, and no world-writable directory without the "
                          "sticky bit (/tmp-style directories) outside /tmp",
-    "runtime_toolchain": "a C compiler compiles and links a program and compiles against INCLUDEPY/Python.h "
-                         "(Triton); where the target has a run-time CUDA toolkit, CUDA_HOME is set and its nvcc "
-                         "reports the matrix's CUDA and compiles a trivial kernel (FlashInfer, DeepGEMM JIT)",
+    "runtime_toolchain": "the C compiler Triton picks ($CC, else gcc, else clang) compiles and links a program "
+                         "and compiles against INCLUDEPY/Python.h; where the target has a run-time CUDA toolkit, "
+                         "CUDA_HOME is set, its nvcc reports the matrix's CUDA, compiles a trivial kernel, and "
+                         "compiles against the headers run-time JIT includes (cuda_runtime.h, nvrtc.h, curand.h, "
+                         "cublas_v2.h); TRITON_PTXAS_PATH and TRITON_PTXAS_BLACKWELL_PATH, where set, are executables",
+    "python_trees": "every module under the Python trees the matrix names (source.extensions.python_trees: what "
+                    "CMake install steps and third-party sources put into the wheel) imports, with the compat "
+                    "libcuda.so.1; skipped modules are listed with their reason",
+    "shared_libraries": "every ELF file under the application prefix finds each NEEDED library as ld.so would "
+                        "(RPATH/RUNPATH with $ORIGIN, LD_LIBRARY_PATH, the ld.so cache, the default directories) "
+                        "or from a library the image carries that an earlier import loads (torch's pattern); "
+                        "only the driver libraries the container runtime mounts are exempt; a NEEDED CUDA "
+                        "library of another major fails unless cuda.other_major names the file's distribution; "
+                        "every library the matrix says a package dlopens by name (runtime.dlopen) loads",
+    "image_hygiene": "no symlink under the application prefix dangles or points into a build-only path, and no "
+                     ".pth, RECORD, direct_url.json, shebang, *.cmake or *.pc file names a build-only path "
+                     "(/third_party, /src, /build, /ctx, /layers)",
+    "recipe_cli": "the matrix's launch command (runtime.recipe) parses with the image's own CLI parser, passes "
+                  "its validation, every option the matrix names resolves through the CLI's registry, and the "
+                  "model architecture resolves through the model registry; nothing is started",
 }
 CHECKS["os_packages"] = (
     "every .deb of locks/<target>/os-packages.txt is in the image at the lock's version and architecture "

@@ -77,6 +77,12 @@ class Expectations:
     cuda_home: str | None = None
     nvcc_arch: str = "sm_90"  # the first arch of the matrix, for the trivial-kernel compile
     label_keys: contract.LabelKeys = field(default_factory=contract.LabelKeys)  # the matrix's label_prefix
+    python_trees: tuple[str, ...] = ()
+    python_skip: dict[str, str] = field(default_factory=dict)  # module pattern -> why
+    python_setup: tuple[str, ...] = ()
+    recipe: dict | None = None  # runtime.recipe as the recipe probe takes it (argv after program, subcommand)
+    optional_libraries: dict[str, str] = field(default_factory=dict)  # ELF path pattern -> why
+    dlopen: dict[str, str] = field(default_factory=dict)  # library loaded by name at run time -> by whom
     os_packages: OsExpectations | None = None  # None: the target has no os_packages
 
     @property
@@ -127,8 +133,23 @@ def expectations(target: Target, pinned: PinnedSource, lock_path: Path, build_da
         cuda_home=target.runtime.cuda_home,
         nvcc_arch="sm_" + target.cuda.arch_list[0].split("+")[0].replace(".", ""),
         label_keys=target.labels,
+        python_trees=policy.python_trees,
+        python_skip=dict(policy.python_skip),
+        python_setup=policy.python_setup,
+        recipe=_recipe(target),
+        optional_libraries=dict(target.runtime.optional_libraries),
+        dlopen=dict(target.runtime.dlopen),
         os_packages=os_expectations(target, lock_path),
     )
+
+
+def _recipe(target: Target) -> dict | None:
+    r = target.runtime.recipe
+    if r is None:
+        return None
+    return {"command": " ".join(r.command), "argv": list(r.command[2:]), "parser": r.parser,
+            "parser_class": r.parser_class, "validator": r.validator, "resolve": dict(r.resolve),
+            "architecture": r.architecture, "architecture_resolver": r.architecture_resolver}
 
 
 @dataclass

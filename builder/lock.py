@@ -221,18 +221,22 @@ def write(root: Path, target: Target, pinned: PinnedSource) -> dict[str, Path]:
     return written
 
 
-# The torch family: built per CUDA, released together; PyPI's builds are CUDA 13, and torchvision
-# refuses to load beside a torch of another CUDA.
-TORCH_FAMILY = ("torch", "torchvision", "torchaudio")
+# The torch family: built per CUDA, released together on the PyTorch index; PyPI's builds are
+# CUDA 13 with no +cu marker (torchvision refuses to load beside a torch of another CUDA;
+# torchcodec 0.17.0 from PyPI needs libcudart.so.13 and libnvrtc.so.13).
+TORCH_FAMILY = ("torch", "torchvision", "torchaudio", "torchcodec")
 
 
 def check_torch_build(target: Target, entries: list[LockEntry], path: Path) -> None:
     """A target that pins torch must have that CUDA's local builds in its lock (e.g. +cu129):
-    torch itself, and torchvision/torchaudio wherever the lock has them."""
+    torch itself, and the rest of the family wherever the lock has it, except a member that
+    cuda.other_major lets in with a reason."""
     if not target.torch:
         return
     want = target.cuda.short
-    family = {normalize(e.name): e for e in entries if normalize(e.name) in TORCH_FAMILY}
+    allowed = {normalize(n) for n in target.cuda.other_major}
+    family = {normalize(e.name): e for e in entries
+              if normalize(e.name) in TORCH_FAMILY and (normalize(e.name) == "torch" or normalize(e.name) not in allowed)}
     if "torch" not in family:
         raise LockError(f"{path}: no torch in the lock, but the target pins torch {target.torch.version}; "
                         f"re-lock with the {want} index")

@@ -128,6 +128,23 @@ Reason = _pattern(r"[A-Za-z0-9][A-Za-z0-9 ,.:;()\[\]/_+=@#<>'-]{0,299}", "a reas
 Arg = _pattern(r"[A-Za-z0-9_./:=@+-][A-Za-z0-9_./:=@+,-]{0,127}", "a plain command word (no spaces, quotes or shell characters)")
 SecretId = _pattern(r"[a-z][a-z0-9_]{0,62}", "a secret id: lowercase letters, digits, '_'")
 AptPackage = _pattern(r"[a-z0-9][a-z0-9.+-]+(?:=[A-Za-z0-9.+:~-]+)?", "a Debian package name, optionally =version")
+# CMake FetchContent's name for a dependency (FetchContent_Declare(<name> ...)), e.g. vllm-flash-attn.
+FetchContentName = _pattern(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,63}", "a FetchContent name such as vllm-flash-attn")
+# A program the source's build runs, looked up on PATH (cmake, g++, patch, ...).
+ToolName = _pattern(r"[A-Za-z0-9_][A-Za-z0-9_.+-]{0,63}", "a program name such as patch or g++")
+# Something in the image's Python to call or read: module:attribute[.attribute...].
+PyRef = _pattern(r"[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)*:[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)*",
+                 "a Python reference module.path:attribute, e.g. vllm.tool_parsers:ToolParserManager.get_tool_parser")
+# A module to import, or module:callable to call (no arguments).
+PySetup = _pattern(r"[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)*(?::[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)*)?",
+                   "a module (imported) or module:callable (called), e.g. vllm.utils.import_utils:has_triton_kernels")
+# fnmatch patterns over dotted module names, e.g. vllm.third_party.fmha_sm100.cute.test_*.
+ModulePattern = _pattern(r"[A-Za-z_*?][A-Za-z0-9_.*?]{0,199}", "a dotted module name or fnmatch pattern")
+# An SPDX license expression: identifiers (LicenseRef- included) joined by AND/OR/WITH, parentheses.
+SpdxExpression = _pattern(
+    r"\(?[A-Za-z0-9][A-Za-z0-9.+-]*\)?(?: (?:AND|OR|WITH) \(?[A-Za-z0-9][A-Za-z0-9.+-]*\)?)*",
+    "an SPDX license expression such as MIT or MIT AND BSD-3-Clause AND Apache-2.0",
+)
 
 _IMAGE_RE = re.compile(
     rf"(?P<name>{_HOST}/{_SEG}(?:/{_SEG})*|{_SEG}(?:/{_SEG})*)"
@@ -223,24 +240,50 @@ class Extensions(_Frozen):
     # Ops this build leaves out on purpose (e.g. kernels compiled only for CUDA >= 13), with the
     # reason: the check confirms each is absent, so a stale entry or a silent change is seen.
     absent: dict[ModuleName, Reason] = Field(default_factory=dict)
+    # Python packages the build installs from third-party sources and CMake install steps (vLLM:
+    # vllm.vllm_flash_attn with its FA4 cute files, vllm.third_party, the K3 model package): every
+    # module under them must import in the image (check python_trees). A waived compiled module
+    # no longer hides the Python files its component installs.
+    python_trees: tuple[ModuleName, ...] = ()
+    # Modules of those trees left out of the import, each with why (shown in the check's output).
+    python_skip: dict[ModulePattern, Reason] = Field(default_factory=dict)
+    # Run once before the trees are imported (each of their modules then in a process of its own,
+    # forked from that one): modules to import first (the heavy common ones, e.g. torch) and
+    # callables for set-up the package does at run time (vLLM: has_triton_kernels() makes the
+    # triton_kernels alias). A skip pattern "pkg.*" covers pkg itself too.
+    python_setup: tuple[PySetup, ...] = ()
 
 
 class ThirdParty(_Frozen):
     """A source the build system would otherwise download while compiling (CMake FetchContent).
 
     Fetched on the host like the main source (mirror, verified commit, export with submodules),
-    handed to the compile step as a build context, and pointed at through ``env``.
+    handed to the compile step as a build context, and pointed at either through ``env`` (the
+    source's own ``*_SRC_DIR`` variable) or through ``fetchcontent`` (CMake's
+    ``FETCHCONTENT_SOURCE_DIR_<NAME>``, the release path: use it where the source's variable
+    switches its build to a developer mode, as VLLM_FLASH_ATTN_SRC_DIR does). Exactly one of them.
     """
 
     url: GitUrl
     commit: Commit  # what is built; a tag in the source (``ref``) is only what the source names
     ref: UpstreamRef  # the tag or commit the source's build files name (checked at build time)
     declared_in: RelPath  # the build file in the source that names ``ref``
-    env: EnvName  # the variable the source's build reads for a local checkout, e.g. VLLM_CUTLASS_SRC_DIR
-    subdir: Optional[RelPath] = None  # point ``env`` at this directory inside the checkout
+    env: Optional[EnvName] = None  # the variable the source's build reads for a local checkout, e.g. VLLM_CUTLASS_SRC_DIR
+    fetchcontent: Optional[FetchContentName] = None  # FetchContent_Declare's name, e.g. vllm-flash-attn
+    subdir: Optional[RelPath] = None  # point ``env``/``fetchcontent`` at this directory inside the checkout
     # Submodules exported with it: "all" (FetchContent's default, recursive), "none", or paths.
     submodules: typing.Union[Literal["all", "none"], tuple[RelPath, ...]] = "all"
-    license: Optional[Text] = None
+    license: Optional[SpdxExpression] = None
+
+    @property
+    def cmake_var(self) -> str | None:
+        """The CMake cache variable that hands FetchContent this tree (FetchContent upper-cases the name)."""
+        return f"FETCHCONTENT_SOURCE_DIR_{self.fetchcontent.upper()}" if self.fetchcontent else None
+
+    @property
+    def handoff(self) -> str:
+        """How the compile is told where the tree is: an environment variable, or a -D for CMake."""
+        return self.env or f"-D{self.cmake_var}"
 
 
 class Source(_Frozen):
@@ -338,14 +381,55 @@ def _glibc(value: str) -> str:
     return value
 
 
+Soname = _pattern(r"lib[A-Za-z0-9_.+-]{1,100}\.so(?:\.[0-9]+)*", "a library file name such as libcudart.so or libnuma.so.1")
+PathPattern = _pattern(r"/[A-Za-z0-9_./*?+-]{1,200}", "an absolute path or fnmatch pattern such as /opt/k3/*/libfoo*.so")
+EnvLikeDest = _pattern(r"[a-z_][a-z0-9_]{0,63}", "an argparse destination such as tool_call_parser")
+
+
+def _words(value: str) -> tuple[str, ...]:
+    words = value.split(" ")
+    for word in words:
+        if not re.fullmatch(r"[A-Za-z0-9_./:=@+-][A-Za-z0-9_./:=@+,-]{0,127}", word):
+            raise ValueError(f"words separated by single spaces, each plain (no quotes or shell characters); "
+                             f"got {_show(word)}")
+    return tuple(words)
+
+
+class Recipe(_Frozen):
+    """A launch command and how to ask the image's own CLI about it, without starting anything.
+
+    The check builds the CLI's parser (``parser`` called with a fresh ``parser_class()``), parses
+    the command's words after the program and subcommand, runs ``validator`` on the result, and
+    looks up each ``resolve`` option's value: a mapping must contain it, a callable must return
+    something for it (not raise, not None). ``architecture`` goes through ``architecture_resolver``.
+    """
+
+    command: Annotated[StrictStr, AfterValidator(_words)]
+    parser: PyRef
+    parser_class: PyRef
+    validator: Optional[PyRef] = None
+    resolve: dict[EnvLikeDest, PyRef] = Field(default_factory=dict)  # argparse dest -> registry
+    architecture: Optional[ModuleName] = None
+    architecture_resolver: Optional[PyRef] = None
+
+
 class Runtime(_Frozen):
     """What the final image offers code that compiles at run time (Triton, FlashInfer, DeepGEMM)."""
 
     # The CUDA toolkit with nvcc for run-time JIT; the runtime base must carry it (image check
     # runtime_toolchain). None: the target has no run-time CUDA toolkit (the smoke).
     cuda_home: Optional[AbsPath] = None
-    # Extra environment of the final image, e.g. Triton's Blackwell ptxas.
+    # Extra environment of the final image, e.g. Triton's ptxas.
     env: dict[EnvName, EnvValue] = Field(default_factory=dict)
+    # The launch command the field guides give, parsed in the image by its own CLI (check recipe_cli).
+    recipe: Optional[Recipe] = None
+    # ELF files (fnmatch on the path in the image) that a package loads only as one of several
+    # alternatives, each with why: their unresolved NEEDED libraries are shown, not failed
+    # (check shared_libraries). A CUDA library of another major still fails.
+    optional_libraries: dict[PathPattern, Reason] = Field(default_factory=dict)
+    # Libraries a package loads by name at run time (dlopen), which no NEEDED entry shows, each
+    # with who loads it: each must load in the image (check shared_libraries).
+    dlopen: dict[Soname, Reason] = Field(default_factory=dict)
 
 
 class Signing(_Frozen):
@@ -391,6 +475,9 @@ class Compile(_Frozen):
     nvcc_threads: Annotated[StrictInt, Field(ge=1, le=64)] = 1
     memory_per_job_gib: Annotated[StrictInt, Field(ge=1, le=256)] = 4  # per nvcc thread, for MAX_JOBS
     apt_packages: tuple[AptPackage, ...] = ()  # build stage only; never in the final image
+    # Programs the source's build runs (setup.py, CMakeLists.txt, cmake/, tools/), each with where;
+    # the build stage asserts each is on PATH before compiling, so a missing one fails in seconds.
+    tools: dict[ToolName, Reason] = Field(default_factory=dict)
     # BuildKit secret ids mounted (required) into the compile step at /run/secrets/<id>; their
     # values come from `build --secret id=<id>,env=VAR` and never from the matrix.
     secrets: tuple[SecretId, ...] = ()
@@ -798,13 +885,24 @@ def _cross_checks(path: Path, t: Target) -> None:
     # The template's own variables first, so a clash is reported at the matrix key that caused it.
     envs = [("the template", k) for k in TEMPLATE_ENV]
     envs += [("source.version_env", t.source.version_env)] if t.source.version_env else []
-    envs += [(f"source.third_party.{n}.env", tp.env) for n, tp in t.source.third_party.items()]
+    for n, tp in sorted(t.source.third_party.items()):
+        if (tp.env is None) == (tp.fetchcontent is None):
+            raise ConfigError(f"{where}.source.third_party.{n}: set exactly one of env (the source's own *_SRC_DIR "
+                              "variable) and fetchcontent (CMake's FETCHCONTENT_SOURCE_DIR_<NAME>)")
+    envs += [(f"source.third_party.{n}.env", tp.env) for n, tp in t.source.third_party.items() if tp.env]
     envs += [(f"compile.env.{k}", k) for k in t.compile.env]
     seen: dict[str, str] = {}
     for key, var in envs:
         if var in seen:
             raise ConfigError(f"{where}.{key}: {var} is already set by {seen[var]}; each variable has one owner")
         seen[var] = key
+    recipe = t.runtime.recipe
+    if recipe and len(recipe.command) < 2:
+        raise ConfigError(f"{where}.runtime.recipe.command: give the program and its subcommand first, "
+                          "e.g. vllm serve MODEL --flag ...")
+    if recipe and recipe.architecture and not recipe.architecture_resolver:
+        raise ConfigError(f"{where}.runtime.recipe.architecture_resolver: required with architecture "
+                          "(the model registry's lookup, module:attribute)")
     names = [layer.name for layer in t.layers]
     for i, name in enumerate(names):
         if name in RESERVED_LAYERS or name in names[:i]:

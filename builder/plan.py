@@ -91,7 +91,7 @@ class Plan:
                       for role, b in (("build", t.bases.build), ("runtime", t.bases.runtime))},
             "source": {"url": t.source.url, "branch": t.source.branch, "commit": t.source.commit,
                        "package": t.source.package, "wheel_version": t.source.wheel_version,
-                       "third_party": {n: {"url": tp.url, "ref": tp.ref, "commit": tp.commit, "env": tp.env}
+                       "third_party": {n: {"url": tp.url, "ref": tp.ref, "commit": tp.commit, "handoff": tp.handoff}
                                        for n, tp in sorted(t.source.third_party.items())}},
             "python": {"version": t.python.version, "provider": t.python.provider},
             "cuda": {"version": t.cuda.version, "arch_list": list(t.cuda.arch_list)},
@@ -126,7 +126,7 @@ class Plan:
                 rows.append((label, pin.version + (f" from {pin.index}" if pin.index else "")))
         for name, tp in sorted(t.source.third_party.items()):
             named = f"{tp.ref} = {tp.commit}" if tp.ref != tp.commit else tp.commit
-            rows.append((f"third party {name}", f"{tp.url} @ {named} -> {tp.env}"
+            rows.append((f"third party {name}", f"{tp.url} @ {named} -> {tp.handoff}"
                                                 + (f" (its {tp.subdir})" if tp.subdir else "")))
         rows += [
             ("lock indexes", ", ".join(t.lock_indexes())),

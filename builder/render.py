@@ -24,8 +24,18 @@ def third_party(target: Target) -> list[dict]:
     for name, tp in sorted(target.source.third_party.items()):
         mount = f"{THIRD_PARTY_ROOT}/{name}"
         out.append({"name": name, "context": contract.third_party_context(name), "mount": mount, "env": tp.env,
-                    "path": f"{mount}/{tp.subdir}" if tp.subdir else mount})
+                    "cmake_var": tp.cmake_var, "path": f"{mount}/{tp.subdir}" if tp.subdir else mount})
     return out
+
+
+def cmake_args(target: Target) -> list[str]:
+    """What the compile passes CMake (CMAKE_ARGS, which vLLM's setup.py splits on spaces): download
+    nothing, and fail on a source it was not given (CMP0170 NEW; vLLM's cmake_minimum_required(3.26)
+    leaves it unset, and then a disconnected FetchContent skips a missing source silently); then
+    each tree handed to FetchContent itself."""
+    args = ["-DFETCHCONTENT_FULLY_DISCONNECTED=ON", "-DCMAKE_POLICY_DEFAULT_CMP0170=NEW"]
+    args += [f"-D{tp['cmake_var']}={tp['path']}" for tp in third_party(target) if tp["cmake_var"]]
+    return args
 
 
 @lru_cache(maxsize=1)
@@ -83,6 +93,9 @@ def template_vars(target: Target) -> dict:
         "version_env": target.source.version_env,
         "compile_env": sorted(target.compile.env.items()),
         "third_party": third_party(target),
+        "env_third_party": [tp for tp in third_party(target) if tp["env"]],
+        "cmake_args": " ".join(cmake_args(target)),
+        "tools": sorted(target.compile.tools),
         "cuda_home": target.runtime.cuda_home,
         "runtime_env": sorted(target.runtime.env.items()),
         "user": RUNTIME_USER,

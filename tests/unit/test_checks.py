@@ -3,6 +3,7 @@ real probe and commands run in the integration tests, on real images)."""
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import datetime as dt
 import inspect
@@ -11,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from builder import checklist, contract, extensions, imagechecks as checks, lock, matrix, oslock
+from builder import checklist, contract, extensions, imagechecks as checks, lock, matrix, oslock, probes
 from builder.engine import ImageConfig
 from builder.errors import BuildError, CheckFailed, SourceError
 from builder.fsutil import sha256_bytes, sha256_file
@@ -37,7 +38,7 @@ def _expect(**kw) -> checks.Expectations:
 
 
 def _facts(**kw):
-    base = {"uid": 2000, "libs": dict(CUDA12), "version_json": "12.9.1",
+    base = {"errors": {}, "uid": 2000, "libs": dict(CUDA12), "version_json": "12.9.1",
             "dists": [["torch", "2.13.0+cu129"], ["nvidia-nccl-cu12", "2.30.7"], ["vllm", "0.30.0"]],
             "modules": {"vllm._C_stable_libtorch": None}, "ops": {"torch.ops._C.rms_norm": None},
             "absent": {}, "libcuda": None,
@@ -56,8 +57,23 @@ class _Ran:
         self.rc, self.stdout, self.stderr = rc, stdout, stderr
 
 
-TOOLCHAIN_OK = ("cc=/usr/bin/cc\nincludepy=/usr/include/python3.12\npython_h=yes\ncc_link=yes\ncc_python=yes\n"
-                "nvcc_version=12.9\nnvcc_compile=yes\nTRITON_PTXAS_BLACKWELL_PATH=ok\n")
+TOOLCHAIN_OK = ("cc=/usr/bin/gcc\nincludepy=/usr/include/python3.12\npython_h=yes\npyinclude=/usr/include/python3.12\n"
+                "cc_link=yes\ncc_python=yes\nnvcc_version=12.9\nnvcc_compile=yes\nnvcc_headers=yes\n"
+                "TRITON_PTXAS_PATH=ok\nTRITON_PTXAS_BLACKWELL_PATH=ok\n")
+
+# What the other probes report on a correct image.
+TREES_OK = {"setup": {}, "trees": {"vllm.third_party": None},
+            "imported": {"vllm.third_party": None, "vllm.third_party.triton_kernels.topk": None},
+            "skipped": {"vllm.third_party.fmha_sm100.cute.test_x": "vllm.third_party.fmha_sm100.cute.*"}}
+ELF_OK = {"elves": 3, "unresolved": [], "other_major": [], "preloaded": 12, "ld_cache": 40}
+HYGIENE_OK = {"links": 2, "files": 40, "dangling": [], "outside": [], "named": [],
+              "counts": {"dangling": 0, "outside": 0, "named": 0}}
+RECIPE_OK = {"parse": None, "validate": None, "options": {"tool_call_parser": None, "load_format": None},
+             "architecture": None}
+RECIPE = {"command": "vllm serve m --tool-call-parser kimi_k3", "argv": ["m", "--tool-call-parser", "kimi_k3"],
+          "parser": "a:b", "parser_class": "a:C", "validator": None,
+          "resolve": {"tool_call_parser": "a:T", "load_format": "a:L"}, "architecture": "K3",
+          "architecture_resolver": "a:R"}
 
 
 # cu129's OS packages as the check gets them (from locks/cu129/os-packages.txt and the matrix).
@@ -70,8 +86,10 @@ class FakeHost:
     """testinfra's host as the checks use it: ``run(command, *args)`` -> rc, stdout, stderr.
     Answers like a correct cu129 image unless told otherwise; records every call."""
 
-    def __init__(self, pip=(0, ""), find="", toolchain=(0, TOOLCHAIN_OK), probe=None, os_probe=None):
+    def __init__(self, pip=(0, ""), find="", toolchain=(0, TOOLCHAIN_OK), probe=None, os_probe=None, **probes):
         self.pip, self.find, self.toolchain, self.probe = pip, find, toolchain, probe
+        self.probes = copy.deepcopy({"trees": TREES_OK, "elf": ELF_OK, "hygiene": HYGIENE_OK, "recipe": RECIPE_OK})
+        self.probes.update(probes)
         self.os_probe = os_probe if os_probe is not None else {"problems": [], "checked": len(OS_OK.locked)}
         self.calls: list[tuple[str, tuple]] = []
 
@@ -88,7 +106,11 @@ class FakeHost:
         if "sh -c %s" in command:
             return _Ran(*self.toolchain)
         if "python -c %s %s" in command:
-            return _Ran(0, json.dumps(self.probe)) if self.probe is not None else _Ran(1, "", "no python")
+            name = next(n for n in probes.NAMES if probes.script(n) == args[0])
+            doc = self.probe if name == "facts" else self.probes[name]
+            if doc is None:
+                return _Ran(1, "", "Traceback (most recent call last):\nno python")
+            return _Ran(0, "vLLM says hello on stdout\n" + probes.MARKER + json.dumps(doc) + "\n")
         raise AssertionError(f"unexpected command {command!r}")
 
 
@@ -98,7 +120,9 @@ LABELS = {"io.k3-cu129.owner": "o@e.org", contract.OCI_REVISION: "c" * 40, contr
 
 def _correct():
     """(facts, expectations, image, host) of an image that holds every check."""
-    e = _expect(labels=dict(LABELS), cuda_home="/usr/local/cuda", nvcc_arch="sm_75", os_packages=OS_OK)
+    e = _expect(labels=dict(LABELS), cuda_home="/usr/local/cuda", nvcc_arch="sm_75",
+                python_trees=("vllm.third_party",), python_skip={"vllm.third_party.fmha_sm100.cute.*": "own root"},
+                recipe=dict(RECIPE), os_packages=OS_OK)
     image = _image(labels=dict(LABELS), env={"CUDA_VERSION": "12.9.1", "CUDA_HOME": "/usr/local/cuda"})
     return _facts(), e, image, FakeHost(probe=_facts())
 
@@ -122,8 +146,8 @@ def _run_all(f, e, image, host) -> tuple[list[str], list[str]]:
 def test_a_correct_cu129_image_passes():
     f, e, image, host = _correct()
     ran, warnings = _run_all(f, e, image, host)
-    assert ran == list(contract.CHECKS) and len(ran) == 13  # every check ran, none skipped
-    assert warnings == []
+    assert ran == list(contract.CHECKS) and len(ran) == 17  # every check ran, none skipped
+    assert warnings == ["python_trees: skipped 1 module(s) matching vllm.third_party.fmha_sm100.cute.*: own root"]
     commands = " ".join(c for c, _ in host.calls)
     assert "pip check" in commands and "find / " in commands and "sh -c %s" in commands
 
@@ -147,6 +171,16 @@ def test_each_check_can_fail_on_an_otherwise_correct_image(name):
         "non_root": lambda: f.update(uid=0),
         "no_world_writable": lambda: setattr(host, "find", "/opt/k3/venv/bin/vllm\n"),
         "runtime_toolchain": lambda: setattr(host, "toolchain", (0, TOOLCHAIN_OK.replace("cc_link=yes", "cc_link=no"))),
+        "python_trees": lambda: host.probes["trees"]["imported"].update(
+            {"vllm.vllm_flash_attn.cute.interface": "ModuleNotFoundError: No module named 'flash_attn'"}),
+        "shared_libraries": lambda: host.probes.update(elf={**ELF_OK, "unresolved": [
+            {"path": "/opt/k3/venv/lib/python3.12/site-packages/torchcodec/libtorchcodec_core8.so",
+             "needed": "libavcodec.so.61", "dist": "torchcodec 0.17.0"}]}),
+        "image_hygiene": lambda: host.probes.update(hygiene={**HYGIENE_OK, "dangling": [
+            ["/opt/k3/venv/lib/python3.12/site-packages/vllm/vllm_flash_attn/cute", "/third_party/fa/flash_attn/cute"]],
+            "counts": {"dangling": 1, "outside": 0, "named": 0}}),
+        "recipe_cli": lambda: host.probes.update(recipe={**RECIPE_OK, "options": {
+            "tool_call_parser": "'kimi_k9': KeyError: \"Tool parser 'kimi_k9' not found.\"", "load_format": None}}),
         "os_packages": lambda: host.os_probe["problems"].append("numactl: /usr/bin/numactl missing (No such file)"),
     }
     assert set(breaks) == set(contract.CHECKS)
@@ -175,14 +209,58 @@ def _run_one(check, f, e, image, host):
 def test_the_probe_runs_with_the_compat_driver_and_asks_for_what_the_matrix_names():
     e = _expect(absent={"torch.ops._C.fused": "CUDA 13 only"}, compat_dir="/opt/compat")
     host = FakeHost(probe=_facts())
-    assert checklist.facts.__wrapped__(host, e) == _facts()
+    assert checklist.facts.__wrapped__(host, e) == _facts()  # what vLLM printed on stdout is ignored
     (command, args), = host.calls
-    assert command.startswith("LD_LIBRARY_PATH=%s${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH} python -c %s %s")
-    assert args[0] == "/opt/compat" and args[1] == checklist.PROBE
-    assert json.loads(args[2]) == {"modules": ["vllm._C_stable_libtorch"], "ops": ["torch.ops._C.rms_norm"],
+    assert command == "LD_LIBRARY_PATH=/opt/compat${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH} python -c %s %s"
+    assert args[0] == probes.script("facts")
+    assert json.loads(args[1]) == {"modules": ["vllm._C_stable_libtorch"], "ops": ["torch.ops._C.rms_norm"],
                                    "absent": ["torch.ops._C.fused"]}
-    with pytest.raises(AssertionError, match="the probe could not run in the image: expected exit 0, found 1"):
+    # A probe that died shows its own error, not only its exit status.
+    with pytest.raises(pytest.fail.Exception, match=r"expected the facts probe to run in the image, found exit 1 "
+                                                    r"and no facts: Traceback \(most recent call last\): \| no python"):
         checklist.facts.__wrapped__(FakeHost(probe=None), e)
+
+
+def test_a_fact_the_probe_could_not_gather_fails_only_its_own_checks():
+    """A libcudart without cudaRuntimeGetVersion (a stub) once crashed the whole probe and failed
+    seven checks with '^^'; now the probe records it under its fact and only the checks that read
+    that fact fail, saying what was found."""
+    f, e, image, host = _correct()
+    f["libs"]["/opt/stub/libcudart.so.12"] = {"real": "x", "version": None,
+                                               "error": "AttributeError: undefined symbol: cudaRuntimeGetVersion"}
+    _run_all(f, e, image, host)  # the real 12.9 runtime is still found: nothing fails
+    f, e, image, host = _correct()
+    f["errors"]["dists"], f["dists"] = "PermissionError: /opt/k3/venv/lib", None
+    failed = []
+    for check in contract.CHECKS:
+        try:
+            _run_one(check, f, e, image, host)
+        except AssertionError as exc:
+            failed.append(check)
+            assert "expected the probe to gather dists, found PermissionError" in str(exc)
+    assert failed == ["no_other_cuda_major", "pinned_versions", "lock_contents"]
+
+
+def test_the_real_facts_probe_survives_a_stub_libcudart(tmp_path):
+    """The probe itself, on this machine: a libcudart.so.12 that lacks cudaRuntimeGetVersion is
+    recorded with its error instead of raising."""
+    import shutil
+    import subprocess
+    import sys
+    cc = shutil.which("cc") or shutil.which("gcc")
+    if cc is None:
+        pytest.skip("no C compiler on this machine")
+    src = tmp_path / "stub.c"
+    src.write_text("int k3_nothing(void) { return 0; }\n")
+    lib = tmp_path / "libcudart.so.12"
+    subprocess.run([cc, "-shared", "-fPIC", "-o", str(lib), str(src)], check=True)
+    sys.path.insert(0, str(probes.HERE))
+    try:
+        import facts as probe  # the probe file as a module
+    finally:
+        sys.path.pop(0)
+    version, error = probe.cudart_version(str(lib))
+    assert version is None and "cudaRuntimeGetVersion" in error
 
 
 def test_pypi_cuda13_torch_is_caught():
@@ -498,15 +576,20 @@ def test_without_a_run_time_cuda_toolkit_nvcc_is_skipped_and_said_so():
 
 
 @pytest.mark.parametrize("old,new,message", [
-    ("cc=/usr/bin/cc", "cc=", "no C compiler (CC, cc, gcc or clang)"),
-    ("cc_link=yes", "cc_link=no: ld: cannot find -lc", "/usr/bin/cc cannot compile and link a C program: no: ld"),
-    ("cc_python=yes\n", "", "/usr/bin/cc cannot compile against Python.h: not tried"),
+    ("cc=/usr/bin/gcc", "cc=", "no C compiler for Triton's run-time stubs (it looks for $CC, then gcc, then clang)"),
+    ("cc_link=yes", "cc_link=no: ld: cannot find -lc", "/usr/bin/gcc cannot compile and link a C program: no: ld"),
+    ("cc_python=yes\n", "", "/usr/bin/gcc cannot build a Python extension against /usr/include/python3.12 as Triton "
+                           "does: not tried"),
     ("python_h=yes", "python_h=no", "no Python.h in INCLUDEPY=/usr/include/python3.12"),
     ("nvcc_version=12.9", "nvcc_version=13.0", "nvcc: expected release 12.9, found 13.0"),
     ("nvcc_version=12.9", "nvcc_version=missing: no executable /usr/local/cuda/bin/nvcc",
      "nvcc: expected release 12.9, found missing: no executable"),
     ("nvcc_version=12.9\n", "", "nvcc: expected release 12.9, found not run"),
     ("nvcc_compile=yes", "nvcc_compile=no: error", "nvcc cannot compile a trivial kernel for sm_75: no: error"),
+    ("nvcc_headers=yes", "nvcc_headers=no: h.cu(2): fatal error: nvrtc.h: No such file",
+     "nvcc cannot compile against the run-time JIT headers (cuda_runtime.h, nvrtc.h, curand.h, cublas_v2.h): no: "
+     "h.cu(2): fatal error: nvrtc.h"),
+    ("TRITON_PTXAS_PATH=ok", "TRITON_PTXAS_PATH=missing: /nope/ptxas", "TRITON_PTXAS_PATH points at no executable"),
     ("TRITON_PTXAS_BLACKWELL_PATH=ok", "TRITON_PTXAS_BLACKWELL_PATH=missing: /nope/ptxas",
      "TRITON_PTXAS_BLACKWELL_PATH points at no executable: /nope/ptxas"),
 ])
@@ -599,10 +682,10 @@ def test_a_skipped_check_is_reported_as_skipped_never_as_passed(tmp_path):
     assert skipped.message == "the target pins no FlashInfer or NCCL"
     report = checks.Report("img", results)
     assert report.ok and report.failed() == []  # a skip fails nothing...
-    assert report.counts() == {"pass": 12, "skip": 1, "FAIL": 0}  # ...and passes nothing
+    assert report.counts() == {"pass": len(contract.CHECKS) - 1, "skip": 1, "FAIL": 0}  # ...and passes nothing
     doc = report.to_json()
     assert {c["name"]: c["status"] for c in doc["checks"]}["pinned_versions"] == "skip"
-    assert doc["counts"] == {"pass": 12, "skip": 1, "FAIL": 0}
+    assert doc["counts"] == {"pass": len(contract.CHECKS) - 1, "skip": 1, "FAIL": 0}
     with pytest.raises(ValueError):
         checks.CheckResult("x", passed=True, skipped=True)
 
@@ -624,7 +707,7 @@ def test_failures_and_errors_are_failures_with_their_first_line(tmp_path):
     assert by_name["labels"].message == "fixture broke" and by_name["labels"].status == "FAIL"
     assert by_name["pinned_versions"].status == "FAIL"  # an error after a skip is no skip
     assert [r.name for r in report.failed()] == ["pinned_versions", "expiry", "labels"]
-    assert not report.ok and report.counts() == {"pass": 10, "skip": 0, "FAIL": 3}
+    assert not report.ok and report.counts() == {"pass": len(contract.CHECKS) - 3, "skip": 0, "FAIL": 3}
     with pytest.raises(CheckFailed, match=r"^img: image checks failed: pinned_versions, expiry, labels; the image is "
                                           r"kept; report: .*checks.xml$"):
         report.raise_for_failures()
@@ -794,19 +877,20 @@ def test_the_find_command_is_the_documented_one():
 
 def test_runtime_toolchain_messages_and_values_with_equals_signs():
     out = TOOLCHAIN_OK.replace("cc_link=yes", "cc_link=no: ld: -Wl,--hash-style=gnu failed").replace(
-        "TRITON_PTXAS_BLACKWELL_PATH=ok", "TRITON_PTXAS_PATH=missing: /a=b/ptxas")
+        "TRITON_PTXAS_PATH=ok", "TRITON_PTXAS_PATH=missing: /a=b/ptxas")
     with pytest.raises(AssertionError) as info:
         _toolchain(out)
     assert str(info.value).splitlines()[0] == (
-        "expected a run-time toolchain, found: /usr/bin/cc cannot compile and link a C program: no: ld: "
+        "expected a run-time toolchain, found: /usr/bin/gcc cannot compile and link a C program: no: ld: "
         "-Wl,--hash-style=gnu failed; TRITON_PTXAS_PATH points at no executable: /a=b/ptxas")
-    out = TOOLCHAIN_OK.replace("cc=/usr/bin/cc\n", "")
+    out = TOOLCHAIN_OK.replace("cc=/usr/bin/gcc\n", "")
     with pytest.raises(AssertionError) as info:
         _toolchain(out)
     assert str(info.value).splitlines()[0] == (
-        "expected a run-time toolchain, found: no C compiler (CC, cc, gcc or clang) for Triton's run-time stubs")
+        "expected a run-time toolchain, found: no C compiler for Triton's run-time stubs (it looks for $CC, then gcc, "
+        "then clang)")
     _, warnings = _toolchain(TOOLCHAIN_OK, cuda_home=None, env={})
-    assert warnings == ["runtime_toolchain: skipped nvcc (version and a trivial kernel): the target declares no "
+    assert warnings == ["runtime_toolchain: skipped nvcc (version, a trivial kernel, JIT headers): the target declares no "
                         "run-time CUDA toolkit (runtime.cuda_home unset); checked the C compiler and Python.h only"]
 
 
@@ -816,3 +900,38 @@ def test_a_failed_toolchain_probe_shows_the_end_of_its_stderr():
     with pytest.raises(AssertionError) as info:
         checklist.test_runtime_toolchain(host, _image(), _expect(), lambda m: None)
     assert str(info.value).splitlines()[0] == "expected the toolchain probe to run, found exit 1: " + "y" * 300
+
+
+def test_a_library_a_package_dlopens_by_name_must_load():
+    f, e, image, host = _correct()
+    e = dataclasses.replace(e, dlopen={"libcudart.so": "fastsafetensors (common.py)", "libnuma.so.1": "fastsafetensors"})
+    host.probes["elf"]["dlopen"] = {"libcudart.so": None, "libnuma.so.1": "libnuma.so.1: cannot open shared object file"}
+    with pytest.raises(AssertionError) as info:
+        checklist.test_shared_libraries(host, image, e, lambda m: None)
+    assert ("libnuma.so.1 (loaded by name: fastsafetensors) does not load: libnuma.so.1: cannot open shared object "
+            "file") in str(info.value) and "libcudart.so (" not in str(info.value)
+    ((_, args),) = [c for c in host.calls if probes.script("elf") in c[1]]
+    assert json.loads(args[1])["dlopen"] == ["libcudart.so", "libnuma.so.1"]
+
+
+def test_shared_libraries_allows_other_major_by_distribution_and_optional_files_with_reasons():
+    f, e, image, host = _correct()
+    lib = "/opt/k3/venv/lib/python3.12/site-packages/torchcodec/libtorchcodec_core8.so"
+    host.probes["elf"].update(
+        other_major=[{"path": lib, "needed": "libcudart.so.13", "major": 13, "dist": "torchcodec 0.17.0"}],
+        unresolved=[{"path": lib, "needed": "libcudart.so.13", "dist": "torchcodec 0.17.0"},
+                    {"path": lib, "needed": "libavcodec.so.61", "dist": "torchcodec 0.17.0"},
+                    {"path": lib, "needed": "libcuda.so.1", "dist": "torchcodec 0.17.0"}])
+    with pytest.raises(AssertionError) as info:
+        checklist.test_shared_libraries(host, image, e, lambda m: None)
+    text = str(info.value)
+    assert f"{lib} (torchcodec 0.17.0) needs libcudart.so.13, a CUDA 13 library" in text
+    assert "libavcodec.so.61, which nothing in the image provides" in text and "libcuda.so.1" not in text
+    warnings = []
+    e = dataclasses.replace(e, other_major={"torchcodec": "a stated exception"},
+                            optional_libraries={"/opt/k3/*/libtorchcodec_core*.so": "one core per FFmpeg major"})
+    checklist.test_shared_libraries(host, image, e, warnings.append)
+    assert warnings == [f"shared_libraries: {lib} (torchcodec 0.17.0) needs libcudart.so.13 (CUDA 13), allowed by the "
+                        "matrix: a stated exception",
+                        f"shared_libraries: {lib} (torchcodec 0.17.0) needs libavcodec.so.61, which the image lacks; "
+                        "allowed: one core per FFmpeg major"]

@@ -155,7 +155,42 @@ def test_third_party_sources_get_a_context_a_mount_and_their_variable(cu129):
         spec = cu129.source.third_party[tp["name"]]
         mount = f"{render.THIRD_PARTY_ROOT}/{tp['name']}"
         assert tp == {"name": tp["name"], "context": f"tp-{tp['name']}", "mount": mount, "env": spec.env,
-                      "path": f"{mount}/{spec.subdir}" if spec.subdir else mount}
+                      "cmake_var": spec.cmake_var, "path": f"{mount}/{spec.subdir}" if spec.subdir else mount}
+
+
+def test_flash_attention_goes_to_fetchcontent_not_to_its_developer_mode_variable(cu129):
+    """VLLM_FLASH_ATTN_SRC_DIR switches vllm_flash_attn.cmake to its developer path (FA4's cute
+    tree symlinked to the build-only mount, imports not rewritten): the tree is handed to
+    FetchContent instead, and every other tree through its own variable."""
+    text = render.render(cu129)
+    assert "VLLM_FLASH_ATTN_SRC_DIR" not in text
+    args = render.cmake_args(cu129)
+    assert args[:2] == ["-DFETCHCONTENT_FULLY_DISCONNECTED=ON", "-DCMAKE_POLICY_DEFAULT_CMP0170=NEW"]
+    assert "-DFETCHCONTENT_SOURCE_DIR_VLLM-FLASH-ATTN=/third_party/vllm-flash-attn" in args
+    assert f'CMAKE_ARGS="{" ".join(args)}"' in text
+    for name, tp in cu129.source.third_party.items():
+        assert (tp.env is None) == (name == "vllm-flash-attn")
+        if tp.env:
+            assert f"{tp.env}=/third_party/{name}" in text
+
+
+def test_the_build_stage_asserts_every_tool_the_source_runs(cu129):
+    text = render.render(cu129)
+    assert "for tool in cmake g++ gcc ninja nvcc patch sccache; do command -v" in text
+    assert text.index("for tool in") > text.index("PATH=/build/venv/bin")  # after the build lock's cmake/ninja
+    assert "apt-get install -y --no-install-recommends g++ git patch" in text
+
+
+def test_the_remote_cache_stage_lets_git_use_only_local_files(cu129):
+    text = render.render(cu129)
+    remote = text[text.index("FROM build AS compile-remote-cache"):text.index("AS compiled")]
+    assert "export GIT_ALLOW_PROTOCOL=file" in remote
+
+
+def test_the_wheel_is_installed_by_name_so_pip_records_no_build_path(cu129):
+    text = render.render(cu129)
+    assert '--no-index --find-links /build/dist "vllm==0.30.0+cu129"' in text
+    assert "/build/dist/*.whl" not in text
 
 
 def test_static_labels_come_from_the_target(cu129):

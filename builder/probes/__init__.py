@@ -1,0 +1,38 @@
+"""Scripts the image checks run inside a container of the image, with the image's own python.
+
+Each is a standalone file (standard library only: the image has nothing else the tool could
+rely on), run as ``python -c <text> <request as JSON>``, and prints its facts as the last line
+that starts with ``MARKER``, so whatever an imported package prints on stdout cannot garble
+them. Each gathers every fact under its own guard: a surprise fails only the check it belongs
+to, with what was found. They are plain files so the unit tests can run them on this machine
+against trees they make (tests/unit/test_probes.py).
+"""
+
+from __future__ import annotations
+
+import json
+from functools import lru_cache
+from pathlib import Path
+
+MARKER = "K3-PROBE "
+HERE = Path(__file__).resolve().parent
+NAMES = ("facts", "trees", "elf", "hygiene", "recipe")
+
+
+@lru_cache(maxsize=None)
+def script(name: str) -> str:
+    if name not in NAMES:
+        raise KeyError(name)
+    return (HERE / f"{name}.py").read_text()
+
+
+def parse(stdout: str) -> dict | None:
+    """The facts a probe printed, or None when it printed none (it crashed or never ran)."""
+    lines = [ln[len(MARKER):] for ln in stdout.splitlines() if ln.startswith(MARKER)]
+    if not lines:
+        return None
+    try:
+        doc = json.loads(lines[-1])
+    except ValueError:
+        return None
+    return doc if isinstance(doc, dict) else None

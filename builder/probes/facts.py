@@ -1,0 +1,135 @@
+"""Probe: the facts most checks share (libraries, distributions, modules, ops, torch).
+
+One process, because ops are registered by importing the compiled modules first. Every fact
+is gathered under its own guard and a failed one is recorded in ``errors`` under its key: a
+libcudart without cudaRuntimeGetVersion, say, fails only the CUDA runtime check, with what was
+found. Run with the compat driver library on the path (GPU-less). Request: {"modules": [...],
+"ops": [...], "absent": [...]}.
+"""
+
+import ctypes
+import importlib
+import importlib.metadata as md
+import importlib.util
+import json
+import os
+import sys
+
+MARKER = "K3-PROBE "
+
+
+def guarded(facts, key, fn):
+    try:
+        facts[key] = fn()
+    except BaseException as exc:  # noqa: BLE001 - SystemExit too: the probe always reports
+        facts[key] = None
+        facts["errors"][key] = f"{type(exc).__name__}: {exc}"[:400]
+
+
+def libcuda():
+    # The driver library the extensions link; in a GPU-less container, the base's compat copy.
+    try:
+        ctypes.CDLL("libcuda.so.1")
+        return None
+    except OSError as exc:
+        return str(exc)
+
+
+def cudart_version(path):
+    try:
+        fn = ctypes.CDLL(path).cudaRuntimeGetVersion
+    except (OSError, AttributeError) as exc:
+        return None, f"{type(exc).__name__}: {exc}"
+    value = ctypes.c_int()
+    rc = fn(ctypes.byref(value))
+    return (value.value, None) if rc == 0 else (None, f"cudaRuntimeGetVersion returned {rc}")
+
+
+def libraries():
+    found = {}
+    for top, dirs, files in os.walk("/"):
+        if top in ("/proc", "/sys", "/dev"):
+            dirs[:] = []
+            continue
+        for f in files:
+            if f.startswith(("libcudart.so", "libcublas.so")):
+                path = os.path.join(top, f)
+                entry = {"real": os.path.realpath(path)}
+                if f.startswith("libcudart.so"):
+                    entry["version"], entry["error"] = cudart_version(path)
+                found[path] = entry
+    return found
+
+
+def version_json():
+    try:
+        with open("/usr/local/cuda/version.json") as fh:
+            return json.load(fh).get("cuda", {}).get("version")
+    except (OSError, ValueError):
+        return None
+
+
+def dists():
+    return sorted({(d.metadata["Name"], d.version) for d in md.distributions() if d.metadata["Name"]})
+
+
+def resolve(path):
+    parts = path.split(".")
+    obj, i = None, 0
+    for i in range(len(parts), 0, -1):
+        try:
+            obj = importlib.import_module(".".join(parts[:i]))
+            break
+        except ImportError:
+            continue
+    if obj is None:
+        return "no importable prefix"
+    try:
+        for attr in parts[i:]:
+            obj = getattr(obj, attr)
+        return None
+    except BaseException as exc:  # noqa: BLE001
+        return f"{type(exc).__name__}: {exc}"
+
+
+def imports(names):
+    out = {}
+    for name in names:
+        try:
+            importlib.import_module(name)
+            out[name] = None
+        except BaseException as exc:  # noqa: BLE001
+            out[name] = f"{type(exc).__name__}: {exc}"
+    return out
+
+
+def torch():
+    if not importlib.util.find_spec("torch"):
+        return None
+    try:
+        import torch as t
+        return {"version": t.__version__, "cuda": t.version.cuda}
+    except BaseException as exc:  # noqa: BLE001
+        return {"error": f"{type(exc).__name__}: {exc}"}
+
+
+def main(req):
+    facts = {"errors": {}, "uid": os.getuid()}
+    guarded(facts, "libcuda", libcuda)
+    guarded(facts, "libs", libraries)
+    guarded(facts, "version_json", version_json)
+    guarded(facts, "dists", dists)
+    guarded(facts, "modules", lambda: imports(req["modules"]))
+    guarded(facts, "ops", lambda: {p: resolve(p) for p in req["ops"]})
+    guarded(facts, "absent", lambda: {p: resolve(p) for p in req["absent"]})
+    guarded(facts, "torch", torch)
+    return facts
+
+
+if __name__ == "__main__":
+    try:
+        result = main(json.loads(sys.argv[1]))
+    except BaseException as exc:  # noqa: BLE001
+        result = {"errors": {"probe": f"{type(exc).__name__}: {exc}"}}
+    sys.stdout.flush()
+    print(MARKER + json.dumps(result))

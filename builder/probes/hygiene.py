@@ -1,0 +1,90 @@
+"""Probe: does anything under the application prefix point at a path only the build had?
+
+Every symlink must resolve to something that exists in the image, and outside the build-only
+roots; no installed file that tools read paths from (.pth files, dist-info RECORD and
+direct_url.json, shebangs of executables, *.cmake, *.pc) may name a build-only root as an
+absolute path (/third_party, /src, /build, /ctx, /layers: where the build stages kept sources,
+wheels and layer roots). Request: {"roots": [...], "build_roots": [...]}.
+"""
+
+import json
+import os
+import re
+import sys
+
+MARKER = "K3-PROBE "
+NAMED_FILES = ("RECORD", "direct_url.json")
+SUFFIXES = (".pth", ".cmake", ".pc")
+LIMIT = 50  # findings reported per kind; the count says how many there were
+
+
+def pattern(build_roots):
+    # An absolute path starts a line or follows a separator a tool would put before one (space,
+    # quote, '=', ':', ';', '(', ',', a shebang's '!', a file:// URL), so vllm/third_party/... or
+    # ${ROOT}/src/... do not count.
+    roots = "|".join(re.escape(r.strip("/")) for r in build_roots)
+    return re.compile(r"(?:^|[\s\"'=:;(,!]|file://)(/(?:%s))(?=/|$|[\s\"'),;])" % roots, re.M)
+
+
+def under(path, build_roots):
+    return any(path == r or path.startswith(r.rstrip("/") + "/") for r in build_roots)
+
+
+def scanned(path, name):
+    if name in NAMED_FILES or name.endswith(SUFFIXES):
+        return True
+    return os.path.basename(os.path.dirname(path)) == "bin" and os.access(path, os.X_OK)
+
+
+def text_of(path, name):
+    with open(path, "rb") as fh:
+        if name in NAMED_FILES or name.endswith(SUFFIXES):
+            data = fh.read(4 << 20)
+        else:  # an executable: only its shebang line is a path a tool follows
+            data = fh.read(512)
+            if not data.startswith(b"#!"):
+                return None
+            data = data.split(b"\n", 1)[0]
+    return data.decode("utf-8", "replace")
+
+
+def main(req):
+    rx, roots = pattern(req["build_roots"]), req["build_roots"]
+    out = {"links": 0, "files": 0, "dangling": [], "outside": [], "named": [], "counts": {}}
+    for root in req["roots"]:
+        for top, dirs, files in os.walk(root):
+            dirs.sort()
+            for name in sorted(dirs + files):
+                path = os.path.join(top, name)
+                if os.path.islink(path):
+                    out["links"] += 1
+                    target = os.readlink(path)
+                    real = os.path.realpath(path)
+                    if not os.path.exists(path):
+                        out["dangling"].append([path, target])
+                    elif under(real, roots):
+                        out["outside"].append([path, target])
+                    continue
+                if name in files and os.path.isfile(path) and scanned(path, name):
+                    out["files"] += 1
+                    try:
+                        text = text_of(path, name)
+                    except OSError:
+                        continue
+                    m = rx.search(text) if text else None
+                    if m:
+                        start = text.rfind("\n", 0, m.start(1)) + 1
+                        end = text.find("\n", m.end(1))
+                        out["named"].append([path, m.group(1), text[start:end if end >= 0 else None][:200]])
+    for kind in ("dangling", "outside", "named"):
+        out["counts"][kind] = len(out[kind])
+        out[kind] = out[kind][:LIMIT]
+    return out
+
+
+if __name__ == "__main__":
+    try:
+        facts = main(json.loads(sys.argv[1]))
+    except Exception as exc:  # noqa: BLE001 - reported, so the check says what broke
+        facts = {"error": f"{type(exc).__name__}: {exc}"}
+    print(MARKER + json.dumps(facts))
