@@ -145,3 +145,27 @@ def test_the_os_layer_is_its_own_stage_and_one_copy_first_above_the_base():
     copies = re.findall(r"^COPY .*$", final, re.M)
     assert copies[0] == "COPY --from=os-packages /os-root/ /"  # least changeable layer lowest
     assert (REPO / "dockerfiles/cu129/Dockerfile").read_text() == text
+
+
+def test_a_deb_is_cached_by_its_sha256_and_a_mismatch_is_refused_unwritten(tmp_path, monkeypatch):
+    from builder import buildcontext
+    from builder.fsutil import sha256_bytes
+
+    monkeypatch.setenv("K3_CACHE_DIR", str(tmp_path / "cache"))
+    deb = tmp_path / "numactl_2.0.16-1_amd64.deb"
+    deb.write_bytes(b"!<arch>\nnot really a deb\n")
+    good = oslock.DebEntry("numactl", "2.0.16-1", "amd64", deb.as_uri(), deb.stat().st_size, sha256_bytes(deb.read_bytes()))
+    cached = buildcontext._fetch_deb(good)
+    assert cached == tmp_path / "cache" / "debs" / f"{good.sha256}.deb" and cached.read_bytes() == deb.read_bytes()
+    cached.write_bytes(b"swapped")  # a damaged or swapped cache entry is fetched again, never used
+    assert buildcontext._fetch_deb(good).read_bytes() == deb.read_bytes()
+    bad = oslock.DebEntry("numactl", "2.0.16-1", "amd64", deb.as_uri(), 1, "0" * 64)
+    with pytest.raises(LockError, match=r"numactl_2\.0\.16-1_amd64\.deb from file://\S+ has sha256 [0-9a-f]{16}\.\.\., "
+                                        r"the lock says 0{16}") as info:
+        buildcontext._fetch_deb(bad)
+    assert info.value.exit_code == 2
+    assert sorted(p.name for p in (tmp_path / "cache" / "debs").iterdir() if not p.name.endswith(".lock")) == \
+        [f"{good.sha256}.deb"]  # nothing of the refused download is left
+    gone = oslock.DebEntry("numactl", "2.0.16-1", "amd64", "http://127.0.0.1:9/x.deb", 1, "1" * 64)
+    with pytest.raises(Unreachable):
+        buildcontext._fetch_deb(gone)
