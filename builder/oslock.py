@@ -105,7 +105,10 @@ def parse_resolution(out: str, osp: OsPackages, where: str) -> list[DebEntry]:
     """The resolved closure from the container's output; Unreachable when the archive did not
     answer, LockError for a package it lacks or a closure that conflicts with the base."""
     log = " ".join(_lines(out, "K3-LOG"))
-    if _status(out, "K3-UPDATE") != 0 or re.search(r"^W: (Failed to fetch|Some index files failed)", log, re.M):
+    if _status(out, "K3-UPDATE") != 0 or re.search(r"(^| )W: (Failed to fetch|Some index files failed)", log):
+        if re.search(r"\b404\s+Not Found", log):  # the archive answered: that suite or component is not there
+            raise LockError(f"{where}.suites: {osp.archive} has no {' '.join(osp.suites)} ({' '.join(osp.components)}): "
+                            f"{log[-200:]}")
         if is_network_failure(log) or "Could not resolve" in log or "Failed to fetch" in log or not log:
             raise Unreachable(f"{where}.archive: {osp.archive} is not reachable from a container of the runtime base "
                               f"({log[-200:] or 'no answer'}); run `build lock` where it is")
@@ -115,8 +118,10 @@ def parse_resolution(out: str, osp: OsPackages, where: str) -> list[DebEntry]:
         errors = [ln for ln in sim if ln.startswith("E:")] or sim[-2:]
         raise LockError(f"{where}.packages: apt cannot install {' '.join(_requests(osp))} on the runtime base from "
                         f"{osp.archive} {' '.join(osp.suites)}: {' '.join(errors)[:400]}")
-    # "Inst name [installed] (new ...)": a package of the base the closure would replace.
+    # "Inst name [installed] (new ...)": a package of the base the closure would replace; "Remv name
+    # [installed]": one it would remove.
     conflicts = [f"{m[1]} {m[3]} (the base has {m[2]})" for m in (_INST.match(ln) for ln in sim) if m and m[2]]
+    conflicts += [f"{ln.split()[1]} (removed from the base)" for ln in sim if ln.startswith("Remv ")]
     if conflicts:
         raise LockError(f"{where}.packages: version conflict with the runtime base: the closure would replace "
                         f"{', '.join(conflicts)}; pin versions the base's release serves")

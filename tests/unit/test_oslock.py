@@ -78,6 +78,19 @@ def test_an_archive_that_does_not_answer_is_out_of_reach():
     assert info.value.exit_code == 3
 
 
+def test_a_suite_the_archive_lacks_is_bad_input_not_unreachable():
+    log = "W: Failed to fetch http://x/dists/jammy-nope/InRelease  404  Not Found [IP: 1.2.3.4 80]"
+    with pytest.raises(LockError, match=r"os_packages\.suites: .* has no jammy") as info:
+        _parse(_out(update=100, log=log, pkgs=[]))
+    assert info.value.exit_code == 2
+
+
+def test_a_closure_that_removes_a_base_package_is_a_conflict():
+    sim = ["Remv libnuma1 [2.0.14-3ubuntu2]", "Inst numactl (2.0.18-1 Ubuntu:24.04/noble [amd64])"]
+    with pytest.raises(LockError, match=r"version conflict .*libnuma1 \(removed from the base\)"):
+        _parse(_out(sim=sim, pkgs=[]))
+
+
 def test_an_index_without_sha256_is_refused():
     out = _out().replace(f"K3-PKG SHA256: {SHA['numactl']}\n", "")
     with pytest.raises(LockError, match="no SHA256 for numactl"):
