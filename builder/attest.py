@@ -16,7 +16,9 @@ import datetime as dt
 import functools
 import itertools
 import json
+import os
 import re
+import subprocess
 import uuid
 from collections.abc import Mapping
 from pathlib import Path
@@ -32,7 +34,7 @@ from packageurl import PackageURL
 
 from builder import __version__, contract, inventory
 from builder.engine import Engine
-from builder.fsutil import sha256_file
+from builder.fsutil import sha256_bytes, sha256_file
 from builder.inventory import Inventory, PythonDist
 from builder.lock import LockEntry, normalize
 from builder.matrix import Target
@@ -40,12 +42,30 @@ from builder.oslock import DebEntry
 from builder.records import Record
 
 SBOM_TYPE = "application/vnd.cyclonedx+json"
-PROVENANCE_TYPE = "application/vnd.in-toto+json"
-BUILD_TYPE = "https://k3-cu129.example/buildtypes/matrix-dockerfile/v1"
-BUILDER_ID = "https://k3-cu129.example/builder"
+# The provenance file is a DSSE envelope (payloadType application/vnd.in-toto+json): its artifact
+# type in the registry is the envelope's media type, as sigstore and in-toto attach them.
+PROVENANCE_TYPE = "application/vnd.dsse.envelope.v1+json"
 
-def _oci_purl(name: str, digest: str) -> PackageURL:
-    return PackageURL(type="oci", name=name.rsplit("/", 1)[-1], version=digest, qualifiers={"repository_url": name})
+
+def oci_purl(ref: str, digest: str) -> PackageURL:
+    """The purl of an image by digest, as the purl spec's ``oci`` type writes it: the name is the
+    last path segment, ``repository_url`` the repository without tag, the tag a ``tag`` qualifier
+    (``pkg:oci/debian@sha256:...?repository_url=docker.io/library/debian&tag=12``). Docker Hub's
+    short names get their ``docker.io/`` (and ``library/``) written out. The SBOM and the
+    provenance both use this one function, so the same image has the same purl in both."""
+    repo = ref.split("@", 1)[0]
+    head, _, last = repo.rpartition("/")
+    tag = None
+    if ":" in last:
+        last, tag = last.split(":", 1)
+    repo = f"{head}/{last}" if head else last
+    first = repo.split("/", 1)[0]
+    if "/" not in repo:
+        repo = f"docker.io/library/{repo}"
+    elif not ("." in first or ":" in first or first == "localhost"):
+        repo = f"docker.io/{repo}"
+    qualifiers = {"repository_url": repo, **({"tag": tag} if tag else {})}
+    return PackageURL(type="oci", name=last.lower(), version=digest, qualifiers=qualifiers)
 
 
 # --- licenses ------------------------------------------------------------------------------------
@@ -218,8 +238,8 @@ def _deb_components(inv: Inventory, os_lock: list[DebEntry] = (), debs: Mapping[
     locked = {(e.name, e.version, e.arch): e for e in os_lock}
     for deb in inv.debs:
         qualifiers = {"arch": deb.arch, "distro": distro}
-        if deb.source:
-            qualifiers["upstream"] = deb.source
+        if deb.source:  # syft's form: the source package, @its version when dpkg names one (binNMU)
+            qualifiers["upstream"] = f"{deb.source}@{deb.source_version}" if deb.source_version else deb.source
         purl = PackageURL(type="deb", namespace=inv.distro_id, name=deb.name, version=deb.version,
                           qualifiers=qualifiers)
         entry = locked.pop((deb.name, deb.version, deb.arch), None)
@@ -261,6 +281,15 @@ def _python_components(inv: Inventory, lock: list[LockEntry], wheels: Mapping[st
     return out
 
 
+def _matrix_license(target: Target, name: str) -> list[AnyLicense]:
+    """The license the matrix declares for a third-party tree (not its submodules: the matrix says
+    nothing about them), as an SPDX expression, else as a name."""
+    spec = target.source.third_party.get(name)
+    if spec is None or not spec.license:
+        return []
+    return [spdx_expression(spec.license) or DisjunctiveLicense(name=spec.license, acknowledgement=_DECLARED)]
+
+
 def _input_components(target: Target, record: Record) -> list[Component]:
     """The source at its commit, every third-party tree compiled into it, both bases by digest."""
     src = target.source
@@ -276,12 +305,13 @@ def _input_components(target: Target, record: Record) -> list[Component]:
                           qualifiers={"vcs_url": f"git+{url}@{commit}"})
         out.append(Component(
             type=ComponentType.LIBRARY, name=name, version=commit, purl=purl, bom_ref=ref,
+            licenses=_matrix_license(target, name),
             external_references=[ExternalReference(type=ExternalReferenceType.VCS, url=XsUri(url))],
             properties=[Property(name="k3:origin", value="compiled into the source's extensions (build context, "
                                                             "fetched on the host, network off while compiling)")]))
     for role, base in (("build", target.bases.build), ("runtime", target.bases.runtime)):
         out.append(Component(type=ComponentType.CONTAINER, name=base.name, version=base.digest,
-                             purl=_oci_purl(base.name, base.digest), bom_ref=f"base:{role}",
+                             purl=oci_purl(base.display_name, base.digest), bom_ref=f"base:{role}",
                              properties=[Property(name="k3:base-role", value=role)]))
     return out
 
@@ -294,7 +324,7 @@ def sbom(target: Target, record: Record, inv: Inventory, lock: list[LockEntry],
     image_name = record.image.split("@")[0]
     image = Component(
         type=ComponentType.CONTAINER, name=image_name, version=record.digest, bom_ref="image",
-        purl=_oci_purl(image_name, record.digest),
+        purl=oci_purl(f"{image_name}:{target.image.tag}", record.digest),
         properties=[Property(name=target.labels.target, value=target.name),
                     Property(name=target.labels.expires, value=target.expires.isoformat()),
                     Property(name=target.labels.owner, value=target.owner)],
@@ -316,13 +346,18 @@ def sbom(target: Target, record: Record, inv: Inventory, lock: list[LockEntry],
 
 
 def publish(engine: Engine, target: Target, record: Record, lock: list[LockEntry], build_args: dict[str, str],
-            started: str, wheels: Mapping[str, str] | None = None, os_lock: list[DebEntry] = (),
+            started: str, wheels: Mapping[str, str] | None = None, *, build_wheels: Mapping[str, str] | None = None,
+            root: Path | None = None, signer=None, os_lock: list[DebEntry] = (),
             debs: Mapping[str, str] | None = None) -> tuple[str, str]:
-    """Make the SBOM (from the image's own inventory; ``wheels``, ``os_lock`` and ``debs`` as for
-    `sbom`) and the provenance, and attach both to the image in the registry. Returns their texts;
-    the caller writes them with the record."""
+    """Make the SBOM (from the image's own inventory; ``wheels`` as for `sbom`) and the provenance
+    (a DSSE envelope, signed with ``signer`` when there is one: builder/provsign.py), and attach
+    both to the image in the registry. Returns their texts; the caller writes them with the record."""
+    from builder import provsign
+
     sbom_text = sbom(target, record, inventory.read(engine, record.image), lock, wheels, os_lock, debs)
-    prov_text = provenance(target, record, build_args, started, os_lock)
+    statement = provenance(target, record, build_args, started, root=root, wheels=wheels,
+                           build_wheels=build_wheels, sbom_text=sbom_text, os_lock=os_lock)
+    prov_text = provsign.envelope(statement, signer)
     annotations = {contract.OCI_CREATED: contract.created_iso(record.source_date_epoch)}
     name = record.image.split("@")[0]
     engine.registry.attach(name, record.digest, SBOM_TYPE, sbom_text.encode(), annotations)
@@ -350,48 +385,156 @@ def validate_sbom(text: str) -> None:
         raise ValueError(f"SBOM does not validate against CycloneDX 1.6: {error}")
 
 
-def provenance(target: Target, record: Record, build_args: dict[str, str], started: str,
-               os_lock: list[DebEntry] = ()) -> str:
-    """An in-toto v1 statement with an SLSA provenance v1 predicate for one build."""
-    b = record.build
-    deps = [
-        {"name": f"base:{role}", "uri": _oci_purl(info["name"], info["digest"]).to_string(),
-         "digest": {"sha256": info["digest"].removeprefix("sha256:")}}
-        for role, info in sorted(record.bases.items())
-    ]
-    deps.append({"name": "source", "uri": f"git+{record.source['url']}@refs/heads/{record.source['branch']}",
-                 "digest": {"gitCommit": record.source["commit"]}})
+# --- identities and the tool itself --------------------------------------------------------------
+# SLSA asks for a buildType that documents its parameters and a builder.id that names who ran the
+# build. Defaults (docs/buildtypes/matrix-dockerfile/v1.md): the buildType page in this repository;
+# on GitHub Actions the workflow's identity, elsewhere the documented local form.
+
+BUILD_TYPE_DOC = "docs/buildtypes/matrix-dockerfile/v1.md"
+BUILDER_ID_ENV, BUILD_TYPE_ENV = "K3_BUILDER_ID", "K3_BUILD_TYPE"
+TOOL_ROOT = Path(__file__).resolve().parent.parent  # this repository, when run from a checkout
+TEMPLATES = Path(__file__).resolve().parent / "templates"
+
+
+def build_type(target: Target, environ: Mapping[str, str]) -> str:
+    """$K3_BUILD_TYPE, else the matrix's signing.build_type, else this repository's page."""
+    return (environ.get(BUILD_TYPE_ENV) or target.signing.build_type
+            or f"{target.project_url}/blob/main/{BUILD_TYPE_DOC}")
+
+
+def local_builder_id(target: Target) -> str:
+    """The builder.id of a build that is not a CI workflow run: the page that says what that means."""
+    return f"{target.project_url}/blob/main/{BUILD_TYPE_DOC}#local-builder"
+
+
+def builder_id(target: Target, environ: Mapping[str, str]) -> str:
+    """$K3_BUILDER_ID, else signing.builder_id, else on GitHub Actions the workflow identity
+    (``https://github.com/<owner>/<repo>/.github/workflows/<file>@<ref>``, the same string a
+    keyless signature's certificate carries), else the local form."""
+    if environ.get(BUILDER_ID_ENV) or target.signing.builder_id:
+        return environ.get(BUILDER_ID_ENV) or target.signing.builder_id
+    if environ.get("GITHUB_ACTIONS") == "true" and environ.get("GITHUB_WORKFLOW_REF"):
+        return f"{environ.get('GITHUB_SERVER_URL', 'https://github.com')}/{environ['GITHUB_WORKFLOW_REF']}"
+    return local_builder_id(target)
+
+
+def builder_id_forms(target: Target) -> re.Pattern:
+    """What verify accepts as builder.id when neither matrix nor environment fixes one."""
+    workflow = re.escape(target.project_url) + r"/\.github/workflows/[A-Za-z0-9._-]+\.ya?ml@\S+"
+    return re.compile(f"{workflow}|{re.escape(local_builder_id(target))}")
+
+
+@functools.cache
+def tool_checkout() -> tuple[str | None, bool]:
+    """(commit, dirty) of the checkout this tool runs from; (None, False) when it is installed
+    without one (or its directory belongs to another repository)."""
+    def git(*args: str) -> str | None:
+        try:
+            proc = subprocess.run(["git", "-C", str(TOOL_ROOT), *args], capture_output=True, text=True, timeout=60)
+        except (OSError, subprocess.TimeoutExpired):
+            return None
+        return proc.stdout if proc.returncode == 0 else None
+
+    top = git("rev-parse", "--show-toplevel")
+    if top is None or Path(top.strip()).resolve() != TOOL_ROOT:
+        return None, False
+    commit, status = git("rev-parse", "HEAD"), git("status", "--porcelain")
+    return (commit.strip() if commit else None), bool(status and status.strip())
+
+
+def _repo_uri(target: Target, path: Path) -> tuple[str, dict]:
+    """An absolute URI of a file: ``git+<project_url>@<commit>#<path>`` inside this repository's
+    checkout (annotated when the tree was dirty), ``file://`` outside it (the smoke's directory)."""
+    commit, dirty = tool_checkout()
+    path = path.resolve()
+    if commit and path.is_relative_to(TOOL_ROOT):
+        return f"git+{target.project_url}@{commit}#{path.relative_to(TOOL_ROOT).as_posix()}", (
+            {"dirty": True} if dirty else {})
+    return path.as_uri(), {}
+
+
+def _dep(name: str, uri: str, digest: dict, annotations: dict | None = None) -> dict:
+    return {"name": name, "uri": uri, "digest": digest, **({"annotations": annotations} if annotations else {})}
+
+
+def tool_dependencies(target: Target) -> list[dict]:
+    """This repository at its commit (and whether the tree was dirty): the builderDependencies."""
+    commit, dirty = tool_checkout()
+    if commit is None:
+        return [{"name": "tool", "uri": f"git+{target.project_url}",
+                 "annotations": {"version": __version__, "commit": "unknown: not run from a git checkout"}}]
+    return [_dep("tool", f"git+{target.project_url}@{commit}", {"gitCommit": commit},
+                 {"version": __version__, "dirty": dirty})]
+
+
+def _wheel_deps(prefix: str, wheels: Mapping[str, str]) -> list[dict]:
+    out = []
+    for filename, sha in sorted(wheels.items()):
+        m = _WHEEL_NAME.fullmatch(filename)
+        if m is None:
+            continue
+        purl = PackageURL(type="pypi", name=normalize(m["name"]), version=m["version"],
+                          qualifiers={"file_name": filename})
+        out.append(_dep(f"{prefix}:{filename}", purl.to_string(), {"sha256": sha}))
+    return out
+
+
+def resolved_dependencies(target: Target, record: Record, root: Path, wheels: Mapping[str, str],
+                          build_wheels: Mapping[str, str], os_lock: list[DebEntry] = ()) -> list[dict]:
+    """Everything the build read, each with an absolute URI and a digest (docs/buildtypes)."""
+    deps = [_dep(f"base:{role}", oci_purl(info["name"], info["digest"]).to_string(),
+                 {"sha256": info["digest"].removeprefix("sha256:")}) for role, info in sorted(record.bases.items())]
+    deps.append(_dep("source", f"git+{record.source['url']}@refs/heads/{record.source['branch']}",
+                     {"gitCommit": record.source["commit"]}))
     for ref, _, url, commit in third_party_trees(record):
-        deps.append({"name": ref, "uri": f"git+{url}@{commit}", "digest": {"gitCommit": commit}})
-    for name, path, sha in (("lock", contract.LOCK_NAME, record.lock_sha256),
-                            ("build-lock", contract.BUILD_LOCK_NAME, record.build_lock_sha256)):
-        deps.append({"name": name, "uri": f"{contract.LOCKS_DIR}/{target.name}/{path}", "digest": {"sha256": sha}})
+        deps.append(_dep(ref, f"git+{url}@{commit}", {"gitCommit": commit}))
+    for name, path, sha in (("lock", contract.lock_path(root, target.name), record.lock_sha256),
+                            ("build-lock", contract.build_lock_path(root, target.name), record.build_lock_sha256),
+                            ("dockerfile", contract.dockerfile_path(root, target.name), record.dockerfile_sha256)):
+        uri, notes = _repo_uri(target, path)
+        deps.append(_dep(name, uri, {"sha256": sha}, notes))
     if record.os_lock_sha256:
-        deps.append({"name": "os-lock", "uri": f"{contract.LOCKS_DIR}/{target.name}/{contract.OS_LOCK_NAME}",
-                     "digest": {"sha256": record.os_lock_sha256}})
+        uri, notes = _repo_uri(target, contract.os_lock_path(root, target.name))
+        deps.append(_dep("os-lock", uri, {"sha256": record.os_lock_sha256}, notes))
     for e in os_lock:  # each .deb unpacked into the OS layer, as fetched on the host
-        deps.append({"name": f"deb:{e.name}", "uri": e.url, "digest": {"sha256": e.sha256},
-                     "annotations": {"version": e.version, "arch": e.arch}})
-    deps.append({"name": "dockerfile", "uri": f"{contract.DOCKERFILES_DIR}/{target.name}/{contract.DOCKERFILE_NAME}",
-                 "digest": {"sha256": record.dockerfile_sha256}})
+        deps.append(_dep(f"deb:{e.name}", e.url, {"sha256": e.sha256}, {"version": e.version, "arch": e.arch}))
+    for template in sorted(TEMPLATES.iterdir()):
+        if template.is_file() and template.suffix in (".j2", ".py"):
+            uri, notes = _repo_uri(target, template)
+            deps.append(_dep(f"template:{template.name}", uri, {"sha256": sha256_file(template)}, notes))
+    return deps + _wheel_deps("wheel", wheels) + _wheel_deps("build-wheel", build_wheels)
+
+
+def provenance(target: Target, record: Record, build_args: dict[str, str], started: str, *,
+               root: Path | None = None, wheels: Mapping[str, str] | None = None,
+               build_wheels: Mapping[str, str] | None = None, sbom_text: str | None = None,
+               environ: Mapping[str, str] | None = None, os_lock: list[DebEntry] = ()) -> str:
+    """An in-toto v1 Statement with an SLSA provenance v1 predicate for one build (`publish` wraps
+    it in a DSSE envelope). ``root``: the matrix's directory (default this repository)."""
+    b, environ = record.build, os.environ if environ is None else environ
+    byproducts = [] if sbom_text is None else [
+        {"name": "sbom", "uri": _repo_uri(target, contract.sbom_path(root or TOOL_ROOT, target.name))[0],
+         "digest": {"sha256": sha256_bytes(sbom_text.encode())}, "mediaType": SBOM_TYPE}]
     statement = {
         "_type": "https://in-toto.io/Statement/v1",
         "subject": [{"name": record.image.split("@")[0], "digest": {"sha256": record.digest.removeprefix("sha256:")}}],
         "predicateType": "https://slsa.dev/provenance/v1",
         "predicate": {
             "buildDefinition": {
-                "buildType": BUILD_TYPE,
+                "buildType": build_type(target, environ),
                 "externalParameters": {"target": target.name, "matrix": target.model_dump(mode="json")},
                 "internalParameters": {"buildArgs": dict(sorted(build_args.items())),
-                                       "sourceDateEpoch": record.source_date_epoch},
-                "resolvedDependencies": deps,
+                                       "sourceDateEpoch": record.source_date_epoch, "inputKey": record.input_key},
+                "resolvedDependencies": resolved_dependencies(target, record, root or TOOL_ROOT, wheels or {},
+                                                              build_wheels or {}, os_lock),
             },
             "runDetails": {
-                "builder": {"id": BUILDER_ID, "version": {"k3-cu129-builder": record.tool_version,
-                                                          "docker-engine": b.get("engine", ""),
-                                                          "buildx": b.get("buildx", ""),
-                                                          "driver": b.get("driver", "")}},
+                "builder": {"id": builder_id(target, environ),
+                            "version": {"k3-cu129-builder": record.tool_version, "docker-engine": b.get("engine", ""),
+                                        "buildx": b.get("buildx", ""), "driver": b.get("driver", "")},
+                            "builderDependencies": tool_dependencies(target)},
                 "metadata": {"invocationId": b.get("id", ""), "startedOn": started, "finishedOn": b.get("finished", "")},
+                **({"byproducts": byproducts} if byproducts else {}),
             },
         },
     }

@@ -153,22 +153,31 @@ def _parser() -> argparse.ArgumentParser:
     tr.add_argument("--check", action="store_true", help="change nothing; exit 1 when the pin is behind, 0 when current")
 
     dr = sub.add_parser("doctor", help="can this image start on this host's driver? which route applies?",
-                        description="Read the host's driver (nvidia-smi, or a captured --nvidia-smi-file in the "
-                                    "table or -q format) and the image's CUDA version (labels, env), and say in one "
-                                    "line whether it can start and why: minimum driver per CUDA release, "
-                                    "minor-version compatibility within a major, forward compatibility only on "
-                                    "data-center GPUs. Also reports an expired image. Exit 0 compatible, "
-                                    "1 incompatible, 2 bad input, 3 engine or registry out of reach.")
+                        description="Read the host's driver (nvidia-smi, or a captured --nvidia-smi-file: the "
+                                    "table, -q, --version or a --query-gpu CSV with its header, R610's KMD "
+                                    "Version too, Windows/WSL captures included) and the image's CUDA version "
+                                    "(labels, env), and say in one line whether it can start and why: minimum "
+                                    "driver per CUDA release, minor-version compatibility within a major, forward "
+                                    "compatibility only on data-center GPUs. A broken host (NVML mismatch, no "
+                                    "libnvidia-ml.so, no driver, no devices) is a verdict with its route. Also "
+                                    "reports an expired image; --record DIR writes the decision record (Markdown "
+                                    "and JSON). Exit 0 compatible, 1 incompatible or broken host, 2 bad input, "
+                                    "3 engine or registry out of reach.")
     _globals(dr, top=False)
     dr.add_argument("--image", help="image reference (default: --target's recorded image)")
-    dr.add_argument("--nvidia-smi-file", type=Path, help="captured `nvidia-smi` or `nvidia-smi -q` output")
+    dr.add_argument("--nvidia-smi-file", type=Path, help="captured nvidia-smi output (table, -q, --version, CSV)")
+    dr.add_argument("--record", type=Path, metavar="DIR", help="write the decision record (.md and .json) into DIR")
+    dr.add_argument("--evidence", type=Path, metavar="ARCHIVE", help="the `build evidence` archive the record names")
 
     ev = sub.add_parser("evidence", help="save host, engine, image and container state before changing anything",
-                        description="Collect date -u, nvidia-smi (or its absence), docker version and info, image "
-                                    "inspect, vLLM version and source from labels, the environment sorted with "
-                                    "secrets redacted, and a container's log, into one timestamped tar.gz with a "
-                                    "manifest of what was captured and what was missing. Works with no GPU, no "
-                                    "nvidia-smi and no Docker.")
+                        description="Collect date -u, nvidia-smi (or its absence), uname -a, hostname, the loaded "
+                                    "NVIDIA kernel modules and driver version, nvidia-smi topo -m, InfiniBand state "
+                                    "(/sys/class/infiniband, ibv_devinfo), running containers, docker version and "
+                                    "info, image inspect, vLLM version and source from labels, the NCCL version "
+                                    "inside the image, the environment sorted with secrets redacted, and a "
+                                    "container's log, into one timestamped tar.gz with a manifest of what was "
+                                    "captured and what was missing (and why). Works with no GPU, no nvidia-smi "
+                                    "and no Docker.")
     _globals(ev, top=False)
     ev.add_argument("--image", help="image reference to inspect")
     ev.add_argument("--container", help="container whose log to capture")
@@ -453,24 +462,40 @@ def _on_images(args: argparse.Namespace, out: Output, body) -> int:
 
 
 def cmd_doctor(args: argparse.Namespace, out: Output) -> int:
+    import datetime as dt
+
     from builder import doctor
     from builder.pipeline import image_config
 
     smi_text, smi_source = doctor.read_nvidia_smi(args.nvidia_smi_file)
+    doctor.host_of(smi_text, smi_source)  # output it cannot read is bad input before any image is looked at
+    archive = doctor.archive_facts(args.evidence)
+    if args.record is not None:
+        doctor.output_dir(args.record, "--record")  # refused before anything is diagnosed or written
     engine = _engine()
 
-    def one(image: str, o: Output) -> int:
+    def one(image: str, o: Output, built: dict | None = None) -> int:
         config = image_config(engine, image)
         d = doctor.diagnose(smi_text, smi_source, config.labels, config.env, image)
         o.line(d.line)
         o.line(f"route: {d.route}")
-        if d.expiry:
-            o.line(d.expiry)
+        for text in ([d.expiry] if d.expiry else []) + [f"note: {n}" for n in d.notes] + \
+                ([f"save first: {d.save}"] if d.save else []):
+            o.line(text)
         o.data.update({"compatible": d.compatible, "verdict": d.line, "route": d.route, "expiry": d.expiry,
-                       **d.facts})
+                       "notes": d.notes, "save": d.save, **d.facts})
+        if args.record is not None:
+            doc = doctor.decision(d, config.labels, built, archive, dt.datetime.now(dt.timezone.utc))
+            md, js = doctor.write_decision(args.record, doc)
+            o.line(f"record: {md}")
+            o.data.update({"record": str(md), "record_json": str(js)})
         return 0 if d.compatible else 1
 
-    return _on_images(args, out, one)
+    if args.image:
+        return one(args.image, out)
+    from builder.pipeline import recorded_image
+
+    return _per_target(args, out, lambda plan, o: one(recorded_image(plan), o, doctor.image_record(plan)))
 
 
 def cmd_evidence(args: argparse.Namespace, out: Output) -> int:

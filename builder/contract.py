@@ -45,8 +45,8 @@ class LabelKeys:
         return f"{self.prefix}.lock-sha256"
 
     @property
-    def upstream_source(self) -> str:  # the packaged software's repository (vLLM)
-        return f"{self.prefix}.upstream.source"
+    def builder_source(self) -> str:  # this repository (the tool and matrix that build the image)
+        return f"{self.prefix}.builder.source"
 
     @property
     def sbom(self) -> str:  # where per-component licenses are: the attached CycloneDX SBOM
@@ -71,11 +71,17 @@ LABEL_OWNER = _DEFAULT_KEYS.owner
 LABEL_TARGET = _DEFAULT_KEYS.target
 LABEL_CUDA = _DEFAULT_KEYS.cuda
 LABEL_LOCK_SHA256 = _DEFAULT_KEYS.lock_sha256
-LABEL_UPSTREAM_SOURCE = _DEFAULT_KEYS.upstream_source
+LABEL_BUILDER_SOURCE = _DEFAULT_KEYS.builder_source
 LABEL_SBOM = _DEFAULT_KEYS.sbom
 OCI_CREATED = "org.opencontainers.image.created"
-OCI_SOURCE = "org.opencontainers.image.source"  # this repository: the source code that builds the image
-OCI_REVISION = "org.opencontainers.image.revision"  # OCI: "revision of the packaged software": the vLLM commit
+# source and revision are a pair (OCI annotations): both name the packaged software, vLLM's
+# repository and the pinned commit. Not this repository's: a label carrying this repository's
+# commit would change the image digest with every commit of the tool (no rebuild would be "up to
+# date", no reproduce bit for bit) and the committed Dockerfile would have to name the commit it is
+# committed in. This repository is the own label ``<prefix>.builder.source``; its commit is in the
+# provenance (builderDependencies), where a per-build fact belongs.
+OCI_SOURCE = "org.opencontainers.image.source"  # the packaged software's repository (source.url)
+OCI_REVISION = "org.opencontainers.image.revision"  # its commit (source.commit), in that repository
 OCI_VERSION = "org.opencontainers.image.version"
 OCI_TITLE = "org.opencontainers.image.title"
 OCI_DESCRIPTION = "org.opencontainers.image.description"
@@ -93,7 +99,7 @@ BUILD_LOCK_NAME = "build-requirements.txt"  # build stage only (compilers' Pytho
 OS_LOCK_NAME = "os-packages.txt"  # the final image's OS packages (.debs by sha256; builder/oslock.py)
 RECORD_NAME = "image.json"
 SBOM_NAME = "sbom.cdx.json"  # CycloneDX 1.6 JSON, same image -> same bytes
-PROVENANCE_NAME = "provenance.intoto.json"  # in-toto Statement v1, SLSA provenance v1 predicate
+PROVENANCE_NAME = "provenance.intoto.json"  # DSSE envelope of an in-toto Statement v1 (SLSA provenance v1)
 RECORD_SCHEMA = 2  # 2: the record names its SBOM/provenance by sha256 and whether checks ran
 
 # Per-build artifacts (not committed): artifacts/<target>/<build-id>/build.log

@@ -23,12 +23,20 @@ def read_nvidia_smi(path: Path | None) -> tuple[str | None, str]:
     """(output, where from): a captured file, or `nvidia-smi` when it is installed, or nothing."""
     if path is not None:
         data = read_regular(path, MAX_SMI_BYTES, "a captured nvidia-smi output")
-        return data.decode("utf-8", "replace"), str(path)
+        return decode_capture(data), str(path)
     exe = shutil.which("nvidia-smi")
     if not exe:
         return None, "nvidia-smi not installed"
     proc = subprocess.run([exe], capture_output=True, text=True, timeout=60)
     return proc.stdout + proc.stderr, exe
+
+
+def decode_capture(data: bytes) -> str:
+    """A capture's text. Windows PowerShell's `nvidia-smi > file` writes UTF-16 with a byte-order
+    mark, `Out-File -Encoding utf8` UTF-8 with one; anything else is read as UTF-8, bad bytes replaced."""
+    if data[:2] in (b"\xff\xfe", b"\xfe\xff"):
+        return data.decode("utf-16", "replace")
+    return data.decode("utf-8-sig", "replace")
 
 
 @dataclass
@@ -38,17 +46,24 @@ class Diagnosis:
     route: str
     expiry: str | None = None
     facts: dict = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)  # what the output showed besides the verdict
+    save: str = ""  # evidence to save before acting on the route (broken hosts)
+    reason: str = ""  # the verdict's reason (the line without its "compatible: image:" prefix)
+
+
+def host_of(smi_text: str | None, smi_source: str) -> compat.HostGPU:
+    """The host as nvidia-smi's output shows it; output doctor cannot read is bad input naming its source."""
+    if smi_text is None:
+        return compat.HostGPU(None, None, (), note=smi_source)
+    try:
+        return compat.parse_smi(smi_text)
+    except compat.SmiParseError as exc:
+        raise ConfigError(f"{smi_source}: {exc}") from None
 
 
 def diagnose(smi_text: str | None, smi_source: str, labels: dict[str, str], env: dict[str, str],
              image: str, today: dt.date | None = None) -> Diagnosis:
-    if smi_text is None:
-        host = compat.HostGPU(None, None, (), note=smi_source)
-    else:
-        try:
-            host = compat.parse_smi(smi_text)
-        except compat.SmiParseError as exc:
-            raise ConfigError(f"{smi_source}: {exc}") from None
+    host = host_of(smi_text, smi_source)
     keys = contract.keys_in(labels)
     found = compat.image_cuda(labels, env, keys.cuda)
     if found is None:
@@ -64,8 +79,19 @@ def diagnose(smi_text: str | None, smi_source: str, labels: dict[str, str], env:
     return Diagnosis(verdict.compatible, line, verdict.route, expiry, {
         "image": image, "image_cuda": cuda, "image_cuda_from": where, "host_driver": host.driver_text,
         "host_branch": host.branch, "host_cuda": host.cuda, "gpus": list(host.gpus),
-        "data_center": host.data_center, "nvidia_smi": smi_source,
-    })
+        "data_center": host.data_center, "nvidia_smi": smi_source, "nvidia_smi_form": host.form,
+        "platform": host.platform, "fault": host.fault, "nvml_library": host.nvml, "mig_devices": host.mig_devices,
+    }, _notes(host), verdict.save, verdict.reason)
+
+
+def _notes(host: compat.HostGPU) -> list[str]:
+    notes = [host.note] if host.note and host.driver is not None else []
+    if host.mig_devices:
+        notes.append(f"MIG is on: {host.mig_devices} MIG devices; each runs the image with its GPU's driver")
+    if host.unsure_gpus and host.driver is not None:
+        notes.append(f"nvidia-smi cut the GPU name {', '.join(host.unsure_gpus)}: its class (data-center or not) "
+                     "is unknown; `nvidia-smi -q` or `nvidia-smi -L` prints the full name")
+    return notes
 
 
 def _expiry(labels: dict[str, str], today: dt.date) -> str | None:
@@ -81,3 +107,217 @@ def _expiry(labels: dict[str, str], today: dt.date) -> str | None:
     if expires < today:
         return f"EXPIRED on {raw}: this bridge build is past its exit date; ask {owner}"
     return f"expires {raw} ({(expires - today).days} days left; owner {owner})"
+
+
+# --- the decision record ---------------------------------------------------------------------------
+# What the field guides end with: evidence, the path chosen and the paths not chosen (with why), the
+# verification, the exit conditions, the rollback, the next review. Filled from what the tool knows;
+# what only a person knows is a marked blank (TO_FILL in Markdown, null under "to_fill" in JSON).
+
+DECISION_SCHEMA = 1
+TO_FILL = "TO FILL (a person)"
+PATHS = ("upgrade the driver", "the cu129 bridge", "an isolated environment")
+REVIEW_DAYS = 30  # the next review: this many days on, or the bridge's expiry date when that is sooner
+BLANKS = {
+    "decided_by": "who decided",
+    "approved_by": "the platform lead who approved",
+    "affected": "teams and services that run on these hosts",
+    "driver_window": "when the hosts can move to driver r580+ (maintenance window)",
+    "previous_image": "the image to roll back to",
+}
+
+
+def image_record(plan) -> dict | None:
+    """What the build record of ``plan``'s target says about its image (digest, whether the image
+    checks ran), for the decision record; None when the target was never built here."""
+    from builder import records
+
+    record = records.read(contract.record_path(plan.root, plan.target.name))
+    if record is None:
+        return None
+    return {"target": record.target, "image": record.image, "digest": record.digest, "checks": record.checks,
+            "record": str(contract.record_path(plan.root, plan.target.name))}
+
+
+def archive_facts(path: Path | None) -> dict | None:
+    """The evidence archive the record points at (name and sha256), or None when none was given."""
+    import hashlib
+
+    if path is None:
+        return None
+    if not path.is_file():
+        raise ConfigError(f"--evidence {path}: not a file (give the archive `build evidence` wrote)")
+    digest = hashlib.sha256()
+    with path.open("rb") as fh:
+        for block in iter(lambda: fh.read(1 << 20), b""):
+            digest.update(block)
+    return {"archive": path.name, "sha256": digest.hexdigest()}
+
+
+def _choice(d: Diagnosis, bridge: bool) -> tuple[str | None, str]:
+    """(the path doctor recommends, why) from the verdict: None while the host has no usable driver."""
+    f = d.facts
+    if f["fault"] or f["host_driver"] == "none":
+        return None, f"no path until the host has a usable driver: {d.route}"
+    on_580 = int(f["host_branch"][1:]) >= 580
+    if d.route.startswith("use the cu129 build"):
+        return PATHS[1], f"this host runs a CUDA 12 driver ({f['host_branch']}); the cu129 build runs on it"
+    if bridge and d.compatible and not on_580:
+        return PATHS[1], f"the bridge runs on this host as it is ({d.reason})"
+    if d.compatible:
+        return PATHS[0], (f"done: the host driver ({f['host_driver']}) already runs this image"
+                          + ("; on r580+ the bridge is not needed: run the official CUDA 13 image" if bridge else ""))
+    return PATHS[0], f"the image does not start on this driver: {d.reason}; route: {d.route}"
+
+
+def _not_chosen(path: str, d: Diagnosis, chosen: str | None, bridge: bool) -> str:
+    f = d.facts
+    if chosen is None:
+        return "not yet: repair the host first"
+    if path == PATHS[0]:
+        return f"not now: CUDA 13 needs r580+ on the host (it runs {f['host_branch']}); {TO_FILL}: when"
+    if path == PATHS[1]:
+        if d.compatible:
+            return "not needed: the host driver runs the image" + (" (r580+ runs the official CUDA 13 image)"
+                                                                  if bridge else "")
+        return ("the bridge itself does not start here (see the verdict)" if bridge else
+                f"does not help: the bridge needs a CUDA 12 driver (>= 525.60.13); the host runs {f['host_branch']}")
+    if f["platform"] != "linux":
+        return "not assessed: forward compatibility (cuda-compat) on a Windows/WSL driver"
+    if not f["data_center"]:
+        return "not available: forward compatibility (cuda-compat) needs data-center GPUs; host has " + \
+            (", ".join(sorted(set(f["gpus"]))) or "none named in this nvidia-smi output")
+    return ("possible on these data-center GPUs (cuda-compat in an isolated environment), not needed while the "
+            f"chosen path ({chosen}) holds; it swaps the driver's user-space libraries inside the container")
+
+
+def paths(d: Diagnosis, bridge: bool) -> list[dict]:
+    chosen, why = _choice(d, bridge)
+    return [{"path": p, "chosen": p == chosen, "why": why if p == chosen else _not_chosen(p, d, chosen, bridge)}
+            for p in PATHS]
+
+
+def decision(d: Diagnosis, labels: dict[str, str], built: dict | None, archive: dict | None,
+             now: dt.datetime) -> dict:
+    """The decision record as a JSON-ready document (README, "The decision record")."""
+    keys = contract.keys_in(labels)
+    bridge = keys.expires in labels
+    options = paths(d, bridge)
+    chosen, why = _choice(d, bridge)
+    label_keys = (keys.cuda, keys.owner, keys.expires, keys.target, keys.lock_sha256, keys.upstream_source,
+                  contract.OCI_VERSION, contract.OCI_REVISION, contract.OCI_SOURCE, contract.OCI_CREATED,
+                  contract.OCI_BASE_NAME, contract.OCI_BASE_DIGEST)
+    same = built is not None and built["image"] == d.facts["image"]
+    return {
+        "schema": DECISION_SCHEMA, "created": now.strftime(contract.TIME_FORMAT), "image": d.facts["image"],
+        "fault_evidence": {"verdict": d.line, "route": d.route, "host": {k: d.facts[k] for k in _HOST_FACTS},
+                           "notes": d.notes, "save_first": d.save or None, "evidence_archive": archive},
+        "paths": options, "chosen": chosen, "chosen_why": why,
+        "verification": {"compatible": d.compatible, "image_cuda": d.facts["image_cuda"],
+                         "labels": {k: labels.get(k) for k in label_keys},
+                         "build_record": built if same else None,
+                         "checks": built["checks"] if same else None},
+        "exit_conditions": _exit_conditions(labels, keys, d.expiry),
+        "rollback": _rollback(chosen, d),
+        "next_review": _next_review(labels.get(keys.expires), now.date()).isoformat(),
+        "to_fill": {name: None for name in BLANKS},
+    }
+
+
+_HOST_FACTS = ("nvidia_smi", "nvidia_smi_form", "host_driver", "host_branch", "host_cuda", "platform", "gpus",
+               "data_center", "mig_devices", "fault", "nvml_library")
+
+
+def _exit_conditions(labels: dict[str, str], keys, expiry: str | None) -> dict:
+    if keys.expires not in labels:
+        return {"bridge": False, "owner": labels.get(keys.owner), "expires": None,
+                "status": "no expiry label: this image is not a bridge build"}
+    return {"bridge": True, "owner": labels.get(keys.owner), "expires": labels[keys.expires], "status": expiry,
+            "exit_when": "the hosts run driver r580+ and the official CUDA 13 image passes `build doctor` and "
+                         "`build compare` against this one; at the expiry date at the latest"}
+
+
+def _rollback(chosen: str | None, d: Diagnosis) -> str:
+    if chosen is None:
+        return "none: nothing is changed until the host is repaired"
+    if chosen == PATHS[0] and not d.compatible:
+        return f"reinstall the driver the host runs now ({d.facts['host_driver']}) and reboot"
+    if chosen == PATHS[0]:
+        return "none needed: the host already runs the image"
+    return f"redeploy the previous image ({TO_FILL}: {BLANKS['previous_image']}) and retire this deployment"
+
+
+def _next_review(expires: str | None, today: dt.date) -> dt.date:
+    review = today + dt.timedelta(days=REVIEW_DAYS)
+    try:
+        return max(today, min(review, dt.date.fromisoformat(expires))) if expires else review
+    except ValueError:
+        return review
+
+
+def output_dir(out_dir: Path, option: str) -> Path:
+    """Where records and archives go: a directory (made if missing), never a file, a device or /proc."""
+    resolved = out_dir.resolve()
+    if resolved.parts[:2] in (("/", "proc"), ("/", "sys"), ("/", "dev")):
+        raise ConfigError(f"{option} {out_dir}: not a place for an archive or a record")
+    if resolved.exists() and not resolved.is_dir():
+        raise ConfigError(f"{option} {out_dir}: exists and is not a directory")
+    resolved.mkdir(parents=True, exist_ok=True)
+    return resolved
+
+
+def write_decision(out_dir: Path, doc: dict) -> tuple[Path, Path]:
+    """DIR/k3-decision-<UTC time>-<image>.md and .json; returns both paths."""
+    from builder.fsutil import atomic_write
+    import json
+    import re
+
+    out = output_dir(out_dir, "--record")
+    stamp = doc["created"].replace("-", "").replace(":", "")
+    stem = f"k3-decision-{stamp}-{re.sub(r'[^A-Za-z0-9._-]+', '_', doc['image'])[-60:]}"
+    md, js = out / f"{stem}.md", out / f"{stem}.json"
+    atomic_write(js, json.dumps(doc, indent=2) + "\n")
+    atomic_write(md, decision_markdown(doc))
+    return md, js
+
+
+def _gpu_summary(gpus: list[str]) -> str:
+    counted = {name: gpus.count(name) for name in dict.fromkeys(gpus)}
+    return ", ".join(f"{n} x {name}" if n > 1 else name for name, n in counted.items()) or "none listed"
+
+
+def _blank(value, name: str) -> str:
+    return f"**{TO_FILL}: {BLANKS[name]}**" if value is None else str(value)
+
+
+def decision_markdown(doc: dict) -> str:
+    ev, ver, ex = doc["fault_evidence"], doc["verification"], doc["exit_conditions"]
+    host = ev["host"]
+    archive = ev["evidence_archive"]
+    lines = [f"# Decision record: {doc['image']}", "", f"Created {doc['created']} by `build doctor --record`. "
+             f"Lines marked **{TO_FILL}** are for a person to complete.", "", "## Fault evidence", "",
+             f"- verdict: {ev['verdict']}", f"- route: {ev['route']}",
+             f"- host: driver {host['host_driver']} ({host['host_branch']}, {host['platform']}), CUDA "
+             f"{host['host_cuda'] or 'not reported'}, GPUs: {_gpu_summary(host['gpus'])}"
+             f"{' (data-center)' if host['data_center'] else ''}",
+             f"- nvidia-smi: {host['nvidia_smi']} ({host['nvidia_smi_form'] or 'a failure message'})",
+             *[f"- note: {n}" for n in ev["notes"]],
+             *([f"- save first: {ev['save_first']}"] if ev["save_first"] else []),
+             "- evidence archive: " + (f"{archive['archive']} (sha256 {archive['sha256']})" if archive else
+                                       f"**{TO_FILL}: run `build evidence --out DIR` and name its archive**"),
+             "", "## Paths", ""]
+    lines += [f"- {'**chosen**' if o['chosen'] else 'not chosen'}: {o['path']}: {o['why']}" for o in doc["paths"]]
+    lines += ["", f"Chosen: {doc['chosen']} (doctor's recommendation; **{TO_FILL}: confirm or change it**)"
+              if doc["chosen"] else f"Chosen: none yet: {doc['chosen_why']}", "", "## Verification", "",
+              f"- doctor: {'compatible' if ver['compatible'] else 'INCOMPATIBLE'} (image CUDA {ver['image_cuda']})",
+              "- image checks: " + (f"{ver['checks']} (build record {ver['build_record']['record']}, digest "
+                                    f"{ver['build_record']['digest']})" if ver["build_record"] else
+                                    "unknown: no build record names this image (run `build test --image REF`)")]
+    lines += [f"- label {k}: {v if v is not None else '(absent)'}" for k, v in ver["labels"].items()]
+    lines += ["", "## Exit conditions", "", f"- bridge: {'yes' if ex['bridge'] else 'no'}",
+              f"- owner: {ex['owner'] or '(no owner label)'}", f"- expires: {ex['expires'] or '(no expiry label)'}",
+              f"- status: {ex['status']}", *([f"- exit when: {ex['exit_when']}"] if ex.get("exit_when") else []),
+              "", "## Rollback", "", f"- {doc['rollback']}", "", "## Next review", "", f"- {doc['next_review']}",
+              "", "## For a person", ""]
+    lines += [f"- {BLANKS[name]}: {_blank(value, name)}" for name, value in doc["to_fill"].items()]
+    return "\n".join(lines) + "\n"

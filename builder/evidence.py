@@ -11,15 +11,15 @@ import io
 import json
 import os
 import re
-import stat
+import shutil
 import subprocess
 import tarfile
 from pathlib import Path
 from typing import Callable
 
 from builder import contract, log
-from builder.doctor import read_nvidia_smi
-from builder.errors import BuilderError, ConfigError
+from builder.doctor import output_dir, read_nvidia_smi
+from builder.errors import BuilderError
 from builder.fsutil import atomic_write
 
 # Names whose values are secrets: tokens, passwords, keys, JWTs, personal access tokens, ...
@@ -44,17 +44,6 @@ def redacted_environment(environ: dict[str, str]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _out_dir(out_dir: Path) -> Path:
-    """Where the archive goes: a directory (made if missing), never a file, a device or /proc."""
-    resolved = out_dir.resolve()
-    if resolved.parts[:2] in (("/", "proc"), ("/", "sys"), ("/", "dev")):
-        raise ConfigError(f"--out {out_dir}: not a place for an archive")
-    if resolved.exists() and not stat.S_ISDIR(resolved.stat().st_mode):
-        raise ConfigError(f"--out {out_dir}: exists and is not a directory")
-    resolved.mkdir(parents=True, exist_ok=True)
-    return resolved
-
-
 class _Collector:
     def __init__(self) -> None:
         self.files: dict[str, str] = {}
@@ -63,7 +52,7 @@ class _Collector:
 
     def capture(self, name: str, produce: Callable[[], str]) -> None:
         try:
-            self.files[name] = produce()
+            self.files[name] = log.redact(produce())
             self.captured.append(name)
         except (BuilderError, OSError, subprocess.SubprocessError, ValueError) as exc:
             self.missing[name] = log.redact(getattr(exc, "message", None) or str(exc))
@@ -77,7 +66,7 @@ def _vllm_labels(inspect_json: str | None) -> str:
     if not labels:
         raise ValueError("no labels (image not inspected)")
     own = contract.keys_in(labels)
-    keys = (contract.OCI_VERSION, contract.OCI_REVISION, own.upstream_source, contract.OCI_SOURCE, own.cuda,
+    keys = (contract.OCI_VERSION, contract.OCI_REVISION, contract.OCI_SOURCE, own.builder_source, own.cuda,
             own.expires, own.owner)
     return "".join(f"{k}={labels.get(k, '(absent)')}\n" for k in keys) + \
         f"repo_digests={','.join(doc.get('RepoDigests') or [])}\n"
@@ -90,11 +79,91 @@ def _smi(smi_file: Path | None) -> str:
     return text
 
 
+def run_tool(args: list[str]) -> str:
+    """A host command's output (stdout, then stderr); OSError naming it when it is not installed."""
+    exe = shutil.which(args[0])
+    if exe is None:
+        raise OSError(f"{args[0]} not installed")
+    proc = subprocess.run([exe, *args[1:]], capture_output=True, text=True, timeout=60)
+    if proc.returncode != 0 and not proc.stdout:
+        raise OSError(f"`{' '.join(args)}` exited {proc.returncode}: {proc.stderr.strip()[:200]}")
+    return proc.stdout + proc.stderr
+
+
+# Kernel modules the field guides ask for: the driver's own (nvidia, nvidia_uvm, nvidia_drm, ...)
+# and the GPUDirect RDMA peer-memory modules.
+_MODULES = re.compile(r"^(nvidia\w*|nv_peer_mem)\s", re.M)
+# Where the kernel says it (module globals, so a test can point them at a tree of its own).
+PROC_MODULES = Path("/proc/modules")
+DRIVER_VERSION = Path("/proc/driver/nvidia/version")  # the loaded kernel module's version (NVML mismatch)
+SYS_INFINIBAND = Path("/sys/class/infiniband")
+
+
+def nvidia_modules() -> str:
+    """`lsmod` filtered to NVIDIA modules (read from /proc/modules, which is what lsmod prints)."""
+    if not PROC_MODULES.is_file():
+        raise OSError(f"no {PROC_MODULES} (not a Linux host, or a container that hides it)")
+    text = PROC_MODULES.read_text()
+    found = [line for line in text.splitlines() if _MODULES.match(line)]
+    return "\n".join(found) + "\n" if found else "no nvidia, nvidia_* or nv_peer_mem module is loaded\n"
+
+
+def infiniband() -> str:
+    """Each RDMA device's ports with their state, physical state, rate and link layer."""
+    sys_class = SYS_INFINIBAND
+    if not sys_class.is_dir():
+        raise OSError(f"no {sys_class} (no RDMA device or no RDMA driver loaded)")
+    lines = []
+    for port in sorted(sys_class.glob("*/ports/*")):
+        fields = {n: (port / n).read_text().strip() if (port / n).is_file() else "?"
+                  for n in ("state", "phys_state", "rate", "link_layer")}
+        lines.append(f"{port.parent.parent.name} port {port.name}: " + ", ".join(f"{k} {v}" for k, v in fields.items()))
+    return "\n".join(lines) + "\n" if lines else f"{sys_class} lists no device\n"
+
+
+# Inside the image: NCCL's distributions (nvidia-nccl-cu12/-cu13) and torch's own NCCL when present.
+_NCCL_SCRIPT = """import importlib.metadata as m
+for d in m.distributions():
+    n = (d.metadata['Name'] or '').lower()
+    if n.startswith('nvidia-nccl'):
+        print(n, d.version)
+try:
+    import torch
+    print('torch.cuda.nccl', '.'.join(map(str, torch.cuda.nccl.version())))
+except Exception as exc:
+    print('torch.cuda.nccl: not readable:', type(exc).__name__)
+"""
+
+
+def image_nccl(engine, image: str) -> str:
+    out = log.redact(engine.containers.run_python(image, _NCCL_SCRIPT))
+    if "nvidia-nccl" not in out and "torch.cuda.nccl " not in out:
+        raise ValueError(f"no NCCL in {image}: no nvidia-nccl-* distribution and no torch NCCL ({out.strip()})")
+    return out
+
+
+def _driver_version() -> str:
+    if not DRIVER_VERSION.is_file():
+        raise OSError(f"no {DRIVER_VERSION} (no NVIDIA kernel module loaded)")
+    return DRIVER_VERSION.read_text()
+
+
+def _host(c: _Collector, run: Callable[[list[str]], str]) -> None:
+    c.capture("uname.txt", lambda: run(["uname", "-a"]))
+    c.capture("hostname.txt", lambda: run(["hostname"]))
+    c.capture("nvidia-modules.txt", nvidia_modules)
+    c.capture("nvidia-driver-version.txt", _driver_version)
+    c.capture("nvidia-smi-topo.txt", lambda: run(["nvidia-smi", "topo", "-m"]))
+    c.capture("infiniband.txt", infiniband)
+    c.capture("ibv_devinfo.txt", lambda: run(["ibv_devinfo"]))
+
+
 def collect(engine, image: str | None, container: str | None, smi_file: Path | None,
-            environ: dict[str, str], now: dt.datetime) -> _Collector:
+            environ: dict[str, str], now: dt.datetime, run: Callable[[list[str]], str] = run_tool) -> _Collector:
     c = _Collector()
     c.capture("date-utc.txt", lambda: now.strftime("%a %b %d %H:%M:%S UTC %Y") + "\n")
     c.capture("nvidia-smi.txt", lambda: _smi(smi_file))
+    _host(c, run)
     described: dict = {}
 
     def docker(name: str) -> str:
@@ -104,9 +173,12 @@ def collect(engine, image: str | None, container: str | None, smi_file: Path | N
 
     c.capture("docker-version.txt", lambda: docker("docker-version"))
     c.capture("docker-info.txt", lambda: docker("docker-info"))
+    c.capture("containers.txt", lambda: run(["docker", "ps", "--no-trunc", "--format",
+                                              "{{.ID}} {{.Image}} {{.Status}} {{.Names}}"]) or "no running container\n")
     if image:
         c.capture("image-inspect.json", lambda: engine.image_inspect(image))
         c.capture("vllm-version.txt", lambda: _vllm_labels(c.files.get("image-inspect.json")))
+        c.capture("nccl-version.txt", lambda: image_nccl(engine, image))
     c.capture("environment.txt", lambda: redacted_environment(environ))
     if container:
         c.capture("container.log", lambda: log.redact(engine.containers.logs(container)))
@@ -114,11 +186,12 @@ def collect(engine, image: str | None, container: str | None, smi_file: Path | N
 
 
 def evidence(engine, out_dir: Path, image: str | None, container: str | None,
-             smi_file: Path | None = None, environ: dict[str, str] | None = None) -> tuple[Path, dict]:
+             smi_file: Path | None = None, environ: dict[str, str] | None = None,
+             run: Callable[[list[str]], str] = run_tool) -> tuple[Path, dict]:
     """Collect everything into one timestamped tar.gz with a manifest; never fails for a missing part."""
-    out = _out_dir(out_dir)
+    out = output_dir(out_dir, "--out")
     now = dt.datetime.now(dt.timezone.utc)
-    c = collect(engine, image, container, smi_file, environ if environ is not None else dict(os.environ), now)
+    c = collect(engine, image, container, smi_file, environ if environ is not None else dict(os.environ), now, run)
     manifest = {"created": now.strftime(contract.TIME_FORMAT), "captured": c.captured, "missing": c.missing,
                 "image": image, "container": container}
     files = {**c.files, "manifest.json": json.dumps(manifest, indent=2, sort_keys=True) + "\n"}

@@ -3,44 +3,66 @@ and what each package declares about its license.
 
 The SBOM lists it (builder/attest.py) and `build compare` diffs two of them (builder/compare.py).
 Packages of the OS layer (builder/oslock.py) are read from /var/lib/dpkg/status.d, where
-distroless-style images keep them. One throwaway container runs a small probe with the image's own python; it reads files and prints
-them back as JSON, nothing else. Licenses are carried as the packages declare them (the DEP-5
-short names of a machine-readable debian/copyright, a distribution's License-Expression, short
-License field and License classifiers); mapping them to SPDX is the SBOM's business.
+distroless-style images keep them. One throwaway container runs a small probe with the image's own
+python; it reads files and prints them back as JSON, nothing else (copyright files are parsed
+here, on the host, with python-debian).
+Licenses are carried as the packages declare them (the License synopses of a machine-readable
+debian/copyright, or the short names a file in prose names; a distribution's License-Expression,
+short License field and License classifiers); mapping them to SPDX is the SBOM's business.
 """
 
 from __future__ import annotations
 
-import inspect
 import json
+import logging
 import re
 from dataclasses import dataclass
 
 from builder.engine import Engine
 
 
-def dep5_licenses(text):
-    """The License synopses (first line of each ``License:`` field) of the Files paragraphs and
-    the header of a machine-readable debian/copyright (DEP-5), as written, sorted; () for a file
-    that is not machine-readable (no ``Format:`` header naming the format): no guessing from prose.
+# DEP-5's short names (copyright-format 1.0, "License specification") and SPDX ids of the same
+# shape, with an optional version and "+": what a fallback may take from a file in prose. Anything
+# else on a "License:" line of prose ("License: This package is free software...") is a word, not
+# a license, and is dropped.
+_SHORT_NAME = re.compile(
+    r"(?:public-domain|Apache|Artistic|BSD-[234]-clause|ISC|CC-BY(?:-SA|-ND|-NC(?:-SA|-ND)?)?|CC0|CDDL|CPL|EFL"
+    r"|Expat|GPL|LGPL|AGPL|GFDL(?:-NIV)?|LPPL|MPL|Perl|Python|QPL|W3C|Zlib|Zope|MIT|BSL|OpenSSL|SSLeay|X11)"
+    r"(?:-\d+(?:\.\d+)*)?\+?", re.I)
+_SPLIT = re.compile(r"\s*,\s*(?:and\s+|or\s+)?|\s+(?:and/or|and|or)\s+", re.I)
+_LICENSE_LINE = re.compile(r"^License:[ \t]*(\S[^\n]*)$", re.M)
+_COMMON_LICENSE = re.compile(r"/usr/share/common-licenses/([A-Za-z0-9_.+-]+)")
+COPYRIGHT_MAX = 512 * 1024  # a copyright file is a few KB, some a few hundred; the probe cuts there
 
-    Runs inside the image too (its source is part of the probe): plain Python 3, no annotations."""
-    lines = [ln for ln in text.replace("\r\n", "\n").split("\n") if not ln.startswith("#")]
-    paragraphs = [p for p in re.split(r"\n[ \t]*\n", "\n".join(lines).strip("\n")) if p.strip()]
-    if not paragraphs:
-        return ()
-    found = set()
-    for index, para in enumerate(paragraphs):
-        fields = {}
-        for m in re.finditer(r"^([A-Za-z][A-Za-z0-9-]*):[ \t]*(.*)$", para, re.M):
-            fields.setdefault(m.group(1).lower(), m.group(2).strip())
-        if index == 0:
-            spec = fields.get("format", fields.get("format-specification", ""))
-            if "copyright-format" not in spec and "dep5" not in spec and "dep-5" not in spec:
-                return ()
-        if (index == 0 or "files" in fields) and fields.get("license"):
-            found.add(fields["license"])
-    return tuple(sorted(found))
+
+def dep5_licenses(text: str) -> tuple[str, ...]:
+    """The License synopses of a copyright file, sorted. A machine-readable one (DEP-5) is read
+    with python-debian's ``debian.copyright``: the header's and every Files paragraph's synopsis,
+    as written ("GPL-2+ or Artistic, and BSD-3-clause"). A file in prose (or one python-debian
+    rejects): `prose_licenses`."""
+    from debian import copyright as deb_copyright
+
+    # python-debian logs each format URL it repairs; the result, not the repair, is what counts here.
+    logging.getLogger(deb_copyright.__name__).setLevel(logging.ERROR)
+    text = text.replace("\r\n", "\n")
+    try:
+        parsed = deb_copyright.Copyright(text.splitlines(), strict=False)
+    except (deb_copyright.NotMachineReadableError, ValueError, KeyError):
+        return prose_licenses(text)
+    found = {p.license.synopsis.strip() for p in [parsed.header, *parsed.all_files_paragraphs()]
+             if getattr(p, "license", None) is not None and p.license.synopsis.strip()}
+    return tuple(sorted(found)) or prose_licenses(text)
+
+
+def prose_licenses(text: str) -> tuple[str, ...]:
+    """The fallback for a copyright file in prose: the short names on its ``License:`` lines and the
+    /usr/share/common-licenses/<name> files it points at, each only if it is a DEP-5 short name or
+    an SPDX id of that shape (`_SHORT_NAME`); never a word of the prose."""
+    names = set()
+    for synopsis in _LICENSE_LINE.findall(text):
+        names |= {t for t in (p.strip() for p in _SPLIT.split(synopsis)) if _SHORT_NAME.fullmatch(t)}
+    names |= {m.rstrip(".") for m in _COMMON_LICENSE.findall(text) if _SHORT_NAME.fullmatch(m.rstrip("."))}
+    return tuple(sorted(names))
 
 
 _PROBE_MAIN = r"""
@@ -65,9 +87,9 @@ try:
 except OSError:
     names = []
 for name in names:
-    found = dep5_licenses(read(os.path.join("/usr/share/doc", name, "copyright")))
-    if found:
-        docs[name] = found
+    text = read(os.path.join("/usr/share/doc", name, "copyright"))
+    if text:
+        docs[name] = text[:COPYRIGHT_MAX]
 # Packages unpacked into the image's OS layer keep their records as distroless images do.
 sd = "/var/lib/dpkg/status.d"
 extra = "".join("\n\n" + read(os.path.join(sd, f)).strip("\n") for f in sorted(os.listdir(sd))
@@ -76,12 +98,13 @@ print(json.dumps({
     "os_release": read("/etc/os-release"),
     "dpkg_status": read("/var/lib/dpkg/status").rstrip("\n") + extra,
     "dists": sorted({json.dumps(dist(d)) for d in md.distributions() if d.metadata["Name"]}),
-    "deb_licenses": docs,
+    "copyright": docs,
 }))
 """
 
-# The probe: dep5_licenses's own source (the one the unit tests exercise), then the main part.
-_PROBE = "import re\n" + inspect.getsource(dep5_licenses) + _PROBE_MAIN
+# The probe: plain Python 3 with the image's own interpreter; it reads files and prints them. The
+# copyright files are parsed here on the host (python-debian is not in the image).
+_PROBE = f"COPYRIGHT_MAX = {COPYRIGHT_MAX}\n" + _PROBE_MAIN
 
 
 @dataclass(frozen=True)
@@ -89,8 +112,11 @@ class DebPackage:
     name: str
     version: str
     arch: str
-    source: str = ""  # the source package (dpkg Source:, version dropped) when it is not ``name``
-    licenses: tuple[str, ...] = ()  # DEP-5 License synopses of /usr/share/doc/<name>/copyright
+    source: str = ""  # the source package (dpkg Source:, its name) when it is not ``name``, or binNMU
+    licenses: tuple[str, ...] = ()  # License synopses of /usr/share/doc/<name>/copyright (dep5_licenses)
+    # The source's version when dpkg writes one ("Source: bash (5.2.15-2)" for a binNMU 5.2.15-2+b13):
+    # the SBOM's upstream=<source>@<version>, as syft writes it.
+    source_version: str = ""
 
 
 @dataclass(frozen=True)
@@ -122,16 +148,18 @@ def parse_os_release(text: str) -> tuple[str, str]:
 
 
 def parse_dpkg_status(text: str, licenses: dict[str, tuple[str, ...]] | None = None) -> tuple[DebPackage, ...]:
-    """Installed packages; ``licenses`` maps a package name to its DEP-5 license synopses."""
+    """Installed packages; ``licenses`` maps a package name to its license synopses."""
     licenses = licenses or {}
     debs = []
     for stanza in text.split("\n\n"):
         fields = dict(re.findall(r"^([A-Za-z-]+): (.*)$", stanza, re.M))
         name = fields.get("Package")
         if name and fields.get("Status", "").endswith(" installed"):
-            source = re.sub(r"\s*\(.*\)\s*$", "", fields.get("Source", "")).strip()
+            m = re.fullmatch(r"\s*(\S+)\s*(?:\((\S+)\))?\s*", fields.get("Source", ""))
+            source, source_version = (m.group(1), m.group(2) or "") if m else ("", "")
             debs.append(DebPackage(name, fields.get("Version", ""), fields.get("Architecture", ""),
-                                   source if source != name else "", tuple(licenses.get(name, ()))))
+                                   source if source != name or source_version else "",
+                                   tuple(licenses.get(name, ())), source_version))
     return tuple(sorted(set(debs), key=lambda d: (d.name, d.arch, d.version)))
 
 
@@ -146,6 +174,6 @@ def parse_dists(rows: list[str]) -> tuple[PythonDist, ...]:
 def read(engine: Engine, ref: str) -> Inventory:
     doc = json.loads(engine.containers.run_python(ref, _PROBE))
     distro_id, distro_version = parse_os_release(doc["os_release"])
-    licenses = {k: tuple(v) for k, v in doc["deb_licenses"].items()}
+    licenses = {k: dep5_licenses(v) for k, v in doc["copyright"].items()}
     return Inventory(distro_id, distro_version, parse_dpkg_status(doc["dpkg_status"], licenses),
                      parse_dists(doc["dists"]))

@@ -386,7 +386,9 @@ PathPattern = _pattern(r"/[A-Za-z0-9_./*?+-]{1,200}", "an absolute path or fnmat
 EnvLikeDest = _pattern(r"[a-z_][a-z0-9_]{0,63}", "an argparse destination such as tool_call_parser")
 
 
-def _words(value: str) -> tuple[str, ...]:
+def _words(value: Any) -> tuple[str, ...]:
+    if not isinstance(value, str):
+        raise ValueError(f"must be one line of words separated by single spaces (got {_show(value)})")
     words = value.split(" ")
     for word in words:
         if not re.fullmatch(r"[A-Za-z0-9_./:=@+-][A-Za-z0-9_./:=@+,-]{0,127}", word):
@@ -404,7 +406,7 @@ class Recipe(_Frozen):
     something for it (not raise, not None). ``architecture`` goes through ``architecture_resolver``.
     """
 
-    command: Annotated[StrictStr, AfterValidator(_words)]
+    command: Annotated[tuple[str, ...], BeforeValidator(_words)]  # written as one line in the matrix
     parser: PyRef
     parser_class: PyRef
     validator: Optional[PyRef] = None
@@ -432,6 +434,11 @@ class Runtime(_Frozen):
     dlopen: dict[Soname, Reason] = Field(default_factory=dict)
 
 
+KeyPath = _pattern(r"[A-Za-z0-9_./+-]{1,300}", "a key file path (relative to the matrix, or absolute)")
+KeyRef = _pattern(r"(?:(?:gcpkms|awskms|azurekms|hv|hsm):[A-Za-z0-9_./:=?&%+@-]{0,400})|[A-Za-z0-9_./+-]{1,300}",
+                  "a private key file path or a KMS URI (gcpkms:, awskms:, azurekms:, hv:, hsm:)")
+
+
 class Signing(_Frozen):
     """Who signs the image (keyless, cosign): `build verify --registry` checks the signature
     against this identity. Unset: presence is reported, a missing signature is not a failure.
@@ -439,6 +446,16 @@ class Signing(_Frozen):
 
     identity: Optional[Annotated[StrictStr, AfterValidator(lambda v: _identity(v))]] = None
     issuer: HttpsUrl = "https://token.actions.githubusercontent.com"
+    # The provenance's DSSE signature (builder/provsign.py): ``key`` a PEM private key file
+    # (relative to the matrix) or a KMS URI securesystemslib signs with (gcpkms:, awskms:,
+    # azurekms:, hv: (Vault), hsm:); ``public_key`` the PEM public key `verify` checks it against,
+    # committed beside the matrix. Neither: explicitly unsigned, and `verify` says so.
+    key: Optional[KeyRef] = None
+    public_key: Optional[KeyPath] = None
+    # SLSA identities (builder/attest.py); None: the documented defaults ($K3_BUILDER_ID and
+    # $K3_BUILD_TYPE win over both).
+    builder_id: Optional[HttpsUrl] = None
+    build_type: Optional[HttpsUrl] = None
 
 
 def _identity(value: str) -> str:
@@ -564,8 +581,9 @@ class Target(_Frozen):
     # included) is honestly NOASSERTION, with the licenses per component in the SBOM.
     licenses: Text = "NOASSERTION"
     vendor: Text = "K3 cu129 image pipeline"
-    # This repository: the source code that builds the image (label org.opencontainers.image.source;
-    # registries link the package to it). The packaged software's own repository is source.url.
+    # This repository: the tool and matrix that build the image (label <prefix>.builder.source, the
+    # provenance's tool and buildType URLs). The packaged software's repository is source.url
+    # (labels org.opencontainers.image.source/revision, a pair: builder/contract.py says why).
     project_url: HttpsUrl = "https://github.com/k3-cu129/k3-cu129-images"
     # Reverse-DNS prefix of the project's own labels (expiry, owner, target, ...): a domain the
     # owner controls, e.g. com.example.gpu-platform. Readers of an image find it by its labels.
@@ -903,6 +921,8 @@ def _cross_checks(path: Path, t: Target) -> None:
     if recipe and recipe.architecture and not recipe.architecture_resolver:
         raise ConfigError(f"{where}.runtime.recipe.architecture_resolver: required with architecture "
                           "(the model registry's lookup, module:attribute)")
+    if t.signing.key and not t.signing.public_key:
+        raise ConfigError(f"{where}.signing.public_key: required with signing.key (verify checks against it)")
     names = [layer.name for layer in t.layers]
     for i, name in enumerate(names):
         if name in RESERVED_LAYERS or name in names[:i]:

@@ -298,21 +298,34 @@ def _check(prep: Prepared, engine: Engine, pushed: str) -> None:
         report.raise_for_failures()
 
 
-def _publish(prep: Prepared, engine: Engine, record: records.Record) -> records.Record:
+def _publish(prep: Prepared, engine: Engine, record: records.Record, signer) -> records.Record:
     """Attach the SBOM and provenance in the registry, then write the record set as one unit."""
     from builder import attest  # cyclonedx and jsonschema: only once there is an image (lazy-import policy)
 
     target, root = prep.plan.target, prep.plan.root
     with log.step(f"{target.name}: SBOM and provenance, attached to {record.image[-19:]}"):
         wheels = attest.wheel_files(prep.request.context / "wheelhouse" / "layers")  # what was installed
+        build_wheels = attest.wheel_files(prep.request.context / "wheelhouse" / "build")  # what compiled it
         debs = attest.deb_files(prep.request.context / "debs") if prep.locks.os_entries else None
         sbom_text, prov_text = attest.publish(engine, target, record, list(prep.locks.runtime_entries),
                                               prep.request.build_args, prep.started_iso, wheels=wheels,
+                                              build_wheels=build_wheels, root=root, signer=signer,
                                               os_lock=list(prep.locks.os_entries), debs=debs)
     final = dataclasses.replace(record, build={**record.build, **records.audit_hashes(sbom_text, prov_text)})
     records.write_set(contract.record_path(root, target.name).parent, {
         contract.SBOM_NAME: sbom_text, contract.PROVENANCE_NAME: prov_text, contract.RECORD_NAME: final.to_json()})
     return final
+
+
+def _provenance_signer(plan: Plan):
+    """The matrix's provenance signer (builder/provsign.py), or None with a warning: unsigned."""
+    from builder import provsign
+
+    signer = provsign.signer(plan.target.signing, plan.root)
+    if signer is None:
+        log.warn(f"    {plan.target.name}: the provenance will be UNSIGNED (no signing.key in the matrix); "
+                 "`build verify` reports it")
+    return signer
 
 
 def _record_holds(plan: Plan, previous: records.Record | None) -> None:
@@ -410,6 +423,7 @@ def _build(plan: Plan, engine: Engine, options: BuildOptions) -> Outcome:
             log.info(f"    up to date: {previous.image} (same inputs, served by the registry; --force rebuilds)")
             return Outcome(target.name, previous.image, previous.digest, None, time.monotonic() - started,
                            record_path, None, changed=False, up_to_date=True)
+    signer = _provenance_signer(plan)  # a key that cannot sign fails now (exit 2), not after the compile
     with compilecache.secret_dir() as secret_dir:  # the backend's secret lives only as long as the build
         prep = prepare(plan, engine, options, tag=target.image.tag, dockerfile_text=dockerfile_text, locks=locks,
                        no_cache=options.no_cache, secret_dir=Path(secret_dir))
@@ -424,7 +438,7 @@ def _build(plan: Plan, engine: Engine, options: BuildOptions) -> Outcome:
     if options.run_checks:
         _check(prep, engine, pushed)
     seconds = time.monotonic() - started
-    record = _publish(prep, engine, _record(prep, result.digest, key, options.run_checks, seconds))
+    record = _publish(prep, engine, _record(prep, result.digest, key, options.run_checks, seconds), signer)
     changed = previous is None or previous.digest != record.digest
     return Outcome(target.name, record.image, result.digest, size, seconds, record_path, prep.log_path, changed,
                    cache=cache)

@@ -192,7 +192,9 @@ def input_key(plan: Plan, dockerfile_text: str, locks: LockSet) -> str:
 
     The rendered Dockerfile (bases, labels, expiry), both locks, the whole matrix entry (source
     commit, pins, compile settings, the CPython tarball's sha256) and the tool version. MAX_JOBS is
-    left out on purpose: it changes how fast the compile runs, not what it produces.
+    left out on purpose: it changes how fast the compile runs, not what it produces. The README
+    ("For the auditor") defines it exactly: sha256 of the compact, key-sorted JSON of
+    {build_lock, dockerfile, lock, target, tool}.
     """
     doc = {
         "dockerfile": sha256_bytes(dockerfile_text.encode()),
@@ -202,4 +204,5 @@ def input_key(plan: Plan, dockerfile_text: str, locks: LockSet) -> str:
         "target": plan.target.model_dump(mode="json"),
         "tool": __version__,
     }
-    return sha256_bytes(json.dumps(doc, sort_keys=True).encode())
+    # Compact, keys sorted: exactly `jq -cjS` of the same object (the README's hand check recomputes it).
+    return sha256_bytes(json.dumps(doc, sort_keys=True, separators=(",", ":")).encode())

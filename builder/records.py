@@ -1,6 +1,7 @@
 """``locks/<target>/``: the record set of the last checked image, written as one unit.
 
-The set is ``image.json`` (what was built from what) plus the SBOM and the provenance.
+The set is ``image.json`` (what was built from what) plus the SBOM and the provenance (a DSSE
+envelope, builder/provsign.py).
 ``image.json`` carries the sha256 of the SBOM and provenance it belongs to, so any mix of old and
 new files is detected offline (`build verify`, and every build before it trusts the record).
 
@@ -16,6 +17,8 @@ inputs and the pushed digest, so rebuilding unchanged inputs changes only ``buil
 
 from __future__ import annotations
 
+import base64
+import binascii
 import json
 import os
 from dataclasses import dataclass
@@ -140,13 +143,15 @@ def audit_hashes(sbom_text: str, provenance_text: str) -> dict[str, str]:
 
 
 def _described_digest(path: Path, kind: str) -> str | None:
-    """The image digest an SBOM (metadata.component.version) or provenance (subject) describes."""
+    """The image digest an SBOM (metadata.component.version) or provenance (the subject of the
+    Statement its DSSE envelope carries) describes."""
     try:
         doc = json.loads(path.read_text())
         if kind == "sbom":
             return doc["metadata"]["component"]["version"]
-        return "sha256:" + doc["subject"][0]["digest"]["sha256"]
-    except (OSError, ValueError, KeyError, IndexError, TypeError):
+        statement = json.loads(base64.b64decode(doc["payload"], validate=True))  # a DSSE envelope
+        return "sha256:" + statement["subject"][0]["digest"]["sha256"]
+    except (OSError, ValueError, KeyError, IndexError, TypeError, binascii.Error):
         return None
 
 

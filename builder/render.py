@@ -63,8 +63,8 @@ def static_labels(target: Target) -> dict[str, str]:
         contract.OCI_DESCRIPTION: target.description,
         contract.OCI_LICENSES: target.licenses,
         contract.OCI_REVISION: target.source.commit,
-        contract.OCI_SOURCE: target.project_url,
-        keys.upstream_source: target.source.url,
+        contract.OCI_SOURCE: target.source.url,  # with revision: one repository (contract.py says why)
+        keys.builder_source: target.project_url,
         keys.sbom: "CycloneDX SBOM attached to this digest (OCI referrers): licenses per component",
         contract.OCI_TITLE: f"{target.source.package} ({target.name})",
         contract.OCI_VENDOR: target.vendor,

@@ -6,12 +6,13 @@ the repository alone (and, with --registry, the registry alone). Offline by defa
 from __future__ import annotations
 
 import json
+import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-from builder import attest, contract, lock, oslock, records, render, signature
+from builder import attest, contract, lock, oslock, provsign, records, render, signature
 from builder.errors import BuilderError, VerifyFailed
 from builder.fsutil import sha256_file
 from builder.lock import normalize
@@ -43,6 +44,71 @@ def _read_json(path: Path) -> dict:
     _need(isinstance(doc, dict), f"{path.name} is not a JSON object")
     return doc
 
+
+
+# Every row `build verify` prints, in order: (row, holds when, only with --registry). The README's
+# verify table is this list (tests/unit/test_provsign.py compares them).
+ROWS: tuple[tuple[str, str, bool], ...] = (
+    ("matrix <-> Dockerfile", "the committed Dockerfile is exactly what the matrix renders", False),
+    ("lock hash-pinned", "each lock matches its own body sha256 header (`k3-lock-body-sha256`: not truncated or "
+                         "hand-edited), every line is `name==version` with sha256 hashes; for a torch target, torch "
+                         "is `+cu129`", False),
+    ("image.json <-> audit files", "the SBOM and provenance files are the ones `image.json` names by sha256 "
+                                   "(`build.sbom_sha256`, `build.provenance_sha256`) and describe its digest", False),
+    ("image checks", "the recorded image passed its checks before it was recorded (`checks` is `passed`, not "
+                     "`skipped` by `--no-checks`)", False),
+    ("Dockerfile <-> image.json", "the Dockerfile's sha256 is the recorded one", False),
+    ("lock <-> image.json", "both locks' sha256 are the recorded ones", False),
+    ("matrix <-> image.json", "target, image name, base digests, source URL and commit, third-party trees match the "
+                              "matrix", False),
+    ("image.json <-> SBOM", "the SBOM validates (CycloneDX 1.6, strict) and describes the recorded digest, bases, "
+                            "commit and third-party trees", False),
+    ("lock <-> SBOM", "every lock entry is in the SBOM with the same version, and its one hash (the installed "
+                      "wheel's) is one of the lock's", False),
+    ("image.json <-> provenance", "the envelope's Statement: subject and every resolved dependency match the record, "
+                                  "`externalParameters` the matrix, `buildType` and `builder.id` the expected "
+                                  "identities, `builderDependencies` name this repository", False),
+    ("provenance signed", "the DSSE envelope carries a signature; with no `signing.key`/`public_key` in the "
+                          "matrix it holds with an UNSIGNED warning; with a `public_key` an unsigned envelope fails",
+     False),
+    ("provenance signer", "every signature's key id is the matrix's `signing.public_key`'s (a wrong key fails "
+                          "here)", False),
+    ("provenance signature", "the signature by that key verifies, offline, over DSSE's pre-authentication encoding "
+                             "of the payload (an edited payload fails here)", False),
+    ("registry: image", "the registry serves the recorded digest and the tag points at it", True),
+    ("registry: SBOM + provenance", "both are attached to that digest and equal the committed files", True),
+    ("registry: signature", "`verified`: cosign (on PATH) verified a keyless signature on the recorded digest by "
+                            "the identity in `K3_SIGNING_IDENTITY` or the matrix's `signing.identity`, issuer "
+                            "`K3_SIGNING_ISSUER` / `signing.issuer` (default GitHub Actions'); "
+                            "`present-unverified`: a signature is there (cosign's `.sig` tag or a signature "
+                            "referrer) but no cosign or no identity to check it (holds, and says so); `missing`: "
+                            "fails when an identity is configured, holds otherwise (local and smoke registries); "
+                            "`failed`: cosign rejected it or the registry could not be read. GitHub's provenance "
+                            "attestation is not counted as a signature", True),
+)
+
+
+# Rows only a target with os_packages has (builder/oslock.py), after the other offline rows.
+OS_ROWS: tuple[tuple[str, str, bool], ...] = (
+    ("OS lock hash-pinned", "(targets with `os_packages`) `os-packages.txt` matches its body sha256 header, every "
+                            "line parses, and it was made from the matrix's package list, archive and runtime base "
+                            "(inputs sha256)", False),
+    ("OS lock <-> image.json", "its sha256 is the recorded `os_lock_sha256`", False),
+    ("OS lock <-> SBOM", "every `.deb` of the lock is in the SBOM as `pkg:deb` with the same version, `arch` and its "
+                         "one sha256 (an edited lock or a swapped `.deb` fails here)", False),
+)
+
+
+def all_rows(os_packages: bool = True) -> list[tuple[str, str, bool]]:
+    """ROWS with the OS lock's rows after the offline ones, for a target with os_packages."""
+    return ([r for r in ROWS if not r[2]] + (list(OS_ROWS) if os_packages else []) + [r for r in ROWS if r[2]])
+
+
+def table_markdown() -> str:
+    """The README's verify table, made from ROWS (and OS_ROWS)."""
+    lines = ["| row | holds when |", "| --- | --- |"]
+    lines += [f"| `{name}`{' (`--registry`)' if registry else ''} | {when} |" for name, when, registry in all_rows()]
+    return "\n".join(lines) + "\n"
 
 
 class Verifier:
@@ -205,22 +271,41 @@ class Verifier:
                   f"{e.name}: the SBOM's hash (the installed wheel's) is not one of the lock's")
         return f"all {len(entries)} lock entries in the SBOM, same version, installed wheel's hash in the lock"
 
+    def _envelope(self):
+        """(envelope, Statement) of the committed provenance file."""
+        _need(self.prov_path.is_file(), f"{self.prov_path.name} is missing")
+        try:
+            return provsign.read(self.prov_path.read_text())
+        except (ValueError, UnicodeDecodeError) as exc:
+            raise _Fail(f"{self.prov_path.name}: {str(exc)[:160]}") from None
+
+    def _identities(self, predicate: dict) -> None:
+        definition = predicate.get("buildDefinition", {})
+        want_type = attest.build_type(self.t, os.environ)
+        _need(definition.get("buildType") == want_type, f"buildType {definition.get('buildType')!r} is not {want_type}")
+        got = predicate.get("runDetails", {}).get("builder", {}).get("id")
+        fixed = os.environ.get(attest.BUILDER_ID_ENV) or self.t.signing.builder_id
+        _need(got == fixed if fixed else attest.builder_id_forms(self.t).fullmatch(str(got)) is not None,
+              f"builder.id {got!r} is not {fixed or 'a workflow of ' + self.t.project_url + ' or the local form'}")
+        tool = {d.get("name"): d for d in predicate.get("runDetails", {}).get("builder", {})
+                .get("builderDependencies", [])}.get("tool", {})
+        _need(str(tool.get("uri", "")).startswith(f"git+{self.t.project_url}"),
+              f"builderDependencies names no tool at {self.t.project_url}")
+
     def record_provenance(self) -> str:
         r = self.record
-        doc = _read_json(self.prov_path)
+        _, doc = self._envelope()
         _need(doc.get("_type") == "https://in-toto.io/Statement/v1", "not an in-toto v1 statement")
         _need(doc.get("predicateType") == "https://slsa.dev/provenance/v1", "not an SLSA provenance v1 predicate")
-        definition = doc.get("predicate", {}).get("buildDefinition", {})
-        _need(definition.get("buildType") == attest.BUILD_TYPE, f"buildType {definition.get('buildType')!r}")
+        predicate = doc.get("predicate", {})
+        definition = predicate.get("buildDefinition", {})
         _need(definition.get("externalParameters") == {"target": self.t.name,
                                                         "matrix": self.t.model_dump(mode="json")},
               "externalParameters differ from the matrix's entry for this target")
-        builder_id = doc.get("predicate", {}).get("runDetails", {}).get("builder", {}).get("id")
-        _need(builder_id == attest.BUILDER_ID, f"builder.id {builder_id!r} is not {attest.BUILDER_ID}")
+        self._identities(predicate)
         subjects = [s.get("digest", {}).get("sha256") for s in doc.get("subject", [])]
         _need(subjects == [r.digest.removeprefix("sha256:")], f"subject {subjects} != image.json {r.digest}")
-        deps = {d.get("name"): d.get("digest", {}) for d in
-                doc.get("predicate", {}).get("buildDefinition", {}).get("resolvedDependencies", [])}
+        deps = {d.get("name"): d.get("digest", {}) for d in definition.get("resolvedDependencies", [])}
         want = {
             "base:build": {"sha256": r.bases["build"]["digest"].removeprefix("sha256:")},
             "base:runtime": {"sha256": r.bases["runtime"]["digest"].removeprefix("sha256:")},
@@ -235,7 +320,23 @@ class Verifier:
             want[ref] = {"gitCommit": commit}
         for name, digest in want.items():
             _need(deps.get(name) == digest, f"resolvedDependencies {name} {deps.get(name)} != image.json {digest}")
-        return "subject and resolved dependencies match image.json"
+        return "subject, identities and resolved dependencies match image.json and the matrix"
+
+    def _signature_answer(self, question) -> str:
+        env, _ = self._envelope()
+        pub = self.t.signing.public_key
+        answer = question(env, provsign.public_key(self.root, pub) if pub else None)
+        _need(answer.ok, answer.detail)
+        return answer.detail
+
+    def provenance_signed(self) -> str:
+        return self._signature_answer(provsign.signed)
+
+    def provenance_signer(self) -> str:
+        return self._signature_answer(provsign.signer_is)
+
+    def provenance_signature(self) -> str:
+        return self._signature_answer(provsign.signature_holds)
 
     def registry_image(self, engine) -> str:
         r = self.record
@@ -264,32 +365,29 @@ class Verifier:
         return f"{st.state}: {st.detail}"
 
     def rows(self, engine=None) -> list[Row]:
-        head: list[tuple[str, Callable[[], str]]] = [
-            ("matrix <-> Dockerfile", self.matrix_dockerfile),
-            ("lock hash-pinned", self.lock_pinned),
-        ]
-        if self.t.os_packages:
-            head.append(("OS lock hash-pinned", self.os_lock_pinned))
+        offline = {
+            "matrix <-> Dockerfile": self.matrix_dockerfile, "lock hash-pinned": self.lock_pinned,
+            "image.json <-> audit files": self.record_set, "image checks": self.checked,
+            "Dockerfile <-> image.json": self.dockerfile_record, "lock <-> image.json": self.lock_record,
+            "matrix <-> image.json": self.matrix_record, "image.json <-> SBOM": self.record_sbom,
+            "lock <-> SBOM": self.lock_sbom, "image.json <-> provenance": self.record_provenance,
+            "provenance signed": self.provenance_signed, "provenance signer": self.provenance_signer,
+            "provenance signature": self.provenance_signature,
+            "OS lock hash-pinned": self.os_lock_pinned, "OS lock <-> image.json": self.os_lock_record,
+            "OS lock <-> SBOM": self.os_lock_sbom,
+        }
+        online = {"registry: image": self.registry_image, "registry: SBOM + provenance": self.registry_attachments,
+                  "registry: signature": self.registry_signature}
+        rows = all_rows(bool(self.t.os_packages))
+        head = [(name, offline[name]) for name, _, _ in ROWS[:2]]
+        head += [(name, offline[name]) for name, _, _ in rows if name == "OS lock hash-pinned"]
         try:
             self.record
         except _Fail as exc:  # one row says so, not one per link that needs the record
             return self._run(head) + [Row("image.json", False, str(exc))]
-        checks: list[tuple[str, Callable[[], str]]] = head + [
-            ("image.json <-> audit files", self.record_set),
-            ("image checks", self.checked),
-            ("Dockerfile <-> image.json", self.dockerfile_record),
-            ("lock <-> image.json", self.lock_record),
-            ("matrix <-> image.json", self.matrix_record),
-            ("image.json <-> SBOM", self.record_sbom),
-            ("lock <-> SBOM", self.lock_sbom),
-            ("image.json <-> provenance", self.record_provenance),
-        ]
-        if self.t.os_packages:
-            checks += [("OS lock <-> image.json", self.os_lock_record), ("OS lock <-> SBOM", self.os_lock_sbom)]
+        checks = [(name, offline[name]) for name, _, registry in rows if not registry]
         if engine is not None:
-            checks += [("registry: image", lambda: self.registry_image(engine)),
-                       ("registry: SBOM + provenance", lambda: self.registry_attachments(engine)),
-                       ("registry: signature", lambda: self.registry_signature(engine))]
+            checks += [(name, (lambda fn: lambda: fn(engine))(online[name])) for name, _, registry in ROWS if registry]
         return self._run(checks)
 
     @staticmethod

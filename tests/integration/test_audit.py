@@ -3,17 +3,21 @@ the right row for each kind of tampering, and bit-identical rebuilds a minute ap
 
 from __future__ import annotations
 
+import base64
 import datetime as dt
+import hashlib
 import json
+import os
 import re
 import subprocess
 import time
 
 import pytest
 
-from builder import imagediff
+from builder import imagediff, provsign
 from builder.engine import DockerEngine
 from builder.registry import OCI_INDEX, Registry
+from tests.conftest import REPO
 from tests.integration.conftest import REGISTRY, cli
 
 
@@ -32,13 +36,35 @@ def test_sbom_and_provenance_are_recorded_and_attached(built):
     assert any(p.startswith("pkg:deb/debian/python3") for p in purls)
     assert any(p.startswith("pkg:pypi/nvidia-cuda-runtime-cu12@12.9.79") for p in purls)
     assert sbom["metadata"]["timestamp"].startswith("2026-11-01T00:00:00")  # SOURCE_DATE_EPOCH
-    prov = json.loads((smoke.root / "locks/smoke/provenance.intoto.json").read_text())
+    envelope = json.loads((smoke.root / "locks/smoke/provenance.intoto.json").read_text())
+    assert envelope["payloadType"] == "application/vnd.in-toto+json" and len(envelope["signatures"]) == 1
+    prov = provsign.statement_of(smoke.root / "locks/smoke/provenance.intoto.json")
     assert prov["subject"][0]["digest"]["sha256"] == digest.removeprefix("sha256:")
+    # One purl function: the SBOM's purl of each base is the provenance's uri for it.
+    deps = {d["name"]: d for d in prov["predicate"]["buildDefinition"]["resolvedDependencies"]}
+    by_ref = {c["bom-ref"]: c for c in sbom["components"]}
+    for role in ("build", "runtime"):
+        assert deps[f"base:{role}"]["uri"] == by_ref[f"base:{role}"]["purl"]
+        assert "&tag=" in deps[f"base:{role}"]["uri"] and ":" not in deps[f"base:{role}"]["uri"].split("/")[-1]
+    wheel = _installed_hash(smoke.root)
+    assert any(d["digest"] == {"sha256": wheel} and d["uri"].startswith("pkg:pypi/nvidia-cuda-runtime-cu12@12.9.79")
+               for d in deps.values())
+    assert deps["template:Dockerfile.j2"]["uri"].startswith("git+https://github.com/")
+    tool = prov["predicate"]["runDetails"]["builder"]["builderDependencies"][0]
+    assert re.fullmatch(r"[0-9a-f]{40}", tool["digest"]["gitCommit"])
+    # in-toto's own bindings (the test extra) parse it: Statement v1, SLSA Provenance v1, strictly.
+    from google.protobuf import json_format
+    from in_toto_attestation.predicates.provenance.v1 import provenance_pb2
+    from in_toto_attestation.v1 import statement_pb2
+    from in_toto_attestation.v1.statement import Statement
+
+    Statement.copy_from_pb(json_format.ParseDict(prov, statement_pb2.Statement())).validate()
+    json_format.ParseDict(prov["predicate"], provenance_pb2.Provenance())
     # An auditor with only the registry finds both through the referrers tag schema.
     index = DockerEngine().registry.raw_manifest(f"{REGISTRY}/{smoke.repository}", digest.replace(":", "-"))
     assert index is not None and index.media_type == OCI_INDEX
     types = sorted(m["artifactType"] for m in index.doc["manifests"])
-    assert types == ["application/vnd.cyclonedx+json", "application/vnd.in-toto+json"]
+    assert types == ["application/vnd.cyclonedx+json", "application/vnd.dsse.envelope.v1+json"]
 
 
 def test_verify_passes_offline_and_against_the_registry(built):
@@ -71,9 +97,11 @@ TAMPER = {
     "record": ("locks/smoke/image.json", lambda t, root: re.sub(r'"digest": "sha256:[0-9a-f]{64}"',
                                                                '"digest": "sha256:' + "e" * 64 + '"', t, count=1),
                {"matrix <-> image.json", "image.json <-> SBOM", "image.json <-> provenance", AUDIT}),
+    # Inside the signed payload: the signature no longer verifies either.
     "provenance": ("locks/smoke/provenance.intoto.json",
-                   lambda t, root: re.sub(r'"gitCommit": "[0-9a-f]{40}"', '"gitCommit": "' + "1" * 40 + '"', t),
-                   {"image.json <-> provenance", AUDIT}),
+                   lambda t, root: _edit_payload(t, lambda p: re.sub(r'"gitCommit": "[0-9a-f]{40}"',
+                                                                     '"gitCommit": "' + "1" * 40 + '"', p)),
+                   {"image.json <-> provenance", "provenance signature", AUDIT}),
     # A hand-edited OS lock (another version of numactl) fails its body hash and its record.
     "os-lock": ("locks/smoke/os-packages.txt", lambda t, root: re.sub(r"^numactl \S+", "numactl 9.9-9", t, flags=re.M),
                 {"OS lock hash-pinned", "OS lock <-> image.json", "OS lock <-> SBOM"}),
@@ -86,6 +114,86 @@ TAMPER = {
 def _deb_hash(root, name: str) -> str:
     line = next(ln for ln in (root / "locks/smoke/os-packages.txt").read_text().splitlines() if ln.startswith(name + " "))
     return line.rsplit("sha256:", 1)[1]
+
+
+def _edit_payload(text: str, edit) -> str:
+    doc = json.loads(text)
+    doc["payload"] = base64.b64encode(edit(base64.b64decode(doc["payload"]).decode()).encode()).decode()
+    return json.dumps(doc, indent=2, sort_keys=True) + "\n"
+
+
+def _resign(text: str, key_dir) -> str:
+    """The same payload signed with another (freshly made) key."""
+    key, pub = provsign.generate_test_key(key_dir)
+    statement = base64.b64decode(json.loads(text)["payload"]).decode()
+    signing = type("S", (), {"key": str(key), "public_key": str(pub)})
+    return provsign.envelope(statement, provsign.signer(signing, key_dir))
+
+
+# The three signature faults, each with image.json's provenance_sha256 rewritten to match (an
+# attacker who edits both): exactly the fault's own row fails.
+SIGNATURE_FAULTS = {
+    "edited payload": (lambda t, d: _edit_payload(t, lambda p: p.replace('"startedOn": "', '"startedOn": "1', 1)),
+                       "provenance signature"),
+    "wrong key": (_resign, "provenance signer"),
+    "missing signature": (lambda t, d: json.dumps({**json.loads(t), "signatures": []}), "provenance signed"),
+}
+
+
+@pytest.mark.parametrize("fault", sorted(SIGNATURE_FAULTS))
+def test_each_signature_fault_fails_its_own_row(built, tmp_path, fault):
+    smoke, _ = built
+    work = smoke.copy(tmp_path / fault.replace(" ", "-"))
+    edit, row = SIGNATURE_FAULTS[fault]
+    path = work.root / "locks/smoke/provenance.intoto.json"
+    before = path.read_text()
+    path.write_text(edit(before, tmp_path / "other-key"))
+    assert path.read_text() != before
+    record = json.loads(work.record.read_text())
+    record["build"]["provenance_sha256"] = hashlib.sha256(path.read_bytes()).hexdigest()
+    work.record.write_text(json.dumps(record, indent=2) + "\n")
+    r = cli("--matrix", str(work.matrix), "verify", "--target", "smoke")
+    assert r.code == 1, r.err
+    failed = {k for k, ok in _rows(r.err).items() if not ok}
+    assert failed == {row}, r.err
+
+
+def test_an_unsigned_smoke_verifies_with_a_warning(built, tmp_path):
+    """A matrix without signing.key/public_key: the envelope is explicitly unsigned, verify holds and says so."""
+    smoke, _ = built
+    work = smoke.copy(tmp_path / "unsigned")
+    text = work.matrix.read_text()
+    work.matrix.write_text(re.sub(r"\n    signing:\n(      .*\n)+", "\n", text))
+    assert "signing" not in work.matrix.read_text()
+    path = work.root / "locks/smoke/provenance.intoto.json"
+    path.write_text(json.dumps({**json.loads(path.read_text()), "signatures": []}))
+    record = json.loads(work.record.read_text())
+    record["build"]["provenance_sha256"] = hashlib.sha256(path.read_bytes()).hexdigest()
+    work.record.write_text(json.dumps(record, indent=2) + "\n")
+    r = cli("--matrix", str(work.matrix), "verify", "--target", "smoke")
+    rows = _rows(r.err)
+    # externalParameters name the matrix entry (signing included): that row tells the matrix changed.
+    assert {k for k, ok in rows.items() if not ok} == {"image.json <-> provenance"}, r.err
+    assert re.search(r"^ok\s+smoke\s+provenance signed\s+UNSIGNED \(warning\)", r.err, re.M), r.err
+
+
+def test_the_readme_hand_check_runs_verbatim(built, tmp_path):
+    """The README's hand check, exactly as printed there, against the smoke's records and registry."""
+    smoke, _ = built
+    readme = (REPO / "README.md").read_text()
+    block = readme.split("<!-- hand-check:begin -->", 1)[1].split("<!-- hand-check:end -->", 1)[0]
+    script = block.split("```bash\n", 1)[1].rsplit("```", 1)[0]
+    env = {"PATH": os.environ["PATH"], "T": "smoke", "SCHEME": "http", "HOME": os.environ.get("HOME", "/")}
+    proc = subprocess.run(["bash", "-c", script], cwd=smoke.root, env=env, capture_output=True, text=True,
+                          timeout=300)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert proc.stdout.strip().splitlines()[-1] == "hand check: every link holds"
+    # ...and it does fail: an edited SBOM stops it at its sha256.
+    work = smoke.copy(tmp_path / "hand-check-tampered")
+    sbom = work.root / "locks/smoke/sbom.cdx.json"
+    sbom.write_text(sbom.read_text().replace('"version": "12.9.79"', '"version": "12.9.80"', 1))
+    bad = subprocess.run(["bash", "-c", script], cwd=work.root, env=env, capture_output=True, text=True, timeout=300)
+    assert bad.returncode != 0 and "hand check: every link holds" not in bad.stdout
 
 
 @pytest.mark.parametrize("what", sorted(TAMPER))

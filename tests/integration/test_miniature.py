@@ -12,6 +12,7 @@ import subprocess
 
 import pytest
 
+from builder import provsign
 from tests.conftest import REPO
 from tests.integration.conftest import cli
 from tests.integration.test_checks import _failed
@@ -48,7 +49,7 @@ def test_the_demo_image_is_built_like_cu129(built):
     refs = {c["bom-ref"]: c for c in sbom["components"]}
     assert refs["third_party:k3kernels"]["version"] == tp["commit"]
     assert refs["third_party:k3kernels/third-party/k3math"]["version"] == tp["submodules"][0]["commit"]
-    prov = json.loads((smoke.root / "locks" / "smoke" / "provenance.intoto.json").read_text())
+    prov = provsign.statement_of(smoke.root / "locks" / "smoke" / "provenance.intoto.json")  # the DSSE payload
     deps = {d["name"]: d for d in prov["predicate"]["buildDefinition"]["resolvedDependencies"]}
     assert deps["third_party:k3kernels"]["digest"] == {"gitCommit": tp["commit"]}
 

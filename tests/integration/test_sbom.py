@@ -102,14 +102,45 @@ def test_deb_purls_name_the_source_package_as_syft_does(ours, syft_sbom):
     a, b = _packages(ours), _packages(syft_sbom)
     differ = []
     for key in sorted(k for k in set(a) & set(b) if k[0] == "deb"):
-        mine = _qualifier(a[key]["purl"], "upstream")
-        # syft writes upstream=<source>@<source version> when the versions differ; the SBOM names
-        # the source package only, and omits it where it is the binary package's own name.
-        theirs = (_qualifier(b[key]["purl"], "upstream") or "").split("@")[0] or None
-        if mine != (None if theirs == key[1] else theirs):
+        # Both write upstream=<source>@<source version> when dpkg names the source's version (a
+        # binNMU, bash 5.2.15-2+b13 from bash 5.2.15-2), upstream=<source> when only the name differs.
+        mine, theirs = _qualifier(a[key]["purl"], "upstream"), _qualifier(b[key]["purl"], "upstream")
+        if mine != theirs:
             differ.append((key[1], mine, theirs))
     assert not differ, f"upstream (SBOM, syft) differs: {differ}"
     assert sum(_qualifier(a[k]["purl"], "upstream") is not None for k in a if k[0] == "deb") > 0
+    assert any("@" in (_qualifier(a[k]["purl"], "upstream") or "") for k in a if k[0] == "deb")  # a binNMU kept
+
+
+def _license_keys(component: dict) -> set[str]:
+    """What a component's licenses name, compared case-blind: SPDX ids, names, expressions."""
+    out = set()
+    for entry in component.get("licenses", []):
+        lic = entry.get("license") or {}
+        value = entry.get("expression") or lic.get("id") or lic.get("name") or ""
+        if value:
+            out.add(value.lower())
+    return out
+
+
+def test_license_coverage_at_least_syft_s_and_agreeing_where_both_name_one(ours, syft_sbom):
+    a, b = _packages(ours), _packages(syft_sbom)
+    covered_by_syft_only = sorted(k for k in set(a) & set(b) if _license_keys(b[k]) and not _license_keys(a[k]))
+    disagree = sorted((k, sorted(_license_keys(a[k])), sorted(_license_keys(b[k]))) for k in set(a) & set(b)
+                      if _license_keys(a[k]) and _license_keys(b[k]) and not _license_keys(a[k]) & _license_keys(b[k]))
+    counts = {kind: (sum(bool(_license_keys(c)) for k, c in a.items() if k[0] == kind),
+                     sum(bool(_license_keys(c)) for k, c in b.items() if k[0] == kind),
+                     sum(k[0] == kind for k in a)) for kind in COMPARED}
+    print("licensed (SBOM, syft, of):", counts)
+    assert not covered_by_syft_only, f"syft names a license where the SBOM has none: {covered_by_syft_only}"
+    for kind, (mine, theirs, _) in counts.items():
+        assert mine >= theirs, f"{kind}: the SBOM licenses {mine} packages, syft {theirs}"
+    assert not disagree, f"no license in common (package, SBOM, syft): {disagree}"
+    # the prose copyright files (libc6, libstdc++6) get their fallback licenses, never prose words
+    libc = next(c for k, c in a.items() if k[:2] == ("deb", "libc6"))
+    assert _license_keys(libc) and not _license_keys(libc) & {"this", "the", "permission", "by", "redistribution"}
+    kernels = next(c for c in ours["components"] if c["bom-ref"] == "third_party:k3kernels")
+    assert kernels["licenses"] == [{"license": {"id": "Apache-2.0", "acknowledgement": "declared"}}]  # the matrix's
 
 
 def test_at_least_half_of_the_components_carry_a_license(ours, syft_sbom):

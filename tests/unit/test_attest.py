@@ -97,19 +97,37 @@ def inputs():
 def test_dpkg_status_keeps_only_installed_packages():
     debs = inventory.parse_dpkg_status(STATUS)
     assert [d.name for d in debs] == ["bash", "libc6", "python3"]
-    # the source package, its version dropped, only when it is not the binary package's own name
-    assert [d.source for d in debs] == ["", "glibc", "python3-defaults"]
+    # the source package when it is not the binary package's own name, or when dpkg names its
+    # version (a binNMU: bash 5.2.15-2+b13 from source bash 5.2.15-2), with that version
+    assert [(d.source, d.source_version) for d in debs] == [("bash", "5.2.15-2"), ("glibc", ""),
+                                                            ("python3-defaults", "3.11.2-1")]
     assert inventory.parse_os_release('ID=debian\nVERSION_ID="12"\n') == ("debian", "12")
 
 
-def test_dep5_licenses_reads_machine_readable_files_only():
+PROSE = """This is the Debian prepackaged version of the GNU C Library.
+License: This package is free software; you can redistribute it and/or modify it
+License: LGPL-2.1+ or GPL-2 with some exception
+The GNU General Public License can be found in `/usr/share/common-licenses/GPL-2'.
+and the Lesser one in /usr/share/common-licenses/LGPL-2.1.
+Not a license: /usr/share/common-licenses/README
+"""
+
+
+def test_dep5_licenses_reads_machine_readable_files_with_python_debian():
     assert inventory.dep5_licenses(DEP5) == ("GPL-2+ or Artistic, and BSD-3-clause", "GPL-3+ with Bison exception",
                                              "LGPL-2.1+")
     assert inventory.dep5_licenses(DEP5.replace("\n", "\r\n")) == inventory.dep5_licenses(DEP5)
-    # prose (no Format: header): nothing, rather than a guess from "GNU General Public License"
-    assert inventory.dep5_licenses("This is the Debian prepackaged version of the GNU C Library.\n\n"
-                                   "License: GPL\n") == ()
     assert inventory.dep5_licenses("") == ()
+
+
+def test_prose_copyright_falls_back_to_license_lines_and_common_licenses_never_words():
+    # "This" (prose after "License:"), "GPL-2 with some exception" (not a short name) and README
+    # (a file, not a license) are dropped; the short names and the referenced texts are kept.
+    assert inventory.dep5_licenses(PROSE) == ("GPL-2", "LGPL-2.1", "LGPL-2.1+")
+    assert inventory.dep5_licenses("Copyright 1999 someone. All rights reserved.\n") == ()
+    # a Format: header python-debian cannot parse as DEP-5 falls back the same way
+    broken = "Format: https://example.org/not-dep5\n\n" + PROSE
+    assert inventory.dep5_licenses(broken) == inventory.dep5_licenses(PROSE)
     old = "Format-Specification: http://svn.debian.org/wsvn/dep/web/deps/dep5.mdwn?op=file&rev=135\n\n" \
           "Files: *\nCopyright: x\nLicense: BSD-3-clause\n"
     assert inventory.dep5_licenses(old) == ("BSD-3-clause",)
@@ -187,13 +205,12 @@ def test_wheel_files_hashes_the_wheelhouse(tmp_path):
 
 
 def test_the_probe_is_standalone_python():
-    """The probe runs in the image with only the image's python (here: the host's) and prints license
-    strings, not license texts."""
+    """The probe runs in the image with only the image's python (here: the host's) and prints the
+    copyright files (parsed on the host), cut at COPYRIGHT_MAX."""
     out = subprocess.run([sys.executable, "-c", inventory._PROBE], capture_output=True, text=True, check=True).stdout
     doc = json.loads(out)
-    assert set(doc) == {"os_release", "dpkg_status", "dists", "deb_licenses"}
-    assert all(isinstance(v, list) and all(isinstance(s, str) and "\n" not in s for s in v)
-               for v in doc["deb_licenses"].values())
+    assert set(doc) == {"os_release", "dpkg_status", "dists", "copyright"}
+    assert all(isinstance(v, str) and len(v) <= inventory.COPYRIGHT_MAX for v in doc["copyright"].values())
     dists = inventory.parse_dists(doc["dists"])
     assert dists  # pytest itself, at least
     assert all(len(d.license) <= 100 and "\n" not in d.license for d in dists)
@@ -210,15 +227,16 @@ def test_sbom_is_valid_and_the_same_bytes_every_time(inputs):
     assert doc["specVersion"] == "1.6"
     assert doc["metadata"]["timestamp"] == "2026-09-21T22:32:49+00:00"
     assert doc["metadata"]["component"]["purl"] == (
-        "pkg:oci/vllm-openai@sha256:" + "d" * 64 + "?repository_url=ghcr.io/k3-cu129/vllm-openai")
+        "pkg:oci/vllm-openai@sha256:" + "d" * 64 + "?repository_url=ghcr.io/k3-cu129/vllm-openai&tag=kimi-k3-cu129")
     by_ref = {c["bom-ref"]: c for c in doc["components"]}
     torch = by_ref["pkg:pypi/torch@2.13.0%2Bcu129"]
     # without the wheelhouse (the caller has not passed it): the lock's hashes, as before
     assert sorted(h["content"] for h in torch["hashes"]) == ["a" * 64, "b" * 64]
     libc = by_ref["pkg:deb/ubuntu/libc6@2.36-9%2Bdeb12u9?arch=amd64&distro=ubuntu-22.04&upstream=glibc"]
     assert libc["licenses"][0] == {"license": {"id": "BSD-3-Clause", "acknowledgement": "declared"}}
-    assert "pkg:deb/ubuntu/python3@3.11.2-1%2Bb1?arch=amd64&distro=ubuntu-22.04&upstream=python3-defaults" in by_ref
-    assert "pkg:deb/ubuntu/bash@5.2.15-2%2Bb13?arch=amd64&distro=ubuntu-22.04" in by_ref
+    assert ("pkg:deb/ubuntu/python3@3.11.2-1%2Bb1?arch=amd64&distro=ubuntu-22.04&upstream=python3-defaults%40"
+            "3.11.2-1") in by_ref
+    assert "pkg:deb/ubuntu/bash@5.2.15-2%2Bb13?arch=amd64&distro=ubuntu-22.04&upstream=bash%405.2.15-2" in by_ref
     assert by_ref["pkg:pypi/vllm@0.30.0"]["licenses"] == [{"license": {"id": "Apache-2.0",
                                                                        "acknowledgement": "declared"}}]
     assert by_ref["source"]["version"] == inputs[0].source.commit

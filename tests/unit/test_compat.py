@@ -48,15 +48,24 @@ def test_host_properties():
 
 # --- reading nvidia-smi --------------------------------------------------------------------------
 
-@pytest.mark.parametrize("text", [
-    "NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver.",
-    "No devices were found",
-    "blah\nNVIDIA-SMI has failed because of something else\n",
+@pytest.mark.parametrize("text,fault", [
+    ("NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver.", "no-driver"),
+    ("No devices were found", "no-devices"),
+    ("blah\nNVIDIA-SMI has failed because of something else\n", "failed"),
+    ("Failed to initialize NVML: Driver/library version mismatch\n", "nvml-mismatch"),
+    ("NVIDIA-SMI couldn't find libnvidia-ml.so library in your system.", "no-nvml-library"),
 ])
-def test_no_driver_outputs(text):
+def test_no_driver_outputs(text, fault):
     h = compat.parse_smi(text)
     assert h.driver is None and h.cuda is None and h.gpus == ()
-    assert h.note == "nvidia-smi reports no usable driver or GPU"
+    assert h.note == "nvidia-smi reports no usable driver or GPU" and h.fault == fault and h.nvml is None
+
+
+def test_a_table_mentioning_no_devices_mid_line_is_not_a_failure():
+    # "No devices were found" counts only as nvidia-smi's whole answer (a line of its own).
+    h = compat.parse_smi("| NVIDIA-SMI 575.57.08   Driver Version: 575.57.08   CUDA Version: 12.9 |\n"
+                         "| note: No devices were found earlier |\n")
+    assert h.fault is None and h.driver == (575, 57, 8)
 
 
 def test_table_output():
@@ -79,11 +88,71 @@ def test_csv_output():
     assert not h.data_center
 
 
-@pytest.mark.parametrize("text", ["", "hello", "Driver Version: ???", "12.9, NVIDIA H100"])
+@pytest.mark.parametrize("text", ["", "hello", "Driver Version: ???", "12.9, NVIDIA H100", "KMD Version: N/A"])
 def test_unreadable_output_is_an_error(text):
     with pytest.raises(compat.SmiParseError) as info:
         compat.parse_smi(text)
-    assert str(info.value) == "no 'Driver Version' in the nvidia-smi output; capture `nvidia-smi` or `nvidia-smi -q`"
+    assert str(info.value) == ("no 'Driver Version' or 'KMD Version' in the nvidia-smi output; capture `nvidia-smi`, "
+                               "`nvidia-smi -q` or `nvidia-smi --version`")
+
+
+def test_a_headerless_wide_csv_says_which_capture_to_make():
+    with pytest.raises(compat.SmiParseError, match=r"without its header .*capture it with `--format=csv`"):
+        compat.parse_smi("2026/07/14 09:00:27.792, 590.48.01, [N/A], 1, NVIDIA H100 80GB HBM3\n")
+
+
+def test_a_csv_header_without_a_version_is_an_error():
+    with pytest.raises(compat.SmiParseError, match="a row without a version"):
+        compat.parse_smi("name, driver_version\nNVIDIA H100, [N/A]\n")
+
+
+def test_csv_prefers_the_kmd_version_and_reads_the_driver_model():
+    h = compat.parse_smi("name, driver_version, kmd_version, driver_model.current\n"
+                         "NVIDIA GeForce RTX 2080 SUPER, 999.1, 610.62, WDDM\n")
+    assert (h.driver, h.gpus, h.platform, h.form) == ((610, 62), ("NVIDIA GeForce RTX 2080 SUPER",), "windows", "csv")
+    linux = compat.parse_smi("name,driver_version\nNVIDIA H100,590.48.01\nNVIDIA H100,590.48.01\n")
+    assert (linux.driver, linux.platform, len(linux.gpus)) == ((590, 48, 1), "linux", 2)
+    named = compat.parse_smi("driver_version, gpu_name, driver_model.current\n575.57.08, NVIDIA L4, [N/A]\n")
+    assert (named.gpus, named.platform) == (("NVIDIA L4",), "linux")
+
+
+def test_bom_and_crlf_are_read():
+    table = ("| NVIDIA-SMI 576.88     Driver Version: 576.88     CUDA Version: 12.9 |\r\n"
+             "|   0  NVIDIA GeForce RTX 4090      WDDM  |   00000000:01:00.0  On |   N/A |\r\n")
+    h = compat.parse_smi("\ufeff" + table)
+    assert (h.driver, h.cuda, h.gpus, h.platform) == ((576, 88), "12.9", ("NVIDIA GeForce RTX 4090",), "windows")
+    assert compat.parse_smi(table.replace("\r\n", "\r")).gpus == ("NVIDIA GeForce RTX 4090",)
+
+
+@pytest.mark.parametrize("name,kind", [
+    ("NVIDIA GeForce RTX 2080 ...", "consumer"),  # the table cut it after a whole word
+    ("GeForce GTX 108...", "consumer"),
+    ("NVIDIA A100-PCI...", "data-center"),  # the cut word (PCI...) is dropped; A100 is whole
+    ("Tesla V100-SXM2...", "data-center"),
+    ("NVIDIA A10...", "unknown"),  # A10, A100 or A1000? never guessed
+    ("NVIDIA H100 80GB HBM3", "data-center"),
+    ("NVIDIA RTX PRO 6000 Blac...", "consumer"),
+    ("NVIDIA A1000", "consumer"),
+    ("NVIDIA Graphics Device", "consumer"),
+    ("NVIDIA A10...  ", "unknown"),  # trailing blanks after the cut
+    ("NVIDIA TITAN Xp", "consumer"),
+    ("Quadro M1000M", "consumer"),
+    ("NVIDIA L4", "data-center"),
+])
+def test_gpu_class_of_truncated_names(name, kind):
+    assert compat.gpu_class(name) == kind
+
+
+def test_a_truncated_name_is_never_claimed_for_forward_compatibility():
+    h = host((575, 57, 8), gpus=("NVIDIA A10...",))
+    assert not h.data_center and h.unsure_gpus == ("NVIDIA A10...",)
+    route = decide("13.0.2", h).route
+    assert "nvidia-smi cut the name of NVIDIA A10...: capture `nvidia-smi -q` or `nvidia-smi -L`" in route
+    assert "is possible" not in route
+    assert host((575, 57, 8), gpus=("NVIDIA A100-PCI...",)).unsure_gpus == ()
+    two = decide("13.0.2", host((575, 57, 8), gpus=("NVIDIA A10...", "NVIDIA A10...", "NVIDIA L4...", H100))).route
+    assert two.endswith("; forward compatibility needs data-center GPUs, and nvidia-smi cut the name of NVIDIA A10..., "
+                        "NVIDIA L4...: capture `nvidia-smi -q` or `nvidia-smi -L` for the full name")
 
 
 def test_csv_output_of_one_gpu():
@@ -210,3 +279,174 @@ def test_cuda11_on_an_old_driver():
 def test_a_bad_version_is_a_value_error():
     with pytest.raises(ValueError):
         decide("twelve", host((575, 57, 8)))
+
+
+# --- broken hosts and Windows drivers --------------------------------------------------------------
+
+@pytest.mark.parametrize("fault,state,route", [
+    ("nvml-mismatch", "the loaded NVIDIA kernel module and the user-space driver library differ (a driver",
+     "reboot the host, or stop every GPU process and reload the NVIDIA kernel modules"),
+    ("no-nvml-library", "nvidia-smi finds no libnvidia-ml.so", "on a host, install the NVIDIA driver"),
+    ("no-driver", "couldn't communicate with the NVIDIA driver", "install a driver (r575 for the cu129 build"),
+    ("no-devices", "the NVIDIA driver is loaded but reports no GPU", "make the GPU visible"),
+    ("failed", "nvidia-smi failed", "install or repair the driver"),
+])
+def test_a_broken_host_is_a_verdict_with_a_route_and_evidence(fault, state, route):
+    v = decide("12.9.1", HostGPU(None, None, (), fault=fault))
+    assert v.compatible is False
+    assert v.reason.startswith("image needs CUDA 12.9.1 but this host has no usable NVIDIA driver: ")
+    assert state in v.reason and v.route.startswith(route) and v.save
+    assert v.save == compat.BROKEN[fault][2]
+
+
+def test_the_mismatch_names_the_user_space_library():
+    v = decide("12.9.1", HostGPU(None, None, (), fault="nvml-mismatch", nvml="570.124"))
+    assert "driver library differ (user-space NVML library 570.124) (a driver upgraded" in v.reason
+    assert "/proc/driver/nvidia/version" in v.save
+
+
+def test_cuda13_on_a_driver_below_cuda12_is_not_sent_to_the_bridge():
+    v = decide("13.0.2", host((470, 82, 1)))
+    assert v.route == "upgrade the driver to r580+ (even the cu129 build needs a CUDA 12 driver, >= 525.60.13)"
+    assert v.compatible is False
+    assert v.reason == "CUDA 13.0.2 needs driver >= 580.95.05 (branch r580); host has 470.82.01 (r470)"
+    assert decide("13.0.2", host((525, 60, 13))).route.startswith("use the cu129 build")
+    assert decide("13.0.2", host((525, 60, 12))).route.startswith("upgrade the driver to r580+")
+
+
+def win(driver, cuda, platform="windows"):
+    return HostGPU(driver, cuda, (RTX,), platform=platform)
+
+
+def test_a_windows_driver_is_judged_by_the_cuda_it_reports():
+    ok = decide("12.9.1", win((576, 88), "12.9"))
+    assert ok.compatible and ok.route == "run the image as it is"
+    assert ok.reason == f"CUDA 12.9.1: 576.88 is a Windows driver that reports CUDA up to 12.9 ({compat.WINDOWS_TABLE})"
+    assert decide("12.9.1", win((610, 62), "13.3")).compatible
+    # The Linux table is never applied to a Windows version: 576.88 >= 575.57.08 means nothing there.
+    low = decide("12.9.1", win((576, 2), "12.8"))
+    assert not low.compatible and "reports CUDA up to 12.8; minor-version compatibility would need" in low.reason
+    assert low.route.startswith("upgrade the Windows driver to one that reports CUDA 12.9 or newer")
+    assert low.route.endswith("; forward compatibility (cuda-compat) is not assessed for this driver")
+
+
+def test_the_official_image_on_a_cuda12_windows_or_wsl_driver():
+    v = decide("13.0.2", win((555, 99), "12.5", platform="wsl"))
+    assert not v.compatible and "555.99 is a WSL host's Windows driver that reports CUDA up to 12.5" in v.reason
+    assert v.route.startswith("use the cu129 build (this project) on this CUDA 12 driver, or upgrade the Windows")
+    none = decide("12.9.1", win((546, 80), None, platform="wsl"))
+    assert not none.compatible and "reports no CUDA version" in none.reason
+    assert decide("13.0.2", win((546, 80), None)).route == (
+        "upgrade the Windows driver to one that reports CUDA 13.0 or newer (NVIDIA's table gives the minimum); "
+        "forward compatibility (cuda-compat) is not assessed for this driver")
+    assert v.route == ("use the cu129 build (this project) on this CUDA 12 driver, or upgrade the Windows driver to "
+                       "one that reports CUDA 13; forward compatibility (cuda-compat) is not assessed for this driver")
+    assert none.reason == (f"CUDA 12.9.1: 546.80 is a WSL host's Windows driver that reports no CUDA version; "
+                           f"minor-version compatibility would need the Windows family minimum, not confirmed here "
+                           f"({compat.WINDOWS_TABLE})")
+    # a CUDA 11 Windows driver is not sent to the cu129 bridge
+    assert decide("13.0.2", win((472, 12), "11.4")).route.startswith("upgrade the Windows driver to one that reports")
+    assert decide("12.9.1", win((610, 62), "12.9")).compatible  # exactly the image's major.minor
+
+
+@pytest.mark.parametrize("text,platform", [
+    # WSL: Linux's nvidia-smi reporting the Windows driver (--version and table forms)
+    ("NVIDIA-SMI version  : 580.82.07\nNVML version        : 580.95\nDRIVER version      : 581.42\n"
+     "CUDA Version        : 13.0\n", "wsl"),
+    ("| NVIDIA-SMI 545.46                 Driver Version: 546.80       CUDA Version: 12.3     |\n", "wsl"),
+    # the Windows table of older drivers: "TCC/WDDM" column, the model right after a cut name
+    ("| NVIDIA-SMI 517.48       Driver Version: 517.48       CUDA Version: 11.7     |\n"
+     "| GPU  Name            TCC/WDDM | Bus-Id        Disp.A | Volatile Uncorr. ECC |\n"
+     "|   0  NVIDIA GeForce ... WDDM  | 00000000:0A:00.0  On |                  N/A |\n", "windows"),
+    ("| NVIDIA-SMI 580.88   Driver Version: 580.88   CUDA Version: 13.0 |\n"
+     "|   0  NVIDIA RTX PRO 6000 Blackwell ... MCDM  | 00000000:0A:00.0 Off | Off |\n", "windows"),
+    ("Driver Version : 576.02\nCUDA Version : 12.9\nDriver Model\n    Current : TCC\n    Pending : TCC\n", "windows"),
+    # Linux, a two-part version included: nvidia-smi and the driver agree
+    ("| NVIDIA-SMI 595.80                 Driver Version: 595.80         CUDA Version: 13.2     |\n", "linux"),
+    ("Driver Version : 580.82.07\nDriver Model\n    Current : N/A\n", "linux"),
+    ("| NVIDIA-SMI 580.95.05   Driver Version: 580.95.05   CUDA Version: 13.0 |\n", "linux"),
+])
+def test_the_platform_of_a_driver(text, platform):
+    assert compat.parse_smi(text).platform == platform
+
+
+def test_the_old_windows_table_names_its_gpus():
+    h = compat.parse_smi("| NVIDIA-SMI 517.48       Driver Version: 517.48       CUDA Version: 11.7     |\n"
+                         "|   0  NVIDIA GeForce ... WDDM  | 00000000:0A:00.0  On |                  N/A |\n"
+                         "|   1  NVIDIA GeForce ... WDDM  | 00000000:43:00.0  On |                  N/A |\n")
+    assert h.gpus == ("NVIDIA GeForce ...",) * 2 and not h.data_center and h.unsure_gpus == ()
+
+
+def test_table_rows_never_run_into_the_next_cell_or_the_processes():
+    text = ("| NVIDIA-SMI 575.57.08   Driver Version: 575.57.08   CUDA Version: 12.9 |\n"
+            "|   0  Tesla T4            N/A  | 00000000:00:04.0 Off |                    0 |\n"
+            "| Processes:                                                                  |\n"
+            "|    0   N/A  N/A      2140    C+G   C:\\Windows\\System32\\dwm.exe    N/A      |\n"
+            "|    1   N/A  N/A      2141    C   python                        On |\n")
+    assert compat.parse_smi(text).gpus == ()  # no On/Off/model column: not a GPU row; process rows never
+
+
+@pytest.mark.parametrize("text,cuda,note", [
+    ("Driver Version: 575.57.08  CUDA UMD Version: 13.3  CUDA Version: 12.9", "13.3", ""),
+    ("Driver Version: 575.57.08  CUDA Version: N/A", None, "'CUDA Version: N/A'"),
+    ("Driver Version: 575.57.08  CUDA Version: ERR!", None, "'CUDA Version: ERR!'"),
+    ("Driver Version: 575.57.08", None, ""),
+])
+def test_the_drivers_cuda_version(text, cuda, note):
+    h = compat.parse_smi(text)
+    assert h.cuda == cuda and (note in h.note if note else h.note == "")
+
+
+@pytest.mark.parametrize("text,driver,gpus", [
+    ("driver_version\n575.57.08\n", (575, 57, 8), ()),  # no name column: no GPU names
+    ("timestamp, name, driver_version, pstate\n2026/07/14, NVIDIA L4, 550.163.01, P8\n", (550, 163, 1), ("NVIDIA L4",)),
+    ("575.57.08, NVIDIA H100\n", (575, 57, 8), ("NVIDIA H100",)),
+])
+def test_csv_columns(text, driver, gpus):
+    h = compat.parse_smi(text)
+    assert (h.driver, h.gpus, h.form, h.platform, h.cuda) == (driver, gpus, "csv", "linux", None)
+
+
+@pytest.mark.parametrize("text,message", [
+    ("575.57.08, NVIDIA H100, P8\n", "without its header"),  # three columns, no header: not the two-column form
+    ("2026/07/14, 590.48.01, NVIDIA H100\n", "without its header"),
+    ("name, driver_version\n", "a row without a version"),  # the header alone
+])
+def test_csv_refusals(text, message):
+    with pytest.raises(compat.SmiParseError, match=message) as info:
+        compat.parse_smi(text)
+    assert str(info.value) in (
+        "a --query-gpu CSV without its header (`--format=csv,noheader`) has no column names; capture it with "
+        "`--format=csv` (header kept), or capture `nvidia-smi --query-gpu=driver_version,name --format=csv,noheader`",
+        "the --query-gpu CSV has a driver_version column but a row without a version")
+
+
+def test_a_tcc_csv_row_is_windows():
+    assert compat.parse_smi("name, driver_version, driver_model.current\nTesla T4, 576.02, TCC\n").platform == "windows"
+    two = "name, driver_version, driver_model.current\nA, 576.02, WD\nB, 576.02, DM\n"  # "WD DM" is no model
+    assert compat.parse_smi(two).platform == "linux"
+    blank = "name, driver_version, driver_model.current\nA, 576.02,\nB, 576.02, TCC\n"
+    assert compat.parse_smi(blank).platform == "windows"
+
+
+def test_a_container_with_a_newer_nvidia_smi_than_its_driver_is_not_wsl():
+    h = compat.parse_smi("| NVIDIA-SMI 575.57.08    Driver Version: 570.124.06    CUDA Version: 12.8 |\n")
+    assert (h.platform, h.driver) == ("linux", (570, 124, 6))
+
+
+def test_forms():
+    assert compat.parse_smi("Driver Version : 575.57.08\n").form == "query"
+    assert compat.parse_smi("| NVIDIA-SMI 575.57.08   Driver Version: 575.57.08 |\n").form == "table"
+    assert compat.parse_smi("x\n| NVIDIA-SMI 331.62     Driver Version: 331.62         |\n").form == "table"
+    assert compat.parse_smi("NVIDIA-SMI version  : 590.48.01\nDRIVER version      : 590.48.01\n").form == "version"
+
+
+def test_a_mig_section_at_the_end_of_the_output():
+    text = ("| NVIDIA-SMI 590.48.01   Driver Version: 590.48.01   CUDA Version: 13.1 |\n"
+            "|   0  NVIDIA H100 80GB HBM3          On  |   00000000:00:09.0 Off |   On |\n\n"
+            "| MIG devices:                                  |\n"
+            "|  0    2   0   0  |  26MiB / 40448MiB | 60  0 |\n"
+            "|  0    3   0   1  |  17MiB / 20096MiB | 32  0 |")
+    h = compat.parse_smi(text)
+    assert (h.mig_devices, h.gpus) == (2, ("NVIDIA H100 80GB HBM3",))
+    assert compat.parse_smi(text + "\n\n|  0    9   0   2  |  not MIG: after the section |\n").mig_devices == 2

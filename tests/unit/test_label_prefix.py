@@ -34,7 +34,7 @@ def test_a_custom_prefix_names_every_project_label(tmp_path):
     keys = re.findall(r'"([^"]+)"=', text[text.index("\nLABEL "):])
     own = [k for k in keys if not k.startswith("org.opencontainers.")]
     assert sorted(own) == sorted(["com.example.gpu-platform." + s for s in
-                                  ("cuda-version", "expires", "owner", "target", "upstream.source", "sbom",
+                                  ("cuda-version", "expires", "owner", "target", "builder.source", "sbom",
                                    "lock-sha256")])
     assert "io.k3-cu129" not in text
 

@@ -43,7 +43,7 @@ SIGN_BUNDLE = Referrer(sig.BUNDLE_TYPE, {sig.ANNOTATION_CONTENT: "dsse-envelope"
 PROVENANCE_BUNDLE = Referrer(sig.BUNDLE_TYPE, {sig.ANNOTATION_CONTENT: "dsse-envelope",
                                                sig.ANNOTATION_PREDICATE: "https://slsa.dev/provenance/v1"})
 TOOL_SBOM = Referrer("application/vnd.cyclonedx+json", {}, b"{}")
-TOOL_PROVENANCE = Referrer("application/vnd.in-toto+json", {}, b"{}")
+TOOL_PROVENANCE = Referrer("application/vnd.dsse.envelope.v1+json", {}, b"{}")  # the tool's signed provenance
 
 
 # -- verification with cosign ----------------------------------------------------------------------

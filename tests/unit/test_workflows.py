@@ -258,6 +258,11 @@ def test_signing_and_provenance_happen_in_the_signing_job():
     verify = doc["jobs"]["verify"]
     assert verify["needs"] == ["track", "build", "sign"]
     assert "cosign verify --certificate-identity" in _run(doc, "verify")
+    # The tool's provenance: keyless in CI, the recorded predicate attested and checked back.
+    assert re.search(r'cosign attest --yes --type slsaprovenance1 --predicate predicate\.json "\$IMAGE"',
+                     _run(doc, "sign"))
+    assert "cosign verify-attestation --type slsaprovenance1 --certificate-identity" in _run(doc, "verify")
+    assert 'grep -qxF "$recorded"' in _run(doc, "verify")
     assert any("--registry" in a for a in _build_invocations(_run(doc, "verify")))
 
 
