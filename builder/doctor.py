@@ -204,7 +204,7 @@ def decision(d: Diagnosis, labels: dict[str, str], built: dict | None, archive: 
     bridge = keys.expires in labels
     options = paths(d, bridge)
     chosen, why = _choice(d, bridge)
-    label_keys = (keys.cuda, keys.owner, keys.expires, keys.target, keys.lock_sha256, keys.upstream_source,
+    label_keys = (keys.cuda, keys.owner, keys.expires, keys.target, keys.lock_sha256, keys.builder_source,
                   contract.OCI_VERSION, contract.OCI_REVISION, contract.OCI_SOURCE, contract.OCI_CREATED,
                   contract.OCI_BASE_NAME, contract.OCI_BASE_DIGEST)
     same = built is not None and built["image"] == d.facts["image"]

@@ -682,7 +682,7 @@ HEAD = (
 ABSENT_LABELS = (
     "- label io.k3-cu129.target: (absent)\n"
     "- label io.k3-cu129.lock-sha256: (absent)\n"
-    "- label io.k3-cu129.upstream.source: (absent)\n"
+    "- label io.k3-cu129.builder.source: (absent)\n"
     "- label org.opencontainers.image.version: (absent)\n"
     "- label org.opencontainers.image.revision: (absent)\n"
     "- label org.opencontainers.image.source: (absent)\n"
