@@ -311,5 +311,5 @@ def init(out: Path, registry: str, engine: Engine, expires: dt.date | None = Non
     expires = expires or (dt.date.today() + dt.timedelta(days=180))
     path = out / "matrix.yaml"
     atomic_write(path, matrix_text(registry, bases, repos, expires, repository, _test_signing_key(out),
-                                   pins))
+                                   os_pins=pins))
     return path
