@@ -194,7 +194,8 @@ def input_key(plan: Plan, dockerfile_text: str, locks: LockSet) -> str:
     commit, pins, compile settings, the CPython tarball's sha256) and the tool version. MAX_JOBS is
     left out on purpose: it changes how fast the compile runs, not what it produces. The README
     ("For the auditor") defines it exactly: sha256 of the compact, key-sorted JSON of
-    {build_lock, dockerfile, lock, target, tool}.
+    {build_lock, dockerfile, lock, target, tool}, plus os_lock (the OS lock's sha256) for a target
+    with os_packages.
     """
     doc = {
         "dockerfile": sha256_bytes(dockerfile_text.encode()),
