@@ -9,8 +9,14 @@ Measures (NAME):
   noop           the build with unchanged inputs (image served): goal < 0.3 s
   expiry         the rebuild after an expiry change: RUN steps that ran
   render-plan    `render --check` + `plan` for every target: goal < 1 s
-  delta          bytes of the layers a source-only bump changes / bytes of all layers above the base,
-                 on the smoke; and the projected cu129 share from the rehearsed lock's wheel sizes
+  delta          bytes of the layers a Python-only bump and a C-only bump change / bytes of all
+                 layers above the base, on the smoke; the cu129 projection: PyPI's vllm wheel
+                 (`pip download`, cached) installed, split by ELF magic and compiled as the image
+                 does, each part's gzipped tar against the rehearsed lock's wheel sizes
+  import-time    `import k3smoke` in the smoke image with its bytecode / with the image's own .pyc
+                 files deleted (the image before bytecode), median of cold interpreter starts
+  overhead       the tool's fixed seconds (whole command minus the engine step) on a build whose
+                 engine steps are all cached, by step, and the tool's own imports (-X importtime)
   compile-cache  Debian's redis-server on the engine's bridge as sccache's backend: the smoke with
                  heavy compile units built twice on an emptied builder; hit rate and compile step
                  time cold vs warm
@@ -41,7 +47,7 @@ sys.path.insert(0, str(REPO))
 from builder import buildlog  # noqa: E402
 
 BUILD = str(REPO / ".venv" / "bin" / "build")
-MEASURES = ("tool-vs-raw", "noop", "expiry", "render-plan", "delta", "compile-cache")
+MEASURES = ("tool-vs-raw", "noop", "expiry", "render-plan", "delta", "import-time", "overhead", "compile-cache")
 med = statistics.median
 
 
@@ -143,21 +149,26 @@ def _layers(ref: str) -> list[tuple[str, int]]:
     return [(layer["digest"], int(layer["size"])) for layer in doc["layers"]]
 
 
-def _bump_source(smoke: Smoke) -> None:
-    """A source-only change: a new commit on the smoke branch (a comment in a Python file)."""
-    src = smoke.work / "k3smoke-src"
-    (src / "k3smoke" / "__main__.py").write_text((src / "k3smoke" / "__main__.py").read_text() + "# bumped\n")
+def _bump(smoke: Smoke, path: str, change, when: str) -> None:
+    """A new commit on the smoke branch that changes one file of the source."""
+    src = smoke.work / "k3smoke-src" / path
+    src.write_text(change(src.read_text()))
     env = dict(os.environ, GIT_AUTHOR_NAME="b", GIT_AUTHOR_EMAIL="b@e.org", GIT_COMMITTER_NAME="b",
-               GIT_COMMITTER_EMAIL="b@e.org", GIT_COMMITTER_DATE="2026-11-02T00:00:00+00:00")
-    sh("git", "-C", str(src), "commit", "-qam", "bump", env=env)
-    commit = sh("git", "-C", str(src), "rev-parse", "HEAD").stdout.strip()
+               GIT_COMMITTER_EMAIL="b@e.org", GIT_COMMITTER_DATE=when)
+    sh("git", "-C", str(smoke.work / "k3smoke-src"), "commit", "-qam", "bump", env=env)
+    commit = sh("git", "-C", str(smoke.work / "k3smoke-src"), "rev-parse", "HEAD").stdout.strip()
     smoke.edit(lambda text: re.sub(r"(\n      commit: )[0-9a-f]{40}", rf"\g<1>{commit}", text, count=1))
 
 
-def _cu129_projection() -> str:
-    """From the rehearsed cu129 runtime lock: bytes of the app layer (vLLM's wheel, PyPI's as a
-    stand-in) / bytes of all the layers the lock fills, by the matrix's grouping."""
-    sys.path.insert(0, str(REPO))
+def _moved(smoke: Smoke, before: list[tuple[str, int]]) -> tuple[list[tuple[str, int]], list[tuple[str, int]]]:
+    smoke.build("--no-checks")
+    after = _layers(smoke.matrix.read_text().split("registry: ")[1].split()[0] + "/" + smoke.repository + ":smoke")
+    base = len(_layers(re.search(r"runtime: (\S+)", smoke.matrix.read_text()).group(1)))
+    return after, [(d, n) for d, n in after[base:] if (d, n) not in before]
+
+
+def _rehearsed_layer_bytes() -> dict[str, int]:
+    """From the rehearsed cu129 runtime lock: wheel bytes per matrix layer group (PyPI sizes)."""
     from builder import matrix as matrix_mod
     from builder.buildcontext import layer_of
 
@@ -168,11 +179,63 @@ def _cu129_projection() -> str:
         lock = (Path(tmp) / "artifacts/cu129/rehearsal/runtime.lock.txt").read_text()
     sizes: dict[str, int] = {}
     for name, version in re.findall(r"^([A-Za-z0-9][A-Za-z0-9._-]*)==([^\s;\\]+)", lock, re.M):
-        sizes[layer_of(target, name)] = sizes.get(layer_of(target, name), 0) + _wheel_size(name, version)
-    app = _wheel_size("vllm", target.source.version)
-    total = sum(sizes.values()) + app
+        if name != target.source.package:
+            sizes[layer_of(target, name)] = sizes.get(layer_of(target, name), 0) + _wheel_size(name, version)
+    return sizes
+
+
+def _vllm_wheel() -> Path:
+    """PyPI's vllm wheel at the cu129 pin (the +cu129 one is built, not downloaded), cached."""
+    from builder import matrix as matrix_mod
+
+    version = matrix_mod.load(REPO / "matrix.yaml").target("cu129").source.version
+    dest = Path(os.environ.get("K3_CACHE_DIR") or Path.home() / ".cache" / "k3-builder") / "bench"
+    sh(sys.executable, "-m", "pip", "download", "--quiet", "--no-deps", f"vllm=={version}", "-d", str(dest),
+       env=dict(os.environ, PIP_CONFIG_FILE="/dev/null"))
+    return sorted(dest.glob(f"vllm-{version}-*.whl"))[-1]
+
+
+def _gz_tar_bytes(root: Path) -> int:
+    tar = subprocess.Popen(["tar", "-C", str(root), "--sort=name", "-c", "."], stdout=subprocess.PIPE)
+    size = len(subprocess.run(["gzip", "-6", "-n"], stdin=tar.stdout, capture_output=True, check=True).stdout)
+    tar.wait()
+    return size
+
+
+def _vllm_split() -> dict[str, int]:
+    """The wheel installed as the image installs it, split and compiled by the image's own helper:
+    bytes of its ELF and other entries in the wheel, and each layer as a gzipped tar."""
+    import zipfile
+
+    wheel = _vllm_wheel()
+    out = {"zip_elf": 0, "zip_other": 0}
+    with zipfile.ZipFile(wheel) as zf:
+        for info in zf.infolist():
+            with zf.open(info) as fh:
+                out["zip_elf" if fh.read(4) == b"\x7fELF" else "zip_other"] += info.compress_size
+    helper = REPO / "builder" / "templates" / "layer_files.py"
+    with tempfile.TemporaryDirectory() as tmp:
+        stage, native, py = (Path(tmp) / n for n in ("stage", "native", "python"))
+        sh(sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--no-compile", "--no-index",
+           "--root", str(stage), str(wheel), env=dict(os.environ, PIP_CONFIG_FILE="/dev/null"))
+        sh(sys.executable, str(helper), "split", str(stage), str(native), str(py))
+        out["native_gz"], out["python_gz_no_pyc"] = _gz_tar_bytes(native), _gz_tar_bytes(py)
+        out["compiled"] = sh(sys.executable, str(helper), "bytecode", str(py),
+                             env=dict(os.environ, PYTHONHASHSEED="0")).stdout.strip().split(": ", 1)[1]
+        out["python_gz"] = _gz_tar_bytes(py)
+    return out
+
+
+def _cu129_projection() -> list[tuple[str, str, str]]:
+    sizes, split = _rehearsed_layer_bytes(), _vllm_split()
+    total = sum(sizes.values()) + split["native_gz"] + split["python_gz"]
     per = ", ".join(f"{k} {v / 1e9:.2f} GB" for k, v in sorted(sizes.items()))
-    return f"cu129 projected: app {app / 1e9:.2f} GB of {total / 1e9:.2f} GB = {app / total:.3f} ({per})"
+    return [("cu129 projected: Python-only bump / above base", f"{split['python_gz'] / total:.4f}",
+             f"app-python {split['python_gz'] / 1e6:.1f} MB of {total / 1e9:.2f} GB (without bytecode "
+             f"{split['python_gz_no_pyc'] / 1e6:.1f} MB; {split['compiled']})"),
+            ("cu129 projected: C-only bump / above base", f"{split['native_gz'] / total:.4f}",
+             f"app-native {split['native_gz'] / 1e9:.3f} GB; vllm wheel: ELF files {split['zip_elf'] / 1e6:.1f} MB, "
+             f"other files {split['zip_other'] / 1e6:.1f} MB compressed; other layers: {per}")]
 
 
 def _wheel_size(name: str, version: str) -> int:
@@ -186,17 +249,113 @@ def _wheel_size(name: str, version: str) -> int:
 
 def delta(smoke: Smoke, rounds: int) -> list[tuple[str, str, str]]:
     smoke.build("--no-checks")
-    before = _layers(smoke.matrix.read_text().split("registry: ")[1].split()[0] + "/" + smoke.repository + ":smoke")
-    _bump_source(smoke)
-    smoke.build("--no-checks")
-    after = _layers(smoke.matrix.read_text().split("registry: ")[1].split()[0] + "/" + smoke.repository + ":smoke")
+    first = _layers(smoke.matrix.read_text().split("registry: ")[1].split()[0] + "/" + smoke.repository + ":smoke")
+    _bump(smoke, "k3smoke/__main__.py", lambda text: text + "# bumped\n", "2026-11-02T00:00:00+00:00")
+    after_py, moved_py = _moved(smoke, first)
+    _bump(smoke, "csrc/driver.c", lambda text: text + 'const char k3_bump_note[] = "bumped";\n',
+          "2026-11-03T00:00:00+00:00")
+    after_c, moved_c = _moved(smoke, after_py)
     base = len(_layers(re.search(r"runtime: (\S+)", smoke.matrix.read_text()).group(1)))
-    above = after[base:]
-    new = [(d, n) for d, n in above if (d, n) not in before]
-    share = sum(n for _, n in new) / sum(n for _, n in above)
-    return [("layers above the base", str(len(above)), f"{len(new)} changed by a source-only bump"),
-            ("delta: new bytes / bytes above the base", f"{share:.4f}",
-             f"{sum(n for _, n in new)} of {sum(n for _, n in above)} bytes; {_cu129_projection()}")]
+    above = sum(n for _, n in after_c[base:])
+    rows = [("layers above the base", str(len(after_c) - base),
+             f"Python-only bump changed {len(moved_py)}, C-only bump changed {len(moved_c)}")]
+    for kind, moved in (("Python-only", moved_py), ("C-only", moved_c)):
+        rows.append((f"delta: {kind} bump new bytes / above base", f"{sum(n for _, n in moved) / above:.4f}",
+                     f"{sum(n for _, n in moved)} of {above} bytes (smoke)"))
+    return rows + _cu129_projection()
+
+
+# Runs inside the image as root: for each module, cold interpreter starts (one fresh python each)
+# alternating between the image's bytecode and none (every .pyc under /opt/k3 renamed away,
+# which the image's own user could not do), after one start of each to warm the page cache; prints
+# the median cumulative import time (-X importtime, microseconds) with and without, per module.
+_IMPORT_PROBE = """
+import os, statistics, subprocess, sys
+caches = [os.path.join(d, f) for d, _, files in os.walk("/opt/k3") for f in files if f.endswith(".pyc")]
+def hide(away):  # files, not directories: overlayfs refuses to rename a lower layer's directory
+    for c in caches:
+        os.rename(c, c + ".off") if away else os.rename(c + ".off", c)
+def once(module):
+    err = subprocess.run([sys.executable, "-X", "importtime", "-c", "import " + module],
+                         capture_output=True, text=True, check=True).stderr
+    return int([ln for ln in err.splitlines() if ln.split("|")[-1].strip() == module][-1].split("|")[1])
+out = []
+for module in sys.argv[2:]:
+    times = {False: [], True: []}
+    for i in range(2 * int(sys.argv[1]) + 2):
+        off = bool(i % 2)
+        if off:
+            hide(True)
+        t = once(module)
+        if off:
+            hide(False)
+        if i >= 2:
+            times[off].append(t)
+    out += [statistics.median(times[False]), statistics.median(times[True])]
+print(len(caches), " ".join(str(x) for x in out))
+"""
+IMPORT_MODULES = ("k3smoke", "packaging.requirements")  # the app's main module; a dependency's
+
+
+def import_time(smoke: Smoke, rounds: int) -> list[tuple[str, str, str]]:
+    """The image with its bytecode against the image as it was before (no .pyc under /opt/k3; the
+    base's standard library keeps its own), in one container, interleaved."""
+    smoke.build("--no-checks")
+    image = smoke.matrix.read_text().split("registry: ")[1].split()[0] + "/" + smoke.repository + ":smoke"
+    starts = max(15, rounds * 5)
+    script = f"cat > /tmp/probe.py <<'EOF'\n{_IMPORT_PROBE}\nEOF\npython /tmp/probe.py {starts} {' '.join(IMPORT_MODULES)}\n"
+    # The driver library every extension links: the base's compat copy, as the checks load it.
+    caches, *out = sh("docker", "run", "--rm", "--network", "none", "--user", "0", "-e",
+                      "LD_LIBRARY_PATH=/usr/local/cuda/compat", "--entrypoint", "sh", image, "-c", script).stdout.split()
+    rows = []
+    for i, module in enumerate(IMPORT_MODULES):
+        with_pyc, without = int(out[2 * i]), int(out[2 * i + 1])
+        rows.append((f"import {module}: with / without bytecode", f"{with_pyc / without:.3f}",
+                     f"{with_pyc / 1000:.1f} ms / {without / 1000:.1f} ms, medians of {starts} cold starts "
+                     f"each, interleaved ({caches} .pyc files under /opt/k3)"))
+    return rows
+
+
+def _import_seconds(stderr: str) -> tuple[float, list[tuple[str, float]]]:
+    """Total self time of every import (-X importtime) and the slowest top-level packages."""
+    total, top = 0, {}
+    for m in re.finditer(r"^import time:\s+(\d+) \|\s+(\d+) \|( *)(\S+)$", stderr, re.M):
+        total += int(m.group(1))
+        if len(m.group(3)) == 1:
+            top[m.group(4)] = top.get(m.group(4), 0) + int(m.group(2))
+    return total / 1e6, sorted(((k, v / 1e6) for k, v in top.items()), key=lambda kv: -kv[1])[:4]
+
+
+def _step_name(line: str) -> str:
+    """A step's name without what varies between runs (log paths, image references, digests)."""
+    line = re.sub(r" \(log: [^)]*\)", "", line)
+    return re.sub(r" (\S+@)?sha256:\S+| \S+/\S+:\S+| [0-9a-f]{12,}", "", line).strip()
+
+
+def overhead(smoke: Smoke, rounds: int) -> list[tuple[str, str, str]]:
+    """The tool's fixed seconds on a build whose engine steps are all cached: whole command minus
+    the engine step, by the tool's own step timings, plus its imports."""
+    smoke.build("--no-checks")
+    runs = []
+    for _ in range(max(3, rounds)):
+        t, proc = timed(BUILD, "--matrix", str(smoke.matrix), "--target", "smoke", "--force", "--no-checks",
+                        env=dict(os.environ, PYTHONPROFILEIMPORTTIME="1"))
+        steps = {_step_name(m.group(1)): float(m.group(2))
+                 for m in re.finditer(r"done: smoke: (.+) \(([\d.]+)s\)$", proc.stderr, re.M)}
+        runs.append((t, steps, _import_seconds(proc.stderr)))
+    wall = med(r[0] for r in runs)
+    engine = med(next(v for k, v in r[1].items() if k.startswith("buildx build")) for r in runs)
+    names = [k for k in runs[0][1] if not k.startswith("buildx build")]
+    by_step = sorted(((k, med(r[1].get(k, 0.0) for r in runs)) for k in names), key=lambda kv: -kv[1])
+    imports = med(r[2][0] for r in runs)
+    rest = wall - engine - sum(v for _, v in by_step)
+    return [("fixed overhead: tool minus engine step (s)", f"{wall - engine:.2f}",
+             f"whole command {wall:.2f} s, engine step {engine:.2f} s (all cached), median of {len(runs)}"),
+            ("  ... by step (s)", f"{sum(v for _, v in by_step):.2f}",
+             "; ".join(f"{k} {v:.2f}" for k, v in by_step)),
+            ("  ... outside any step (s)", f"{rest:.2f}",
+             f"start-up and imports; all imports {imports:.2f} s (-X importtime, some inside steps), slowest: "
+             + ", ".join(f"{k} {v:.2f}" for k, v in runs[0][2][1]))]
 
 
 def compile_cache(smoke: Smoke, rounds: int) -> list[tuple[str, str, str]]:
@@ -249,7 +408,10 @@ def main() -> None:
         try:
             smoke = Smoke(work, f"k3/bench-{name}")
             smoke.repository = f"k3/bench-{name}"
-            rows += globals()[name.replace("-", "_")](smoke, args.rounds)
+            found = globals()[name.replace("-", "_")](smoke, args.rounds)
+            rows += found
+            for measure, value, note in found:  # as they come: a later measure that fails loses nothing
+                print(f"{name}: {measure}: {value}  {note}", file=sys.stderr, flush=True)
         finally:
             shutil.rmtree(work, ignore_errors=True)
     print(f"machine: {platform.node()} {platform.machine()}, {sh('nproc').stdout.strip()} cores, "

@@ -10,4 +10,11 @@ models: the engine makes its Docker client on first use), GitPython (imported by
 that fetch) and rich (the console is made on first print).
 """
 
+import os
+
 __version__ = "0.1.0"
+
+# The tool uses no pydantic plugins; without this, pydantic scans every installed distribution's
+# entry points the first time a model is built (the matrix, python-on-whales): 50-120 ms of every
+# command's start, measured with benchmarks/bench.py --only overhead.
+os.environ.setdefault("PYDANTIC_DISABLE_PLUGINS", "__all__")

@@ -31,6 +31,8 @@ from builder.matrix import Target
 
 # Rewrites the relocated CPython's build-time prefix and compiler (see the script's docstring).
 RELOCATE_SCRIPT = Path(__file__).with_name("templates") / "relocate_python.py"
+# Splits the application layer and compiles each layer's bytecode inside the build (its docstring).
+LAYER_SCRIPT = Path(__file__).with_name("templates") / "layer_files.py"
 
 
 @contextlib.contextmanager
@@ -225,6 +227,8 @@ def assemble(target: Target, locks, dest: Path, epoch: int) -> Path:
     _wheels_into(target, locks.runtime, _layers(target, locks.runtime_entries, dest))
     shutil.copyfile(locks.build, dest / contract.BUILD_LOCK_NAME)
     _wheels_into(target, locks.build, {h: dest / "wheelhouse" / "build" for e in locks.build_entries for h in e.hashes})
+    (dest / contract.LAYER_TOOL).parent.mkdir()
+    shutil.copyfile(LAYER_SCRIPT, dest / contract.LAYER_TOOL)
     if locks.os_entries:
         _debs(locks.os_entries, dest)
     if target.python.provider == "standalone":

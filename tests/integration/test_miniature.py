@@ -80,11 +80,29 @@ def test_a_forgotten_third_party_source_fails_the_compile_not_the_image(built, t
     assert r.code == 1, r.err[-2000:]
     log = next((work.root / "artifacts" / "smoke").glob("*/build.log")).read_text()
     assert "RUN --network=none" in log and "k3kernels" in log
-    # CMake runs FETCHCONTENT_FULLY_DISCONNECTED: it names the source it was not given, downloads
-    # nothing, and the compile then fails on the missing tree.
-    assert "for dependency k3kernels to already be populated" in log
-    assert "k3kernels.h: No such file or directory" in log
+    # CMake runs FETCHCONTENT_FULLY_DISCONNECTED with policy CMP0170 NEW: it names the source it
+    # was not given and stops while configuring; it downloads nothing and compiles nothing.
+    assert re.search(r"CMake Error at \S*FetchContent\.cmake:\d+ \(message\):\s+FETCHCONTENT_FULLY_DISCONNECTED is "
+                     r"set to true, which requires the source\s+directory for dependency k3kernels", log), log[-3000:]
+    assert "Configuring incomplete, errors occurred!" in log
+    assert "k3kernels is available at" not in log  # it stopped there: nothing after FetchContent ran
     assert work.record.read_bytes() == record_before
+
+
+def test_the_third_party_tree_on_its_developer_path_fails_python_trees(built, tmp_path):
+    """cu129's FA4 defect, reproduced: the third-party tree handed over through the source's own
+    *_SRC_DIR variable takes CMake's developer path (a symlink, imports not rewritten). The wheel
+    then carries plain copies whose imports name a package the image lacks; the build fails its
+    checks on exactly that, and the model that imports the tree does not resolve either."""
+    smoke, _ = built
+    work = smoke.variant(tmp_path / "developer-path", "developer-path",
+                         lambda text: text.replace("fetchcontent: k3kernels", "env: K3SMOKE_KERNELS_SRC_DIR"))
+    r = cli("--matrix", str(work.matrix), "--target", "smoke")
+    assert r.code == 1, r.err[-2000:]
+    failed = _failed(r.err)
+    assert set(failed) == {"python_trees", "recipe_cli"}, r.err[-3000:]
+    assert "No module named 'k3kernels_py'" in failed["python_trees"]
+    assert "architecture K3SmokeForConditionalGeneration" in failed["recipe_cli"]
 
 
 def test_an_op_the_matrix_expects_absent_fails_when_it_appears(built, tmp_path):
@@ -133,7 +151,9 @@ def test_no_driver_library_fails_the_imports_and_says_why(toolchain_variants):
     r = cli("--matrix", str(smoke.matrix), "test", "--target", "smoke", "--image", tags["no-driver"])
     assert r.code == 1
     failed = _failed(r.err)
-    assert set(failed) == {"compiled_modules", "ops_registered"}, r.err[-2000:]
+    # Every k3smoke module imports _C first, so without the driver library its Python tree and its
+    # CLI do not import either; each check says so, the compiled module's says where it looked.
+    assert set(failed) == {"compiled_modules", "ops_registered", "python_trees", "recipe_cli"}, r.err[-2000:]
     assert "libcuda.so.1" in failed["compiled_modules"]
 
 
@@ -141,7 +161,8 @@ def test_an_nvcc_of_another_cuda_fails_runtime_toolchain_only(toolchain_variants
     smoke, tags = toolchain_variants
     work = smoke.copy(tmp_path / "nvcc")
     text = work.matrix.read_text()
-    text = text.replace("entrypoint:", "runtime:\n      cuda_home: /usr/local/cuda\n    entrypoint:")
+    assert text.count("\n    runtime:\n") == 1
+    text = text.replace("\n    runtime:\n", "\n    runtime:\n      cuda_home: /usr/local/cuda\n")
     work.matrix.write_text(text)
     r = cli("--matrix", str(work.matrix), "test", "--target", "smoke", "--image", tags["nvcc-13"])
     assert r.code == 1

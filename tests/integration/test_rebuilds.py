@@ -105,7 +105,8 @@ def _manifest_layers(ref: str) -> list[dict]:
 
 def test_source_only_bump_changes_exactly_the_app_layer(built, tmp_path):
     """Layers by rate of change: >= 3 layers above the base, and a new commit that touches only the
-    source's Python re-pushes one of them (the application's); every dependency layer keeps its digest."""
+    source's Python re-pushes one of them (app-python); every dependency layer and app-native keep
+    their digests. (test_app_layers.py does the same on a fresh builder, and a C-only bump.)"""
     smoke, ref = built
     work = smoke.copy(tmp_path / "bump")
     text = work.matrix.read_text()
@@ -131,7 +132,7 @@ def test_source_only_bump_changes_exactly_the_app_layer(built, tmp_path):
     before, after = _manifest_layers(ref)[n_base:], _manifest_layers(r.out.strip().splitlines()[-1])[n_base:]
     assert len(before) == len(after) >= 3
     changed = [i for i, (a, b) in enumerate(zip(before, after)) if a["digest"] != b["digest"]]
-    assert changed == [len(after) - 1]  # the app layer is last: most changeable on top
+    assert changed == [len(after) - 1]  # app-python is last: most changeable on top
 
 
 # libwbclient0 as bookworm and bookworm-updates serve it (two versions, both served, a libc-only

@@ -66,7 +66,7 @@ def test_each_group_becomes_its_own_copy_into_the_final_stage():
     text = (REPO / "dockerfiles" / "cu129" / "Dockerfile").read_text()
     final = text[text.rindex("\nFROM "):]
     copies = re.findall(r"^COPY --from=compiled /layers/([a-z0-9-]+)/opt /opt$", final, re.M)
-    assert copies == ["base", "cuda", "torch", "flashinfer", "deps", "app"]
+    assert copies == ["base", "cuda", "torch", "flashinfer", "deps", "app-native", "app-python"]
 
 
 def _compile_stages(text: str) -> dict[str, str]:

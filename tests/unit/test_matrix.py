@@ -582,7 +582,7 @@ def test_layer_names_are_neither_the_tools_nor_repeated(second, third, expected)
     if third:
         layers += f"    - name: {third}\n      match: [c]\n"
     text = SRC.replace("    expires: 2027-06-30\n", "    expires: 2027-06-30\n" + layers, 1)
-    assert _error(text) == f"matrix.yaml: targets.cu129.{expected} (base, deps, app are the tool's own layers)"
+    assert _error(text) == f"matrix.yaml: targets.cu129.{expected} (base, deps, app, app-native, app-python are the tool's own layers)"
 
 
 @pytest.mark.parametrize("identity,ok", [

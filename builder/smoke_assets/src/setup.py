@@ -1,8 +1,8 @@
 # The stand-in for vLLM's setup.py, built the same way: a CMakeExtension per compiled module, a
 # build_ext that runs the `cmake` executable it finds on PATH with the Ninja generator, MAX_JOBS
 # divided by NVCC_THREADS for the compile pool, FetchContent for third-party sources (pointed at a
-# local checkout through an environment variable), and the version taken from an override
-# variable (vLLM: VLLM_VERSION_OVERRIDE). The image checks derive the modules to import from the
+# local checkout through CMAKE_ARGS or an environment variable), and the version taken from an
+# override variable (vLLM: VLLM_VERSION_OVERRIDE). The image checks derive the modules to import from the
 # CMakeExtension calls below, as they do from vLLM's.
 import os
 import subprocess
@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 from shutil import which
 
-from setuptools import Extension, setup
+from setuptools import Extension, find_packages, setup
 from setuptools.command.build_ext import build_ext
 
 ROOT_DIR = Path(__file__).parent
@@ -83,5 +83,6 @@ def get_version() -> str:
 
 ext_modules = [CMakeExtension(name="k3smoke._C")]
 
-setup(version=get_version(), packages=["k3smoke"], ext_modules=ext_modules,
-      cmdclass={"build_ext": cmake_build_ext})
+# k3smoke.kernels_py is not among them: the CMake install step of component _C writes it.
+setup(version=get_version(), packages=find_packages(include=["k3smoke", "k3smoke.*"]),
+      ext_modules=ext_modules, cmdclass={"build_ext": cmake_build_ext})

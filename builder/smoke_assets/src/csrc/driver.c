@@ -6,11 +6,16 @@
 typedef int CUresult;
 extern CUresult cuDriverGetVersion(int *version);
 
+/* A *GetVersion call's result as Python sees it: the version, or RuntimeError naming the call. */
+PyObject *k3_version_result(const char *call, int rc, int version) {
+    if (rc != 0) return PyErr_Format(PyExc_RuntimeError, "%s failed: %d", call, rc);
+    return PyLong_FromLong(version);
+}
+
 PyObject *k3_driver_version(PyObject *self, PyObject *args) {
     (void)self;
     (void)args;
     int version = 0;
-    CUresult rc = cuDriverGetVersion(&version);
-    if (rc != 0) return PyErr_Format(PyExc_RuntimeError, "cuDriverGetVersion failed: %d", rc);
-    return PyLong_FromLong(version);
+    int rc = cuDriverGetVersion(&version); /* before reading version: argument order is unspecified */
+    return k3_version_result("cuDriverGetVersion", rc, version);
 }

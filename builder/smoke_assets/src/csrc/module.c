@@ -6,6 +6,7 @@
 #include "k3kernels.h"
 
 PyObject *k3_driver_version(PyObject *self, PyObject *args);
+PyObject *k3_cudart_version(PyObject *self, PyObject *args);
 
 static double *to_doubles(PyObject *seq, Py_ssize_t *n) {
     PyObject *fast = PySequence_Fast(seq, "expected a sequence of floats");
@@ -81,6 +82,7 @@ static PyMethodDef methods[] = {
     {"softmax", softmax, METH_VARARGS, "Softmax of a sequence."},
     {"rotary", rotary, METH_VARARGS, "Rotary embedding of pairs."},
     {"driver_version", k3_driver_version, METH_NOARGS, "cuDriverGetVersion() of the loaded libcuda.so.1."},
+    {"cudart_version", k3_cudart_version, METH_NOARGS, "cudaRuntimeGetVersion() of the loaded libcudart.so.12."},
 #ifdef K3_ENABLE_FUSED_DECODE
     {"fused_decode", fused_decode, METH_VARARGS, "Only built for CUDA >= 13."},
 #endif
