@@ -149,7 +149,7 @@ def _recipe(target: Target) -> dict | None:
         return None
     return {"command": " ".join(r.command), "argv": list(r.command[2:]), "parser": r.parser,
             "parser_class": r.parser_class, "validator": r.validator, "resolve": dict(r.resolve),
-            "architecture": r.architecture, "architecture_resolver": r.architecture_resolver}
+            "architecture": r.architecture, "architecture_resolver": r.architecture_resolver, "env": dict(r.env)}
 
 
 @dataclass

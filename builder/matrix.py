@@ -413,6 +413,9 @@ class Recipe(_Frozen):
     resolve: dict[EnvLikeDest, PyRef] = Field(default_factory=dict)  # argparse dest -> registry
     architecture: Optional[ModuleName] = None
     architecture_resolver: Optional[PyRef] = None
+    # Environment of the probe process only (never of the image): what the CLI needs to build its
+    # parser on a GPU-less host, each variable with why in the matrix's comments.
+    env: dict[EnvName, EnvValue] = Field(default_factory=dict)
 
 
 class Runtime(_Frozen):

@@ -35,6 +35,16 @@ def call(ref):
     return obj()
 
 
+def described(exc):
+    """The error, and the first one behind it when a package re-raised it with its own message
+    (vllm.vllm_flash_attn turns a missing libcuda.so.1 into "requires the extensions")."""
+    text = f"{type(exc).__name__}: {exc}"
+    inner = exc.__cause__ or exc.__context__
+    if inner is not None and str(inner) not in text:
+        text += f" (from {type(inner).__name__}: {inner})"
+    return text[:400]
+
+
 def start(name):
     """Fork a child that imports ``name`` and writes its outcome (None or the error) to a pipe."""
     read, write = os.pipe()
@@ -45,7 +55,7 @@ def start(name):
             importlib.import_module(name)
             outcome = None
         except BaseException as exc:  # noqa: BLE001 - SystemExit too: the child always reports
-            outcome = f"{type(exc).__name__}: {exc}"[:300]
+            outcome = described(exc)
         os.write(write, json.dumps(outcome).encode())
         os._exit(0)  # no atexit handlers, no flush of what the parent had buffered
     os.close(write)

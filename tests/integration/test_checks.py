@@ -31,8 +31,10 @@ NCCL, OTHER_NCCL = "2.16.2", "2.16.5"  # a real NCCL wheel from PyPI (nvidia-ncc
 VARIANTS = {
     "no-expiry": ('LABEL "io.k3-cu129.expires"=""', {"expiry"}, "found it missing"),
     "expired": ('LABEL "io.k3-cu129.expires"="2020-01-01"', {"expiry"}, "the image has expired"),
+    # Every k3smoke module imports _C first (as vLLM's model code needs its ops), so its Python tree
+    # and its CLI fail with it, each saying so.
     "no-kernel": (f"USER 0\nRUN rm -f {SITE}/k3smoke/_C.*.so\nUSER 2000:2000",
-                  {"compiled_modules", "ops_registered"}, "k3smoke._C: ImportError"),
+                  {"compiled_modules", "ops_registered", "python_trees", "recipe_cli"}, "k3smoke._C: ImportError"),
     "cuda13": (f"USER 0\nRUN cp {CUDART} /usr/lib/x86_64-linux-gnu/libcudart.so.13"
                "\nUSER 2000:2000", {"no_other_cuda_major"}, "libcudart.so.13"),
     "cuda12.8": (f"COPY libcudart.so.12 {CUDART}", {"cuda_runtime"},

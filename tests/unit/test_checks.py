@@ -935,3 +935,18 @@ def test_shared_libraries_allows_other_major_by_distribution_and_optional_files_
                         "matrix: a stated exception",
                         f"shared_libraries: {lib} (torchcodec 0.17.0) needs libavcodec.so.61, which the image lacks; "
                         "allowed: one core per FFmpeg major"]
+
+
+def test_the_recipe_probe_gets_its_own_environment_and_stale_skips_are_reported():
+    """vLLM cannot build its parser with no GPU platform (rehearsed on PyPI's 0.30.0):
+    runtime.recipe.env reaches the probe's process only; a skip pattern that matches nothing
+    is reported, not kept silently."""
+    f, e, image, host = _correct()
+    e = dataclasses.replace(e, recipe={**RECIPE, "env": {"VLLM_TARGET_DEVICE": "cpu"}},
+                            python_skip={"vllm.third_party.fmha_sm100.cute.*": "own root", "vllm.gone.*": "old"})
+    warnings = []
+    checklist.test_recipe_cli(host, e)
+    checklist.test_python_trees(host, e, warnings.append)
+    (command, _), = [c for c in host.calls if c[1][0] == probes.script("recipe")]
+    assert command.startswith("LD_LIBRARY_PATH=") and " VLLM_TARGET_DEVICE=cpu python -c %s %s" in command
+    assert "python_trees: skip pattern vllm.gone.* matches no module: drop it from python_skip" in warnings

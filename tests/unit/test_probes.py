@@ -240,3 +240,13 @@ def test_elf_loads_by_name_what_packages_dlopen(tmp_path):
     found = run("elf", elf_request(tmp_path, dlopen=["libc.so.6", "libk3nope.so.1"]))
     assert found["dlopen"]["libc.so.6"] is None
     assert "libk3nope.so.1" in found["dlopen"]["libk3nope.so.1"]
+
+
+def test_trees_shows_the_error_a_package_re_raised(tmp_path):
+    _package(tmp_path, {
+        "k3fa/__init__.py": ("try:\n    import k3fa_missing_C\nexcept ImportError as e:\n"
+                             "    raise ImportError('k3fa requires its compiled extension') from e\n"),
+    })
+    found = run("trees", {"trees": ["k3fa"], "skip": [], "setup": []}, env={"PYTHONPATH": str(tmp_path)})
+    assert found["imported"]["k3fa"] == ("ImportError: k3fa requires its compiled extension (from "
+                                         "ModuleNotFoundError: No module named 'k3fa_missing_C')")
