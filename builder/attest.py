@@ -38,6 +38,7 @@ from builder.fsutil import sha256_bytes, sha256_file
 from builder.inventory import Inventory, PythonDist
 from builder.lock import LockEntry, normalize
 from builder.matrix import Target
+from builder.oslock import DebEntry
 from builder.records import Record
 
 SBOM_TYPE = "application/vnd.cyclonedx+json"
@@ -216,17 +217,38 @@ def installed_wheel(dist: PythonDist, wheels: Mapping[str, str]) -> tuple[str, s
 
 # --- components ----------------------------------------------------------------------------------
 
-def _deb_components(inv: Inventory) -> list[Component]:
+def deb_files(directory: Path) -> dict[str, str]:
+    """file name -> sha256 of every .deb the build context handed the OS stage (debs/)."""
+    return {p.name: sha256_file(p) for p in sorted(Path(directory).glob("*.deb"))}
+
+
+def _os_lock_facts(entry: DebEntry, files: Mapping[str, str] | None) -> tuple[list[HashType], list[Property]]:
+    """The sha256 of the .deb that was unpacked (the context's file, which must be the lock's)."""
+    sha = entry.sha256 if files is None else files.get(entry.filename)
+    if sha != entry.sha256:
+        raise ValueError(f"{entry.filename}: the unpacked .deb's sha256 {str(sha)[:16]} is not the OS lock's")
+    return ([HashType(alg=HashAlgorithm.SHA_256, content=sha)],
+            [Property(name="k3:origin", value=f"{contract.OS_LOCK_NAME} (unpacked into the OS layer)"),
+             Property(name="k3:deb-url", value=entry.url)])
+
+
+def _deb_components(inv: Inventory, os_lock: list[DebEntry] = (), debs: Mapping[str, str] | None = None) -> list[Component]:
     out = []
     distro = f"{inv.distro_id}-{inv.distro_version}"
+    locked = {(e.name, e.version, e.arch): e for e in os_lock}
     for deb in inv.debs:
         qualifiers = {"arch": deb.arch, "distro": distro}
         if deb.source:  # syft's form: the source package, @its version when dpkg names one (binNMU)
             qualifiers["upstream"] = f"{deb.source}@{deb.source_version}" if deb.source_version else deb.source
         purl = PackageURL(type="deb", namespace=inv.distro_id, name=deb.name, version=deb.version,
                           qualifiers=qualifiers)
-        out.append(Component(type=ComponentType.LIBRARY, name=deb.name, version=deb.version,
-                             purl=purl, bom_ref=purl.to_string(), licenses=deb_licenses(deb.licenses)))
+        entry = locked.pop((deb.name, deb.version, deb.arch), None)
+        hashes, props = _os_lock_facts(entry, debs) if entry else ([], [])
+        out.append(Component(type=ComponentType.LIBRARY, name=deb.name, version=deb.version, hashes=hashes,
+                             properties=props, purl=purl, bom_ref=purl.to_string(),
+                             licenses=deb_licenses(deb.licenses)))
+    if locked:
+        raise ValueError(f"in the OS lock but not in the image's dpkg records: {', '.join(e.filename for e in locked.values())}")
     return out
 
 
@@ -295,7 +317,8 @@ def _input_components(target: Target, record: Record) -> list[Component]:
 
 
 def sbom(target: Target, record: Record, inv: Inventory, lock: list[LockEntry],
-         wheels: Mapping[str, str] | None = None) -> str:
+         wheels: Mapping[str, str] | None = None, os_lock: list[DebEntry] = (),
+         debs: Mapping[str, str] | None = None) -> str:
     """The SBOM as CycloneDX 1.6 JSON text (`validate_sbom` checks it). ``wheels``: file name ->
     sha256 of the wheels the image was installed from (`wheel_files` of the context's wheelhouse)."""
     image_name = record.image.split("@")[0]
@@ -311,7 +334,7 @@ def sbom(target: Target, record: Record, inv: Inventory, lock: list[LockEntry],
               metadata=BomMetaData(component=image, timestamp=created))
     bom.metadata.tools.components.add(Component(type=ComponentType.APPLICATION, name="k3-cu129-builder",
                                                 version=__version__, bom_ref="tool"))
-    components = (_deb_components(inv) + _python_components(inv, lock, wheels)
+    components = (_deb_components(inv, os_lock, debs) + _python_components(inv, lock, wheels)
                   + _input_components(target, record))
     for c in components:
         bom.components.add(c)
@@ -324,15 +347,16 @@ def sbom(target: Target, record: Record, inv: Inventory, lock: list[LockEntry],
 
 def publish(engine: Engine, target: Target, record: Record, lock: list[LockEntry], build_args: dict[str, str],
             started: str, wheels: Mapping[str, str] | None = None, *, build_wheels: Mapping[str, str] | None = None,
-            root: Path | None = None, signer=None) -> tuple[str, str]:
+            root: Path | None = None, signer=None, os_lock: list[DebEntry] = (),
+            debs: Mapping[str, str] | None = None) -> tuple[str, str]:
     """Make the SBOM (from the image's own inventory; ``wheels`` as for `sbom`) and the provenance
     (a DSSE envelope, signed with ``signer`` when there is one: builder/provsign.py), and attach
     both to the image in the registry. Returns their texts; the caller writes them with the record."""
     from builder import provsign
 
-    sbom_text = sbom(target, record, inventory.read(engine, record.image), lock, wheels)
+    sbom_text = sbom(target, record, inventory.read(engine, record.image), lock, wheels, os_lock, debs)
     statement = provenance(target, record, build_args, started, root=root, wheels=wheels,
-                           build_wheels=build_wheels, sbom_text=sbom_text)
+                           build_wheels=build_wheels, sbom_text=sbom_text, os_lock=os_lock)
     prov_text = provsign.envelope(statement, signer)
     annotations = {contract.OCI_CREATED: contract.created_iso(record.source_date_epoch)}
     name = record.image.split("@")[0]
@@ -456,7 +480,7 @@ def _wheel_deps(prefix: str, wheels: Mapping[str, str]) -> list[dict]:
 
 
 def resolved_dependencies(target: Target, record: Record, root: Path, wheels: Mapping[str, str],
-                          build_wheels: Mapping[str, str]) -> list[dict]:
+                          build_wheels: Mapping[str, str], os_lock: list[DebEntry] = ()) -> list[dict]:
     """Everything the build read, each with an absolute URI and a digest (docs/buildtypes)."""
     deps = [_dep(f"base:{role}", oci_purl(info["name"], info["digest"]).to_string(),
                  {"sha256": info["digest"].removeprefix("sha256:")}) for role, info in sorted(record.bases.items())]
@@ -469,6 +493,11 @@ def resolved_dependencies(target: Target, record: Record, root: Path, wheels: Ma
                             ("dockerfile", contract.dockerfile_path(root, target.name), record.dockerfile_sha256)):
         uri, notes = _repo_uri(target, path)
         deps.append(_dep(name, uri, {"sha256": sha}, notes))
+    if record.os_lock_sha256:
+        uri, notes = _repo_uri(target, contract.os_lock_path(root, target.name))
+        deps.append(_dep("os-lock", uri, {"sha256": record.os_lock_sha256}, notes))
+    for e in os_lock:  # each .deb unpacked into the OS layer, as fetched on the host
+        deps.append(_dep(f"deb:{e.name}", e.url, {"sha256": e.sha256}, {"version": e.version, "arch": e.arch}))
     for template in sorted(TEMPLATES.iterdir()):
         if template.is_file() and template.suffix in (".j2", ".py"):
             uri, notes = _repo_uri(target, template)
@@ -479,7 +508,7 @@ def resolved_dependencies(target: Target, record: Record, root: Path, wheels: Ma
 def provenance(target: Target, record: Record, build_args: dict[str, str], started: str, *,
                root: Path | None = None, wheels: Mapping[str, str] | None = None,
                build_wheels: Mapping[str, str] | None = None, sbom_text: str | None = None,
-               environ: Mapping[str, str] | None = None) -> str:
+               environ: Mapping[str, str] | None = None, os_lock: list[DebEntry] = ()) -> str:
     """An in-toto v1 Statement with an SLSA provenance v1 predicate for one build (`publish` wraps
     it in a DSSE envelope). ``root``: the matrix's directory (default this repository)."""
     b, environ = record.build, os.environ if environ is None else environ
@@ -497,7 +526,7 @@ def provenance(target: Target, record: Record, build_args: dict[str, str], start
                 "internalParameters": {"buildArgs": dict(sorted(build_args.items())),
                                        "sourceDateEpoch": record.source_date_epoch, "inputKey": record.input_key},
                 "resolvedDependencies": resolved_dependencies(target, record, root or TOOL_ROOT, wheels or {},
-                                                              build_wheels or {}),
+                                                              build_wheels or {}, os_lock),
             },
             "runDetails": {
                 "builder": {"id": builder_id(target, environ),

@@ -12,6 +12,7 @@ import contextlib
 import fcntl
 import fnmatch
 import hashlib
+import os
 import shutil
 import subprocess
 import sys
@@ -151,6 +152,43 @@ def _standalone_python(target: Target) -> Path:
     return dest
 
 
+def _fetch_deb(entry) -> Path:
+    """One locked .deb from the machine-wide cache (keyed by its sha256), downloaded once and
+    hash-checked: a download that does not match the lock is deleted and refused (exit 2), so no
+    file of another hash is ever cached or put in a context."""
+    dest = cache_dir() / "debs" / f"{entry.sha256}.deb"
+    with _entry_lock(dest):
+        if dest.exists() and sha256_file(dest) == entry.sha256:
+            return dest
+        dest.unlink(missing_ok=True)  # damaged or swapped: fetched again below
+        tmp = dest.with_name(dest.name + f".{os.getpid()}.partial")
+        try:
+            with urllib.request.urlopen(entry.url, timeout=120) as resp, tmp.open("wb") as out:  # noqa: S310
+                shutil.copyfileobj(resp, out)
+        except OSError as exc:
+            tmp.unlink(missing_ok=True)
+            raise Unreachable(f"{entry.url}: cannot download {entry.filename} ({getattr(exc, 'reason', exc)}); "
+                              "is the archive reachable from here?") from None
+        got = sha256_file(tmp)
+        if got != entry.sha256:
+            tmp.unlink()
+            raise LockError(f"{contract.OS_LOCK_NAME}: {entry.filename} from {entry.url} has sha256 {got[:16]}..., "
+                            f"the lock says {entry.sha256[:16]}...; the archive changed the file, refused")
+        tmp.rename(dest)
+    return dest
+
+
+def _debs(entries, dest: Path) -> None:
+    """debs/<name>_<version>_<arch>.deb for each OS lock entry, each copied and hashed again."""
+    (dest / "debs").mkdir()
+    for entry in entries:
+        target = dest / "debs" / entry.filename
+        shutil.copyfile(_fetch_deb(entry), target)
+        if sha256_file(target) != entry.sha256:  # the cache changed under us: never build it
+            raise LockError(f"{target}: sha256 differs from {contract.OS_LOCK_NAME}; the deb cache is being written "
+                            "to by something else, try again")
+
+
 def layer_of(target: Target, name: str) -> str:
     """The layer a runtime lock entry goes to: the first matrix group matching its name, else deps."""
     norm = normalize(name)
@@ -180,7 +218,8 @@ def _layers(target: Target, entries, dest: Path) -> dict[str, Path]:
 
 def assemble(target: Target, locks, dest: Path, epoch: int) -> Path:
     """Build the default context at ``dest``: the two locks (a ``plan.LockSet``), the runtime lock
-    split by layer (layers/<layer>.txt, wheelhouse/layers/<layer>/), wheelhouse/build, python/."""
+    split by layer (layers/<layer>.txt, wheelhouse/layers/<layer>/), wheelhouse/build, python/, and
+    debs/ (the OS lock's packages, hash-checked) for a target with os_packages."""
     if dest.exists():
         shutil.rmtree(dest)
     dest.mkdir(parents=True)
@@ -190,6 +229,8 @@ def assemble(target: Target, locks, dest: Path, epoch: int) -> Path:
     _wheels_into(target, locks.build, {h: dest / "wheelhouse" / "build" for e in locks.build_entries for h in e.hashes})
     (dest / contract.LAYER_TOOL).parent.mkdir()
     shutil.copyfile(LAYER_SCRIPT, dest / contract.LAYER_TOOL)
+    if locks.os_entries:
+        _debs(locks.os_entries, dest)
     if target.python.provider == "standalone":
         (dest / "python").mkdir()
         shutil.copyfile(_standalone_python(target), dest / "python" / "cpython.tar.gz")

@@ -91,7 +91,9 @@ def _parser() -> argparse.ArgumentParser:
                                     "uv pip compile --generate-hashes for the target's Python and glibc, from the "
                                     "matrix's pins, overrides and indexes and the source's requirement files at "
                                     "the pinned commit. Ignores the machine's pip and uv configuration; emits no "
-                                    "index URLs. --rehearse resolves against PyPI only (pins that live only on "
+                                    "index URLs. A target with os_packages also gets locks/<target>/os-packages.txt, "
+                                    "resolved with apt in a container of the runtime base (exit 3 when its archive "
+                                    "is out of reach); nothing is written unless every lock resolved. --rehearse resolves against PyPI only (pins that live only on "
                                     "another index substituted or left out, each listed), reports every "
                                     "distribution of another CUDA major, exits 1 on one the matrix gives no "
                                     "reason for, and writes nothing under locks/ (report: "
@@ -309,7 +311,7 @@ def _lock(plan, out: Output, rehearse: bool) -> int:
     from builder.pipeline import lock_target, rehearse_lock
 
     if not rehearse:
-        written = lock_target(plan)
+        written = lock_target(plan, _engine)
         for path in written.values():
             log.info(f"{path}: written")
         out.data["locks"] = {kind: str(path) for kind, path in written.items()}

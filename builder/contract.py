@@ -96,6 +96,7 @@ LOCKS_DIR = Path("locks")
 DOCKERFILE_NAME = "Dockerfile"
 LOCK_NAME = "requirements.txt"  # runtime environment of the image (installed with --require-hashes)
 BUILD_LOCK_NAME = "build-requirements.txt"  # build stage only (compilers' Python side)
+OS_LOCK_NAME = "os-packages.txt"  # the final image's OS packages (.debs by sha256; builder/oslock.py)
 RECORD_NAME = "image.json"
 SBOM_NAME = "sbom.cdx.json"  # CycloneDX 1.6 JSON, same image -> same bytes
 PROVENANCE_NAME = "provenance.intoto.json"  # DSSE envelope of an in-toto Statement v1 (SLSA provenance v1)
@@ -191,6 +192,10 @@ def build_lock_path(root: Path, target: str) -> Path:
     return root / LOCKS_DIR / target / BUILD_LOCK_NAME
 
 
+def os_lock_path(root: Path, target: str) -> Path:
+    return root / LOCKS_DIR / target / OS_LOCK_NAME
+
+
 def record_path(root: Path, target: str) -> Path:
     return root / LOCKS_DIR / target / RECORD_NAME
 
@@ -282,4 +287,12 @@ CHECKS = {
                   "its validation, every option the matrix names resolves through the CLI's registry, and the "
                   "model architecture resolves through the model registry; nothing is started",
 }
+CHECKS["os_packages"] = (
+    "every .deb of locks/<target>/os-packages.txt is in the image at the lock's version and architecture "
+    "(/var/lib/dpkg/status.d/<name>) with every file its md5sums list present and unchanged, every package "
+    "the matrix lists is there (or in the base), each library under os_packages.loads loads and each "
+    "command under os_packages.runs exits 0 (cu129: libibverbs.so.1 and its providers, numactl --show)")
+# The OS root's own dpkg records, as distroless images keep them (syft and trivy read them); the
+# base's /var/lib/dpkg/status is left alone, so no base file is shadowed.
+OS_STATUS_DIR = "/var/lib/dpkg/status.d"
 CHECK_REPORT_NAME = "checks.xml"  # JUnit, beside build.log

@@ -21,7 +21,7 @@ from pathlib import Path
 import pip
 import pytest
 
-from builder import contract, extensions, interrupts, lock, log, render
+from builder import contract, extensions, interrupts, lock, log, oslock, render
 from builder.cudamajor import major_minor
 from builder.engine import Engine, ImageConfig
 from builder.errors import BuildError, CheckFailed, Interrupted
@@ -33,6 +33,26 @@ from builder.source import PinnedSource
 CHECKLIST = Path(__file__).with_name("checklist.py")
 CHECK_OUTPUT_NAME = "checks.txt"  # pytest's own output, beside the JUnit report
 
+
+
+@dataclass(frozen=True)
+class OsExpectations:
+    """What the os_packages check expects: the OS lock's (name, version, arch), the matrix's list,
+    the libraries to load and the commands to run."""
+
+    locked: tuple[tuple[str, str, str], ...]
+    listed: tuple[str, ...]
+    loads: tuple[str, ...]
+    runs: tuple[tuple[str, ...], ...]
+
+
+def os_expectations(target: Target, lock_path: Path) -> OsExpectations | None:
+    osp = target.os_packages
+    if osp is None:
+        return None
+    entries = oslock.read(lock_path.with_name(contract.OS_LOCK_NAME))
+    return OsExpectations(tuple((e.name, e.version, e.arch) for e in entries), tuple(p.name for p in osp.packages),
+                          osp.loads, osp.runs)
 
 
 @dataclass(frozen=True)
@@ -63,6 +83,7 @@ class Expectations:
     recipe: dict | None = None  # runtime.recipe as the recipe probe takes it (argv after program, subcommand)
     optional_libraries: dict[str, str] = field(default_factory=dict)  # ELF path pattern -> why
     dlopen: dict[str, str] = field(default_factory=dict)  # library loaded by name at run time -> by whom
+    os_packages: OsExpectations | None = None  # None: the target has no os_packages
 
     @property
     def cuda_major(self) -> int:
@@ -118,6 +139,7 @@ def expectations(target: Target, pinned: PinnedSource, lock_path: Path, build_da
         recipe=_recipe(target),
         optional_libraries=dict(target.runtime.optional_libraries),
         dlopen=dict(target.runtime.dlopen),
+        os_packages=os_expectations(target, lock_path),
     )
 
 

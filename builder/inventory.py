@@ -2,8 +2,10 @@
 and what each package declares about its license.
 
 The SBOM lists it (builder/attest.py) and `build compare` diffs two of them (builder/compare.py).
-One throwaway container runs a small probe with the image's own python; it reads files and prints
-them back as JSON, nothing else (copyright files are parsed here, on the host, with python-debian).
+Packages of the OS layer (builder/oslock.py) are read from /var/lib/dpkg/status.d, where
+distroless-style images keep them. One throwaway container runs a small probe with the image's own
+python; it reads files and prints them back as JSON, nothing else (copyright files are parsed
+here, on the host, with python-debian).
 Licenses are carried as the packages declare them (the License synopses of a machine-readable
 debian/copyright, or the short names a file in prose names; a distribution's License-Expression,
 short License field and License classifiers); mapping them to SPDX is the SBOM's business.
@@ -88,9 +90,13 @@ for name in names:
     text = read(os.path.join("/usr/share/doc", name, "copyright"))
     if text:
         docs[name] = text[:COPYRIGHT_MAX]
+# Packages unpacked into the image's OS layer keep their records as distroless images do.
+sd = "/var/lib/dpkg/status.d"
+extra = "".join("\n\n" + read(os.path.join(sd, f)).strip("\n") for f in sorted(os.listdir(sd))
+                if not f.endswith(".md5sums")) if os.path.isdir(sd) else ""
 print(json.dumps({
     "os_release": read("/etc/os-release"),
-    "dpkg_status": read("/var/lib/dpkg/status"),
+    "dpkg_status": read("/var/lib/dpkg/status").rstrip("\n") + extra,
     "dists": sorted({json.dumps(dist(d)) for d in md.distributions() if d.metadata["Name"]}),
     "copyright": docs,
 }))

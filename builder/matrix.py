@@ -517,6 +517,63 @@ class Compile(_Frozen):
         return self.remote_cache or self.cache_url is not None
 
 
+# --- OS packages (Debian/Ubuntu .debs locked by sha256 like wheels; builder/oslock.py) -----------
+
+DebName = _pattern(r"[a-z0-9][a-z0-9.+-]{1,62}", "a Debian package name (lowercase letters, digits, '.', '+', '-')")
+DebVersion = _pattern(r"(?:[0-9]{1,5}:)?[0-9][A-Za-z0-9.+~-]{0,99}", "a Debian version such as 2.0.16-1")
+Suite = _pattern(r"[a-z][a-z0-9-]{1,40}", "a suite (codename) such as jammy or bookworm")
+Component = _pattern(r"[a-z][a-z0-9-]{1,30}", "an archive component such as main or universe")
+# Where the versions come from. A snapshot archive at a fixed time serves the same files forever;
+# a plain archive drops old versions, so a target using one must say it accepts drift.
+ArchiveUrl = _pattern(r"https?://" + _HOST + r"(?:/[A-Za-z0-9._~%+-]+)*",
+                      "an http(s):// archive URL without credentials, quotes, spaces or a trailing '/'")
+SNAPSHOT_ARCHIVES = (
+    re.compile(r"https://snapshot\.ubuntu\.com/ubuntu/[0-9]{8}T[0-9]{6}Z"),
+    re.compile(r"https://snapshot\.debian\.org/archive/debian/[0-9]{8}T[0-9]{6}Z"),
+)
+
+
+class OsPackage(_Frozen):
+    """One package the final image needs from the distribution, and why."""
+
+    name: DebName
+    why: Reason
+    # Pin a version (the smoke pins what its plain archive served at `smoke-init`); None: the
+    # archive's candidate at lock time (a snapshot's candidate never changes).
+    version: Optional[DebVersion] = None
+    # Packages are unpacked, never configured (no maintainer script runs). A package that carries
+    # a preinst/postinst fails the build unless this says why skipping its scripts is safe.
+    scripts_skipped: Optional[Reason] = None
+
+
+class OsPackages(_Frozen):
+    """OS packages of the final image: resolved against the runtime base's own dpkg database into
+    locks/<target>/os-packages.txt, downloaded and hash-checked on the host, unpacked with no
+    network into their own layer."""
+
+    archive: ArchiveUrl
+    # The release first, then its updates (a base is built from them: resolving against the
+    # release alone could ask for older versions than the base has), e.g. [jammy, jammy-updates].
+    suites: tuple[Suite, ...] = Field(min_length=1)
+    components: tuple[Component, ...] = ("main",)
+    packages: tuple[OsPackage, ...] = Field(min_length=1)
+    accept_drift: bool = False  # a plain (non-snapshot) archive: versions move as the archive does
+    # Run-time proofs the check `os_packages` makes: sonames (or absolute path globs) that must load
+    # with ctypes, in order, and commands that must run (e.g. numactl --show).
+    loads: tuple[Annotated[StrictStr, AfterValidator(lambda v: _load_name(v))], ...] = ()
+    runs: tuple[tuple[Arg, ...], ...] = ()
+
+    @property
+    def snapshot(self) -> bool:
+        return any(p.fullmatch(self.archive) for p in SNAPSHOT_ARCHIVES)
+
+
+def _load_name(value: str) -> str:
+    if not re.fullmatch(r"[A-Za-z0-9_.+-]+\.so(?:\.[0-9]+)*|(?:/[A-Za-z0-9_.+*-]+)+", value):
+        raise ValueError(f"must be a soname such as libnuma.so.1 or an absolute path glob (got {_show(value)})")
+    return value
+
+
 class Target(_Frozen):
     name: TargetName
     description: Text
@@ -551,6 +608,7 @@ class Target(_Frozen):
     overrides: dict[Requirement, Reason] = Field(default_factory=dict)
     compile: Compile = Compile()
     runtime: Runtime = Runtime()
+    os_packages: Optional[OsPackages] = None
     layers: tuple[Layer, ...] = DEFAULT_LAYERS
     signing: Signing = Signing()
     entrypoint: tuple[Arg, ...] = Field(min_length=1)
@@ -879,11 +937,28 @@ def _cross_checks(path: Path, t: Target) -> None:
             raise ConfigError(f"{where}.overrides.{req}: an override forces one version: write name==version")
     if t.python.glibc.split(".")[1] not in [str(m) for m in range(17, 41)]:
         raise ConfigError(f"{where}.python.glibc: {t.python.glibc} is outside what the resolver knows (2.17-2.40)")
+    if t.os_packages:
+        _os_package_checks(where, t.os_packages)
     if t.torch and t.torch.version.partition("+")[2] not in ("", t.cuda.short):
         raise ConfigError(
             f"{where}.torch.version: local version {t.torch.version!r} does not match CUDA {t.cuda.version} "
             f"(expected +{t.cuda.short})"
         )
+
+
+def _os_package_checks(where: str, osp: OsPackages) -> None:
+    if not osp.snapshot and not osp.accept_drift:
+        raise ConfigError(f"{where}.os_packages.archive: {osp.archive} is not a snapshot archive "
+                          "(https://snapshot.ubuntu.com/ubuntu/<YYYYMMDDTHHMMSSZ> or snapshot.debian.org's); "
+                          "use one, or set accept_drift: true")
+    if osp.snapshot and osp.accept_drift:
+        raise ConfigError(f"{where}.os_packages.accept_drift: a snapshot archive does not drift; remove it")
+    if len(set(osp.suites)) != len(osp.suites):
+        raise ConfigError(f"{where}.os_packages.suites: a suite is listed twice")
+    names = [p.name for p in osp.packages]
+    for i, name in enumerate(names):
+        if name in names[:i]:
+            raise ConfigError(f"{where}.os_packages.packages.{i}.name: {name} is listed twice")
 
 
 def load(path: Path) -> Matrix:

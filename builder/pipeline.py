@@ -22,7 +22,7 @@ from pathlib import Path
 from secrets import token_hex
 from typing import Iterator
 
-from builder import __version__, compilecache, contract, lock, log, records, render, source
+from builder import __version__, compilecache, contract, lock, log, oslock, records, render, source
 from builder.buildcontext import assemble
 from builder.engine import BuildRequest, BuildResult, Engine, EngineInfo, ImageConfig
 from builder.errors import BuildError, Busy, ConfigError, NotReproduced, RecordError
@@ -118,14 +118,26 @@ def image_config(engine: Engine, ref: str) -> ImageConfig:
 
 # --- lock ---------------------------------------------------------------------------------------
 
-def lock_target(plan: Plan) -> dict[str, Path]:
-    """`build lock`: resolve both locks from the matrix and the source at the pin; write them."""
+def lock_target(plan: Plan, engine_factory=None) -> dict[str, Path]:
+    """`build lock`: resolve both locks from the matrix and the source at the pin (and the OS lock,
+    in a container of the runtime base, when the target has os_packages); write them only once
+    every one of them resolved."""
     target = plan.target
+    os_text = None
+    if target.os_packages:
+        with log.step(f"{target.name}: resolve the OS packages against the runtime base's dpkg database "
+                      f"({target.os_packages.archive} {' '.join(target.os_packages.suites)})", long=True):
+            os_text = oslock.resolve(engine_factory(), target, f"{plan.matrix_path or 'matrix.yaml'}: ")
     with log.step(f"{target.name}: fetch source {target.source.branch} @ {target.source.commit[:12]}", long=True):
         pinned = source.fetch(target.source)
     with log.step(f"{target.name}: resolve the runtime and build locks (uv, for Python {target.python.version} on "
                   f"{target.python.uv_platform()})", long=True):
-        return lock.write(plan.root, target, pinned)
+        written = lock.write(plan.root, target, pinned)
+    if os_text is not None:
+        path = contract.os_lock_path(plan.root, target.name)
+        atomic_write(path, os_text)
+        written[contract.OS_LOCK_NAME] = path
+    return written
 
 
 def rehearse_lock(plan: Plan):
@@ -265,7 +277,8 @@ def _record(prep: Prepared, digest: str, key: str, checked: bool, seconds: float
         bases={role: {"name": getattr(target.bases, role).display_name, "digest": getattr(target.bases, role).digest}
                for role in ("build", "runtime")},
         source=record_source(target, prep.third_party), lock_sha256=prep.locks.runtime_sha256,
-        build_lock_sha256=prep.locks.build_sha256, dockerfile_sha256=sha256_bytes(prep.dockerfile_text.encode()),
+        build_lock_sha256=prep.locks.build_sha256, os_lock_sha256=prep.locks.os_sha256,
+        dockerfile_sha256=sha256_bytes(prep.dockerfile_text.encode()),
         source_date_epoch=prep.pinned.source_date_epoch, input_key=key, tool_version=__version__,
         checks="passed" if checked else "skipped",
         build={"id": prep.build_id, "finished": contract.now_iso(), "duration_seconds": round(seconds, 1),
@@ -293,9 +306,11 @@ def _publish(prep: Prepared, engine: Engine, record: records.Record, signer) -> 
     with log.step(f"{target.name}: SBOM and provenance, attached to {record.image[-19:]}"):
         wheels = attest.wheel_files(prep.request.context / "wheelhouse" / "layers")  # what was installed
         build_wheels = attest.wheel_files(prep.request.context / "wheelhouse" / "build")  # what compiled it
+        debs = attest.deb_files(prep.request.context / "debs") if prep.locks.os_entries else None
         sbom_text, prov_text = attest.publish(engine, target, record, list(prep.locks.runtime_entries),
                                               prep.request.build_args, prep.started_iso, wheels=wheels,
-                                              build_wheels=build_wheels, root=root, signer=signer)
+                                              build_wheels=build_wheels, root=root, signer=signer,
+                                              os_lock=list(prep.locks.os_entries), debs=debs)
     final = dataclasses.replace(record, build={**record.build, **records.audit_hashes(sbom_text, prov_text)})
     records.write_set(contract.record_path(root, target.name).parent, {
         contract.SBOM_NAME: sbom_text, contract.PROVENANCE_NAME: prov_text, contract.RECORD_NAME: final.to_json()})
@@ -485,7 +500,8 @@ def _recorded_inputs(plan: Plan) -> records.Record:
     if record is None:
         raise RecordError(f"{contract.record_path(plan.root, target.name)}: no record to reproduce; build first")
     for path, want in ((plan.dockerfile, record.dockerfile_sha256), (plan.locks["runtime"], record.lock_sha256),
-                       (plan.locks["build"], record.build_lock_sha256)):
+                       (plan.locks["build"], record.build_lock_sha256),
+                       *([(plan.locks["os"], record.os_lock_sha256)] if "os" in plan.locks else [])):
         if not path.exists() or sha256_file(path) != want:
             raise RecordError(f"{path}: differs from what image.json recorded; check out the commit that "
                               "recorded the build (or run `build verify`)")

@@ -9,9 +9,10 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
-from builder import __version__, contract, lock, log, render
-from builder.fsutil import sha256_bytes
+from builder import __version__, contract, lock, log, oslock, render
+from builder.fsutil import sha256_bytes, sha256_file
 from builder.lock import LockEntry
+from builder.oslock import DebEntry
 from builder.matrix import Matrix, Target
 
 GIB = 1024**3
@@ -64,6 +65,7 @@ class Plan:
     dockerfile: Path
     locks: dict[str, Path]
     output: str
+    matrix_path: Path | None = None  # the file the target came from, for messages that name a key
 
     @classmethod
     def of(cls, matrix: Matrix, name: str) -> "Plan":
@@ -73,8 +75,10 @@ class Plan:
             target=target,
             root=root,
             dockerfile=contract.dockerfile_path(root, name),
-            locks={"runtime": contract.lock_path(root, name), "build": contract.build_lock_path(root, name)},
+            locks={"runtime": contract.lock_path(root, name), "build": contract.build_lock_path(root, name),
+                   **({"os": contract.os_lock_path(root, name)} if target.os_packages else {})},
             output=target.image.tagged,
+            matrix_path=matrix.path,
         )
 
     def to_json(self) -> dict:
@@ -153,6 +157,10 @@ class LockSet:
     build_entries: tuple[LockEntry, ...]
     runtime_sha256: str
     build_sha256: str
+    # The OS package lock (targets with os_packages only): path, entries, sha256 of the file.
+    os: Path | None = None
+    os_entries: tuple[DebEntry, ...] = ()
+    os_sha256: str | None = None
 
     @classmethod
     def read(cls, plan: "Plan") -> "LockSet":
@@ -162,8 +170,13 @@ class LockSet:
         for path, entries in ((runtime, r_entries), (build, b_entries)):
             # The build stage compiles against torch: it must be the same CUDA build as the runtime's.
             lock.check_torch_build(plan.target, entries, path)
+        os_path = plan.locks.get("os")
+        os_entries = tuple(oslock.read(os_path)) if os_path else ()
+        if os_path:
+            oslock.check_current(os_path, plan.target)  # the inputs are all in the matrix: checked offline
         return cls(runtime, build, tuple(r_entries), tuple(b_entries),
-                   sha256_bytes(r_text.encode()), sha256_bytes(b_text.encode()))
+                   sha256_bytes(r_text.encode()), sha256_bytes(b_text.encode()),
+                   os_path, os_entries, sha256_file(os_path) if os_path else None)
 
 
 def offline_checks(plan: Plan) -> tuple[str, LockSet]:
@@ -181,12 +194,14 @@ def input_key(plan: Plan, dockerfile_text: str, locks: LockSet) -> str:
     commit, pins, compile settings, the CPython tarball's sha256) and the tool version. MAX_JOBS is
     left out on purpose: it changes how fast the compile runs, not what it produces. The README
     ("For the auditor") defines it exactly: sha256 of the compact, key-sorted JSON of
-    {build_lock, dockerfile, lock, target, tool}.
+    {build_lock, dockerfile, lock, target, tool}, plus os_lock (the OS lock's sha256) for a target
+    with os_packages.
     """
     doc = {
         "dockerfile": sha256_bytes(dockerfile_text.encode()),
         "lock": locks.runtime_sha256,
         "build_lock": locks.build_sha256,
+        **({"os_lock": locks.os_sha256} if locks.os_sha256 else {}),
         "target": plan.target.model_dump(mode="json"),
         "tool": __version__,
     }

@@ -50,10 +50,16 @@ class Record:
     # The volatile part: id, finished (UTC ISO), duration_seconds, engine, buildx, driver, and the
     # sha256 of the SBOM and provenance this build wrote (sbom_sha256, provenance_sha256).
     build: dict[str, Any]
+    # sha256 of locks/<target>/os-packages.txt, for targets with os_packages (absent otherwise,
+    # so records of targets without OS packages keep their bytes).
+    os_lock_sha256: str | None = None
 
     def to_json(self) -> str:
-        doc = {"schema": contract.RECORD_SCHEMA}
-        doc.update({k: getattr(self, k) for k in contract.RECORD_FIELDS if k != "schema"})
+        doc: dict[str, Any] = {"schema": contract.RECORD_SCHEMA}
+        for k in contract.RECORD_FIELDS[1:]:
+            doc[k] = getattr(self, k)
+            if k == "build_lock_sha256" and self.os_lock_sha256 is not None:
+                doc["os_lock_sha256"] = self.os_lock_sha256
         return json.dumps(doc, indent=2, sort_keys=False) + "\n"
 
 
@@ -84,7 +90,10 @@ def read(path: Path) -> Record | None:
     wrong = [k for k, kind in _TYPES.items() if not isinstance(doc[k], kind) or isinstance(doc[k], bool)]
     if wrong:
         raise RecordError(f"{path}: record fields of the wrong type: {', '.join(wrong)}; restore it from git")
-    return Record(**{k: doc[k] for k in contract.RECORD_FIELDS if k != "schema"})
+    if not isinstance(doc.get("os_lock_sha256", ""), str):
+        raise RecordError(f"{path}: record fields of the wrong type: os_lock_sha256; restore it from git")
+    return Record(**{k: doc[k] for k in contract.RECORD_FIELDS if k != "schema"},
+                  os_lock_sha256=doc.get("os_lock_sha256"))
 
 
 def write_set(directory: Path, files: dict[str, str]) -> None:

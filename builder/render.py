@@ -100,6 +100,10 @@ def template_vars(target: Target) -> dict:
         "runtime_env": sorted(target.runtime.env.items()),
         "user": RUNTIME_USER,
         "layers": contract.layer_names(target.layers),
+        "os_packages": bool(target.os_packages),
+        "os_scripts_skipped": sorted(p.name for p in (target.os_packages.packages if target.os_packages else ())
+                                     if p.scripts_skipped),
+        "os_status_dir": contract.OS_STATUS_DIR,
         "remote_cache": target.compile.remote,
         "cache_secret": contract.COMPILE_CACHE_SECRET,
         "fallback_marker": contract.FALLBACK_MARKER,

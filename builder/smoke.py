@@ -213,6 +213,40 @@ def _source_repos(out: Path) -> dict:
     return {"url": url, "commit": commit, "kernels_url": kernels_url, "kernels_commit": kernels_commit}
 
 
+# The smoke's OS packages, from the plain Debian archive these machines reach (snapshot.debian.org
+# is out of reach), each with why the image needs it. `smoke-init` pins the versions the archive
+# serves when it runs, so the smoke's lock does not rot when Debian publishes an update.
+OS_SUITES = (SUITE, f"{SUITE}-updates")
+OS_PACKAGES = {
+    "libnuma1": "NUMA policy library: what fastsafetensors binds NUMA nodes with in cu129; the check loads it",
+    "numactl": "numactl --show, the operator's NUMA check; the image check runs it",
+}
+
+
+def os_package_pins(engine: Engine, runtime_ref: str) -> dict[str, str]:
+    """name -> the version the archive serves now, resolved in a container of the runtime base
+    the same way `build lock` resolves (builder/oslock.py)."""
+    from builder import oslock
+    from builder.matrix import OsPackage, OsPackages
+
+    spec = OsPackages(archive=MIRROR, suites=OS_SUITES, accept_drift=True,
+                      packages=tuple(OsPackage(name=n, why=w) for n, w in OS_PACKAGES.items()))
+    found = oslock.closure(engine, runtime_ref, spec, "smoke-init")
+    missing = [n for n in OS_PACKAGES if n not in found]
+    if missing:
+        raise BuildError(f"smoke-init: the runtime base already has {', '.join(missing)}; pick other packages")
+    return {n: found[n] for n in OS_PACKAGES}
+
+
+def os_packages_doc(pins: dict[str, str]) -> dict:
+    return {
+        "archive": MIRROR, "suites": list(OS_SUITES), "components": ["main"], "accept_drift": True,
+        "packages": [{"name": n, "why": OS_PACKAGES[n], "version": v} for n, v in pins.items()],
+        "loads": ["libnuma.so.1"],
+        "runs": [["numactl", "--show"]],
+    }
+
+
 def _source(repos: dict) -> dict:
     """The smoke matrix's ``source``: the stand-in repository, its checks' expectations, its
     third-party tree."""
@@ -244,7 +278,8 @@ def _source(repos: dict) -> dict:
 
 
 def matrix_text(registry: str, bases: dict[str, str], repos: dict, expires: dt.date,
-                repository: str = "k3/smoke", signing: dict | None = None) -> str:
+                repository: str = "k3/smoke", signing: dict | None = None,
+                os_pins: dict[str, str] | None = None) -> str:
     doc = {
         "version": 1,
         "targets": {
@@ -277,6 +312,7 @@ def matrix_text(registry: str, bases: dict[str, str], repos: dict, expires: dt.d
                 # The stand-in's launch command, parsed by its own CLI with its registries, as the
                 # cu129 recipe is by vLLM's (check recipe_cli).
                 "runtime": {"recipe": LAUNCH},
+                **({"os_packages": os_packages_doc(os_pins)} if os_pins else {}),
                 "entrypoint": ["python", "-m", "k3smoke"],
                 # The provenance is signed with a TEST-ONLY key smoke-init made on this machine.
                 **({"signing": signing} if signing else {}),
@@ -317,7 +353,11 @@ def init(out: Path, registry: str, engine: Engine, expires: dt.date | None = Non
         repos = _source_repos(out)
         log.info(f"    {repos['url']} {BRANCH} @ {repos['commit']}")
         log.info(f"    third party k3kernels: {repos['kernels_url']} @ {repos['kernels_commit']}")
+    with log.step(f"smoke: pin the OS packages {MIRROR} {' '.join(OS_SUITES)} serves now ({', '.join(OS_PACKAGES)})"):
+        pins = os_package_pins(engine, bases["runtime"])
+        log.info("    " + ", ".join(f"{n} {v}" for n, v in pins.items()))
     expires = expires or (dt.date.today() + dt.timedelta(days=180))
     path = out / "matrix.yaml"
-    atomic_write(path, matrix_text(registry, bases, repos, expires, repository, _test_signing_key(out)))
+    atomic_write(path, matrix_text(registry, bases, repos, expires, repository, _test_signing_key(out),
+                                   os_pins=pins))
     return path

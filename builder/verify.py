@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-from builder import attest, contract, lock, provsign, records, render, signature
+from builder import attest, contract, lock, oslock, provsign, records, render, signature
 from builder.errors import BuilderError, VerifyFailed
 from builder.fsutil import sha256_file
 from builder.lock import normalize
@@ -88,10 +88,26 @@ ROWS: tuple[tuple[str, str, bool], ...] = (
 )
 
 
+# Rows only a target with os_packages has (builder/oslock.py), after the other offline rows.
+OS_ROWS: tuple[tuple[str, str, bool], ...] = (
+    ("OS lock hash-pinned", "(targets with `os_packages`) `os-packages.txt` matches its body sha256 header, every "
+                            "line parses, and it was made from the matrix's package list, archive and runtime base "
+                            "(inputs sha256)", False),
+    ("OS lock <-> image.json", "its sha256 is the recorded `os_lock_sha256`", False),
+    ("OS lock <-> SBOM", "every `.deb` of the lock is in the SBOM as `pkg:deb` with the same version, `arch` and its "
+                         "one sha256 (an edited lock or a swapped `.deb` fails here)", False),
+)
+
+
+def all_rows(os_packages: bool = True) -> list[tuple[str, str, bool]]:
+    """ROWS with the OS lock's rows after the offline ones, for a target with os_packages."""
+    return ([r for r in ROWS if not r[2]] + (list(OS_ROWS) if os_packages else []) + [r for r in ROWS if r[2]])
+
+
 def table_markdown() -> str:
-    """The README's verify table, made from ROWS."""
+    """The README's verify table, made from ROWS (and OS_ROWS)."""
     lines = ["| row | holds when |", "| --- | --- |"]
-    lines += [f"| `{name}`{' (`--registry`)' if registry else ''} | {when} |" for name, when, registry in ROWS]
+    lines += [f"| `{name}`{' (`--registry`)' if registry else ''} | {when} |" for name, when, registry in all_rows()]
     return "\n".join(lines) + "\n"
 
 
@@ -102,6 +118,7 @@ class Verifier:
         self.dockerfile = contract.dockerfile_path(root, target.name)
         self.lock = contract.lock_path(root, target.name)
         self.build_lock = contract.build_lock_path(root, target.name)
+        self.os_lock = contract.os_lock_path(root, target.name)
         self.sbom_path = contract.sbom_path(root, target.name)
         self.prov_path = contract.provenance_path(root, target.name)
         self._record: records.Record | None = None
@@ -143,6 +160,39 @@ class Verifier:
                 raise _Fail(exc.message) from None
             counts.append(len(entries))
         return f"{counts[0]} runtime + {counts[1]} build entries, all hash-pinned"
+
+    def os_lock_pinned(self) -> str:
+        try:
+            entries = oslock.read(self.os_lock)
+            oslock.check_current(self.os_lock, self.t)
+        except BuilderError as exc:
+            raise _Fail(exc.message) from None
+        return f"{len(entries)} .deb(s) by sha256, made from these os_packages and this runtime base"
+
+    def os_lock_record(self) -> str:
+        got = sha256_file(self.os_lock) if self.os_lock.exists() else "missing"
+        _need(got == self.record.os_lock_sha256,
+              f"{self.os_lock.name} sha256 {got[:16]} != image.json {str(self.record.os_lock_sha256)[:16]}")
+        return f"{self.os_lock.name} sha256 matches"
+
+    def os_lock_sbom(self) -> str:
+        doc = _read_json(self.sbom_path)
+        debs = {}
+        for c in doc.get("components", []):
+            if c.get("purl", "").startswith("pkg:deb/"):
+                arch = re.search(r"[?&]arch=([^&]+)", c["purl"])
+                debs[c.get("name")] = (c.get("version"), arch and arch.group(1),
+                                       sorted(h["content"] for h in c.get("hashes", [])))
+        try:
+            entries = oslock.read(self.os_lock)
+        except BuilderError as exc:
+            raise _Fail(exc.message) from None
+        for e in entries:
+            got = debs.get(e.name)
+            _need(got is not None, f"{e.name} is in {self.os_lock.name} but not in the SBOM as pkg:deb")
+            _need(got[:2] == (e.version, e.arch), f"{e.name}: SBOM {got[0]} {got[1]} != OS lock {e.version} {e.arch}")
+            _need(got[2] == [e.sha256], f"{e.name}: the SBOM's sha256 (the unpacked .deb's) is not the OS lock's")
+        return f"all {len(entries)} .deb(s) in the SBOM as pkg:deb, same version, arch and sha256"
 
     def dockerfile_record(self) -> str:
         got = sha256_file(self.dockerfile) if self.dockerfile.exists() else "missing"
@@ -264,6 +314,8 @@ class Verifier:
             "build-lock": {"sha256": r.build_lock_sha256},
             "dockerfile": {"sha256": r.dockerfile_sha256},
         }
+        if self.t.os_packages:  # its .debs (deb:<name>) are the lock's: "OS lock <-> SBOM" checks those
+            want["os-lock"] = {"sha256": r.os_lock_sha256}
         for ref, _, _, commit in attest.third_party_trees(r):
             want[ref] = {"gitCommit": commit}
         for name, digest in want.items():
@@ -321,15 +373,19 @@ class Verifier:
             "lock <-> SBOM": self.lock_sbom, "image.json <-> provenance": self.record_provenance,
             "provenance signed": self.provenance_signed, "provenance signer": self.provenance_signer,
             "provenance signature": self.provenance_signature,
+            "OS lock hash-pinned": self.os_lock_pinned, "OS lock <-> image.json": self.os_lock_record,
+            "OS lock <-> SBOM": self.os_lock_sbom,
         }
         online = {"registry: image": self.registry_image, "registry: SBOM + provenance": self.registry_attachments,
                   "registry: signature": self.registry_signature}
+        rows = all_rows(bool(self.t.os_packages))
         head = [(name, offline[name]) for name, _, _ in ROWS[:2]]
+        head += [(name, offline[name]) for name, _, _ in rows if name == "OS lock hash-pinned"]
         try:
             self.record
         except _Fail as exc:  # one row says so, not one per link that needs the record
             return self._run(head) + [Row("image.json", False, str(exc))]
-        checks = [(name, offline[name]) for name, _, registry in ROWS if not registry]
+        checks = [(name, offline[name]) for name, _, registry in rows if not registry]
         if engine is not None:
             checks += [(name, (lambda fn: lambda: fn(engine))(online[name])) for name, _, registry in ROWS if registry]
         return self._run(checks)

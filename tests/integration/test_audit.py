@@ -102,7 +102,18 @@ TAMPER = {
                    lambda t, root: _edit_payload(t, lambda p: re.sub(r'"gitCommit": "[0-9a-f]{40}"',
                                                                      '"gitCommit": "' + "1" * 40 + '"', p)),
                    {"image.json <-> provenance", "provenance signature", AUDIT}),
+    # A hand-edited OS lock (another version of numactl) fails its body hash and its record.
+    "os-lock": ("locks/smoke/os-packages.txt", lambda t, root: re.sub(r"^numactl \S+", "numactl 9.9-9", t, flags=re.M),
+                {"OS lock hash-pinned", "OS lock <-> image.json", "OS lock <-> SBOM"}),
+    # The SBOM naming another .deb than the lock's (a swapped package) fails the OS lock's row.
+    "swapped-deb": ("locks/smoke/sbom.cdx.json", lambda t, root: t.replace(_deb_hash(root, "numactl"), "f" * 64),
+                    {"OS lock <-> SBOM", AUDIT}),
 }
+
+
+def _deb_hash(root, name: str) -> str:
+    line = next(ln for ln in (root / "locks/smoke/os-packages.txt").read_text().splitlines() if ln.startswith(name + " "))
+    return line.rsplit("sha256:", 1)[1]
 
 
 def _edit_payload(text: str, edit) -> str:

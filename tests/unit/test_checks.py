@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from builder import checklist, contract, extensions, imagechecks as checks, lock, matrix, probes
+from builder import checklist, contract, extensions, imagechecks as checks, lock, matrix, oslock, probes
 from builder.engine import ImageConfig
 from builder.errors import BuildError, CheckFailed, SourceError
 from builder.fsutil import sha256_bytes, sha256_file
@@ -76,18 +76,29 @@ RECIPE = {"command": "vllm serve m --tool-call-parser kimi_k3", "argv": ["m", "-
           "architecture_resolver": "a:R"}
 
 
+# cu129's OS packages as the check gets them (from locks/cu129/os-packages.txt and the matrix).
+OS_OK = checks.OsExpectations(
+    locked=(("libibverbs1", "39.0-1", "amd64"), ("libnuma1", "2.0.14-3ubuntu2", "amd64")),
+    listed=("libibverbs1", "libnuma1"), loads=("libibverbs.so.1", "libnuma.so.1"), runs=(("numactl", "--show"),))
+
+
 class FakeHost:
     """testinfra's host as the checks use it: ``run(command, *args)`` -> rc, stdout, stderr.
     Answers like a correct cu129 image unless told otherwise; records every call."""
 
-    def __init__(self, pip=(0, ""), find="", toolchain=(0, TOOLCHAIN_OK), probe=None, **probes):
+    def __init__(self, pip=(0, ""), find="", toolchain=(0, TOOLCHAIN_OK), probe=None, os_probe=None, **probes):
         self.pip, self.find, self.toolchain, self.probe = pip, find, toolchain, probe
         self.probes = copy.deepcopy({"trees": TREES_OK, "elf": ELF_OK, "hygiene": HYGIENE_OK, "recipe": RECIPE_OK})
         self.probes.update(probes)
+        self.os_probe = os_probe if os_probe is not None else {"problems": [], "checked": len(OS_OK.locked)}
         self.calls: list[tuple[str, tuple]] = []
 
     def run(self, command, *args):
         self.calls.append((command, args))
+        if args and args[0] == checklist.OS_PROBE:
+            request = json.loads(args[1])
+            assert request["locked"] == [list(x) for x in OS_OK.locked] and request["runs"] == [["numactl", "--show"]]
+            return _Ran(0, json.dumps(self.os_probe))
         if "pip check" in command:
             return _Ran(*self.pip)
         if command.startswith("find / "):
@@ -111,7 +122,7 @@ def _correct():
     """(facts, expectations, image, host) of an image that holds every check."""
     e = _expect(labels=dict(LABELS), cuda_home="/usr/local/cuda", nvcc_arch="sm_75",
                 python_trees=("vllm.third_party",), python_skip={"vllm.third_party.fmha_sm100.cute.*": "own root"},
-                recipe=dict(RECIPE))
+                recipe=dict(RECIPE), os_packages=OS_OK)
     image = _image(labels=dict(LABELS), env={"CUDA_VERSION": "12.9.1", "CUDA_HOME": "/usr/local/cuda"})
     return _facts(), e, image, FakeHost(probe=_facts())
 
@@ -135,7 +146,7 @@ def _run_all(f, e, image, host) -> tuple[list[str], list[str]]:
 def test_a_correct_cu129_image_passes():
     f, e, image, host = _correct()
     ran, warnings = _run_all(f, e, image, host)
-    assert ran == list(contract.CHECKS) and len(ran) == 16  # every check ran, none skipped
+    assert ran == list(contract.CHECKS) and len(ran) == 17  # every check ran, none skipped
     assert warnings == ["python_trees: skipped 1 module(s) matching vllm.third_party.fmha_sm100.cute.*: own root"]
     commands = " ".join(c for c, _ in host.calls)
     assert "pip check" in commands and "find / " in commands and "sh -c %s" in commands
@@ -170,6 +181,7 @@ def test_each_check_can_fail_on_an_otherwise_correct_image(name):
             "counts": {"dangling": 1, "outside": 0, "named": 0}}),
         "recipe_cli": lambda: host.probes.update(recipe={**RECIPE_OK, "options": {
             "tool_call_parser": "'kimi_k9': KeyError: \"Tool parser 'kimi_k9' not found.\"", "load_format": None}}),
+        "os_packages": lambda: host.os_probe["problems"].append("numactl: /usr/bin/numactl missing (No such file)"),
     }
     assert set(breaks) == set(contract.CHECKS)
     e = breaks[name]() or e
@@ -728,7 +740,12 @@ def test_expectations_come_from_the_matrix_the_lock_and_the_source(tmp_path):
     lock_path.write_text(f"{lock.BODY_HEADER}{sha256_bytes(body.encode())}\n{body}")
     setup = b'ext_modules.append(CMakeExtension(name="vllm._C"))\n'
     files = {p: (setup if p == "setup.py" else b"") for p in t.source.extensions.declared_in}
+    deb = oslock.DebEntry("libnuma1", "2.0.14-3ubuntu2", "amd64", "https://snapshot.ubuntu.com/x/libnuma1.deb", 1,
+                          "c" * 64)
+    (tmp_path / contract.OS_LOCK_NAME).write_text(oslock.lock_text(t, [deb]))
     e = checks.expectations(t, _Pinned(files), lock_path, dt.date(2026, 11, 29), today=dt.date(2026, 12, 1))
+    assert e.os_packages.locked == (("libnuma1", "2.0.14-3ubuntu2", "amd64"),)
+    assert e.os_packages.listed == tuple(p.name for p in t.os_packages.packages) and "libnuma.so.1" in e.os_packages.loads
     assert e.pins == {"flashinfer-python": t.flashinfer.version, "nvidia-nccl-cu12": "2.30.7"}
     assert e.lock == {"torch": "2.13.0+cu129", "nvidia-nccl-cu12": "2.30.7"}
     assert e.overrides == frozenset({"nvidia-nccl-cu12"})
