@@ -21,9 +21,10 @@ NAMES = ("facts", "trees", "elf", "hygiene", "recipe")
 
 @lru_cache(maxsize=None)
 def script(name: str) -> str:
+    """The text to run: the shared reporting prelude (_report.py), then the probe."""
     if name not in NAMES:
         raise KeyError(name)
-    return (HERE / f"{name}.py").read_text()
+    return (HERE / "_report.py").read_text() + "\n\n" + (HERE / f"{name}.py").read_text()
 
 
 def parse(stdout: str) -> dict | None:

@@ -12,14 +12,11 @@ Request: {"roots": [...], "ld_library_path": "...", "cuda_major": 12, "tracking"
 "dlopen": [...]}.
 """
 
-import json
 import os
 import re
 import struct
 import subprocess
-import sys
 
-MARKER = "K3-PROBE "
 DT_NEEDED, DT_STRTAB, DT_STRSZ, DT_SONAME, DT_RPATH, DT_RUNPATH = 1, 5, 10, 14, 15, 29
 DEFAULT_DIRS = ("/lib/x86_64-linux-gnu", "/usr/lib/x86_64-linux-gnu", "/lib/aarch64-linux-gnu",
                 "/usr/lib/aarch64-linux-gnu", "/lib64", "/usr/lib64", "/lib", "/usr/lib")
@@ -186,8 +183,4 @@ def main(req):
 
 
 if __name__ == "__main__":
-    try:
-        facts = main(json.loads(sys.argv[1]))
-    except Exception as exc:  # noqa: BLE001 - reported, so the check says what broke
-        facts = {"error": f"{type(exc).__name__}: {exc}"}
-    print(MARKER + json.dumps(facts))
+    report(main)  # noqa: F821 - builder/probes/_report.py, prepended

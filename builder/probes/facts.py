@@ -13,9 +13,7 @@ import importlib.metadata as md
 import importlib.util
 import json
 import os
-import sys
 
-MARKER = "K3-PROBE "
 
 
 def guarded(facts, key, fn):
@@ -127,9 +125,4 @@ def main(req):
 
 
 if __name__ == "__main__":
-    try:
-        result = main(json.loads(sys.argv[1]))
-    except BaseException as exc:  # noqa: BLE001
-        result = {"errors": {"probe": f"{type(exc).__name__}: {exc}"}}
-    sys.stdout.flush()
-    print(MARKER + json.dumps(result))
+    report(main)  # noqa: F821 - builder/probes/_report.py, prepended

@@ -7,12 +7,9 @@ absolute path (/third_party, /src, /build, /ctx, /layers: where the build stages
 wheels and layer roots). Request: {"roots": [...], "build_roots": [...]}.
 """
 
-import json
 import os
 import re
-import sys
 
-MARKER = "K3-PROBE "
 NAMED_FILES = ("RECORD", "direct_url.json")
 SUFFIXES = (".pth", ".cmake", ".pc")
 LIMIT = 50  # findings reported per kind; the count says how many there were
@@ -83,8 +80,4 @@ def main(req):
 
 
 if __name__ == "__main__":
-    try:
-        facts = main(json.loads(sys.argv[1]))
-    except Exception as exc:  # noqa: BLE001 - reported, so the check says what broke
-        facts = {"error": f"{type(exc).__name__}: {exc}"}
-    print(MARKER + json.dumps(facts))
+    report(main)  # noqa: F821 - builder/probes/_report.py, prepended

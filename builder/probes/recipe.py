@@ -11,12 +11,9 @@ starts: no engine, no server, no GPU. Request: {"argv": [...], "parser": ..., "p
 import contextlib
 import importlib
 import io
-import json
 import logging
-import sys
 from collections.abc import Mapping
 
-MARKER = "K3-PROBE "
 
 
 def ref(text):
@@ -111,9 +108,4 @@ def main(req):
 
 
 if __name__ == "__main__":
-    try:
-        facts = main(json.loads(sys.argv[1]))
-    except BaseException as exc:  # noqa: BLE001 - reported, so the check says what broke
-        facts = {"error": error(exc)}
-    sys.stdout.flush()
-    print(MARKER + json.dumps(facts))
+    report(main)  # noqa: F821 - builder/probes/_report.py, prepended

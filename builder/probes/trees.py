@@ -22,7 +22,6 @@ import signal
 import sys
 import time
 
-MARKER = "K3-PROBE "
 
 
 def call(ref):
@@ -159,9 +158,4 @@ def main(req):
 
 
 if __name__ == "__main__":
-    try:
-        facts = main(json.loads(sys.argv[1]))
-    except BaseException as exc:  # noqa: BLE001 - reported, so the check says what broke
-        facts = {"error": f"{type(exc).__name__}: {exc}"}
-    sys.stdout.flush()
-    print(MARKER + json.dumps(facts))
+    report(main)  # noqa: F821 - builder/probes/_report.py, prepended
