@@ -191,3 +191,142 @@ def test_git_reason_names_the_fatal_lines():
         "Please make sure you have the correct access rights\nand the repository exists."))
     assert source.git_reason(exc) == ("detected dubious ownership in repository at '/srv/x'; "
                                       "Could not read from remote repository.")
+
+
+# --- a tree is untrusted input: its URLs and paths never become git options (issue 21) ----------
+
+def _hostile_lib(tmp_path, url: str, path: str = "evil", leaf_commit: str = "1" * 40) -> git.Repo:
+    return _repo(tmp_path / "hostile", {"src/k.c": "int k;\n"}, {path: (url, leaf_commit)})
+
+
+def _pinned_naming(upstream, lib) -> source.PinnedSource:
+    """The main source at a new commit whose deps.cmake names ``lib``'s head (as a re-pin would)."""
+    (Path(upstream.working_dir) / "deps.cmake").write_text(f"GIT_TAG {lib.head.commit.hexsha}\n")
+    upstream.git.add(A=True)
+    with upstream.git.custom_environment(**_ENV):
+        upstream.git.commit("-q", "-m", "re-pin")
+    return source.fetch(_src(upstream))
+
+
+def test_a_submodule_url_that_is_a_git_option_runs_no_host_command(third, upstream, tmp_path):
+    """The reported attack: `url = --upload-pack=touch /tmp/PWNED` ran the command via git fetch."""
+    canary = tmp_path / "PWNED"
+    lib = _hostile_lib(tmp_path, f"--upload-pack=touch {canary}")
+    with pytest.raises(SourceError, match=r"third-party source lib: submodule 'evil' in \.gitmodules: url "
+                                          r"'--upload-pack=.* is not an https:// or file:// git URL"):
+        source.fetch_third_party("lib", _tp(lib), _pinned_naming(upstream, lib))
+    assert not canary.exists()
+
+
+def test_a_nested_hostile_submodule_url_is_refused_with_its_full_path(third, upstream, tmp_path):
+    lib_ok, leaf = third
+    canary = tmp_path / "PWNED"
+    inner = _repo(tmp_path / "inner", {"x.h": "int x;\n"}, {"deep": (f"--upload-pack=touch {canary}", "1" * 40)})
+    outer = _repo(tmp_path / "outer", {"y.h": "int y;\n"},
+                  {"third/inner": (f"file://{inner.working_dir}", inner.head.commit.hexsha)})
+    with pytest.raises(SourceError, match=r"submodule 'third/inner/deep'"):
+        source.fetch_third_party("lib", _tp(outer), _pinned_naming(upstream, outer))
+    assert not canary.exists()
+
+
+@pytest.mark.parametrize("url", ["ext::sh -c touch% /tmp/x", "https://user:pw@example.org/x.git",
+                                 "ssh://example.org/x", "https://example.org/x y", "-u", "file://x;touch /tmp/x"])
+def test_a_submodule_url_outside_the_matrix_url_rule_is_refused(url):
+    with pytest.raises(SourceError, match="is not an https:// or file:// git URL") as err:
+        source._tree_url("lib", "https://example.org/lib.git", "sub", url)
+    assert "pw" not in str(err.value)  # a credential in a tree's URL is not printed either
+
+
+def test_relative_submodule_urls_are_checked_after_resolution():
+    assert source._tree_url("lib", "https://example.org/o/lib.git", "s", "../dep.git") == "https://example.org/o/dep.git"
+    with pytest.raises(SourceError, match="host path under an https:// source"):
+        source._tree_url("lib", "https://example.org/lib.git", "s", "file:///home/me/secret.git")
+
+
+@pytest.mark.parametrize("path", ["../outside", "a/../../b", "/abs", "a/./../.."])
+def test_a_submodule_path_leaving_the_tree_is_one_source_error(path):
+    with pytest.raises(SourceError, match="is not a relative path inside the tree"):
+        source._tree_url("lib", "https://example.org/lib.git", path, "https://example.org/x.git")
+
+
+def test_a_submodule_path_with_dotdot_in_a_real_tree_is_refused(third, upstream, tmp_path):
+    lib = _repo(tmp_path / "dots", {"a.h": "int a;\n"})
+    (Path(lib.working_dir) / ".gitmodules").write_text('[submodule "x"]\n\tpath = ../x\n\turl = ../leaf\n')
+    lib.git.add(A=True)
+    with lib.git.custom_environment(**_ENV):
+        lib.git.commit("-q", "-m", "dots")
+    with pytest.raises(SourceError, match=r"submodule '../x'.*not a relative path"):
+        source.fetch_third_party("lib", _tp(lib), _pinned_naming(upstream, lib))
+
+
+# One test per git call site: an option-looking argument stays a positional (a path, a revision).
+
+def test_fetch_by_commit_treats_an_option_url_as_a_path(tmp_path, monkeypatch):
+    monkeypatch.setenv("K3_CACHE_DIR", str(tmp_path / "cache"))
+    canary = tmp_path / "PWNED"
+    with pytest.raises(SourceError, match="cannot be fetched"):
+        source._commit_repo(f"--upload-pack=touch {canary}", "1" * 40)
+    assert not canary.exists()
+
+
+def test_ls_remote_treats_an_option_url_as_a_path(tmp_path):
+    canary = tmp_path / "PWNED"
+    with pytest.raises(SourceError, match="cannot resolve 'v1'"):
+        source._peeled_ref(f"--upload-pack=touch {canary}", "v1")
+    assert not canary.exists()
+
+
+def test_archive_treats_an_option_revision_as_a_revision(upstream, tmp_path):
+    out = tmp_path / "written.tar"
+    with pytest.raises(SourceError, match="git archive failed"):
+        source._archive_into(upstream, f"--output={out}", tmp_path / "dest")
+    assert not out.exists()
+
+
+def test_cat_file_rev_parse_and_merge_base_take_no_options_from_arguments(upstream):
+    assert source._has_commit(upstream, "--batch") is False
+    assert source._is_ancestor(upstream, "--all", upstream.head.commit.hexsha) is False
+    with pytest.raises(git.GitCommandError):
+        upstream.git.rev_parse("--verify", "--end-of-options", "--git-dir")  # what fetch() runs
+
+
+def test_gitmodules_values_with_newlines_cannot_forge_entries(tmp_path):
+    lib = _repo(tmp_path / "nl", {"a.h": "x\n"})
+    (Path(lib.working_dir) / ".gitmodules").write_text(
+        '[submodule "x"]\n\tpath = a\n\turl = "https://example.org/a\\nsubmodule.y.url=--upload-pack=id"\n')
+    lib.git.add(A=True)
+    with lib.git.custom_environment(**_ENV):
+        lib.git.commit("-q", "-m", "nl")
+    entries = source._gitmodules(lib, lib.head.commit.hexsha)
+    assert len(entries) == 1 and entries[0]["url"].startswith("https://example.org/a\n")
+
+
+def test_every_git_command_ends_its_options_before_a_positional(third, upstream, tmp_path, monkeypatch):
+    """Spy on every git command fetch, third-party fetch and export run: any word that is not an
+    option comes after `--` or `--end-of-options` (so no value can ever be read as an option)."""
+    seen: list[list[str]] = []
+    real = git.cmd.Git.execute
+
+    def spy(self, command, *args, **kwargs):
+        seen.append([str(c) for c in command])
+        return real(self, command, *args, **kwargs)
+
+    monkeypatch.setattr(git.cmd.Git, "execute", spy)
+    lib, _ = third
+    lib.create_tag("v2.0")
+    (Path(upstream.working_dir) / "deps.cmake").write_text(f"GIT_TAG {lib.head.commit.hexsha}\n# also v2.0\n")
+    upstream.git.add(A=True)
+    with upstream.git.custom_environment(**_ENV):
+        upstream.git.commit("-q", "-m", "tag")
+    pinned = source.fetch(_src(upstream))
+    pinned.export(tmp_path / "main")
+    source.fetch_third_party("lib", _tp(lib, ref="v2.0"), pinned).export(tmp_path / "tp")
+    ours = [c for c in seen if c[0] == "git" and len(c) > 1 and c[1] in
+            ("fetch", "ls-remote", "archive", "cat-file", "ls-tree", "config", "rev-parse", "merge-base")]
+    assert {c[1] for c in ours} >= {"fetch", "ls-remote", "archive", "cat-file", "ls-tree", "config", "rev-parse"}
+    for cmd in ours:
+        words = cmd[2:]
+        first_positional = next((i for i, w in enumerate(words) if not w.startswith("-")), None)
+        if first_positional is None or cmd[1] == "cat-file" and "--batch-check" in words:
+            continue
+        assert {"--", "--end-of-options"} & set(words[:first_positional]), cmd

@@ -1,0 +1,89 @@
+"""Upstream is untrusted input (issue 21): hostile commits pushed to the smoke's own local
+upstream repositories (the stand-in source and its third-party kernels), then a real `build`.
+Each attack must end in one line with the documented exit code, and no host command runs."""
+
+from __future__ import annotations
+
+import re
+import secrets
+import subprocess
+from pathlib import Path
+
+import yaml
+
+from tests.integration.conftest import Smoke, cli
+
+_ENV = {"GIT_AUTHOR_NAME": "attacker", "GIT_AUTHOR_EMAIL": "a@example.org",
+        "GIT_COMMITTER_NAME": "attacker", "GIT_COMMITTER_EMAIL": "a@example.org"}
+
+
+def _git(cwd: Path, *args: str, env: dict | None = None) -> str:
+    import os
+    return subprocess.run(["git", *args], cwd=cwd, check=True, capture_output=True, text=True,
+                          env={**os.environ, **_ENV, **(env or {})}).stdout.strip()
+
+
+def push_commit(upstream: Path, work: Path, branch: str, change, base: str = "HEAD",
+                env: dict | None = None) -> str:
+    """Clone ``upstream``, let ``change(checkout)`` edit it, commit, push to a new ``branch``."""
+    _git(work.parent, "clone", "-q", str(upstream), str(work))
+    _git(work, "checkout", "-q", base)
+    change(work)
+    _git(work, "add", "-A")
+    _git(work, "commit", "-q", "--no-gpg-sign", "-m", "hostile", env=env)
+    _git(work, "push", "-q", "origin", f"HEAD:refs/heads/{branch}")
+    return _git(work, "rev-parse", "HEAD")
+
+
+def repin(smoke: Smoke, dest: Path, tag: str, source: tuple[str, str], kernels: str | None = None) -> Smoke:
+    """A variant of the smoke whose matrix pins the given source branch/commit (and kernels commit)."""
+    def change(text: str) -> str:
+        doc_head, _, _ = text.partition("version: 1")
+        doc = yaml.safe_load(text)
+        src = doc["targets"]["smoke"]["source"]
+        src["branch"], src["commit"] = source
+        if kernels:
+            src["third_party"]["k3kernels"].update(commit=kernels, ref=kernels)
+        return doc_head + yaml.safe_dump(doc, sort_keys=False)
+    return smoke.variant(dest, tag, change)
+
+
+def _one_error_line(err: str) -> str:
+    assert "Traceback" not in err, err[-3000:]
+    last = err.strip().splitlines()[-1]
+    assert last.startswith("error: "), err[-3000:]
+    return last
+
+
+def test_a_submodule_url_that_is_a_git_option_runs_nothing_on_the_host(smoke, tmp_path):
+    """The critical attack: `.gitmodules` says `url = --upload-pack=touch <canary>` in the
+    third-party tree; `build` must refuse it (exit 2, one line naming the source and the path)."""
+    canary = tmp_path / "PWNED"
+    kernels_repo = Path(yaml.safe_load(smoke.matrix.read_text())["targets"]["smoke"]["source"]["third_party"]
+                        ["k3kernels"]["url"].removeprefix("file://"))
+    tag = f"hostile-{secrets.token_hex(3)}"
+
+    def hostile_gitmodules(tree: Path) -> None:
+        with (tree / ".gitmodules").open("a") as fh:
+            fh.write(f'[submodule "evil"]\n\tpath = third-party/evil\n\turl = --upload-pack=touch {canary}\n')
+        _git(tree, "update-index", "--add", "--cacheinfo", f"160000,{'1' * 40},third-party/evil")
+
+    kernels = push_commit(kernels_repo, tmp_path / "kernels", tag, hostile_gitmodules)
+    doc = yaml.safe_load(smoke.matrix.read_text())["targets"]["smoke"]
+    old_kernels = doc["source"]["third_party"]["k3kernels"]["commit"]
+    src_repo = Path(doc["source"]["url"].removeprefix("file://"))
+
+    def name_new_kernels(tree: Path) -> None:
+        cmake = tree / "CMakeLists.txt"
+        cmake.write_text(cmake.read_text().replace(old_kernels, kernels))
+
+    commit = push_commit(src_repo, tmp_path / "src", tag, name_new_kernels, base=doc["source"]["commit"])
+    work = repin(smoke, tmp_path / "work", tag, (tag, commit), kernels)
+    before = work.record.read_bytes() if work.record.exists() else None
+    r = cli("--matrix", str(work.matrix), "--target", "smoke")
+    assert not canary.exists(), "the submodule URL ran a command on the host"
+    assert r.code == 2, r.err[-3000:]
+    line = _one_error_line(r.err)
+    assert re.search(r"third-party source k3kernels: submodule 'third-party/evil' in \.gitmodules: url "
+                     r"'--upload-pack=.* is not an https:// or file:// git URL", line), line
+    assert (work.record.read_bytes() if work.record.exists() else None) == before  # nothing written
