@@ -87,3 +87,30 @@ def test_a_submodule_url_that_is_a_git_option_runs_nothing_on_the_host(smoke, tm
     assert re.search(r"third-party source k3kernels: submodule 'third-party/evil' in \.gitmodules: url "
                      r"'--upload-pack=.* is not an https:// or file:// git URL", line), line
     assert (work.record.read_bytes() if work.record.exists() else None) == before  # nothing written
+
+
+def test_a_requirements_line_naming_a_host_file_reads_nothing(smoke, tmp_path, monkeypatch):
+    """`--requirement=/proc/self/environ` in the source's requirements.txt: `build --json lock`
+    printed the tool's whole environment (uv quotes the line it cannot parse). Now: exit 2, one
+    line naming the file and line, no environment value in any output."""
+    import json
+    import os
+    canary = f"k3-environ-canary-{secrets.token_hex(4)}"
+    doc = yaml.safe_load(smoke.matrix.read_text())["targets"]["smoke"]
+    src_repo = Path(doc["source"]["url"].removeprefix("file://"))
+    tag = f"hostile-req-{secrets.token_hex(3)}"
+
+    def hostile_requirements(tree: Path) -> None:
+        req = tree / "requirements.txt"
+        req.write_text(req.read_text() + "--requirement=/proc/self/environ\n")
+
+    commit = push_commit(src_repo, tmp_path / "src", tag, hostile_requirements, base=doc["source"]["commit"])
+    work = repin(smoke, tmp_path / "work", tag, (tag, commit))
+    lines = len((src_repo / "requirements.txt").read_text().splitlines()) + 1
+    r = cli("--json", "--matrix", str(work.matrix), "lock", "--target", "smoke",
+            env={**os.environ, "K3_CANARY": canary})
+    assert r.code == 2, r.err[-3000:]
+    assert canary not in r.out + r.err
+    assert f"source requirement file requirements.txt:{lines}: --requirement '/proc/self/environ' points " \
+           "outside the source tree" in _one_error_line(r.err)
+    assert json.loads(r.out)["exit_code"] == 2

@@ -330,3 +330,48 @@ def test_every_git_command_ends_its_options_before_a_positional(third, upstream,
         if first_positional is None or cmd[1] == "cat-file" and "--batch-check" in words:
             continue
         assert {"--", "--end-of-options"} & set(words[:first_positional]), cmd
+
+
+# --- requirement files: every spelling pip and uv accept, nothing outside the tree --------------
+
+@pytest.mark.parametrize("line", [
+    "--requirement=/proc/self/environ", "-r/proc/self/environ", "-r=/proc/self/environ", "-r /etc/passwd",
+    "--requirement /etc/passwd", "-c/etc/passwd", "--constraint=/etc/passwd", "-c ~/.netrc",
+    "-r https://evil.example/r.txt", "-r file:///etc/passwd", "-r ../../outside.txt", "-r \\\n  /etc/passwd",
+    "-e .", "--editable=/home/me/pkg", "-e git+https://evil.example/x", "-f /tmp/wheels", "--find-links=file:///x",
+    "-i file:///srv/index", "--index-url=/srv/simple", "--extra-index-url ${HOME}", "--trusted-host a/b",
+    "--pre", "--prefer-binary", "-Z", "--requir=x.txt", "--extra-index=https://x", "--config-settings=a=b",
+    "pkg @ file:///etc/passwd", "pkg@https://evil.example/p.whl", "/etc/passwd", "./local/pkg", "pkg.whl",
+    "foo==${AWS_SECRET_ACCESS_KEY}", "foo==1 --global-option=--x", "https://evil.example/x.tar.gz",
+])
+def test_a_requirement_line_that_reaches_outside_the_tree_is_refused_with_file_and_line(line):
+    data = f"packaging>=23\n# fine\n{line}\n".encode()
+    with pytest.raises(SourceError, match=r"^source requirement file req/x\.txt:3: .*refused") as err:
+        source.requirement_lines("req/x.txt", data)
+    assert "\n" not in str(err.value)
+
+
+def test_every_include_spelling_is_followed_and_index_options_are_kept_apart():
+    data = (b"-ra.txt\n-r=b.txt\n-r c.txt\n--requirement=d.txt\n--requirement e.txt\n-cf.txt\n--constraint=g.txt\n"
+            b"--extra-index-url https://flashinfer.ai/whl/\n-ihttps://x.example/simple\n--trusted-host x.example\n"
+            b"--no-index\nnumba == 0.65.0 # comment\nsix>=1.16.0; python_version > '3.11'\nfoo[a,b] >= 1, < 2 \\\n"
+            b"  ; sys_platform == 'linux'\npkg==1 --hash=sha256:" + b"0" * 64 + b"\n")
+    lines = source.requirement_lines("x.txt", data)
+    assert [ln.value for ln in lines if ln.kind == "include"] == [f"{c}.txt" for c in "abcdefg"]
+    assert [ln.lineno for ln in lines if ln.kind == "index"] == [8, 9, 10, 11]
+    req = [ln for ln in lines if ln.kind == "requirement"]
+    assert [(ln.lineno, ln.last) for ln in req] == [(12, 12), (13, 13), (14, 15), (16, 16)]
+
+
+def test_includes_in_every_spelling_are_read_and_checked(upstream):
+    work = Path(upstream.working_dir)
+    (work / "req.txt").write_text("--requirement=sub/common.txt\n-csub/pins.txt\n")
+    (work / "sub" / "pins.txt").write_text("packaging<30\n-r=../req.txt\n")
+    (work / "evil.txt").write_text("-r sub/common.txt\n--requirement=/proc/self/environ\n")
+    upstream.git.add(A=True)
+    with upstream.git.custom_environment(**_ENV):
+        upstream.git.commit("-q", "-m", "spellings")
+    pinned = source.fetch(_src(upstream))
+    assert sorted(source.resolve_includes(pinned, ("req.txt",))) == ["req.txt", "sub/common.txt", "sub/pins.txt"]
+    with pytest.raises(SourceError, match=r"evil\.txt:2: --requirement '/proc/self/environ' points outside"):
+        source.resolve_includes(pinned, ("evil.txt",))
