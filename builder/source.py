@@ -434,9 +434,8 @@ def _tree_url(owner: str, parent_url: str, path: str, url: str) -> str:
 
 def _shown(value: str, limit: int = 80) -> str:
     """Untrusted text in a message: redacted first (a credential is never cut in half), then cut."""
-    from builder.log import redact
-    text = repr(redact(value))
-    return text if len(text) <= limit else text[: limit - 3] + "..."
+    from builder.log import shown
+    return shown(value, limit)
 
 
 def _submodules(repo: git.Repo, url: str, commit: str, wanted, owner: str, prefix: str = "") -> list[Submodule]:
