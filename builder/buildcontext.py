@@ -182,10 +182,12 @@ def assemble(target: Target, locks, dest: Path, epoch: int) -> Path:
     if dest.exists():
         shutil.rmtree(dest)
     dest.mkdir(parents=True)
-    shutil.copyfile(locks.runtime, dest / contract.LOCK_NAME)
-    _wheels_into(target, locks.runtime, _layers(target, locks.runtime_entries, dest))
-    shutil.copyfile(locks.build, dest / contract.BUILD_LOCK_NAME)
-    _wheels_into(target, locks.build, {h: dest / "wheelhouse" / "build" for e in locks.build_entries for h in e.hashes})
+    # The bytes hashed when the locks were read, never the files again: pip downloads from these copies.
+    runtime, build = dest / contract.LOCK_NAME, dest / contract.BUILD_LOCK_NAME
+    runtime.write_text(locks.runtime_text, encoding="utf-8")
+    build.write_text(locks.build_text, encoding="utf-8")
+    _wheels_into(target, runtime, _layers(target, locks.runtime_entries, dest))
+    _wheels_into(target, build, {h: dest / "wheelhouse" / "build" for e in locks.build_entries for h in e.hashes})
     if target.python.provider == "standalone":
         (dest / "python").mkdir()
         shutil.copyfile(_standalone_python(target), dest / "python" / "cpython.tar.gz")

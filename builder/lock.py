@@ -287,9 +287,9 @@ def read_entries(path: Path) -> list[LockEntry]:
     return entries_of(read_text(path), path)
 
 
-def check_current(path: Path, lock_inputs: LockInputs) -> None:
-    """Make sure a committed lock was made from these inputs."""
-    text = read_text(path)
+def check_current(path: Path, lock_inputs: LockInputs, text: str | None = None) -> None:
+    """Make sure a committed lock (``text``, when already read and hashed) was made from these inputs."""
+    text = read_text(path) if text is None else text
     input_sha, _ = parse_lock(text, path)
     if input_sha is None:
         raise LockError(f"{path}: no '{INPUT_HEADER.strip()}' header; was it edited by hand? re-run `build lock`")

@@ -119,7 +119,14 @@ def image_config(engine: Engine, ref: str) -> ImageConfig:
 # --- lock ---------------------------------------------------------------------------------------
 
 def lock_target(plan: Plan) -> dict[str, Path]:
-    """`build lock`: resolve both locks from the matrix and the source at the pin; write them."""
+    """`build lock`: resolve both locks from the matrix and the source at the pin; write them,
+    under the target's lock (a build reading them meanwhile makes this one exit 75)."""
+    plan.locks["runtime"].parent.mkdir(parents=True, exist_ok=True)
+    with target_lock(plan):
+        return _lock_target(plan)
+
+
+def _lock_target(plan: Plan) -> dict[str, Path]:
     target = plan.target
     with log.step(f"{target.name}: fetch source {target.source.branch} @ {target.source.commit[:12]}", long=True):
         pinned = source.fetch(target.source)
@@ -139,7 +146,7 @@ def rehearse_lock(plan: Plan):
 
 # --- build --------------------------------------------------------------------------------------
 
-def _fetch_inputs(plan: Plan) -> tuple[PinnedSource, dict]:
+def _fetch_inputs(plan: Plan, locks: LockSet) -> tuple[PinnedSource, dict]:
     target = plan.target
     with log.step(f"{target.name}: fetch source {target.source.branch} @ {target.source.commit[:12]}", long=True):
         pinned = source.fetch(target.source)
@@ -155,8 +162,8 @@ def _fetch_inputs(plan: Plan) -> tuple[PinnedSource, dict]:
                 log.info(f"    {tp.name}: {tp.url} @ {tp.commit[:12]}"
                          + (f" + {len(tp.submodules)} submodule(s)" if tp.submodules else ""))
     with log.step(f"{target.name}: check the locks were made from these inputs"):
-        lock.check_current(plan.locks["runtime"], lock.inputs(target, pinned, "runtime"))
-        lock.check_current(plan.locks["build"], lock.inputs(target, pinned, "build"))
+        lock.check_current(locks.runtime, lock.inputs(target, pinned, "runtime"), locks.runtime_text)
+        lock.check_current(locks.build, lock.inputs(target, pinned, "build"), locks.build_text)
     return pinned, third
 
 
@@ -177,7 +184,7 @@ def _request(plan: Plan, options: BuildOptions, info: EngineInfo, contexts: dict
     par = parallelism(target, info.cpus, info.memory_bytes, options.max_jobs)
     log.info(f"    {par.describe()}")
     return BuildRequest(
-        context=contexts.pop("default"), dockerfile=plan.dockerfile, tags=(f"{target.image.name}:{tag}",),
+        context=contexts.pop("default"), dockerfile=contexts.pop("dockerfile"), tags=(f"{target.image.name}:{tag}",),
         build_args={"SOURCE_DATE_EPOCH": str(epoch), "MAX_JOBS": str(par.max_jobs),
                     "NVCC_THREADS": str(target.compile.nvcc_threads), "K3_CREATED": contract.created_iso(epoch),
                     "K3_LOCK_SHA256": locks.runtime_sha256,
@@ -218,10 +225,12 @@ def prepare(plan: Plan, engine: Engine, options: BuildOptions, *, tag: str, dock
     log_path = workdir / contract.BUILD_LOG_NAME
     log_path.write_text(f"[k3-builder] build {build_id} of target {target.name}, tool {__version__}\n")
     started = contract.now_iso()
-    pinned, third = _fetch_inputs(plan)
+    pinned, third = _fetch_inputs(plan, locks)
     epoch = pinned.source_date_epoch
     with log.step(f"{target.name}: assemble the build context (download and hash-check the wheels)", long=True):
-        contexts = {"default": assemble(target, locks, workdir / "context", epoch),
+        # The Dockerfile as checked and hashed, not the file again (which could change meanwhile).
+        (workdir / "Dockerfile").write_text(dockerfile_text, encoding="utf-8")
+        contexts = {"default": assemble(target, locks, workdir / "context", epoch), "dockerfile": workdir / "Dockerfile",
                     "source": pinned.export(workdir / "source")}
         for name, tp in third.items():
             contexts[contract.third_party_context(name)] = tp.export(workdir / "third_party" / name)
@@ -341,7 +350,7 @@ def target_lock(plan: Plan) -> Iterator[None]:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
-            raise Busy(f"{plan.target.name}: another build of this target is running in this checkout; "
+            raise Busy(f"{plan.target.name}: another build of this target is running in this checkout (or its `build lock`); "
                        "wait for it to finish, then run again") from None
         for done in records.recover(directory):
             log.info(f"    {directory}: {done}")

@@ -145,7 +145,8 @@ class Plan:
 
 @dataclass(frozen=True)
 class LockSet:
-    """Both committed locks of a target, read and checked once per build."""
+    """Both committed locks of a target, read and checked once per build: the texts hashed here
+    are the bytes the build uses (a `build lock` landing mid-build cannot swap them)."""
 
     runtime: Path
     build: Path
@@ -153,6 +154,8 @@ class LockSet:
     build_entries: tuple[LockEntry, ...]
     runtime_sha256: str
     build_sha256: str
+    runtime_text: str = ""
+    build_text: str = ""
 
     @classmethod
     def read(cls, plan: "Plan") -> "LockSet":
@@ -163,7 +166,7 @@ class LockSet:
             # The build stage compiles against torch: it must be the same CUDA build as the runtime's.
             lock.check_torch_build(plan.target, entries, path)
         return cls(runtime, build, tuple(r_entries), tuple(b_entries),
-                   sha256_bytes(r_text.encode()), sha256_bytes(b_text.encode()))
+                   sha256_bytes(r_text.encode()), sha256_bytes(b_text.encode()), r_text, b_text)
 
 
 def offline_checks(plan: Plan) -> tuple[str, LockSet]:

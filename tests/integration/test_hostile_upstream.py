@@ -114,3 +114,21 @@ def test_a_requirements_line_naming_a_host_file_reads_nothing(smoke, tmp_path, m
     assert f"source requirement file requirements.txt:{lines}: --requirement '/proc/self/environ' points " \
            "outside the source tree" in _one_error_line(r.err)
     assert json.loads(r.out)["exit_code"] == 2
+
+
+def test_build_lock_during_a_build_exits_75_and_the_record_names_the_lock_built(built, tmp_path):
+    """A `build lock` landing mid-build gave an image from lock B recorded as lock A (issue 21)."""
+    import json
+    from tests.integration.test_faults import _start, _wait_for_log
+    smoke, _ = built
+    work = smoke.copy(tmp_path / "race")
+    first = _start(work)
+    _wait_for_log(work, r"^#\d+ \[", first, timeout=240)
+    second = cli("--matrix", str(work.matrix), "lock", "--target", "smoke")
+    assert second.code == 75, second.err[-2000:]
+    assert "another build of this target is running" in _one_error_line(second.err)
+    out, err = first.communicate(timeout=900)
+    assert first.returncode == 0, err[-2000:]
+    from builder.fsutil import sha256_file
+    record = json.loads(work.record.read_text())
+    assert record["lock_sha256"] == sha256_file(work.root / "locks" / "smoke" / "requirements.txt")
