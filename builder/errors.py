@@ -111,6 +111,30 @@ class Busy(BuilderError):
     exit_code = 75  # EX_TEMPFAIL: try again later
 
 
+class HostResources(BuilderError):
+    """This machine ran out of something (disk space, a writable filesystem, memory, threads):
+    neither bad input nor an unreachable remote; free the resource and run again."""
+
+    exit_code = 74  # EX_IOERR
+
+
+# errno values that mean the host, not the input or a remote, failed.
+RESOURCE_ERRNOS = frozenset({28, 30, 122, 12, 24, 23})  # ENOSPC EROFS EDQUOT ENOMEM EMFILE ENFILE
+
+
+def host_resources(exc: BaseException) -> HostResources | None:
+    """The HostResources an OSError/MemoryError/thread failure stands for, or None."""
+    import os
+    if isinstance(exc, MemoryError):
+        return HostResources("out of memory (MemoryError); raise the memory limit or free memory, then run again")
+    if isinstance(exc, OSError) and exc.errno in RESOURCE_ERRNOS:
+        where = f" writing {exc.filename}" if exc.filename else ""
+        return HostResources(f"{os.strerror(exc.errno)}{where}; free space (or make it writable) and run again")
+    if isinstance(exc, RuntimeError) and "can't start new thread" in str(exc):
+        return HostResources("cannot start a thread (a process or memory limit); raise the limit and run again")
+    return None
+
+
 class Interrupted(BuilderError):
     """SIGINT/SIGTERM during a step; records are untouched."""
 

@@ -12,6 +12,7 @@ import posixpath
 import re
 import shutil
 import tarfile
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -164,8 +165,31 @@ def fetch(source: Source) -> PinnedSource:
         repo=repo,
         commit=source.commit,
         branch_head=head,
-        source_date_epoch=int(commit.committed_date),
+        source_date_epoch=commit_time(f"source {source.url} at {source.commit[:12]}", int(commit.committed_date)),
     )
+
+
+CLOCK_SKEW_SECONDS = 300  # how far a commit may be ahead of this host's clock (clocks drift)
+
+
+def commit_time(what: str, epoch: int, now: float | None = None) -> int:
+    """A commit's time as SOURCE_DATE_EPOCH. Beyond a small skew into the future it is refused:
+    every mtime in the context would be newer than the build's clock (ninja then loops "manifest
+    still dirty"), and the record would date the image before its source. Within the skew: a warning."""
+    import datetime as dt
+
+    from builder import log
+    now = time.time() if now is None else now
+    if epoch <= now:
+        return epoch
+    when = dt.datetime.fromtimestamp(epoch, dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    clock = dt.datetime.fromtimestamp(now, dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    if epoch > now + CLOCK_SKEW_SECONDS:
+        raise SourceError(f"{what}: the commit is dated {when}, ahead of this host's clock ({clock}) by more than "
+                          f"{CLOCK_SKEW_SECONDS}s; refused: fix the host's clock, or review the commit's date and re-pin")
+    log.warn(f"{what}: the commit is dated {when}, {epoch - now:.0f}s ahead of this host's clock ({clock}): "
+             "is the clock behind?")
+    return epoch
 
 
 def resolve_includes(pinned: PinnedSource, paths: tuple[str, ...]) -> dict[str, bytes]:
@@ -486,7 +510,8 @@ def fetch_third_party(name: str, spec: ThirdParty, pinned: PinnedSource) -> Pinn
         except KeyError:
             raise SourceError(f"source.third_party.{name}.subdir: {spec.subdir!r} is not in {spec.url} "
                               f"at {spec.commit[:12]}") from None
-    return PinnedThirdParty(name, spec.url, spec.commit, int(commit.committed_date), tuple(subs))
+    epoch = commit_time(f"third-party source {name} at {spec.commit[:12]}", int(commit.committed_date))
+    return PinnedThirdParty(name, spec.url, spec.commit, epoch, tuple(subs))
 
 
 def fetch_all_third_party(source: Source, pinned: PinnedSource) -> dict[str, PinnedThirdParty]:

@@ -375,3 +375,30 @@ def test_includes_in_every_spelling_are_read_and_checked(upstream):
     assert sorted(source.resolve_includes(pinned, ("req.txt",))) == ["req.txt", "sub/common.txt", "sub/pins.txt"]
     with pytest.raises(SourceError, match=r"evil\.txt:2: --requirement '/proc/self/environ' points outside"):
         source.resolve_includes(pinned, ("evil.txt",))
+
+
+# --- commit time: SOURCE_DATE_EPOCH from the future ---------------------------------------------
+
+def test_a_commit_dated_2100_is_refused_in_one_line(upstream):
+    """Every mtime in the context would be newer than the clock: ninja failed "manifest still dirty
+    after 100 tries" (issue 21). Refused at the fetch, naming the source."""
+    (Path(upstream.working_dir) / "x").write_text("x")
+    upstream.git.add(A=True)
+    with upstream.git.custom_environment(**{**_ENV, "GIT_COMMITTER_DATE": "@4102444800 +0000"}):
+        upstream.git.commit("-q", "-m", "from the future")
+    with pytest.raises(SourceError, match=r"at [0-9a-f]{12}: the commit is dated 2100-01-01T00:00:00Z, ahead of "
+                                          r"this host's clock .* by more than 300s; refused") as err:
+        source.fetch(_src(upstream))
+    assert "\n" not in err.value.message
+
+
+def test_a_clock_a_little_behind_the_commit_is_warned_about(monkeypatch):
+    from builder import log
+    warned = []
+    monkeypatch.setattr(log, "warn", warned.append)
+    assert source.commit_time("source x", 1_000_060, now=1_000_000) == 1_000_060
+    assert warned and "60s ahead of this host's clock" in warned[0] and "is the clock behind?" in warned[0]
+    warned.clear()
+    assert source.commit_time("source x", 999_000, now=1_000_000) == 999_000 and not warned
+    with pytest.raises(SourceError, match="by more than 300s"):
+        source.commit_time("source x", 1_000_301, now=1_000_000)
