@@ -25,7 +25,7 @@ from typing import Iterator
 from builder import __version__, compilecache, contract, lock, log, records, render, source
 from builder.buildcontext import assemble
 from builder.engine import BuildRequest, BuildResult, Engine, EngineInfo, ImageConfig
-from builder.errors import BuildError, Busy, ConfigError, NotReproduced, RecordError
+from builder.errors import BuildError, BuilderError, Busy, ConfigError, NotReproduced, RecordError
 from builder.fsutil import atomic_write, sha256_bytes, sha256_file
 from builder.matrix import Matrix, Target
 from builder.options import BuildOptions
@@ -282,6 +282,36 @@ def _record(prep: Prepared, digest: str, key: str, checked: bool, seconds: float
     )
 
 
+def _scan_for_secrets(prep: Prepared, engine: Engine, digest: str) -> None:
+    """Before the checks and the record: no registered secret (in any written form) in a layer the
+    build added. A hit fails the build; the pushed manifest is withdrawn where the registry lets us."""
+    from builder import secretscan
+
+    if not secretscan.needles():
+        return  # no secret given to this build: nothing to look for
+    target = prep.plan.target
+    with log.step(f"{target.name}: scan the image's own layers for the build's secrets"):
+        try:
+            secretscan.scan(engine.registry, target.image.name, digest, _base_layers(engine, target))
+        except BuildError as exc:
+            withdrawn = engine.registry.delete_manifest(target.image.name, digest)
+            then = "the pushed manifest was deleted" if withdrawn else f"delete {target.image.tagged} by hand"
+            raise BuildError(f"{exc.message}; {then}", str(prep.log_path)) from None
+
+
+def _base_layers(engine: Engine, target: Target) -> frozenset[str]:
+    """The runtime base's layer digests (pinned, not built by us), when its registry answers."""
+    base = target.bases.runtime
+    first = base.name.split("/", 1)[0]
+    if "/" not in base.name or not ("." in first or ":" in first or first == "localhost"):
+        return frozenset()
+    try:
+        manifest = engine.registry.raw_manifest(base.name, engine.registry.platform_digest(base.name, base.digest))
+    except BuilderError:
+        return frozenset()
+    return frozenset(layer.get("digest") for layer in manifest.doc.get("layers") or []) if manifest else frozenset()
+
+
 def _check(prep: Prepared, engine: Engine, pushed: str) -> None:
     """Before the record: image.json only names an image that passed its checks. A failing check
     fails the command; the image stays in the registry and the JUnit report beside the log."""
@@ -341,7 +371,13 @@ def target_lock(plan: Plan) -> Iterator[None]:
     the kernel drops it when the process dies however it dies. Under it, an interrupted record
     write is finished or discarded first.
     """
-    directory = plan.locks["runtime"].parent
+    with _directory_lock(plan.locks["runtime"].parent, plan.target.name):
+        yield
+
+
+@contextlib.contextmanager
+def _directory_lock(directory: Path, name: str) -> Iterator[None]:
+    """flock(2) on locks/<target>/ (build, lock and prune share it); Busy (75) when held."""
     if not directory.is_dir():
         yield  # no locks directory: the offline checks refuse this build before it writes anything
         return
@@ -350,8 +386,8 @@ def target_lock(plan: Plan) -> Iterator[None]:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
-            raise Busy(f"{plan.target.name}: another build of this target is running in this checkout (or its `build lock`); "
-                       "wait for it to finish, then run again") from None
+            raise Busy(f"{name}: another build of this target is running in this checkout (or its `build lock` "
+                       "or `prune`); wait for it to finish, then run again") from None
         for done in records.recover(directory):
             log.info(f"    {directory}: {done}")
         yield
@@ -377,16 +413,32 @@ def _drop_inputs(plan: Plan) -> None:
 
 
 def prune(root: Path, names: list[str], keep: int) -> list[Path]:
-    """`build prune`: per target, all but the newest ``keep`` build directories and ``keep`` test
-    directories under artifacts/ are removed. Returns what was removed."""
+    """`build prune`: per target, under its lock (never beside a live build), all but the newest
+    ``keep`` build directories and ``keep`` test directories under artifacts/ are removed. The
+    build image.json names is never removed; the rest are ordered by when they last wrote (not by
+    their wall-clock names, which a skewed clock makes lie). Returns what was removed."""
     removed = []
     for name in names:
-        dirs = sorted(p for p in (root / contract.ARTIFACTS_DIR / name).glob("*") if p.is_dir())
-        for kind in (lambda p: p.name.startswith("test-"), lambda p: not p.name.startswith("test-")):
-            chosen = [p for p in dirs if kind(p) and p.name != "rehearsal"]
-            for old in chosen[: max(0, len(chosen) - keep)]:
-                shutil.rmtree(old)
-                removed.append(old)
+        with _directory_lock(contract.record_path(root, name).parent, name):
+            removed += _prune_target(root, name, keep)
+    return removed
+
+
+def _prune_target(root: Path, name: str, keep: int) -> list[Path]:
+    record = records.read(contract.record_path(root, name))  # a damaged record: refused, nothing removed
+    recorded = (record.build or {}).get("id") if record else None
+
+    def last_written(p: Path) -> tuple[float, str]:
+        return max((f.stat().st_mtime for f in p.iterdir() if f.is_file()), default=p.stat().st_mtime), p.name
+
+    dirs = sorted((p for p in (root / contract.ARTIFACTS_DIR / name).glob("*") if p.is_dir()), key=last_written)
+    removed = []
+    for kind in (lambda p: p.name.startswith("test-"), lambda p: not p.name.startswith("test-")):
+        chosen = [p for p in dirs if kind(p) and p.name not in ("rehearsal", recorded)]
+        room = keep - (1 if recorded and any(p.name == recorded for p in dirs if kind(p)) else 0)
+        for old in chosen[: max(0, len(chosen) - max(room, 0))]:
+            shutil.rmtree(old)
+            removed.append(old)
     return removed
 
 
@@ -414,6 +466,7 @@ def _build(plan: Plan, engine: Engine, options: BuildOptions) -> Outcome:
         with prep.log_path.open("a") as fh:
             fh.write(f"[k3-builder] {cache.line()}\n")
     pushed = f"{target.image.name}@{result.digest}"
+    _scan_for_secrets(prep, engine, result.digest)
     size = engine.registry.image_size(pushed)
     if options.run_checks:
         _check(prep, engine, pushed)
