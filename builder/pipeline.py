@@ -218,6 +218,10 @@ def prepare(plan: Plan, engine: Engine, options: BuildOptions, *, tag: str, dock
     """Engine and source checks, then the context: nothing here pushes or records anything."""
     target = plan.target
     extra_secrets = _cache_secret(target, options, secret_dir)
+    # Room for what the build writes after the push (the record set) and along the way (the log):
+    # refused now, not after the image is pushed and attached.
+    records.check_writable(contract.record_path(plan.root, target.name).parent, "the record set")
+    records.check_writable(contract.artifacts_path(plan.root, target.name, "x").parent, "the build's artifacts")
     info = _preflight(engine, options, target)
     build_id = dt.datetime.now(dt.timezone.utc).strftime("%Y%m%dT%H%M%SZ") + "-" + token_hex(3)
     workdir = contract.artifacts_path(plan.root, target.name, build_id)
@@ -360,7 +364,26 @@ def up_to_date(plan: Plan, engine: Engine, previous: records.Record | None, key:
         return False
     if engine.registry.resolve_digest(target.image.tagged) != previous.digest:
         return False
+    _attached_as_recorded(plan, engine, previous)
     return True
+
+
+def _attached_as_recorded(plan: Plan, engine: Engine, previous: records.Record) -> None:
+    """The registry's SBOM and provenance for the recorded digest are the record's. A record write
+    that failed after the attach (a full or read-only disk) left the failed build's there: the
+    record's own are attached again (a roll back of the registry), no --force needed."""
+    name = plan.target.image.name
+    attached = {sha256_bytes(content) for content in engine.registry.referrers(name, previous.digest).values()}
+    if {previous.build.get("sbom_sha256"), previous.build.get("provenance_sha256")} <= attached:
+        return
+    from builder import attest  # the rare path: pays attest's imports only here
+
+    annotations = {contract.OCI_CREATED: contract.created_iso(previous.source_date_epoch)}
+    for kind, path in ((attest.SBOM_TYPE, contract.sbom_path(plan.root, plan.target.name)),
+                       (attest.PROVENANCE_TYPE, contract.provenance_path(plan.root, plan.target.name))):
+        engine.registry.attach(name, previous.digest, kind, path.read_bytes(), annotations)
+    log.info(f"    the registry's SBOM/provenance for {previous.digest[:19]} were not the record's (a record write "
+             "that failed after the attach): the record's attached again")
 
 
 @contextlib.contextmanager

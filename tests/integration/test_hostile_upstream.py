@@ -175,3 +175,36 @@ def test_a_setup_py_that_copies_a_build_secret_into_the_wheel_fails_the_build(sm
 def json_digest(path: Path) -> str:
     import json
     return json.loads(path.read_text())["image"]
+
+
+def _mount_tmpfs(path: Path, size: str) -> bool:
+    path.mkdir(parents=True, exist_ok=True)
+    return subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(path)],
+                          capture_output=True).returncode == 0
+
+
+def test_a_full_or_read_only_record_directory_is_refused_before_the_engine(smoke, tmp_path):
+    """locks/<target> nearly full or read-only: the build pushed, attached, then failed with an
+    ENOSPC/EROFS traceback and left `.pending` behind (issue 21, defect 4). Now it is refused
+    before the engine runs (exit 74, one line), nothing written, nothing pushed."""
+    import pytest
+    work = smoke.copy(tmp_path / "full")
+    locks = work.root / "locks" / "smoke"
+    saved = {p.name: p.read_bytes() for p in locks.iterdir() if p.is_file()}
+    for p in locks.iterdir():
+        p.unlink()
+    if not _mount_tmpfs(locks, "1m"):
+        pytest.skip("mounting a tmpfs needs privileges this machine does not give")
+    try:
+        for name, data in saved.items():
+            (locks / name).write_bytes(data)
+        for options, says in (("remount,size=1m", r"\d+ MiB free, the record set needs 32 MiB"),
+                              ("remount,ro", r"cannot write the record set here \(Read-only file system\)")):
+            subprocess.run(["mount", "-o", options, str(locks)], check=True)
+            r = cli("--matrix", str(work.matrix), "--target", "smoke", "--force")
+            assert r.code == 74, r.err[-2000:]
+            assert re.search(says, _one_error_line(r.err))
+            assert "buildx build and push" not in r.err  # refused before the engine
+            assert {p.name: p.read_bytes() for p in locks.iterdir()} == saved
+    finally:
+        subprocess.run(["umount", str(locks)], capture_output=True)

@@ -152,3 +152,40 @@ def test_a_build_uses_the_lock_bytes_it_hashed_not_the_file_again(checkout, monk
     assert (ctx / "requirements.txt").read_bytes() == hashed == seen["requirements.txt"]
     assert sha256_bytes(hashed) == locks.runtime_sha256
     assert b"2.13.1" not in (ctx / "build-requirements.txt").read_bytes()
+
+
+def test_a_registry_left_with_another_builds_sbom_gets_the_records_back(tmp_path):
+    """After a record write failed past the attach, the registry held the failed build's SBOM and
+    provenance while the record named the old ones; `verify --registry` failed and `build` said up
+    to date (issue 21). The next run re-attaches the record's own, without --force."""
+    from builder import contract, records
+    from builder.fsutil import sha256_bytes
+    from tests.unit.test_records import _record
+    target = matrix.load(REPO / "matrix.yaml").target("cu129")
+    sbom, prov = b'{"sbom": "recorded"}\n', b'{"prov": "recorded"}\n'
+    record = _record()
+    record = records.Record(**{**record.__dict__, "build": {**record.build, "sbom_sha256": sha256_bytes(sbom),
+                                                            "provenance_sha256": sha256_bytes(prov)}})
+    contract.sbom_path(tmp_path, target.name).parent.mkdir(parents=True)
+    contract.sbom_path(tmp_path, target.name).write_bytes(sbom)
+    contract.provenance_path(tmp_path, target.name).write_bytes(prov)
+
+    class Reg:
+        attached = {"a": b"failed build's sbom", "b": b"failed build's provenance"}
+
+        def referrers(self, name, digest):
+            return dict(self.attached)
+
+        def attach(self, name, digest, kind, content, annotations):
+            self.attached[kind] = content
+
+    class Eng:
+        registry = Reg()
+
+    from types import SimpleNamespace
+    plan = SimpleNamespace(root=tmp_path, target=target)  # all _attached_as_recorded reads of a Plan
+    pipeline._attached_as_recorded(plan, Eng(), record)
+    assert {sbom, prov} <= set(Eng.registry.attached.values())
+    Eng.registry.attached = {"x": sbom, "y": prov}
+    pipeline._attached_as_recorded(plan, Eng(), record)  # in line: nothing attached
+    assert Eng.registry.attached == {"x": sbom, "y": prov}
