@@ -22,7 +22,7 @@ from typing import Iterator
 
 from builder import contract, log
 from builder.distnames import normalize
-from builder.errors import LockError, Unreachable, is_network_failure
+from builder.errors import LockError, failure_kind
 from builder.fsutil import atomic_write, cache_dir, clamp_mtimes, sha256_file
 from builder.hermetic import hermetic_env
 from builder.matrix import Target
@@ -57,7 +57,7 @@ def _download(target: Target, lock: Path, into: Path) -> None:
     proc = subprocess.run(cmd, env=hermetic_env(), capture_output=True, text=True)
     if proc.returncode != 0:
         lines = [ln for ln in proc.stderr.strip().splitlines() if ln.strip()]
-        kind = Unreachable if is_network_failure(proc.stderr) else LockError
+        kind = failure_kind(proc.stderr, LockError)
         raise kind(f"{lock}: downloading the locked wheels failed: {lines[-1] if lines else proc.returncode} "
                    "(a hash mismatch means the index changed a file; re-run `build lock`)")
 

@@ -53,6 +53,19 @@ def is_network_failure(text: str) -> bool:
     return any(marker in low for marker in _NETWORK)
 
 
+_RESOURCES = ("no space left on device", "read-only file system", "disk quota exceeded", "cannot allocate memory",
+              "out of memory", "too many open files", "failed to create new os thread")
+
+
+def failure_kind(text: str, default: type) -> type:
+    """The error class a child's (git, uv, pip) failure text stands for: this host out of a
+    resource (exit 74), the network (exit 3), else ``default`` (the input's fault)."""
+    low = text.lower()
+    if any(marker in low for marker in _RESOURCES):
+        return HostResources
+    return Unreachable if is_network_failure(text) else default
+
+
 class LockError(BuilderError):
     """A lock cannot be made or is missing/stale for the build being asked for."""
 

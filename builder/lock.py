@@ -24,7 +24,7 @@ from pathlib import Path
 
 from builder import contract
 from builder.distnames import normalize  # noqa: F401 - re-exported: lock.normalize is the name callers know
-from builder.errors import LockError, Unreachable, is_network_failure
+from builder.errors import LockError, failure_kind
 from builder.fsutil import atomic_write, sha256_bytes
 from builder.hermetic import hermetic_env, uv_binary
 from builder.matrix import Target
@@ -126,7 +126,7 @@ def resolve(lock_inputs: LockInputs, where: str) -> str:
         proc = subprocess.run(cmd, cwd=work, env=hermetic_env(), capture_output=True, text=True)
         if proc.returncode != 0:
             reason = resolver_reason(proc.stderr or proc.stdout, work) or f"uv exited {proc.returncode}"
-            kind = Unreachable if is_network_failure(proc.stderr or "") else LockError
+            kind = failure_kind(proc.stderr or "", LockError)
             raise kind(f"{where}: resolving the {lock_inputs.kind} lock failed: {reason} "
                        f"(indexes: {', '.join(lock_inputs.indexes)}; are they reachable from here?)")
         return (work / "lock.txt").read_text()

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from builder.errors import SourceError, Unreachable, is_network_failure
+from builder.errors import SourceError, Unreachable, failure_kind
 from builder.fsutil import cache_dir, clamp_mtimes
 from builder.matrix import Source, ThirdParty
 
@@ -146,7 +146,7 @@ def fetch(source: Source) -> PinnedSource:
             raise SourceError(
                 f"source {source.url}: branch {source.branch!r} not found ({ref}); check source.branch in the matrix"
             ) from None
-        kind = Unreachable if is_network_failure(exc.stderr or reason) else SourceError
+        kind = failure_kind(exc.stderr or reason, SourceError)
         raise kind(
             f"source {source.url}: cannot fetch {ref}: {reason} (is the source's host reachable from here?)"
         ) from None
@@ -383,7 +383,7 @@ def _commit_repo(url: str, commit: str) -> git.Repo:
             continue
         if _has_commit(repo, commit):
             return repo
-    kind = Unreachable if is_network_failure(reason) else SourceError
+    kind = failure_kind(reason, SourceError)
     raise kind(f"third-party source {_shown(url)}: commit {commit} cannot be fetched"
                + (f" ({reason})" if reason else "") + "; is the host reachable, and is the commit right?")
 
@@ -398,7 +398,7 @@ def _peeled_ref(url: str, ref: str) -> str | None:
     except git.UnsafeOptionError as exc:  # GitPython's own guard, behind `--` and the URL rule
         raise SourceError(f"third-party source {_shown(url)}: cannot resolve {ref!r}: {exc}") from None
     except git.GitCommandError as exc:
-        kind = Unreachable if is_network_failure(exc.stderr or "") else SourceError
+        kind = failure_kind(exc.stderr or "", SourceError)
         raise kind(f"third-party source {url}: cannot resolve {ref!r}: {git_reason(exc)}") from None
     found = dict(reversed(line.split("\t", 1)) for line in out.splitlines() if "\t" in line)
     for name in (f"refs/tags/{ref}^{{}}", f"refs/tags/{ref}", f"refs/heads/{ref}"):

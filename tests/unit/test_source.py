@@ -437,3 +437,30 @@ def test_the_fallback_filter_turns_a_symlink_loop_into_a_source_error(tmp_path, 
     monkeypatch.setattr(source, "_member_paths", loop)
     with pytest.raises(SourceError, match="is a symlink loop"):
         list(source._data_members(_tar([("a", "sym", "b")]), tmp_path))
+
+
+def test_a_full_cache_disk_is_resource_exhaustion_not_bad_input(upstream, tmp_path, monkeypatch):
+    """git fetching into a full K3_CACHE_DIR said exit 2 "bad input" (issue 21, defect 5)."""
+    import subprocess
+
+    from builder.errors import HostResources, failure_kind
+    assert failure_kind("fatal: write error: No space left on device", SourceError) is HostResources
+    assert failure_kind("error: unable to create file x: Read-only file system", SourceError) is HostResources
+    assert failure_kind("fatal: unable to access 'https://x/': Could not resolve host: x", SourceError) \
+        .__name__ == "Unreachable"
+    assert failure_kind("fatal: not a git repository", SourceError) is SourceError
+    (Path(upstream.working_dir) / "big.bin").write_bytes(os.urandom(3 << 20))  # incompressible
+    upstream.git.add(A=True)
+    with upstream.git.custom_environment(**_ENV):
+        upstream.git.commit("-q", "-m", "big")
+    cache = tmp_path / "tiny"
+    cache.mkdir()
+    if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(cache)], capture_output=True).returncode:
+        pytest.skip("mounting a tmpfs needs privileges")
+    try:
+        monkeypatch.setenv("K3_CACHE_DIR", str(cache))
+        with pytest.raises(HostResources) as err:
+            source.fetch(_src(upstream))
+        assert err.value.exit_code == 74 and "\n" not in err.value.message
+    finally:
+        subprocess.run(["umount", str(cache)], capture_output=True)
