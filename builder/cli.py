@@ -26,7 +26,8 @@ With no command, builds --target (the maintainer's `build --target cu129`).
 EPILOG = """\
 exit codes: 0 ok; 1 build/check failed or drift found; 2 bad input (matrix, target, lock,
 record, source); 3 out of reach (Docker engine, registry, git remote, package index);
-75 another build of the same target is running; 130 interrupted."""
+74 this host is out of disk space, a writable disk, memory or threads;
+75 another build (or lock, prune) of the same target is running; 130 interrupted."""
 
 
 class Output:
