@@ -270,10 +270,9 @@ def requirement_lines(path: str, data: bytes) -> list[ReqLine]:
 
 
 def _option_line(where: str, text: str) -> tuple[str, str]:
+    # -rX, -r X, -r=X (uv's spelling), --requirement=X, --requirement X: one name, one value.
     m = _OPTION.fullmatch(text)
     name, value = (m.group(1), (m.group(2) or "").strip()) if m else (text.split()[0], "")
-    if m and len(name) == 2 and value.startswith("="):
-        value = value[1:].strip()  # -r=X: uv's spelling
     if name in _INCLUDE_OPTS:
         if not value or "://" in value or value.startswith(("/", "~", "file:")) or "\\" in value:
             raise SourceError(f"{where}: {name} {_shown(value)} points outside the source tree; refused")
