@@ -23,7 +23,7 @@ from typing import Iterator
 
 from builder import contract, log
 from builder.distnames import normalize
-from builder.errors import LockError, Unreachable, is_network_failure
+from builder.errors import LockError, Unreachable, failure_kind
 from builder.fsutil import atomic_write, cache_dir, clamp_mtimes, sha256_file
 from builder.hermetic import hermetic_env
 from builder.matrix import Target
@@ -60,7 +60,7 @@ def _download(target: Target, lock: Path, into: Path) -> None:
     proc = subprocess.run(cmd, env=hermetic_env(), capture_output=True, text=True)
     if proc.returncode != 0:
         lines = [ln for ln in proc.stderr.strip().splitlines() if ln.strip()]
-        kind = Unreachable if is_network_failure(proc.stderr) else LockError
+        kind = failure_kind(proc.stderr, LockError)
         raise kind(f"{lock}: downloading the locked wheels failed: {lines[-1] if lines else proc.returncode} "
                    "(a hash mismatch means the index changed a file; re-run `build lock`)")
 
@@ -223,10 +223,12 @@ def assemble(target: Target, locks, dest: Path, epoch: int) -> Path:
     if dest.exists():
         shutil.rmtree(dest)
     dest.mkdir(parents=True)
-    shutil.copyfile(locks.runtime, dest / contract.LOCK_NAME)
-    _wheels_into(target, locks.runtime, _layers(target, locks.runtime_entries, dest))
-    shutil.copyfile(locks.build, dest / contract.BUILD_LOCK_NAME)
-    _wheels_into(target, locks.build, {h: dest / "wheelhouse" / "build" for e in locks.build_entries for h in e.hashes})
+    # The bytes hashed when the locks were read, never the files again: pip downloads from these copies.
+    runtime, build = dest / contract.LOCK_NAME, dest / contract.BUILD_LOCK_NAME
+    runtime.write_text(locks.runtime_text, encoding="utf-8")
+    build.write_text(locks.build_text, encoding="utf-8")
+    _wheels_into(target, runtime, _layers(target, locks.runtime_entries, dest))
+    _wheels_into(target, build, {h: dest / "wheelhouse" / "build" for e in locks.build_entries for h in e.hashes})
     (dest / contract.LAYER_TOOL).parent.mkdir()
     shutil.copyfile(LAYER_SCRIPT, dest / contract.LAYER_TOOL)
     if locks.os_entries:

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from builder import __version__, log
-from builder.errors import BuilderError, CheckFailed, ConfigError, DriftError, Interrupted, VerifyFailed
+from builder.errors import BuilderError, CheckFailed, ConfigError, DriftError, Interrupted, VerifyFailed, host_resources
 from builder.matrix import Matrix, load
 
 if TYPE_CHECKING:
@@ -26,7 +26,8 @@ With no command, builds --target (the maintainer's `build --target cu129`).
 EPILOG = """\
 exit codes: 0 ok; 1 build/check failed or drift found; 2 bad input (matrix, target, lock,
 record, source); 3 out of reach (Docker engine, registry, git remote, package index);
-75 another build of the same target is running; 130 interrupted."""
+74 this host is out of disk space, a writable disk, memory or threads;
+75 another build (or lock, prune) of the same target is running; 130 interrupted."""
 
 
 class Output:
@@ -623,6 +624,15 @@ def main(argv: list[str] | None = None) -> None:
     except BrokenPipeError:  # `build plan | head`: the reader left; not an error of ours
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         sys.exit(0)
+    except (OSError, MemoryError, RuntimeError) as exc:
+        # Resource exhaustion wherever it strikes (a full or read-only disk, a memory limit):
+        # its own exit code and one line, never a traceback nor "bad input".
+        resources = host_resources(exc)
+        if resources is None:
+            raise
+        log.info(f"error: {log.redact(resources.message)}")
+        out.finish(resources.exit_code, resources)
+        sys.exit(resources.exit_code)
     except KeyboardInterrupt:
         log.info("error: interrupted; records untouched")
         out.finish(130, Interrupted("interrupted; records untouched"))

@@ -87,8 +87,12 @@ def _redis(parts: urllib.parse.SplitResult, port: int | None) -> dict[str, str]:
 def secret(url: str, directory: Path) -> str:
     """Write the backend's environment as a secret file (0600) in ``directory``; its buildx spec."""
     env = env_lines(url)
-    for value in [url, *env.values()]:
-        log.register_secret(value)
+    log.register_secret(url)
+    for key, value in (item for item in env.items() if item[1]):
+        # The file holds the shell-quoted form, and a shell tracing it may print it re-quoted:
+        # every written form is a secret too, not only the raw value.
+        quoted = shlex.quote(value)
+        log.register_secret_forms(value, (quoted, f"{key}={quoted}", quoted.replace("'\"'\"'", "'\\''")))
     path = directory / contract.COMPILE_CACHE_SECRET
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     with os.fdopen(fd, "w") as fh:

@@ -24,7 +24,7 @@ from typing import Protocol
 
 from builder import contract
 from builder.containers import ContainerSeam, DockerContainers, docker_errors
-from builder.errors import BuildError, EngineUnavailable, RegistryUnavailable, is_network_failure
+from builder.errors import BuildError, EngineUnavailable, HostResources, RegistryUnavailable, is_network_failure
 from builder.log import redact
 from builder.registry import RegistryClient, RegistrySeam
 
@@ -91,6 +91,11 @@ class Engine(Protocol):
     def image_inspect(self, ref: str) -> str: ...
 
 
+# The Go docker CLI under a memory or thread limit: the host's resources, not an engine out of reach.
+_HOST_LIMITS = ("failed to create new OS thread", "cannot allocate memory", "resource temporarily unavailable",
+                "out of memory")
+
+
 def _version_tuple(text: str) -> tuple[int, ...]:
     return tuple(int(x) for x in re.findall(r"\d+", text)[:2])
 
@@ -148,6 +153,9 @@ class DockerEngine:
                 info, bx, b = (c.result() for c in calls)
         except DockerException as exc:
             first = (exc.stderr or str(exc)).strip().splitlines()
+            if any(m in (exc.stderr or str(exc)) for m in _HOST_LIMITS):
+                raise HostResources(f"the docker CLI could not start: {first[-1] if first else exc}; this host is "
+                                    "out of memory or threads (raise the limit and run again)") from None
             raise EngineUnavailable(
                 f"Docker engine not reachable: {first[0] if first else exc}; start it (ci/setup.sh does)"
             ) from None
@@ -317,12 +325,21 @@ _AUTH = ("no basic auth credentials", "401 unauthorized", "unauthorized: authent
          "denied: requested access", "insufficient_scope")
 
 
+# The registry's own 5xx during the push (a proxy or an overloaded registry): not a failed build.
+_SERVER_ERROR = re.compile(r"\b50[0234] (?:Service Unavailable|Bad Gateway|Gateway Timeout|Internal Server Error)\b"
+                           r"|\bstatus(?: code)?:? 50[0234]\b", re.I)
+
+
 def _registry_failure(error: str, tags: tuple[str, ...] | list[str]) -> str | None:
     """What went wrong with the registry the image goes to, when buildx's last error says it
     could not be reached (stopped, refused, timed out) or would not take our credentials: both
     are out of our hands (exit 3), not a failed build. A RUN step that fails on the network names
     another host, so it stays a failed build (exit 1)."""
     hosts = sorted({tag.split("/", 1)[0] for tag in tags if "/" in tag})
+    server = _SERVER_ERROR.search(error)
+    if server and any(h in error for h in hosts):
+        host = next(h for h in hosts if h in error)
+        return f"registry {host} answered {server.group().strip()} during the push (a server error, out of our hands)"
     if is_network_failure(error):
         host = next((h for h in hosts if h in error), None)
         return f"registry {host} out of reach during the build" if host else None

@@ -53,6 +53,19 @@ def is_network_failure(text: str) -> bool:
     return any(marker in low for marker in _NETWORK)
 
 
+_RESOURCES = ("no space left on device", "read-only file system", "disk quota exceeded", "cannot allocate memory",
+              "out of memory", "too many open files", "failed to create new os thread")
+
+
+def failure_kind(text: str, default: type) -> type:
+    """The error class a child's (git, uv, pip) failure text stands for: this host out of a
+    resource (exit 74), the network (exit 3), else ``default`` (the input's fault)."""
+    low = text.lower()
+    if any(marker in low for marker in _RESOURCES):
+        return HostResources
+    return Unreachable if is_network_failure(text) else default
+
+
 class LockError(BuilderError):
     """A lock cannot be made or is missing/stale for the build being asked for."""
 
@@ -109,6 +122,30 @@ class Busy(BuilderError):
     """Another build of the same target holds its lock; records are never written by two at once."""
 
     exit_code = 75  # EX_TEMPFAIL: try again later
+
+
+class HostResources(BuilderError):
+    """This machine ran out of something (disk space, a writable filesystem, memory, threads):
+    neither bad input nor an unreachable remote; free the resource and run again."""
+
+    exit_code = 74  # EX_IOERR
+
+
+# errno values that mean the host, not the input or a remote, failed.
+RESOURCE_ERRNOS = frozenset({28, 30, 122, 12, 24, 23})  # ENOSPC EROFS EDQUOT ENOMEM EMFILE ENFILE
+
+
+def host_resources(exc: BaseException) -> HostResources | None:
+    """The HostResources an OSError/MemoryError/thread failure stands for, or None."""
+    import os
+    if isinstance(exc, MemoryError):
+        return HostResources("out of memory (MemoryError); raise the memory limit or free memory, then run again")
+    if isinstance(exc, OSError) and exc.errno in RESOURCE_ERRNOS:
+        where = f" writing {exc.filename}" if exc.filename else ""
+        return HostResources(f"{os.strerror(exc.errno)}{where}; free space (or make it writable) and run again")
+    if isinstance(exc, RuntimeError) and "can't start new thread" in str(exc):
+        return HostResources("cannot start a thread (a process or memory limit); raise the limit and run again")
+    return None
 
 
 class Interrupted(BuilderError):

@@ -24,15 +24,12 @@ from pathlib import Path
 
 from builder import contract
 from builder.distnames import normalize  # noqa: F401 - re-exported: lock.normalize is the name callers know
-from builder.errors import LockError, Unreachable, is_network_failure
+from builder.errors import LockError, failure_kind
 from builder.fsutil import atomic_write, sha256_bytes
 from builder.hermetic import hermetic_env, uv_binary
 from builder.matrix import Target
-from builder.source import PinnedSource, resolve_includes
+from builder.source import PinnedSource, requirement_lines, resolve_includes
 
-# Options inside a source's requirement files that would bring in an index or a local path:
-# dropped, because indexes come from the matrix alone.
-_OPTION_LINE = re.compile(r"^\s*(-i|--index-url|--extra-index-url|-f|--find-links|--trusted-host|--no-index)\b")
 _REQ_NAME = re.compile(r"^\s*([A-Za-z0-9][A-Za-z0-9._-]*(?:\[[A-Za-z0-9._,-]+\])?)")
 INPUT_HEADER = "# k3-lock-inputs-sha256: "
 BODY_HEADER = "# k3-lock-body-sha256: "  # a truncated or hand-edited lock fails this, whatever still parses
@@ -64,10 +61,14 @@ class LockInputs:
         return sha256_bytes(json.dumps(doc, sort_keys=True).encode())
 
 
-def _transform(data: bytes, rewrites: dict[str, str]) -> bytes:
+def _transform(data: bytes, rewrites: dict[str, str], path: str = "requirements") -> bytes:
+    """A source requirements file as the resolver gets it: index options dropped (indexes come
+    from the matrix alone), rewrites applied. ``requirement_lines`` has already refused anything
+    that reaches outside the tree; it also says which physical lines an index option spans."""
+    dropped = {n for ln in requirement_lines(path, data) if ln.kind == "index" for n in range(ln.lineno, ln.last + 1)}
     out = []
-    for line in data.decode("utf-8").splitlines():
-        if _OPTION_LINE.match(line):
+    for lineno, line in enumerate(data.decode("utf-8").splitlines(), 1):
+        if lineno in dropped:
             out.append(f"# dropped by build lock (indexes come from the matrix): {line.strip()}")
             continue
         m = _REQ_NAME.match(line)
@@ -86,7 +87,7 @@ def nccl_pin(target: Target) -> str | None:
 def inputs(target: Target, pinned: PinnedSource, kind: str) -> LockInputs:
     paths = target.source.requirements if kind == "runtime" else target.source.build_requirements
     files = {
-        f"source/{path}": _transform(data, target.source.rewrites)
+        f"source/{path}": _transform(data, target.source.rewrites, path)
         for path, data in resolve_includes(pinned, paths).items()
     }
     pins = list(target.pinned_requirements() if kind == "runtime" else target.build_requirements)
@@ -124,12 +125,26 @@ def resolve(lock_inputs: LockInputs, where: str) -> str:
         cmd += ["--output-file", "lock.txt", *lock_inputs.top]
         proc = subprocess.run(cmd, cwd=work, env=hermetic_env(), capture_output=True, text=True)
         if proc.returncode != 0:
-            lines = [ln for ln in (proc.stderr or proc.stdout).strip().splitlines() if ln.strip()]
-            reason = " ".join(ln.strip() for ln in lines[-4:])[:600] if lines else f"uv exited {proc.returncode}"
-            kind = Unreachable if is_network_failure(proc.stderr or "") else LockError
+            reason = resolver_reason(proc.stderr or proc.stdout, work) or f"uv exited {proc.returncode}"
+            kind = failure_kind(proc.stderr or "", LockError)
             raise kind(f"{where}: resolving the {lock_inputs.kind} lock failed: {reason} "
                        f"(indexes: {', '.join(lock_inputs.indexes)}; are they reachable from here?)")
         return (work / "lock.txt").read_text()
+
+
+# uv's own lines (error:, its ×/╰─▶ causes, hints); anything else on its stderr may be a quote
+# of an input file (uv echoes the offending line of a requirements file), so it never reaches
+# the message, and what does is redacted before it is cut.
+_UV_LINE = re.compile(r"^\s*(?:error:|cause:|warning:|hint:|help:|Caused by:|×|╰─▶|├─▶)")
+
+
+def resolver_reason(stderr: str, work: Path) -> str:
+    """The resolver's failure in one redacted line: its own lines only, no quoted input."""
+    from builder.log import redact
+    lines = [ln.strip() for ln in stderr.splitlines() if _UV_LINE.match(ln)]
+    text = " ".join(lines[-4:]).replace(str(work) + "/", "").replace(str(work), ".")
+    text = redact(text)
+    return text if len(text) <= 600 else text[:597] + "..."
 
 
 def compile_lock(target: Target, lock_inputs: LockInputs) -> str:
@@ -276,9 +291,9 @@ def read_entries(path: Path) -> list[LockEntry]:
     return entries_of(read_text(path), path)
 
 
-def check_current(path: Path, lock_inputs: LockInputs) -> None:
-    """Make sure a committed lock was made from these inputs."""
-    text = read_text(path)
+def check_current(path: Path, lock_inputs: LockInputs, text: str | None = None) -> None:
+    """Make sure a committed lock (``text``, when already read and hashed) was made from these inputs."""
+    text = read_text(path) if text is None else text
     input_sha, _ = parse_lock(text, path)
     if input_sha is None:
         raise LockError(f"{path}: no '{INPUT_HEADER.strip()}' header; was it edited by hand? re-run `build lock`")

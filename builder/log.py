@@ -43,6 +43,9 @@ def _in_actions() -> bool:
 
 _secrets: set[str] = set()
 _URL_CREDENTIALS = re.compile(r"(?i)\b([a-z][a-z0-9+.-]*://)[^/@\s:]+(?::[^/@\s]*)?@")
+# user:pass@host with no scheme (K3_REGISTRY=user:pass@host) is a credential too; an image
+# reference's name:tag@sha256:... is not.
+_BARE_CREDENTIALS = re.compile(r"(?<![\w/:.@%+-])[A-Za-z0-9._%+-]+:[^\s/@:'\"]+@(?!sha256:)(?=[A-Za-z0-9\[])")
 
 
 def register_secret(value: str) -> None:
@@ -58,12 +61,36 @@ def register_secret(value: str) -> None:
     _secrets.update(c for c in candidates if len(c) >= 4)
 
 
+def register_secret_forms(value: str, forms: tuple[str, ...]) -> None:
+    """A secret and every other form it is written in (a shell-quoted line in a secret file):
+    each is redacted, and each is looked for in the built image's layers."""
+    register_secret(value)
+    for form in forms:
+        register_secret(form)
+
+
+def secret_values() -> frozenset[str]:
+    """Every registered secret value and written form (for the scan of the built image)."""
+    return frozenset(_secrets)
+
+
 def redact(text: str) -> str:
-    """Credentials in URLs (scheme://user:pass@host) and registered secret values -> '***'."""
+    """Credentials in URLs (scheme://user:pass@host, or user:pass@host without a scheme) and
+    registered secret values -> '***'."""
     text = _URL_CREDENTIALS.sub(r"\1***@", text)
+    text = _BARE_CREDENTIALS.sub("***@", text)
     for value in sorted(_secrets, key=len, reverse=True):
         text = text.replace(value, "***")
     return text
+
+
+def shown(value: object, limit: int = 60) -> str:
+    """A value quoted in a message: redacted first, then cut (a cut first could split the '@'
+    off a credential URL and leave the password to print)."""
+    text = repr(redact(value) if isinstance(value, str) else value)
+    if not isinstance(value, str):
+        text = redact(text)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 def info(message: str) -> None:

@@ -53,8 +53,8 @@ def _pattern(regex: str, what: str):
 
 
 def _show(value: Any, limit: int = 60) -> str:
-    text = repr(value)
-    return text if len(text) <= limit else text[: limit - 3] + "..."
+    from builder.log import shown  # redacted before it is cut (issue 21)
+    return shown(value, limit)
 
 
 _SEG = r"[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*"

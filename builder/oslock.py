@@ -205,7 +205,11 @@ def read(path: Path) -> list[DebEntry]:
 def check_current(path: Path, target: Target) -> None:
     if not path.exists():
         read(path)
-    input_sha, _ = parse(path.read_text(encoding="utf-8"), path)
+    check_inputs(parse(path.read_text(encoding="utf-8"), path)[0], path, target)
+
+
+def check_inputs(input_sha: str | None, path: Path, target: Target) -> None:
+    """LockError when the lock was made from other inputs than the matrix gives now."""
     if input_sha != inputs_sha256(target):
         raise LockError(f"{path}: stale: made from another os_packages list, archive or runtime base than the "
                         f"matrix gives now; run `build lock --target {target.name}`")

@@ -25,7 +25,7 @@ from typing import Iterator
 from builder import __version__, compilecache, contract, lock, log, oslock, records, render, source
 from builder.buildcontext import assemble
 from builder.engine import BuildRequest, BuildResult, Engine, EngineInfo, ImageConfig
-from builder.errors import BuildError, Busy, ConfigError, NotReproduced, RecordError
+from builder.errors import BuildError, BuilderError, Busy, ConfigError, NotReproduced, RecordError
 from builder.fsutil import atomic_write, sha256_bytes, sha256_file
 from builder.matrix import Matrix, Target
 from builder.options import BuildOptions
@@ -121,7 +121,14 @@ def image_config(engine: Engine, ref: str) -> ImageConfig:
 def lock_target(plan: Plan, engine_factory=None) -> dict[str, Path]:
     """`build lock`: resolve both locks from the matrix and the source at the pin (and the OS lock,
     in a container of the runtime base, when the target has os_packages); write them only once
-    every one of them resolved."""
+    every one of them resolved, under the target's lock (a build reading them meanwhile makes
+    this one exit 75)."""
+    plan.locks["runtime"].parent.mkdir(parents=True, exist_ok=True)
+    with target_lock(plan):
+        return _lock_target(plan, engine_factory)
+
+
+def _lock_target(plan: Plan, engine_factory=None) -> dict[str, Path]:
     target = plan.target
     os_text = None
     if target.os_packages:
@@ -151,7 +158,7 @@ def rehearse_lock(plan: Plan):
 
 # --- build --------------------------------------------------------------------------------------
 
-def _fetch_inputs(plan: Plan) -> tuple[PinnedSource, dict]:
+def _fetch_inputs(plan: Plan, locks: LockSet) -> tuple[PinnedSource, dict]:
     target = plan.target
     with log.step(f"{target.name}: fetch source {target.source.branch} @ {target.source.commit[:12]}", long=True):
         pinned = source.fetch(target.source)
@@ -167,8 +174,8 @@ def _fetch_inputs(plan: Plan) -> tuple[PinnedSource, dict]:
                 log.info(f"    {tp.name}: {tp.url} @ {tp.commit[:12]}"
                          + (f" + {len(tp.submodules)} submodule(s)" if tp.submodules else ""))
     with log.step(f"{target.name}: check the locks were made from these inputs"):
-        lock.check_current(plan.locks["runtime"], lock.inputs(target, pinned, "runtime"))
-        lock.check_current(plan.locks["build"], lock.inputs(target, pinned, "build"))
+        lock.check_current(locks.runtime, lock.inputs(target, pinned, "runtime"), locks.runtime_text)
+        lock.check_current(locks.build, lock.inputs(target, pinned, "build"), locks.build_text)
     return pinned, third
 
 
@@ -189,7 +196,7 @@ def _request(plan: Plan, options: BuildOptions, info: EngineInfo, contexts: dict
     par = parallelism(target, info.cpus, info.memory_bytes, options.max_jobs)
     log.info(f"    {par.describe()}")
     return BuildRequest(
-        context=contexts.pop("default"), dockerfile=plan.dockerfile, tags=(f"{target.image.name}:{tag}",),
+        context=contexts.pop("default"), dockerfile=contexts.pop("dockerfile"), tags=(f"{target.image.name}:{tag}",),
         build_args={"SOURCE_DATE_EPOCH": str(epoch), "MAX_JOBS": str(par.max_jobs),
                     "NVCC_THREADS": str(target.compile.nvcc_threads), "K3_CREATED": contract.created_iso(epoch),
                     "K3_LOCK_SHA256": locks.runtime_sha256,
@@ -223,6 +230,10 @@ def prepare(plan: Plan, engine: Engine, options: BuildOptions, *, tag: str, dock
     """Engine and source checks, then the context: nothing here pushes or records anything."""
     target = plan.target
     extra_secrets = _cache_secret(target, options, secret_dir)
+    # Room for what the build writes after the push (the record set) and along the way (the log):
+    # refused now, not after the image is pushed and attached.
+    records.check_writable(contract.record_path(plan.root, target.name).parent, "the record set")
+    records.check_writable(contract.artifacts_path(plan.root, target.name, "x").parent, "the build's artifacts")
     info = _preflight(engine, options, target)
     build_id = dt.datetime.now(dt.timezone.utc).strftime("%Y%m%dT%H%M%SZ") + "-" + token_hex(3)
     workdir = contract.artifacts_path(plan.root, target.name, build_id)
@@ -230,10 +241,12 @@ def prepare(plan: Plan, engine: Engine, options: BuildOptions, *, tag: str, dock
     log_path = workdir / contract.BUILD_LOG_NAME
     log_path.write_text(f"[k3-builder] build {build_id} of target {target.name}, tool {__version__}\n")
     started = contract.now_iso()
-    pinned, third = _fetch_inputs(plan)
+    pinned, third = _fetch_inputs(plan, locks)
     epoch = pinned.source_date_epoch
     with log.step(f"{target.name}: assemble the build context (download and hash-check the wheels)", long=True):
-        contexts = {"default": assemble(target, locks, workdir / "context", epoch),
+        # The Dockerfile as checked and hashed, not the file again (which could change meanwhile).
+        (workdir / "Dockerfile").write_text(dockerfile_text, encoding="utf-8")
+        contexts = {"default": assemble(target, locks, workdir / "context", epoch), "dockerfile": workdir / "Dockerfile",
                     "source": pinned.export(workdir / "source")}
         for name, tp in third.items():
             contexts[contract.third_party_context(name)] = tp.export(workdir / "third_party" / name)
@@ -284,6 +297,36 @@ def _record(prep: Prepared, digest: str, key: str, checked: bool, seconds: float
         build={"id": prep.build_id, "finished": contract.now_iso(), "duration_seconds": round(seconds, 1),
                "engine": prep.info.server_version, "buildx": prep.info.buildx_version, "driver": prep.info.driver},
     )
+
+
+def _scan_for_secrets(prep: Prepared, engine: Engine, digest: str) -> None:
+    """Before the checks and the record: no registered secret (in any written form) in a layer the
+    build added. A hit fails the build; the pushed manifest is withdrawn where the registry lets us."""
+    from builder import secretscan
+
+    if not secretscan.needles():
+        return  # no secret given to this build: nothing to look for
+    target = prep.plan.target
+    with log.step(f"{target.name}: scan the image's own layers for the build's secrets"):
+        try:
+            secretscan.scan(engine.registry, target.image.name, digest, _base_layers(engine, target))
+        except BuildError as exc:
+            withdrawn = engine.registry.delete_manifest(target.image.name, digest)
+            then = "the pushed manifest was deleted" if withdrawn else f"delete {target.image.tagged} by hand"
+            raise BuildError(f"{exc.message}; {then}", str(prep.log_path)) from None
+
+
+def _base_layers(engine: Engine, target: Target) -> frozenset[str]:
+    """The runtime base's layer digests (pinned, not built by us), when its registry answers."""
+    base = target.bases.runtime
+    first = base.name.split("/", 1)[0]
+    if "/" not in base.name or not ("." in first or ":" in first or first == "localhost"):
+        return frozenset()
+    try:
+        manifest = engine.registry.raw_manifest(base.name, engine.registry.platform_digest(base.name, base.digest))
+    except BuilderError:
+        return frozenset()
+    return frozenset(layer.get("digest") for layer in manifest.doc.get("layers") or []) if manifest else frozenset()
 
 
 def _check(prep: Prepared, engine: Engine, pushed: str) -> None:
@@ -349,7 +392,26 @@ def up_to_date(plan: Plan, engine: Engine, previous: records.Record | None, key:
         return False
     if engine.registry.resolve_digest(target.image.tagged) != previous.digest:
         return False
+    _attached_as_recorded(plan, engine, previous)
     return True
+
+
+def _attached_as_recorded(plan: Plan, engine: Engine, previous: records.Record) -> None:
+    """The registry's SBOM and provenance for the recorded digest are the record's. A record write
+    that failed after the attach (a full or read-only disk) left the failed build's there: the
+    record's own are attached again (a roll back of the registry), no --force needed."""
+    name = plan.target.image.name
+    attached = {sha256_bytes(content) for content in engine.registry.referrers(name, previous.digest).values()}
+    if {previous.build.get("sbom_sha256"), previous.build.get("provenance_sha256")} <= attached:
+        return
+    from builder import attest  # the rare path: pays attest's imports only here
+
+    annotations = {contract.OCI_CREATED: contract.created_iso(previous.source_date_epoch)}
+    for kind, path in ((attest.SBOM_TYPE, contract.sbom_path(plan.root, plan.target.name)),
+                       (attest.PROVENANCE_TYPE, contract.provenance_path(plan.root, plan.target.name))):
+        engine.registry.attach(name, previous.digest, kind, path.read_bytes(), annotations)
+    log.info(f"    the registry's SBOM/provenance for {previous.digest[:19]} were not the record's (a record write "
+             "that failed after the attach): the record's attached again")
 
 
 @contextlib.contextmanager
@@ -360,7 +422,13 @@ def target_lock(plan: Plan) -> Iterator[None]:
     the kernel drops it when the process dies however it dies. Under it, an interrupted record
     write is finished or discarded first.
     """
-    directory = plan.locks["runtime"].parent
+    with _directory_lock(plan.locks["runtime"].parent, plan.target.name):
+        yield
+
+
+@contextlib.contextmanager
+def _directory_lock(directory: Path, name: str) -> Iterator[None]:
+    """flock(2) on locks/<target>/ (build, lock and prune share it); Busy (75) when held."""
     if not directory.is_dir():
         yield  # no locks directory: the offline checks refuse this build before it writes anything
         return
@@ -369,8 +437,8 @@ def target_lock(plan: Plan) -> Iterator[None]:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
-            raise Busy(f"{plan.target.name}: another build of this target is running in this checkout; "
-                       "wait for it to finish, then run again") from None
+            raise Busy(f"{name}: another build of this target is running in this checkout (or its `build lock` "
+                       "or `prune`); wait for it to finish, then run again") from None
         for done in records.recover(directory):
             log.info(f"    {directory}: {done}")
         yield
@@ -396,16 +464,32 @@ def _drop_inputs(plan: Plan) -> None:
 
 
 def prune(root: Path, names: list[str], keep: int) -> list[Path]:
-    """`build prune`: per target, all but the newest ``keep`` build directories and ``keep`` test
-    directories under artifacts/ are removed. Returns what was removed."""
+    """`build prune`: per target, under its lock (never beside a live build), all but the newest
+    ``keep`` build directories and ``keep`` test directories under artifacts/ are removed. The
+    build image.json names is never removed; the rest are ordered by when they last wrote (not by
+    their wall-clock names, which a skewed clock makes lie). Returns what was removed."""
     removed = []
     for name in names:
-        dirs = sorted(p for p in (root / contract.ARTIFACTS_DIR / name).glob("*") if p.is_dir())
-        for kind in (lambda p: p.name.startswith("test-"), lambda p: not p.name.startswith("test-")):
-            chosen = [p for p in dirs if kind(p) and p.name != "rehearsal"]
-            for old in chosen[: max(0, len(chosen) - keep)]:
-                shutil.rmtree(old)
-                removed.append(old)
+        with _directory_lock(contract.record_path(root, name).parent, name):
+            removed += _prune_target(root, name, keep)
+    return removed
+
+
+def _prune_target(root: Path, name: str, keep: int) -> list[Path]:
+    record = records.read(contract.record_path(root, name))  # a damaged record: refused, nothing removed
+    recorded = (record.build or {}).get("id") if record else None
+
+    def last_written(p: Path) -> tuple[float, str]:
+        return max((f.stat().st_mtime for f in p.iterdir() if f.is_file()), default=p.stat().st_mtime), p.name
+
+    dirs = sorted((p for p in (root / contract.ARTIFACTS_DIR / name).glob("*") if p.is_dir()), key=last_written)
+    removed = []
+    for kind in (lambda p: p.name.startswith("test-"), lambda p: not p.name.startswith("test-")):
+        chosen = [p for p in dirs if kind(p) and p.name not in ("rehearsal", recorded)]
+        room = keep - (1 if recorded and any(p.name == recorded for p in dirs if kind(p)) else 0)
+        for old in chosen[: max(0, len(chosen) - max(room, 0))]:
+            shutil.rmtree(old)
+            removed.append(old)
     return removed
 
 
@@ -434,6 +518,7 @@ def _build(plan: Plan, engine: Engine, options: BuildOptions) -> Outcome:
         with prep.log_path.open("a") as fh:
             fh.write(f"[k3-builder] {cache.line()}\n")
     pushed = f"{target.image.name}@{result.digest}"
+    _scan_for_secrets(prep, engine, result.digest)
     size = engine.registry.image_size(pushed)
     if options.run_checks:
         _check(prep, engine, pushed)

@@ -149,7 +149,8 @@ class Plan:
 
 @dataclass(frozen=True)
 class LockSet:
-    """Both committed locks of a target, read and checked once per build."""
+    """Both committed locks of a target, read and checked once per build: the texts hashed here
+    are the bytes the build uses (a `build lock` landing mid-build cannot swap them)."""
 
     runtime: Path
     build: Path
@@ -157,7 +158,9 @@ class LockSet:
     build_entries: tuple[LockEntry, ...]
     runtime_sha256: str
     build_sha256: str
-    # The OS package lock (targets with os_packages only): path, entries, sha256 of the file.
+    runtime_text: str = ""
+    build_text: str = ""
+    # The OS package lock (targets with os_packages only): path, entries, sha256 of the bytes read.
     os: Path | None = None
     os_entries: tuple[DebEntry, ...] = ()
     os_sha256: str | None = None
@@ -170,13 +173,17 @@ class LockSet:
         for path, entries in ((runtime, r_entries), (build, b_entries)):
             # The build stage compiles against torch: it must be the same CUDA build as the runtime's.
             lock.check_torch_build(plan.target, entries, path)
-        os_path = plan.locks.get("os")
-        os_entries = tuple(oslock.read(os_path)) if os_path else ()
-        if os_path:
-            oslock.check_current(os_path, plan.target)  # the inputs are all in the matrix: checked offline
+        os_path, os_entries, os_sha256 = plan.locks.get("os"), (), None
+        if os_path:  # read once, like the Python locks: these bytes are hashed and used
+            os_text = os_path.read_text(encoding="utf-8") if os_path.exists() else None
+            if os_text is None:
+                oslock.read(os_path)  # raises: no OS lock for this target, with what to do
+            inputs, entries = oslock.parse(os_text, os_path)
+            oslock.check_inputs(inputs, os_path, plan.target)  # all in the matrix: checked offline
+            os_entries, os_sha256 = tuple(entries), sha256_bytes(os_text.encode())
         return cls(runtime, build, tuple(r_entries), tuple(b_entries),
-                   sha256_bytes(r_text.encode()), sha256_bytes(b_text.encode()),
-                   os_path, os_entries, sha256_file(os_path) if os_path else None)
+                   sha256_bytes(r_text.encode()), sha256_bytes(b_text.encode()), r_text, b_text,
+                   os_path, os_entries, os_sha256)
 
 
 def offline_checks(plan: Plan) -> tuple[str, LockSet]:

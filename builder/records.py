@@ -21,12 +21,13 @@ import base64
 import binascii
 import json
 import os
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from builder import contract
-from builder.errors import RecordError
+from builder.errors import HostResources, RecordError
 from builder.fsutil import atomic_write, sha256_bytes, sha256_file
 
 PENDING = ".pending"  # suffix of a journal file: <name>.pending
@@ -97,12 +98,43 @@ def read(path: Path) -> Record | None:
 
 
 def write_set(directory: Path, files: dict[str, str]) -> None:
-    """Write a record set as one unit (see the module docstring); the record name goes last."""
+    """Write a record set as one unit (see the module docstring); the record name goes last.
+
+    A write that fails before the commit point (a full or read-only disk) leaves the old set and
+    no ``.pending`` file; HostResources says so. Past the commit point the next start rolls forward."""
     order = sorted(files, key=lambda name: name == contract.RECORD_NAME)
-    for name in order:
-        atomic_write(directory / (name + PENDING), files[name])
-    atomic_write(directory / COMMIT_MARKER, "\n".join(order) + "\n")  # the commit point
+    try:
+        for name in order:
+            atomic_write(directory / (name + PENDING), files[name])
+        atomic_write(directory / COMMIT_MARKER, "\n".join(order) + "\n")  # the commit point
+    except OSError as exc:
+        for name in order:
+            (directory / (name + PENDING)).unlink(missing_ok=True)
+        raise HostResources(f"{directory}: the record set could not be written ({exc.strerror}); the old record "
+                            "stands. Free space (or make it writable) and run the build again: it puts the "
+                            "registry back in line with the record, no --force needed") from None
     _roll_forward(directory)
+
+
+RECORD_ROOM = 32 << 20  # a record set (SBOM, provenance, image.json) and the build's logs fit in this
+
+
+def check_writable(directory: Path, what: str) -> None:
+    """Before the engine runs: ``directory`` takes a file and has room, so a record write after the
+    push cannot fail on a read-only or full disk (HostResources, exit 74, nothing written)."""
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+        fd, probe = tempfile.mkstemp(prefix=".k3-write-check.", suffix=".tmp", dir=directory)
+        os.close(fd)
+        os.unlink(probe)
+        stat = os.statvfs(directory)
+    except OSError as exc:
+        raise HostResources(f"{directory}: cannot write {what} here ({exc.strerror}); make it writable and run "
+                            "again (nothing was built)") from None
+    free = stat.f_bavail * stat.f_frsize
+    if free < RECORD_ROOM:
+        raise HostResources(f"{directory}: {free // (1 << 20)} MiB free, {what} needs {RECORD_ROOM >> 20} MiB; "
+                            "free space and run again (nothing was built)")
 
 
 def _roll_forward(directory: Path) -> None:

@@ -23,6 +23,7 @@ from __future__ import annotations
 import base64
 import contextlib
 import hashlib
+import http.client
 import json
 import os
 import re
@@ -267,6 +268,9 @@ class Registry:
                                 f"{' '.join(body.split())}{hint}", exc.code) from None
         except OSError as exc:
             raise RegistryError(f"{method} {self.host}: cannot reach the registry: {exc}") from None
+        except http.client.HTTPException as exc:  # IncompleteRead, BadStatusLine: a cut or garbled reply
+            raise RegistryError(f"{method} {self.host}: the registry's reply was cut short or garbled "
+                                f"({exc.__class__.__name__})") from None
 
     def _credentials(self) -> CredentialLookup:
         if self._lookup is None:
@@ -357,7 +361,14 @@ class Registry:
         digest = "sha256:" + hashlib.sha256(body).hexdigest()
         if reference.startswith("sha256:") and digest != reference:
             raise RegistryError(f"{self.host}/{repo}@{reference}: the registry served content with digest {digest}")
-        media = headers.get("Content-Type", "").split(";")[0] or json.loads(body).get("mediaType", "")
+        try:
+            doc = json.loads(body)
+        except ValueError:
+            doc = None
+        if not isinstance(doc, dict) or not all(isinstance(doc.get(k, []), list) for k in ("layers", "manifests")):
+            raise RegistryError(f"{self.host}/{repo}:{reference}: the registry's manifest is not a JSON object "
+                                f"({len(body)} bytes); truncated or not a registry?")
+        media = headers.get("Content-Type", "").split(";")[0] or str(doc.get("mediaType", ""))
         return Manifest(media, digest, body)
 
     def blob(self, repo: str, digest: str) -> bytes:
@@ -366,6 +377,24 @@ class Registry:
         if got != digest:
             raise RegistryError(f"{self.host}/{repo} blob {digest}: content hashes to {got}")
         return body
+
+    def blob_to(self, repo: str, digest: str, dest: Path) -> None:
+        """A blob streamed to ``dest`` (a layer can be GBs: never held in memory), hash-checked."""
+        url = f"{self.base}/v2/{repo}/blobs/{digest}"
+        self._request("HEAD", f"/v2/{repo}/blobs/{digest}")  # authenticates, or raises naming the blob
+        req = urllib.request.Request(url, headers={"Authorization": self._token} if self._token else {})
+        got = hashlib.sha256()
+        try:
+            with urllib.request.urlopen(req, timeout=120) as resp, dest.open("wb") as out:  # noqa: S310
+                for chunk in iter(lambda: resp.read(1 << 20), b""):
+                    got.update(chunk)
+                    out.write(chunk)
+        except (OSError, http.client.HTTPException) as exc:
+            if isinstance(exc, OSError) and exc.errno is not None and exc.filename:
+                raise  # our own disk (ENOSPC, EROFS): not the registry's fault
+            raise RegistryError(f"GET {self.host}/{repo} blob {digest[:19]}: {exc}") from None
+        if "sha256:" + got.hexdigest() != digest:
+            raise RegistryError(f"{self.host}/{repo} blob {digest}: content hashes to sha256:{got.hexdigest()}")
 
     # -- writes ---------------------------------------------------------------------------------
     def push_blob(self, repo: str, data: bytes) -> str:
@@ -461,6 +490,8 @@ class RegistrySeam(Protocol):
                annotations: dict[str, str]) -> str: ...
     def referrers(self, name: str, digest: str) -> dict[str, bytes]: ...
     def image_size(self, ref: str) -> int | None: ...
+    def blob_to(self, name: str, digest: str, dest: Path) -> None: ...
+    def delete_manifest(self, name: str, digest: str) -> bool: ...
 
 
 def split_reference(ref: str) -> tuple[str, str]:
@@ -529,6 +560,20 @@ class RegistryClient:
         with self._reaching(f"{name} blob {digest[:19]}"):
             return registry.blob(repo, digest)
 
+    def delete_manifest(self, name: str, digest: str) -> bool:
+        """Withdraw a pushed manifest (a registry may refuse deletes: False then)."""
+        registry, repo = self._repo(name)
+        try:
+            registry._request("DELETE", f"/v2/{repo}/manifests/{digest}")
+            return True
+        except RegistryError:
+            return False
+
+    def blob_to(self, name: str, digest: str, dest: Path) -> None:
+        registry, repo = self._repo(name)
+        with self._reaching(f"{name} blob {digest[:19]}"):
+            registry.blob_to(repo, digest, dest)
+
     def attach(self, name: str, digest: str, artifact_type: str, content: bytes, annotations: dict[str, str]) -> str:
         """Attach an artifact (SBOM, provenance) to ``name@digest`` via the referrers tag schema."""
         registry, repo = self._repo(name)
@@ -550,7 +595,10 @@ class RegistryClient:
         if manifest is None or "layers" not in manifest.doc:
             return None
         doc = manifest.doc
-        return int(doc["config"]["size"]) + sum(int(layer["size"]) for layer in doc["layers"])
+        try:
+            return int(doc["config"]["size"]) + sum(int(layer["size"]) for layer in doc["layers"])
+        except (KeyError, TypeError, ValueError):
+            return None  # a manifest without sizes: the size is unknown, nothing more
 
     def image_config(self, ref: str) -> dict | None:
         """The image's config JSON read from the registry (no pull): labels, env, user, entrypoint.
@@ -570,4 +618,12 @@ class RegistryClient:
             if manifest is None:
                 return None
             doc = manifest.doc
-        return json.loads(self.blob(name, doc["config"]["digest"]))
+        config = doc.get("config")
+        try:
+            parsed = json.loads(self.blob(name, config["digest"])) if isinstance(config, dict) else None
+        except (ValueError, KeyError, TypeError):
+            parsed = None
+        if not isinstance(parsed, dict):
+            raise RegistryUnavailable(f"registry: {ref}: the image config is not a JSON object (a truncated or "
+                                      "garbled reply)")
+        return parsed

@@ -8,16 +8,16 @@ a pure function of the commit.
 from __future__ import annotations
 
 import hashlib
-import io
 import posixpath
 import re
 import shutil
 import tarfile
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from builder.errors import SourceError, Unreachable, is_network_failure
+from builder.errors import SourceError, Unreachable, failure_kind
 from builder.fsutil import cache_dir, clamp_mtimes
 from builder.matrix import Source, ThirdParty
 
@@ -55,31 +55,58 @@ class PinnedSource:
 
 
 def _archive_into(repo: git.Repo, commit: str, dest: Path) -> None:
-    data = repo.git.archive("--format=tar", commit, stdout_as_string=False)
-    with tarfile.open(fileobj=io.BytesIO(data)) as tar:
-        if hasattr(tarfile, "data_filter"):  # Python >= 3.11.4 / 3.12
-            tar.extractall(dest, filter="data")
-        else:  # Debian 12's 3.11.2: the same refusals, by hand
-            tar.extractall(dest, members=_data_members(tar, dest))
+    """Stream ``git archive`` into dest: never held in memory (a large file under a memory limit
+    would need twice its size), and a hostile member (absolute or escaping link, a loop) is one
+    SourceError naming it, not a traceback."""
+    import git
+    proc = repo.git.archive("--format=tar", "--end-of-options", commit, as_process=True)
+    try:
+        with tarfile.open(fileobj=proc.stdout, mode="r|") as tar:
+            if hasattr(tarfile, "data_filter"):  # Python >= 3.11.4 / 3.12
+                tar.extractall(dest, filter="data")
+            else:  # Debian 12's 3.11.2: the same refusals, by hand
+                tar.extractall(dest, members=_data_members(tar, dest))
+        proc.wait()
+    except tarfile.TarError as exc:  # FilterError (AbsoluteLinkError, ...) and ReadError
+        if proc.proc.wait() != 0:  # git failed first: no (or a cut) archive; say why git failed
+            err = proc.proc.stderr.read().decode("utf-8", "replace").strip().splitlines()
+            raise SourceError(f"source archive at {commit[:12]}: git archive failed: "
+                              f"{err[-1].removeprefix('fatal: ') if err else 'no output'}") from None
+        raise SourceError(f"source archive at {commit[:12]}: {exc}; refused (a tree may not point outside "
+                          "itself)") from None
+    except git.GitCommandError as exc:
+        raise SourceError(f"source archive at {commit[:12]}: git archive failed: {git_reason(exc)}") from None
+    finally:
+        proc.stdout.close()
+        proc.proc.wait()  # reaped even when extraction failed part-way (the raw Popen: no raise)
 
 
 def _data_members(tar: tarfile.TarFile, dest: Path):
     """Members of a source archive that stay inside ``dest`` (what tarfile's "data" filter allows):
     files, directories and links whose path and link target resolve under it, nothing else."""
     root = dest.resolve()
-    for member in tar.getmembers():
-        path = (root / member.name).resolve()
+    for member in tar:  # one pass: the archive is a stream
+        try:
+            path, target = _member_paths(root, member)
+        except RuntimeError:  # a symlink loop (Path.resolve on 3.11.2)
+            raise SourceError(f"source archive: {member.name!r} is a symlink loop") from None
         if member.name.startswith("/") or not path.is_relative_to(root):
             raise SourceError(f"source archive: {member.name!r} points outside the source tree")
         if member.issym() or member.islnk():
-            base = path.parent if member.issym() else root
-            target = (base / member.linkname).resolve()
             if member.linkname.startswith("/") or not target.is_relative_to(root):
                 raise SourceError(f"source archive: link {member.name!r} points outside the source tree")
         elif not (member.isfile() or member.isdir()):
             continue  # devices and fifos have no place in a source tree
         member.mode &= 0o755 if member.isdir() or member.mode & 0o111 else 0o644
         yield member
+
+
+def _member_paths(root: Path, member: tarfile.TarInfo) -> tuple[Path, Path | None]:
+    path = (root / member.name).resolve()
+    if not (member.issym() or member.islnk()):
+        return path, None
+    base = path.parent if member.issym() else root
+    return path, (base / member.linkname).resolve()
 
 
 # Only these transports, ever (ext:: and friends run commands); never prompt for credentials.
@@ -112,26 +139,24 @@ def fetch(source: Source) -> PinnedSource:
     try:
         # Full ref names only: a tag or another ref of the same short name is never picked.
         with repo.git.custom_environment(**GIT_ENV):
-            repo.git.fetch("--no-tags", "--force", source.url, f"+{ref}:{local}")
+            repo.git.fetch("--no-tags", "--force", "--", source.url, f"+{ref}:{local}")
     except git.GitCommandError as exc:
         reason = git_reason(exc)
         if "couldn't find remote ref" in (exc.stderr or ""):
             raise SourceError(
                 f"source {source.url}: branch {source.branch!r} not found ({ref}); check source.branch in the matrix"
             ) from None
-        kind = Unreachable if is_network_failure(exc.stderr or reason) else SourceError
+        kind = failure_kind(exc.stderr or reason, SourceError)
         raise kind(
             f"source {source.url}: cannot fetch {ref}: {reason} (is the source's host reachable from here?)"
         ) from None
-    head = repo.git.rev_parse(f"{local}^{{commit}}")
-    try:
-        repo.git.cat_file("-e", f"{source.commit}^{{commit}}")
-    except git.GitCommandError:
+    head = repo.git.rev_parse("--verify", "--end-of-options", f"{local}^{{commit}}")
+    if not _has_commit(repo, source.commit):
         raise SourceError(
             f"source {source.url}: pinned commit {source.commit} does not exist on {ref} (head {head}); "
             "was the branch force-pushed? re-pin source.commit"
         ) from None
-    if head != source.commit and not repo.is_ancestor(source.commit, head):
+    if head != source.commit and not _is_ancestor(repo, source.commit, head):
         raise SourceError(
             f"source {source.url}: pinned commit {source.commit} is not on {ref} (head {head}); re-pin source.commit"
         )
@@ -140,29 +165,139 @@ def fetch(source: Source) -> PinnedSource:
         repo=repo,
         commit=source.commit,
         branch_head=head,
-        source_date_epoch=int(commit.committed_date),
+        source_date_epoch=commit_time(f"source {source.url} at {source.commit[:12]}", int(commit.committed_date)),
     )
 
 
+CLOCK_SKEW_SECONDS = 300  # how far a commit may be ahead of this host's clock (clocks drift)
+
+
+def commit_time(what: str, epoch: int, now: float | None = None) -> int:
+    """A commit's time as SOURCE_DATE_EPOCH. Beyond a small skew into the future it is refused:
+    every mtime in the context would be newer than the build's clock (ninja then loops "manifest
+    still dirty"), and the record would date the image before its source. Within the skew: a warning."""
+    import datetime as dt
+
+    from builder import log
+    now = time.time() if now is None else now
+    if epoch <= now:
+        return epoch
+    when = dt.datetime.fromtimestamp(epoch, dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    clock = dt.datetime.fromtimestamp(now, dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    if epoch > now + CLOCK_SKEW_SECONDS:
+        raise SourceError(f"{what}: the commit is dated {when}, ahead of this host's clock ({clock}) by more than "
+                          f"{CLOCK_SKEW_SECONDS}s; refused: fix the host's clock, or review the commit's date and re-pin")
+    log.warn(f"{what}: the commit is dated {when}, {epoch - now:.0f}s ahead of this host's clock ({clock}): "
+             "is the clock behind?")
+    return epoch
+
+
 def resolve_includes(pinned: PinnedSource, paths: tuple[str, ...]) -> dict[str, bytes]:
-    """The named requirement files plus every ``-r``/``-c`` file they include, by path."""
+    """The named requirement files plus every ``-r``/``-c`` file they include, by path; every line
+    checked (``requirement_lines``) so nothing in them reaches outside the tree."""
     found: dict[str, bytes] = {}
     queue = list(paths)
     while queue:
         path = posixpath.normpath(queue.pop(0))
         if path in found:
             continue
-        if path.startswith("../") or path.startswith("/"):
-            raise SourceError(f"source: requirement include {path!r} points outside the source tree")
+        if path.startswith("../") or path.startswith("/") or path == "..":
+            raise SourceError(f"source: requirement include {_shown(path)} points outside the source tree")
         data = pinned.read(path)
         if data is None:
-            raise SourceError(f"source at {pinned.commit[:12]}: requirement file {path!r} does not exist")
+            raise SourceError(f"source at {pinned.commit[:12]}: requirement file {_shown(path)} does not exist")
         found[path] = data
-        for line in data.decode("utf-8", "replace").splitlines():
-            words = line.split()
-            if len(words) >= 2 and words[0] in ("-r", "--requirement", "-c", "--constraint"):
-                queue.append(posixpath.join(posixpath.dirname(path), words[1]))
+        for line in requirement_lines(path, data):
+            if line.kind == "include":
+                queue.append(posixpath.join(posixpath.dirname(path), line.value))
     return found
+
+
+@dataclass(frozen=True)
+class ReqLine:
+    """One logical line of a requirements file (continuations joined, comment stripped)."""
+
+    lineno: int  # of its first physical line
+    last: int  # its last physical line (a `\` continuation spans several)
+    kind: str  # "include" (-r/-c, value: the path as written), "index" (dropped), "requirement"
+    value: str
+
+
+# pip and uv read these in a requirements file; -r/-c include (inside the tree only), the index
+# family is dropped (indexes come from the matrix), everything else (-e, --pre, -Z, abbreviations
+# that optparse would expand, ...) is refused: a source tree is untrusted input.
+_INCLUDE_OPTS = ("--requirement", "--constraint", "-r", "-c")
+_INDEX_OPTS = ("--index-url", "--extra-index-url", "--find-links", "--trusted-host", "--no-index", "-i", "-f")
+_OPTION = re.compile(r"(--[A-Za-z][A-Za-z0-9-]*|-[A-Za-z])(?:(?:=|\s+)?(.*))?")
+_REQ_START = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*\s*(?:\[[A-Za-z0-9._,\s-]*\])?\s*")
+_HTTPS_VALUE = r"https://[A-Za-z0-9.-]+(?::[0-9]{1,5})?(?:/[A-Za-z0-9._~%+/-]*)?"
+
+
+def _logical_lines(data: bytes):
+    """(first line, last line, text) with pip's joining of backslash-continued lines and its comments."""
+    first, parts = None, []
+    for lineno, raw in enumerate(data.decode("utf-8", "replace").splitlines(), 1):
+        first = first or lineno
+        if raw.endswith("\\"):
+            parts.append(raw[:-1])
+            continue
+        parts.append(raw)
+        text = re.sub(r"(^|\s+)#.*$", "", "".join(parts)).strip()
+        yield first, lineno, text
+        first, parts = None, []
+    if parts:
+        yield first, first + len(parts) - 1, re.sub(r"(^|\s+)#.*$", "", "".join(parts)).strip()
+
+
+def requirement_lines(path: str, data: bytes) -> list[ReqLine]:
+    """Every meaningful line of a source requirements file; SourceError (file and line) for any
+    that would leave the tree: a path or URL, an include outside it, -e, ${VAR} expansion, an
+    index that is not a plain https:// URL, an option we do not know."""
+    out = []
+    for first, last, text in _logical_lines(data):
+        if not text:
+            continue
+        where = f"source requirement file {path}:{first}"
+        if "${" in text:
+            raise SourceError(f"{where}: ${{...}} expands the host's environment; refused")
+        line = ReqLine(first, last, *(_option_line(where, text) if text.startswith("-")
+                                      else _requirement_line(where, text)))
+        if line.kind == "include" and posixpath.normpath(posixpath.join(posixpath.dirname(path), line.value)) \
+                .startswith(("../", "/")):
+            raise SourceError(f"{where}: include {_shown(line.value)} points outside the source tree; refused")
+        out.append(line)
+    return out
+
+
+def _option_line(where: str, text: str) -> tuple[str, str]:
+    # -rX, -r X, -r=X (uv's spelling), --requirement=X, --requirement X: one name, one value.
+    m = _OPTION.fullmatch(text)
+    name, value = (m.group(1), (m.group(2) or "").strip()) if m else (text.split()[0], "")
+    if name in _INCLUDE_OPTS:
+        if not value or "://" in value or value.startswith(("/", "~", "file:")) or "\\" in value:
+            raise SourceError(f"{where}: {name} {_shown(value)} points outside the source tree; refused")
+        return "include", value
+    if name in _INDEX_OPTS:
+        rule = {"--no-index": r"", "--trusted-host": r"[A-Za-z0-9.-]+(?::[0-9]{1,5})?"}.get(name, _HTTPS_VALUE)
+        if not re.fullmatch(rule, value):
+            raise SourceError(f"{where}: {name} {_shown(value)} is not a plain https:// URL or host (a path or "
+                              "file: URL reads the build host's files); refused")
+        return "index", value
+    raise SourceError(f"{where}: option {_shown(name)} is not accepted in a source requirement file "
+                      "(only -r/-c includes inside the tree; indexes come from the matrix); refused")
+
+
+def _requirement_line(where: str, text: str) -> tuple[str, str]:
+    m = _REQ_START.match(text)
+    spec = text.split(";", 1)[0]
+    words = text.split()
+    bad = (not m or spec[m.end():].startswith("@") or "/" in spec or "\\" in spec
+           or re.search(r"\.(whl|zip|tar\.gz|tgz|tar\.bz2)\b", spec)
+           or any(w.startswith("-") and not w.startswith("--hash=") for w in words[1:]))
+    if bad:
+        raise SourceError(f"{where}: {_shown(text)} is not a requirement by name and version (a path, URL, direct "
+                          "reference or per-line option reaches outside the tree); refused")
+    return "requirement", text
 
 
 # --- third-party sources -------------------------------------------------------------------------
@@ -208,7 +343,16 @@ class PinnedThirdParty:
 def _has_commit(repo: git.Repo, commit: str) -> bool:
     import git
     try:
-        repo.git.cat_file("-e", f"{commit}^{{commit}}")
+        repo.git.cat_file("-e", "--end-of-options", f"{commit}^{{commit}}")
+        return True
+    except git.GitCommandError:
+        return False
+
+
+def _is_ancestor(repo: git.Repo, ancestor: str, head: str) -> bool:
+    import git
+    try:
+        repo.git.merge_base("--is-ancestor", "--end-of-options", ancestor, head)
         return True
     except git.GitCommandError:
         return False
@@ -222,19 +366,24 @@ def _commit_repo(url: str, commit: str) -> git.Repo:
     repo = git.Repo(mirror) if mirror.exists() else git.Repo.init(mirror, bare=True, mkdir=True)
     if _has_commit(repo, commit):
         return repo
-    attempts = (["--depth=1", url, commit], [url, "+refs/heads/*:refs/k3/heads/*", "+refs/tags/*:refs/k3/tags/*"])
+    # `--` first: a URL is never an option (git would run `--upload-pack=<command>` on the host).
+    attempts = (["--depth=1", "--", url, commit],
+                ["--", url, "+refs/heads/*:refs/k3/heads/*", "+refs/tags/*:refs/k3/tags/*"])
     reason = ""
     for args in attempts:
         try:
             with repo.git.custom_environment(**GIT_ENV):
                 repo.git.fetch("--no-tags", "--force", *args)
+        except git.UnsafeOptionError as exc:  # GitPython's own guard, behind `--` and the URL rule
+            reason = str(exc)
+            continue
         except git.GitCommandError as exc:
             reason = git_reason(exc)
             continue
         if _has_commit(repo, commit):
             return repo
-    kind = Unreachable if is_network_failure(reason) else SourceError
-    raise kind(f"third-party source {url}: commit {commit} cannot be fetched"
+    kind = failure_kind(reason, SourceError)
+    raise kind(f"third-party source {_shown(url)}: commit {commit} cannot be fetched"
                + (f" ({reason})" if reason else "") + "; is the host reachable, and is the commit right?")
 
 
@@ -244,9 +393,11 @@ def _peeled_ref(url: str, ref: str) -> str | None:
     client = git.cmd.Git()
     try:
         with client.custom_environment(**GIT_ENV):
-            out = client.ls_remote(url, f"refs/tags/{ref}", f"refs/tags/{ref}^{{}}", f"refs/heads/{ref}")
+            out = client.ls_remote("--", url, f"refs/tags/{ref}", f"refs/tags/{ref}^{{}}", f"refs/heads/{ref}")
+    except git.UnsafeOptionError as exc:  # GitPython's own guard, behind `--` and the URL rule
+        raise SourceError(f"third-party source {_shown(url)}: cannot resolve {ref!r}: {exc}") from None
     except git.GitCommandError as exc:
-        kind = Unreachable if is_network_failure(exc.stderr or "") else SourceError
+        kind = failure_kind(exc.stderr or "", SourceError)
         raise kind(f"third-party source {url}: cannot resolve {ref!r}: {git_reason(exc)}") from None
     found = dict(reversed(line.split("\t", 1)) for line in out.splitlines() if "\t" in line)
     for name in (f"refs/tags/{ref}^{{}}", f"refs/tags/{ref}", f"refs/heads/{ref}"):
@@ -262,38 +413,74 @@ def _relative_url(base: str, rel: str) -> str:
         if scheme != "file" else "file://" + posixpath.normpath(posixpath.join(rest.rstrip("/"), rel))
 
 
-def _submodules(repo: git.Repo, url: str, commit: str, wanted, prefix: str = "") -> list[Submodule]:
-    """Submodules of ``commit`` (recursively), as ``git submodule update --init --recursive`` would
-    check them out; ``wanted`` is "all", "none" or a tuple of top-level paths."""
+def _gitmodules(repo: git.Repo, commit: str) -> list[dict[str, str]]:
+    """The ``submodule.<name>.path/url`` entries of ``commit``'s .gitmodules (none without one)."""
     import git
-    if wanted == "none":
-        return []
     try:
-        listing = repo.git.config("--blob", f"{commit}:.gitmodules", "--list")
+        # -z: a value with a newline in it cannot forge a second entry.
+        listing = repo.git.config("-z", f"--blob={commit}:.gitmodules", "--list")
     except git.GitCommandError:
         return []  # no .gitmodules
     entries: dict[str, dict[str, str]] = {}
-    for line in listing.splitlines():
-        key, _, value = line.partition("=")
+    for item in listing.split("\0"):
+        key, _, value = item.partition("\n")
         m = re.fullmatch(r"submodule\.(.+)\.(path|url)", key)
         if m:
             entries.setdefault(m.group(1), {})[m.group(2)] = value
+    return sorted(entries.values(), key=lambda e: e.get("path", ""))
+
+
+def _tree_url(owner: str, parent_url: str, path: str, url: str) -> str:
+    """A submodule URL from an untrusted tree, resolved and held to the matrix's own GitUrl rule
+    (https:// or file://, no credentials, quotes, spaces or a leading '-'); a tree under an
+    https:// source may not name a file:// one (that would copy a host repository into the build)."""
+    from pydantic import TypeAdapter, ValidationError
+
+    from builder.matrix import GitUrl, RelPath
+    where = f"third-party source {owner}: submodule {_shown(path)} in .gitmodules"
+    try:
+        TypeAdapter(RelPath).validate_python(path)
+    except ValidationError:
+        raise SourceError(f"{where}: the path is not a relative path inside the tree (no '..', no leading "
+                          "'/'); refused: a tree is untrusted input") from None
+    if url.startswith("../") or url.startswith("./"):
+        url = _relative_url(parent_url, url)
+    try:
+        TypeAdapter(GitUrl).validate_python(url)
+    except ValidationError:
+        raise SourceError(f"{where}: url {_shown(url)} is not an https:// or file:// git URL without credentials, "
+                          "quotes, spaces or shell characters; refused: a tree is untrusted input") from None
+    if url.startswith("file://") and not parent_url.startswith("file://"):
+        raise SourceError(f"{where}: url {_shown(url)} is a host path under an https:// source; refused")
+    return url
+
+
+def _shown(value: str, limit: int = 80) -> str:
+    """Untrusted text in a message: redacted first (a credential is never cut in half), then cut."""
+    from builder.log import shown
+    return shown(value, limit)
+
+
+def _submodules(repo: git.Repo, url: str, commit: str, wanted, owner: str, prefix: str = "") -> list[Submodule]:
+    """Submodules of ``commit`` (recursively), as ``git submodule update --init --recursive`` would
+    check them out; ``wanted`` is "all", "none" or a tuple of top-level paths."""
+    if wanted == "none":
+        return []
     found: list[Submodule] = []
-    for entry in sorted(entries.values(), key=lambda e: e.get("path", "")):
+    for entry in _gitmodules(repo, commit):
         path, sub_url = entry.get("path"), entry.get("url")
         if not path or not sub_url or (wanted != "all" and path not in wanted):
             continue
-        tree_line = repo.git.ls_tree(commit, path)
+        full = f"{prefix}{path}"
+        sub_url = _tree_url(owner, url, full, sub_url)
+        tree_line = repo.git.ls_tree("--end-of-options", commit, "--", path)
         mode, _, rest = tree_line.partition(" ")
-        if mode != "160000":
+        if mode != "160000" or not _HEX40.fullmatch(rest.split()[1]):
             continue  # declared in .gitmodules but not a gitlink at this commit
         sub_commit = rest.split()[1]
-        if sub_url.startswith("../") or sub_url.startswith("./"):
-            sub_url = _relative_url(url, sub_url)
-        full = f"{prefix}{path}"
         found.append(Submodule(full, sub_url, sub_commit))
         sub_repo = _commit_repo(sub_url, sub_commit)
-        found += _submodules(sub_repo, sub_url, sub_commit, "all", prefix=f"{full}/")
+        found += _submodules(sub_repo, sub_url, sub_commit, "all", owner, prefix=f"{full}/")
     return found
 
 
@@ -315,14 +502,15 @@ def fetch_third_party(name: str, spec: ThirdParty, pinned: PinnedSource) -> Pinn
         raise SourceError(f"source.third_party.{name}: ref {spec.ref} is a commit, so commit must equal it")
     repo = _commit_repo(spec.url, spec.commit)
     commit = repo.commit(spec.commit)
-    subs = _submodules(repo, spec.url, spec.commit, spec.submodules)
+    subs = _submodules(repo, spec.url, spec.commit, spec.submodules, name)
     if spec.subdir:
         try:
             commit.tree / spec.subdir
         except KeyError:
             raise SourceError(f"source.third_party.{name}.subdir: {spec.subdir!r} is not in {spec.url} "
                               f"at {spec.commit[:12]}") from None
-    return PinnedThirdParty(name, spec.url, spec.commit, int(commit.committed_date), tuple(subs))
+    epoch = commit_time(f"third-party source {name} at {spec.commit[:12]}", int(commit.committed_date))
+    return PinnedThirdParty(name, spec.url, spec.commit, epoch, tuple(subs))
 
 
 def fetch_all_third_party(source: Source, pinned: PinnedSource) -> dict[str, PinnedThirdParty]:

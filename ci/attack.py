@@ -397,12 +397,141 @@ def authenticated_registry(v: Verdict, root: Path) -> None:
     v.recovers()
 
 
+# --- upstream is untrusted input (issue 21): hostile commits pushed to the smoke's own repos ----
+
+
+def _doc(v: Verdict) -> dict:
+    import yaml
+    return yaml.safe_load(v.work.matrix.read_text())["targets"]["smoke"]
+
+
+def _repin(v: Verdict, branch: str, commit: str, kernels: str | None = None) -> str:
+    """Pin the workspace's matrix to a pushed commit; returns the original text (to restore)."""
+    import yaml
+    original = v.work.matrix.read_text()
+    head, _, _ = original.partition("version: 1")
+    doc = yaml.safe_load(original)
+    src = doc["targets"]["smoke"]["source"]
+    src["branch"], src["commit"] = branch, commit
+    if kernels:
+        src["third_party"]["k3kernels"].update(commit=kernels, ref=kernels)
+    v.work.matrix.write_text(head + yaml.safe_dump(doc, sort_keys=False))
+    assert cli("--matrix", str(v.work.matrix), "render").code == 0
+    return original
+
+
+def _restore(v: Verdict, original: str) -> None:
+    v.work.matrix.write_text(original)
+    assert cli("--matrix", str(v.work.matrix), "render").code == 0
+
+
+def _hostile_source(v: Verdict, change) -> tuple[str, str]:
+    from tests.integration.test_hostile_upstream import push_commit
+    doc = _doc(v)
+    branch = f"hostile-{secrets.token_hex(3)}"
+    repo = Path(doc["source"]["url"].removeprefix("file://"))
+    return branch, push_commit(repo, v.work.root / f"{branch}-src", branch, change, base=doc["source"]["commit"])
+
+
+def hostile_submodule_url(v: Verdict) -> None:
+    from tests.integration.test_hostile_upstream import _git, push_commit
+    canary = v.work.root / "PWNED"
+    doc = _doc(v)
+    tp = doc["source"]["third_party"]["k3kernels"]
+    branch = f"hostile-{secrets.token_hex(3)}"
+
+    def gitmodules(tree: Path) -> None:
+        with (tree / ".gitmodules").open("a") as fh:
+            fh.write(f'[submodule "evil"]\n\tpath = third-party/evil\n\turl = --upload-pack=touch {canary}\n')
+        _git(tree, "update-index", "--add", "--cacheinfo", f"160000,{'1' * 40},third-party/evil")
+
+    kernels = push_commit(Path(tp["url"].removeprefix("file://")), v.work.root / "k-src", branch, gitmodules)
+
+    def names_it(tree: Path) -> None:
+        cmake = tree / "CMakeLists.txt"
+        cmake.write_text(cmake.read_text().replace(tp["commit"], kernels))
+
+    src_branch, commit = _hostile_source(v, names_it)
+    original = _repin(v, src_branch, commit, kernels)
+    v.exited(v.work.build("--force"), 2, "a submodule URL that is a git option")
+    v.expect(not canary.exists(), "the submodule URL ran a command on the host")
+    _restore(v, original)
+    v.recovers()
+
+
+def hostile_requirements(v: Verdict) -> None:
+    planted = f"environ-{secrets.token_hex(10)}"
+    PLANTED.append(planted)
+
+    def reads_environ(tree: Path) -> None:
+        req = tree / "requirements.txt"
+        req.write_text(req.read_text() + "--requirement=/proc/self/environ\n")
+
+    branch, commit = _hostile_source(v, reads_environ)
+    original = _repin(v, branch, commit)
+    locks = {p.name: p.read_bytes() for p in (v.work.root / "locks" / "smoke").iterdir()}
+    r = cli("--json", "--matrix", str(v.work.matrix), "lock", "--target", "smoke",
+            env=dict(os.environ, K3_ATTACK_PLANTED=planted))
+    v.exited(r, 2, "a requirements line naming /proc/self/environ")
+    v.expect(locks == {p.name: p.read_bytes() for p in (v.work.root / "locks" / "smoke").iterdir()},
+             "the locks changed")
+    _restore(v, original)
+    v.recovers()
+
+
+def secret_copied_into_image(v: Verdict) -> None:
+    sid = f"echo_leak_{secrets.token_hex(3)}"
+    value = f"leak-{secrets.token_hex(12)}"
+    PLANTED.append(value)
+
+    def copies_secret(tree: Path) -> None:
+        setup = tree / "setup.py"
+        setup.write_text(setup.read_text().replace("        echo_test_secrets()\n", (
+            "        echo_test_secrets()\n"
+            "        for p in sorted(Path('/run/secrets').glob('echo_*')):\n"
+            "            Path(self.build_lib, 'k3smoke', 'leak.txt').write_text(p.read_text())\n"), 1))
+
+    branch, commit = _hostile_source(v, copies_secret)
+    original = _repin(v, branch, commit)
+    v.work.edit("compile:\n", f"compile:\n      secrets:\n      - {sid}\n")
+    r = v.work.build("--secret", f"id={sid},env=K3_ATTACK_LEAK", env=dict(os.environ, K3_ATTACK_LEAK=value))
+    v.exited(r, 1, "a setup.py that copies a build secret into the wheel")
+    v.expect("a build secret is in layer" in r.err, "the layer scan did not name the leak")
+    _restore(v, original)
+    v.recovers()
+
+
+def lock_during_build(v: Verdict) -> None:
+    build = v.work.start()  # with its checks: the record it writes must verify
+    build.wait_for(r"buildx build and push")
+    v.exited(cli("--matrix", str(v.work.matrix), "lock", "--target", "smoke"), 75, "build lock during a build")
+    v.exited(build.finish(), 0, "the build the lock raced")
+
+
+def full_record_dir(v: Verdict) -> None:
+    locks = v.work.root / "locks" / "smoke"
+    saved = {p.name: p.read_bytes() for p in locks.iterdir() if p.is_file()}
+    if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(locks)], capture_output=True).returncode:
+        v.notes.append("scenario error: cannot mount a tmpfs here")
+        return
+    try:
+        for name, data in saved.items():
+            (locks / name).write_bytes(data)
+        v.exited(v.work.build("--force"), 74, "locks/<target> nearly full")
+        subprocess.run(["mount", "-o", "remount,ro", str(locks)], check=True)
+        v.exited(v.work.build("--force"), 74, "locks/<target> read-only")
+    finally:
+        subprocess.run(["umount", str(locks)], capture_output=True)
+    v.recovers()
+
+
 # --- the run ------------------------------------------------------------------------------------
 
 SCENARIOS = ["daemon_down", "registry_down_at_start", "registry_killed_during_push", "registry_killed_during_attach",
              "signal_during_build", "sigkill_during_build", "signal_during_checks", "sigkill_while_recording",
              "concurrent_builds", "corrupt_record", "corrupt_cache", "force_push", "secrets_in_the_build",
-             "evidence_environment", "hostile_inputs", "authenticated_registry"]
+             "evidence_environment", "hostile_inputs", "authenticated_registry", "hostile_submodule_url",
+             "hostile_requirements", "secret_copied_into_image", "lock_during_build", "full_record_dir"]
 
 
 def _base(root: Path) -> Work:

@@ -145,3 +145,17 @@ def test_which_backend_a_build_uses(tmp_path):
     assert "SCCACHE_BUCKET=k3-cache" in secret.read_text()
     _cache_secret(from_matrix, BuildOptions(compile_cache="redis://flag-wins:6379"), tmp_path)
     assert "SCCACHE_REDIS_ENDPOINT=redis://flag-wins:6379" in secret.read_text()
+
+
+def test_the_shell_quoted_password_the_secret_file_holds_is_redacted_too(tmp_path, monkeypatch):
+    """A compile step that shows its secret file printed `SCCACHE_REDIS_PASSWORD='ATKPASS'"'"'q9x7Z'`:
+    only the raw value was registered (issue 21)."""
+    monkeypatch.setattr(log, "_secrets", set())
+    compilecache.secret("redis://u:" + urllib.parse.quote("ATKPASS'q9x7Z", safe="") + "@cache.internal/0", tmp_path)
+    written = (tmp_path / contract.COMPILE_CACHE_SECRET).read_text()
+    assert "ATKPASS" in written  # the file itself holds it, quoted
+    shown = log.redact(written)
+    assert "ATKPASS" not in shown and "q9x7Z" not in shown
+    traced = subprocess.run(["bash", "-xc", f"set -a; . {tmp_path / contract.COMPILE_CACHE_SECRET}"],
+                            capture_output=True, text=True).stderr  # how a shell tracing it prints it
+    assert "q9x7Z" in traced and "q9x7Z" not in log.redact(traced)

@@ -33,6 +33,7 @@ EXIT_CODES = [
     (errors.NotReproduced, 1),
     (errors.DriftError, 1),
     (errors.Busy, 75),
+    (errors.HostResources, 74),
     (errors.Interrupted, 130),
 ]
 
@@ -256,9 +257,46 @@ def test_a_reader_that_left_is_not_an_error(monkeypatch):
     ("ERROR: process \"pip download\" did not complete: Could not resolve host: pypi.org", None),
     # The registry named, but neither out of reach nor refusing credentials: a failed build.
     ("ERROR: failed to push 127.0.0.1:5000/k3/smoke:smoke: unexpected status: 400 Bad Request", None),
+    # The registry answering 503 to the push (issue 21): out of our hands, exit 3, the registry named.
+    ("ERROR: failed to push 127.0.0.1:5000/k3/smoke:smoke: unexpected status from HEAD request to "
+     "http://127.0.0.1:5000/v2/k3/smoke/blobs/sha256:ab: 503 Service Unavailable",
+     "registry 127.0.0.1:5000 answered 503 Service Unavailable during the push"),
+    ("ERROR: failed to push 127.0.0.1:5000/k3/smoke:smoke: unexpected status code: 502",
+     "registry 127.0.0.1:5000 answered status code: 502"),
+    # A RUN step's index answering 503 names another host: the build's own failure.
+    ("ERROR: pip download: https://pypi.org/simple/x/: 503 Service Unavailable", None),
 ])
 def test_a_registry_out_of_reach_during_the_build_is_told_apart(error, expected):
     from builder.engine import _registry_failure
 
     found = _registry_failure(error, ("127.0.0.1:5000/k3/smoke:smoke",))
     assert (found is None) if expected is None else found.startswith(expected)
+
+
+@pytest.mark.parametrize("exc,code", [
+    (OSError(28, "No space left on device", "/x/artifacts/smoke/b/build.log"), 74),
+    (OSError(30, "Read-only file system", "/x/locks/smoke/image.json"), 74),
+    (MemoryError(), 74), (RuntimeError("can't start new thread"), 74),
+])
+def test_resource_exhaustion_has_its_own_exit_code_and_one_line(exc, code, monkeypatch, capsys):
+    """A full or read-only disk, a memory or thread limit: exit 74 and one line, never a traceback
+    nor 'bad input' (issue 21)."""
+    from builder import cli
+    from builder.errors import host_resources
+
+    def fail(args, out):
+        raise exc
+
+    monkeypatch.setitem(cli.COMMANDS, "plan", fail)
+    with pytest.raises(SystemExit) as done:
+        cli.main(["--json", "plan", "--target", "cu129"])
+    assert done.value.code == code == host_resources(exc).exit_code
+    captured = capsys.readouterr()
+    assert "Traceback" not in captured.err and '"exit_code": 74' in captured.out
+    assert captured.err.strip().splitlines()[-1].startswith("error: ")
+
+
+def test_other_os_errors_are_not_called_resource_exhaustion():
+    from builder.errors import host_resources
+    assert host_resources(OSError(2, "No such file or directory")) is None
+    assert host_resources(RuntimeError("something else")) is None

@@ -276,3 +276,28 @@ def test_long_bad_lines_are_cut_in_the_message():
 def test_a_hash_with_another_colon_is_not_a_sha256():
     with pytest.raises(LockError, match="not a sha256"):
         lock.parse_lock(f"torch==1 \\\n    --hash=sha256:md5:{H1}\n", Path("x"))
+
+
+def test_a_requirement_line_is_dropped_over_all_its_continuation_lines():
+    data = b"--extra-index-url \\\n  https://flashinfer.ai/whl/\nfoo==1\n"
+    out = lock._transform(data, {}).decode().splitlines()
+    assert out[0].startswith("# dropped") and out[1].startswith("# dropped") and out[2] == "foo==1"
+
+
+def test_the_resolvers_stderr_never_quotes_an_input_file(tmp_path, monkeypatch):
+    """uv quotes the offending line of a file it cannot parse: `-r /proc/self/environ` put the
+    whole environment into the error (issue 21). Run the real uv on exactly that file."""
+    import subprocess
+
+    from builder.hermetic import uv_binary
+    from builder import log
+    monkeypatch.setenv("K3_TEST_SECRET_VALUE", "hunter2-environ-canary")
+    (tmp_path / "r.txt").write_text("foo==1\n--requirement=/proc/self/environ\n")
+    proc = subprocess.run([uv_binary(), "pip", "compile", "--no-config", "--offline", "r.txt"], cwd=tmp_path,
+                          capture_output=True, text=True)
+    assert "hunter2-environ-canary" in proc.stderr  # what uv prints: the host's environment
+    monkeypatch.setattr(log, "_secrets", {"s3cr3t-registered"})
+    reason = lock.resolver_reason(proc.stderr + "\nerror: token s3cr3t-registered\n", tmp_path)
+    assert "hunter2-environ-canary" not in reason and "s3cr3t-registered" not in reason
+    assert "Couldn't parse requirement" in reason and "\n" not in reason
+    assert str(tmp_path) not in lock.resolver_reason(f"error: cannot read `{tmp_path}/source/x.txt`", tmp_path)

@@ -105,3 +105,29 @@ def test_raw_output_can_be_quieted(capsys):
     assert capsys.readouterr().err == ""
     log.raw("a build line")
     assert capsys.readouterr().err == "a build line\n"
+
+
+def test_a_long_credential_url_is_redacted_before_it_is_cut():
+    """Cut to 60 characters first, the '@' was lost and the password printed (issue 21)."""
+    url = "https://deploy:" + "p4ssw0rd-very-long-" * 4 + "@index.example.org/simple"
+    shown = log.shown(url)
+    assert "p4ssw0rd" not in shown and len(shown) <= 60
+    assert shown.startswith("'https://***@index.example.org")
+
+
+@pytest.mark.parametrize("text", ["K3_REGISTRY=deploy:s3cretpw@registry.example.org:5000",
+                                  "registry deploy:s3cretpw@127.0.0.1:5000 refused", "'deploy:s3cretpw@host'"])
+def test_user_and_password_without_a_scheme_are_a_credential(text):
+    assert "s3cretpw" not in log.redact(text) and "***@" in log.redact(text)
+
+
+@pytest.mark.parametrize("text", ["ubuntu:22.04@sha256:" + "a" * 64, "ghcr.io/o/r:tag@sha256:" + "b" * 64,
+                                  "mail me: smoke@example.org", "git@github.com:org/repo"])
+def test_image_references_and_addresses_are_not_credentials(text):
+    assert log.redact(text) == text
+
+
+def test_every_written_form_of_a_secret_is_registered_and_listed():
+    log.register_secret_forms("ATKPASS'q9x7Z", ("'ATKPASS'\"'\"'q9x7Z'",))
+    assert log.redact("SCCACHE_REDIS_PASSWORD='ATKPASS'\"'\"'q9x7Z'") == "SCCACHE_REDIS_PASSWORD=***"
+    assert {"ATKPASS'q9x7Z", "'ATKPASS'\"'\"'q9x7Z'"} <= log.secret_values()

@@ -604,3 +604,10 @@ def test_a_target_that_has_its_own_image_is_named_even_when_defaults_have_one(mo
                                         "    tag: kimi-k3-cu129\n", 1)
     monkeypatch.setenv("K3_REGISTRY", "bad host!")
     assert _error(both).startswith("matrix.yaml: targets.cu129.image.registry (from $K3_REGISTRY): must be a registry")
+
+
+def test_a_long_credential_url_in_the_matrix_is_redacted_before_the_message_cuts_it():
+    url = "https://deploy:" + "Zq9-secret-" * 6 + "@index.example.org/simple path"
+    text = SRC.replace("url: https://github.com/vllm-project/vllm.git", f"url: '{url}'", 1)
+    message = _error(text)
+    assert "Zq9-secret" not in message and "***@" in message

@@ -103,3 +103,93 @@ def test_build_options_refuse_nonsense():
         BuildOptions(jobs=0)
     with pytest.raises(TypeError):
         BuildOptions(True)  # keyword-only: no positional flags that a second entry point can misorder
+
+
+def _fake_locks(checkout, torch_version="2.13.0+cu129"):
+    locks = checkout / "locks" / "cu129"
+    locks.mkdir(parents=True, exist_ok=True)
+    body = f"torch=={torch_version} \\\n    --hash=sha256:" + "a" * 64 + "\n"
+    for name in ("requirements.txt", "build-requirements.txt"):
+        (locks / name).write_text(f"# k3-lock-inputs-sha256: x\n{lock.BODY_HEADER}{sha256_bytes(body.encode())}\n{body}")
+    target = matrix.load(checkout / "matrix.yaml").target("cu129")
+    if target.os_packages:  # cu129 carries OS packages: their (empty) lock, made for these inputs
+        from builder import contract, oslock
+        contract.os_lock_path(checkout, "cu129").write_text(oslock.lock_text(target, []))
+    return locks
+
+
+def test_build_lock_takes_the_targets_lock_and_exits_75_while_a_build_holds_it(checkout, monkeypatch):
+    """`build lock` during `build` rewrote the locks the build had hashed (issue 21): now it waits
+    its turn; nothing is fetched or written while another holds the lock."""
+    import fcntl
+    import os
+
+    from builder.errors import Busy
+    locks = _fake_locks(checkout)
+    before = {p.name: p.read_bytes() for p in locks.iterdir()}
+    monkeypatch.setattr(pipeline.source, "fetch", lambda *a: pytest.fail("fetched while another holds the lock"))
+    fd = os.open(locks, os.O_RDONLY)
+    fcntl.flock(fd, fcntl.LOCK_EX)  # what a running build holds
+    try:
+        with pytest.raises(Busy) as err:
+            pipeline.lock_target(Plan.of(matrix.load(checkout / "matrix.yaml"), "cu129"))
+        assert err.value.exit_code == 75
+    finally:
+        os.close(fd)
+    assert {p.name: p.read_bytes() for p in locks.iterdir()} == before
+
+
+def test_a_build_uses_the_lock_bytes_it_hashed_not_the_file_again(checkout, monkeypatch, tmp_path):
+    from builder import buildcontext
+    from builder.plan import LockSet
+    locks_dir = _fake_locks(checkout)
+    plan = Plan.of(matrix.load(checkout / "matrix.yaml"), "cu129")
+    locks = LockSet.read(plan)
+    hashed = (locks_dir / "requirements.txt").read_bytes()
+    _fake_locks(checkout, "2.13.1+cu129")  # a `build lock` lands between the hash and the context
+    seen = {}
+    monkeypatch.setattr(buildcontext, "_wheels_into", lambda target, path, dest_for: seen.setdefault(
+        path.name, path.read_bytes()))
+    (tmp_path / "cpython.tar.gz").write_bytes(b"x")
+    monkeypatch.setattr(buildcontext, "_standalone_python", lambda target: tmp_path / "cpython.tar.gz")
+    ctx = buildcontext.assemble(plan.target, locks, tmp_path / "ctx", 1767323045)
+    assert (ctx / "requirements.txt").read_bytes() == hashed == seen["requirements.txt"]
+    assert sha256_bytes(hashed) == locks.runtime_sha256
+    assert b"2.13.1" not in (ctx / "build-requirements.txt").read_bytes()
+
+
+def test_a_registry_left_with_another_builds_sbom_gets_the_records_back(tmp_path):
+    """After a record write failed past the attach, the registry held the failed build's SBOM and
+    provenance while the record named the old ones; `verify --registry` failed and `build` said up
+    to date (issue 21). The next run re-attaches the record's own, without --force."""
+    from builder import contract, records
+    from builder.fsutil import sha256_bytes
+    from tests.unit.test_records import _record
+    target = matrix.load(REPO / "matrix.yaml").target("cu129")
+    sbom, prov = b'{"sbom": "recorded"}\n', b'{"prov": "recorded"}\n'
+    record = _record()
+    record = records.Record(**{**record.__dict__, "build": {**record.build, "sbom_sha256": sha256_bytes(sbom),
+                                                            "provenance_sha256": sha256_bytes(prov)}})
+    contract.sbom_path(tmp_path, target.name).parent.mkdir(parents=True)
+    contract.sbom_path(tmp_path, target.name).write_bytes(sbom)
+    contract.provenance_path(tmp_path, target.name).write_bytes(prov)
+
+    class Reg:
+        attached = {"a": b"failed build's sbom", "b": b"failed build's provenance"}
+
+        def referrers(self, name, digest):
+            return dict(self.attached)
+
+        def attach(self, name, digest, kind, content, annotations):
+            self.attached[kind] = content
+
+    class Eng:
+        registry = Reg()
+
+    from types import SimpleNamespace
+    plan = SimpleNamespace(root=tmp_path, target=target)  # all _attached_as_recorded reads of a Plan
+    pipeline._attached_as_recorded(plan, Eng(), record)
+    assert {sbom, prov} <= set(Eng.registry.attached.values())
+    Eng.registry.attached = {"x": sbom, "y": prov}
+    pipeline._attached_as_recorded(plan, Eng(), record)  # in line: nothing attached
+    assert Eng.registry.attached == {"x": sbom, "y": prov}

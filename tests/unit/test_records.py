@@ -75,3 +75,51 @@ def test_corrupt_record_is_an_error_naming_it(tmp_path, content):
 
 def test_no_record_is_none(tmp_path):
     assert records.read(tmp_path / "image.json") is None
+
+
+# --- a full or read-only record directory (issue 21, defect 4) ----------------------------------
+
+def test_a_record_write_that_fails_leaves_the_old_set_and_no_pending_file(tmp_path, monkeypatch):
+    import errno
+
+    from builder.errors import HostResources
+    old = _record()
+    records.write_set(tmp_path, _set(old))
+    before = {p.name: p.read_bytes() for p in tmp_path.iterdir()}
+    real = records.atomic_write
+
+    def full(path, data):
+        if path.name.startswith(contract.RECORD_NAME):
+            raise OSError(errno.ENOSPC, "No space left on device", str(path))
+        real(path, data)
+
+    monkeypatch.setattr(records, "atomic_write", full)
+    with pytest.raises(HostResources, match="could not be written .No space left on device.; the old record stands"):
+        records.write_set(tmp_path, _set(_record("sha256:" + "b" * 64)))
+    assert {p.name: p.read_bytes() for p in tmp_path.iterdir()} == before  # no .pending left behind
+    assert records.recover(tmp_path) == []
+
+
+def test_the_record_directory_is_checked_for_writes_and_room(tmp_path, monkeypatch):
+    import errno
+    import os
+    import tempfile
+
+    from builder.errors import HostResources
+    records.check_writable(tmp_path / "locks" / "smoke", "the record set")  # fine: made, probed, removed
+    assert list((tmp_path / "locks" / "smoke").iterdir()) == []
+
+    class Tiny:
+        f_bavail, f_frsize = 10, 4096
+
+    monkeypatch.setattr(os, "statvfs", lambda path: Tiny())
+    with pytest.raises(HostResources, match=r"0 MiB free, the record set needs 32 MiB") as err:
+        records.check_writable(tmp_path, "the record set")
+    assert err.value.exit_code == 74
+
+    def read_only(**kwargs):
+        raise OSError(errno.EROFS, "Read-only file system")
+
+    monkeypatch.setattr(tempfile, "mkstemp", read_only)
+    with pytest.raises(HostResources, match="cannot write the record set here .Read-only file system."):
+        records.check_writable(tmp_path, "the record set")

