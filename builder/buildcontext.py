@@ -21,16 +21,14 @@ import urllib.request
 from pathlib import Path
 from typing import Iterator
 
-from builder import contract, log
+from builder import contract, log, render
 from builder.distnames import normalize
-from builder.errors import LockError, Unreachable, failure_kind
+from builder.errors import BuildError, LockError, Unreachable, failure_kind
 from builder.fsutil import atomic_write, cache_dir, clamp_mtimes, sha256_file
 from builder.hermetic import hermetic_env
 from builder.matrix import Target
 
 
-# Rewrites the relocated CPython's build-time prefix and compiler (see the script's docstring).
-RELOCATE_SCRIPT = Path(__file__).with_name("templates") / "relocate_python.py"
 # Splits the application layer and compiles each layer's bytecode inside the build (its docstring).
 LAYER_SCRIPT = Path(__file__).with_name("templates") / "layer_files.py"
 
@@ -216,10 +214,23 @@ def _layers(target: Target, entries, dest: Path) -> dict[str, Path]:
     return dest_for
 
 
-def assemble(target: Target, locks, dest: Path, epoch: int) -> Path:
+def _scripts_into(dockerfile_text: str, dest: Path) -> None:
+    """The scripts the Dockerfile names by sha256 (so the input key and the record do), copied from
+    bytes read once and refused if they are not those any more."""
+    for path, want in render.scripts_named(dockerfile_text).items():
+        data = (render.TEMPLATES / contract.CONTEXT_SCRIPTS[path]).read_bytes()
+        if hashlib.sha256(data).hexdigest() != want:
+            raise BuildError(f"builder/templates/{contract.CONTEXT_SCRIPTS[path]} changed during the build "
+                             f"(the Dockerfile names sha256:{want[:12]}...); run the build again")
+        (dest / path).parent.mkdir(parents=True, exist_ok=True)
+        (dest / path).write_bytes(data)
+
+
+def assemble(target: Target, locks, dest: Path, epoch: int, dockerfile_text: str) -> Path:
     """Build the default context at ``dest``: the two locks (a ``plan.LockSet``), the runtime lock
     split by layer (layers/<layer>.txt, wheelhouse/layers/<layer>/), wheelhouse/build, python/, and
-    debs/ (the OS lock's packages, hash-checked) for a target with os_packages."""
+    debs/ (the OS lock's packages, hash-checked) for a target with os_packages, and the scripts the
+    Dockerfile (``dockerfile_text``, as checked and hashed) names by sha256."""
     if dest.exists():
         shutil.rmtree(dest)
     dest.mkdir(parents=True)
@@ -229,14 +240,11 @@ def assemble(target: Target, locks, dest: Path, epoch: int) -> Path:
     build.write_text(locks.build_text, encoding="utf-8")
     _wheels_into(target, runtime, _layers(target, locks.runtime_entries, dest))
     _wheels_into(target, build, {h: dest / "wheelhouse" / "build" for e in locks.build_entries for h in e.hashes})
-    (dest / contract.LAYER_TOOL).parent.mkdir()
-    shutil.copyfile(LAYER_SCRIPT, dest / contract.LAYER_TOOL)
+    _scripts_into(dockerfile_text, dest)
     if locks.os_entries:
         _debs(locks.os_entries, dest)
     if target.python.provider == "standalone":
-        (dest / "python").mkdir()
         shutil.copyfile(_standalone_python(target), dest / "python" / "cpython.tar.gz")
-        shutil.copyfile(RELOCATE_SCRIPT, dest / "python" / "relocate.py")
     atomic_write(dest / ".dockerignore", "")  # the context is already exactly what the build reads
     clamp_mtimes(dest, epoch)
     return dest

@@ -124,6 +124,11 @@ NATIVE_RECORD_NAME = "RECORD.native"
 # The in-build helper (context tools/), and the log line its bytecode step prints per layer root:
 # "K3-BYTECODE <root>: N compiled, M not compilable (...), K not deterministic (...)".
 LAYER_TOOL = "tools/layer_files.py"
+RELOCATE_TOOL = "python/relocate.py"  # standalone CPython targets only
+# Scripts the build runs from the default context (context path -> file in builder/templates/).
+# They are inputs like the locks: the rendered Dockerfile names each by sha256, so they are in
+# the Dockerfile's hash, the input key and the record, and the context must hold exactly those bytes.
+CONTEXT_SCRIPTS = {LAYER_TOOL: "layer_files.py", RELOCATE_TOOL: "relocate_python.py"}
 BYTECODE_MARKER = "K3-BYTECODE"
 
 # The BuildKit secret that carries the remote compile cache's endpoint and credentials (sccache

@@ -246,7 +246,7 @@ def prepare(plan: Plan, engine: Engine, options: BuildOptions, *, tag: str, dock
     with log.step(f"{target.name}: assemble the build context (download and hash-check the wheels)", long=True):
         # The Dockerfile as checked and hashed, not the file again (which could change meanwhile).
         (workdir / "Dockerfile").write_text(dockerfile_text, encoding="utf-8")
-        contexts = {"default": assemble(target, locks, workdir / "context", epoch), "dockerfile": workdir / "Dockerfile",
+        contexts = {"default": assemble(target, locks, workdir / "context", epoch, dockerfile_text), "dockerfile": workdir / "Dockerfile",
                     "source": pinned.export(workdir / "source")}
         for name, tp in third.items():
             contexts[contract.third_party_context(name)] = tp.export(workdir / "third_party" / name)

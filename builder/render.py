@@ -3,7 +3,9 @@ its silent undefineds). No I/O besides reading the packaged template; same input
 
 from __future__ import annotations
 
+import hashlib
 import json
+import re
 from functools import lru_cache
 from pathlib import Path
 
@@ -26,6 +28,24 @@ def third_party(target: Target) -> list[dict]:
         out.append({"name": name, "context": contract.third_party_context(name), "mount": mount, "env": tp.env,
                     "cmake_var": tp.cmake_var, "path": f"{mount}/{tp.subdir}" if tp.subdir else mount})
     return out
+
+
+TEMPLATES = Path(__file__).resolve().parent / "templates"
+
+
+def context_scripts(target: Target) -> dict[str, str]:
+    """Context path -> sha256 of each script this target's build runs (contract.CONTEXT_SCRIPTS)."""
+    wanted = [contract.LAYER_TOOL] + ([contract.RELOCATE_TOOL] if target.python.provider == "standalone" else [])
+    return {path: hashlib.sha256((TEMPLATES / contract.CONTEXT_SCRIPTS[path]).read_bytes()).hexdigest()
+            for path in wanted}
+
+
+_SCRIPT_LINE = re.compile(r"^#   (\S+) sha256:([0-9a-f]{64})$", re.M)
+
+
+def scripts_named(dockerfile_text: str) -> dict[str, str]:
+    """The context scripts a rendered Dockerfile names, with their sha256 (see context_scripts)."""
+    return dict(_SCRIPT_LINE.findall(dockerfile_text))
 
 
 def cmake_args(target: Target) -> list[str]:
@@ -96,6 +116,7 @@ def template_vars(target: Target) -> dict:
         "env_third_party": [tp for tp in third_party(target) if tp["env"]],
         "cmake_args": " ".join(cmake_args(target)),
         "tools": sorted(target.compile.tools),
+        "context_scripts": sorted(context_scripts(target).items()),
         "cuda_home": target.runtime.cuda_home,
         "runtime_env": sorted(target.runtime.env.items()),
         "user": RUNTIME_USER,

@@ -6,7 +6,7 @@ import shutil
 
 import pytest
 
-from builder import lock, matrix, pipeline
+from builder import lock, matrix, pipeline, render
 from builder.errors import ConfigError, DriftError, LockError
 from builder.fsutil import sha256_bytes
 from builder.options import BuildOptions
@@ -152,7 +152,7 @@ def test_a_build_uses_the_lock_bytes_it_hashed_not_the_file_again(checkout, monk
         path.name, path.read_bytes()))
     (tmp_path / "cpython.tar.gz").write_bytes(b"x")
     monkeypatch.setattr(buildcontext, "_standalone_python", lambda target: tmp_path / "cpython.tar.gz")
-    ctx = buildcontext.assemble(plan.target, locks, tmp_path / "ctx", 1767323045)
+    ctx = buildcontext.assemble(plan.target, locks, tmp_path / "ctx", 1767323045, render.render(plan.target))
     assert (ctx / "requirements.txt").read_bytes() == hashed == seen["requirements.txt"]
     assert sha256_bytes(hashed) == locks.runtime_sha256
     assert b"2.13.1" not in (ctx / "build-requirements.txt").read_bytes()

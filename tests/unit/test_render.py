@@ -228,3 +228,22 @@ UNUSED_FOR_CU129 = {"lock_name"}
 
 def test_output_path_is_beside_the_matrix(tmp_path):
     assert render.output_path(tmp_path / "matrix.yaml", "smoke") == tmp_path.resolve() / "dockerfiles/smoke/Dockerfile"
+
+
+def test_the_scripts_the_build_runs_are_named_by_sha256_in_the_dockerfile(cu129, tmp_path):
+    """layer_files.py and relocate.py decide layers and bytecode: a change to either changes the
+    Dockerfile's hash, so the input key and the record see it; the context gets exactly those bytes."""
+    import hashlib
+
+    from builder import buildcontext
+    text = render.render(cu129)
+    named = render.scripts_named(text)
+    assert set(named) == {"tools/layer_files.py", "python/relocate.py"}
+    for path, digest in named.items():
+        data = (render.TEMPLATES / contract.CONTEXT_SCRIPTS[path]).read_bytes()
+        assert digest == hashlib.sha256(data).hexdigest()
+    buildcontext._scripts_into(text, tmp_path)
+    assert (tmp_path / "tools" / "layer_files.py").read_bytes() == (render.TEMPLATES / "layer_files.py").read_bytes()
+    stale = text.replace(named["tools/layer_files.py"], "0" * 64)
+    with pytest.raises(buildcontext.BuildError, match="layer_files.py changed during the build"):
+        buildcontext._scripts_into(stale, tmp_path / "again")
