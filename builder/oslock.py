@@ -195,17 +195,23 @@ def parse(text: str, path: Path) -> tuple[str | None, list[DebEntry]]:
     return headers.get(INPUT_HEADER), entries
 
 
-def read(path: Path) -> list[DebEntry]:
-    if not path.exists():
+def read_text(path: Path) -> str:
+    """The committed OS lock's text; LockError (exit 2) when missing, unreadable or not UTF-8."""
+    try:
+        return path.read_text(encoding="utf-8")
+    except FileNotFoundError:
         raise LockError(f"{path}: no OS package lock for this target; run `build lock --target {path.parent.name}` "
-                        "where the archive is reachable, and commit it")
-    return parse(path.read_text(encoding="utf-8"), path)[1]
+                        "where the archive is reachable, and commit it") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise LockError(f"{path}: unreadable OS lock ({exc}); restore it from git or re-run `build lock`") from None
+
+
+def read(path: Path) -> list[DebEntry]:
+    return parse(read_text(path), path)[1]
 
 
 def check_current(path: Path, target: Target) -> None:
-    if not path.exists():
-        read(path)
-    check_inputs(parse(path.read_text(encoding="utf-8"), path)[0], path, target)
+    check_inputs(parse(read_text(path), path)[0], path, target)
 
 
 def check_inputs(input_sha: str | None, path: Path, target: Target) -> None:

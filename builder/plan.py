@@ -175,9 +175,7 @@ class LockSet:
             lock.check_torch_build(plan.target, entries, path)
         os_path, os_entries, os_sha256 = plan.locks.get("os"), (), None
         if os_path:  # read once, like the Python locks: these bytes are hashed and used
-            os_text = os_path.read_text(encoding="utf-8") if os_path.exists() else None
-            if os_text is None:
-                oslock.read(os_path)  # raises: no OS lock for this target, with what to do
+            os_text = oslock.read_text(os_path)
             inputs, entries = oslock.parse(os_text, os_path)
             oslock.check_inputs(inputs, os_path, plan.target)  # all in the matrix: checked offline
             os_entries, os_sha256 = tuple(entries), sha256_bytes(os_text.encode())

@@ -182,3 +182,15 @@ def test_a_deb_is_cached_by_its_sha256_and_a_mismatch_is_refused_unwritten(tmp_p
     gone = oslock.DebEntry("numactl", "2.0.16-1", "amd64", "http://127.0.0.1:9/x.deb", 1, "1" * 64)
     with pytest.raises(Unreachable):
         buildcontext._fetch_deb(gone)
+
+
+def test_an_os_lock_that_is_not_utf8_is_one_line_exit_2(tmp_path):
+    from builder.errors import LockError
+    from builder import oslock
+    bad = tmp_path / "os-packages.txt"
+    bad.write_bytes(b"# k3\xff\n")
+    with pytest.raises(LockError, match=r"os-packages.txt: unreadable OS lock") as info:
+        oslock.read(bad)
+    assert info.value.exit_code == 2
+    with pytest.raises(LockError, match="no OS package lock for this target"):
+        oslock.read(tmp_path / "missing.txt")
