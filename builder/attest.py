@@ -522,7 +522,7 @@ def provenance(target: Target, record: Record, build_args: dict[str, str], start
         "predicate": {
             "buildDefinition": {
                 "buildType": build_type(target, environ),
-                "externalParameters": {"target": target.name, "matrix": target.model_dump(mode="json")},
+                "externalParameters": {"target": target.name, "matrix": target.as_input()},
                 "internalParameters": {"buildArgs": dict(sorted(build_args.items())),
                                        "sourceDateEpoch": record.source_date_epoch, "inputKey": record.input_key},
                 "resolvedDependencies": resolved_dependencies(target, record, root or TOOL_ROOT, wheels or {},

@@ -617,6 +617,12 @@ class Target(_Frozen):
     def labels(self) -> contract.LabelKeys:
         return contract.LabelKeys(self.label_prefix)
 
+    def as_input(self) -> dict:
+        """The entry as an input of the image (the input key, the provenance's externalParameters):
+        everything but ``signing``, which says who signs the record, not what is built. Rotating a
+        key or setting $K3_SIGNING_IDENTITY rebuilds nothing, and no key path is published."""
+        return self.model_dump(mode="json", exclude={"signing"})
+
     def pinned_requirements(self) -> tuple[str, ...]:
         """Top-level runtime pins for the lock: the matrix's own list plus the named pins."""
         pins = list(self.requirements)

@@ -207,7 +207,7 @@ def input_key(plan: Plan, dockerfile_text: str, locks: LockSet) -> str:
         "lock": locks.runtime_sha256,
         "build_lock": locks.build_sha256,
         **({"os_lock": locks.os_sha256} if locks.os_sha256 else {}),
-        "target": plan.target.model_dump(mode="json"),
+        "target": plan.target.as_input(),
         "tool": __version__,
     }
     # Compact, keys sorted: exactly `jq -cjS` of the same object (the README's hand check recomputes it).

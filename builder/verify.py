@@ -300,7 +300,7 @@ class Verifier:
         predicate = doc.get("predicate", {})
         definition = predicate.get("buildDefinition", {})
         _need(definition.get("externalParameters") == {"target": self.t.name,
-                                                        "matrix": self.t.model_dump(mode="json")},
+                                                        "matrix": self.t.as_input()},
               "externalParameters differ from the matrix's entry for this target")
         self._identities(predicate)
         subjects = [s.get("digest", {}).get("sha256") for s in doc.get("subject", [])]
