@@ -21,11 +21,10 @@ from pathlib import Path
 import pip
 import pytest
 
-from builder import contract, extensions, interrupts, lock, log, oslock, render
+from builder import contract, extensions, interrupts, log, render
 from builder.cudamajor import major_minor
 from builder.engine import Engine, ImageConfig
 from builder.errors import BuildError, CheckFailed, Interrupted
-from builder.fsutil import sha256_file
 from builder.lock import normalize
 from builder.matrix import Target
 from builder.source import PinnedSource
@@ -46,11 +45,10 @@ class OsExpectations:
     runs: tuple[tuple[str, ...], ...]
 
 
-def os_expectations(target: Target, lock_path: Path) -> OsExpectations | None:
+def os_expectations(target: Target, entries) -> OsExpectations | None:
     osp = target.os_packages
     if osp is None:
         return None
-    entries = oslock.read(lock_path.with_name(contract.OS_LOCK_NAME))
     return OsExpectations(tuple((e.name, e.version, e.arch) for e in entries), tuple(p.name for p in osp.packages),
                           osp.loads, osp.runs)
 
@@ -99,11 +97,13 @@ class Expectations:
         return major * 1000 + minor * 10
 
 
-def expectations(target: Target, pinned: PinnedSource, lock_path: Path, build_date: dt.date,
+def expectations(target: Target, pinned: PinnedSource, locks, build_date: dt.date,
                  today: dt.date | None = None) -> Expectations:
+    """What the image must hold, from the matrix, the source and ``locks`` (a plan.LockSet: the
+    lock bytes the build read, hashed and built from, never the files again)."""
     policy = target.source.extensions
     modules = extensions.plan({path: pinned.read(path) for path in policy.declared_in}, policy)
-    _, entries = lock.parse_lock(lock_path.read_text(), lock_path)
+    entries = locks.runtime_entries
     pins = {}
     if target.flashinfer:
         pins["flashinfer-python"] = target.flashinfer.version
@@ -111,7 +111,7 @@ def expectations(target: Target, pinned: PinnedSource, lock_path: Path, build_da
         pins[f"nvidia-nccl-cu{target.cuda.version.split('.')[0]}"] = target.nccl.version
     labels = render.static_labels(target)
     labels[contract.OCI_CREATED] = contract.created_iso(pinned.source_date_epoch)
-    labels[target.labels.lock_sha256] = sha256_file(lock_path)
+    labels[target.labels.lock_sha256] = locks.runtime_sha256
     return Expectations(
         target=target.name,
         cuda_version=target.cuda.version,
@@ -139,7 +139,7 @@ def expectations(target: Target, pinned: PinnedSource, lock_path: Path, build_da
         recipe=_recipe(target),
         optional_libraries=dict(target.runtime.optional_libraries),
         dlopen=dict(target.runtime.dlopen),
-        os_packages=os_expectations(target, lock_path),
+        os_packages=os_expectations(target, locks.os_entries),
     )
 
 
@@ -309,10 +309,11 @@ def _parse_junit(path: Path) -> list[CheckResult]:
     return results
 
 
-def check_target(engine: Engine, target: Target, lock_path: Path, pinned: PinnedSource, ref: str,
+def check_target(engine: Engine, target: Target, locks, pinned: PinnedSource, ref: str,
                  build_date: dt.date, out_dir: Path) -> Report:
-    """Run every check on ``ref`` for ``target`` and log a table; the caller decides what a failure means."""
-    expect = expectations(target, pinned, lock_path, build_date)
+    """Run every check on ``ref`` for ``target`` (``locks``: the plan.LockSet it was built from) and
+    log a table; the caller decides what a failure means."""
+    expect = expectations(target, pinned, locks, build_date)
     report = run(engine, ref, expect, out_dir / contract.CHECK_REPORT_NAME)
     for r in report.results:
         log.info(f"    {r.status}  {r.name:<20} {r.message}")

@@ -336,7 +336,7 @@ def _check(prep: Prepared, engine: Engine, pushed: str) -> None:
 
     target = prep.plan.target
     with log.step(f"{target.name}: image checks on {pushed}"):
-        report = imagechecks.check_target(engine, target, prep.plan.locks["runtime"], prep.pinned, pushed,
+        report = imagechecks.check_target(engine, target, prep.locks, prep.pinned, pushed,
                                           dt.datetime.now(dt.timezone.utc).date(), prep.workdir)
         report.raise_for_failures()
 
@@ -538,7 +538,7 @@ def test(plan: Plan, engine: Engine, image: str | None):
     target = plan.target
     record = records.read(contract.record_path(plan.root, target.name))
     ref = image or recorded_image(plan)
-    lock.read_entries(plan.locks["runtime"])
+    locks = LockSet.read(plan)
     with log.step(f"{target.name}: engine preflight"):
         engine.preflight()
     with log.step(f"{target.name}: fetch source {target.source.branch} @ {target.source.commit[:12]}"):
@@ -548,7 +548,7 @@ def test(plan: Plan, engine: Engine, image: str | None):
     out_dir = contract.artifacts_path(plan.root, target.name, "test-" + dt.datetime.now(dt.timezone.utc)
                                       .strftime("%Y%m%dT%H%M%SZ") + "-" + token_hex(3))
     with log.step(f"{target.name}: image checks on {ref}"):
-        report = imagechecks.check_target(engine, target, plan.locks["runtime"], pinned, ref, build_date, out_dir)
+        report = imagechecks.check_target(engine, target, locks, pinned, ref, build_date, out_dir)
         report.raise_for_failures()
     return report
 

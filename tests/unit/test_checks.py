@@ -743,7 +743,8 @@ def test_expectations_come_from_the_matrix_the_lock_and_the_source(tmp_path):
     deb = oslock.DebEntry("libnuma1", "2.0.14-3ubuntu2", "amd64", "https://snapshot.ubuntu.com/x/libnuma1.deb", 1,
                           "c" * 64)
     (tmp_path / contract.OS_LOCK_NAME).write_text(oslock.lock_text(t, [deb]))
-    e = checks.expectations(t, _Pinned(files), lock_path, dt.date(2026, 11, 29), today=dt.date(2026, 12, 1))
+    locks = _lockset(lock_path, [deb])
+    e = checks.expectations(t, _Pinned(files), locks, dt.date(2026, 11, 29), today=dt.date(2026, 12, 1))
     assert e.os_packages.locked == (("libnuma1", "2.0.14-3ubuntu2", "amd64"),)
     assert e.os_packages.listed == tuple(p.name for p in t.os_packages.packages) and "libnuma.so.1" in e.os_packages.loads
     assert e.pins == {"flashinfer-python": t.flashinfer.version, "nvidia-nccl-cu12": "2.30.7"}
@@ -758,7 +759,19 @@ def test_expectations_come_from_the_matrix_the_lock_and_the_source(tmp_path):
     assert e.nvcc_arch == "sm_" + t.cuda.arch_list[0].split("+")[0].replace(".", "")
     assert set(t.source.extensions.add) <= set(e.modules.required) and e.cuda_home == t.runtime.cuda_home
     bare = t.model_copy(update={"flashinfer": None, "nccl": None})
-    assert checks.expectations(bare, _Pinned(files), lock_path, dt.date(2026, 11, 29)).pins == {}
+    assert checks.expectations(bare, _Pinned(files), locks, dt.date(2026, 11, 29)).pins == {}
+    lock_path.write_text("edited after the build read it\n")  # the checks use the bytes the build read
+    assert checks.expectations(t, _Pinned(files), locks, dt.date(2026, 11, 29)).labels[contract.LABEL_LOCK_SHA256] \
+        == locks.runtime_sha256
+
+
+def _lockset(lock_path, debs):
+    from builder.plan import LockSet
+    text = lock_path.read_text()
+    _, entries = lock.parse_lock(text, lock_path)
+    return LockSet(lock_path, lock_path, tuple(entries), tuple(entries), sha256_bytes(text.encode()),
+                   sha256_bytes(text.encode()), text, text, lock_path.with_name(contract.OS_LOCK_NAME), tuple(debs),
+                   None)
 
 
 # --- every message, exactly: what was expected and what was found ---------------------------------
