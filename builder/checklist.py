@@ -390,76 +390,15 @@ def test_recipe_cli(image_host, expect):
     assert not problems, f"expected `{recipe['command']}` to be servable by the image's CLI, found: " + "; ".join(problems)
 
 
-# --- os_packages (issue 24): the OS layer's .debs, in the image as locked -----------------------
-OS_PROBE = r"""
-import ctypes, glob, hashlib, json, os, re, subprocess, sys
-req = json.loads(sys.argv[1])
-sd, out = "/var/lib/dpkg/status.d", {"problems": []}
-def fields(path):
-    try:
-        with open(path, encoding="utf-8") as fh:
-            return dict(re.findall(r"^([A-Za-z-]+): (.*)$", fh.read(), re.M))
-    except OSError:
-        return None
-base = set()
-with open("/var/lib/dpkg/status", encoding="utf-8") as fh:
-    for stanza in fh.read().split("\n\n"):
-        f = dict(re.findall(r"^([A-Za-z-]+): (.*)$", stanza, re.M))
-        if f.get("Status", "").endswith(" installed"):
-            base.add(f.get("Package"))
-for name, version, arch in req["locked"]:
-    f = fields(os.path.join(sd, name))
-    if f is None:
-        out["problems"].append(f"{name}: no {sd}/{name}")
-        continue
-    if (f.get("Version"), f.get("Architecture")) != (version, arch):
-        out["problems"].append(f"{name}: expected {version} {arch}, found {f.get('Version')} {f.get('Architecture')}")
-    try:
-        sums = open(os.path.join(sd, name + ".md5sums"), encoding="utf-8").read().splitlines()
-    except OSError:
-        sums = []
-    for line in sums:
-        digest, path = line.split(None, 1)
-        try:
-            with open("/" + path, "rb") as fh:
-                got = hashlib.md5(fh.read()).hexdigest()
-        except OSError as exc:
-            got = f"missing ({exc.strerror})"
-        if got != digest:
-            out["problems"].append(f"{name}: /{path} {got if got.startswith('missing') else 'differs from the package'}")
-for name in req["listed"]:
-    if name not in base and fields(os.path.join(sd, name)) is None:
-        out["problems"].append(f"{name}: listed in os_packages, neither in the OS layer nor in the base")
-for item in req["loads"]:
-    paths = sorted(glob.glob(item)) if item.startswith("/") else [item]
-    if not paths:
-        out["problems"].append(f"{item}: matches no file")
-    for path in paths:
-        try:
-            ctypes.CDLL(path, mode=ctypes.RTLD_GLOBAL)
-        except OSError as exc:
-            out["problems"].append(f"{path} does not load: {exc}")
-for cmd in req["runs"]:
-    try:
-        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=60)
-        if proc.returncode != 0:
-            out["problems"].append(f"{' '.join(cmd)} exited {proc.returncode}: {proc.stderr.strip()[-200:]}")
-    except (OSError, subprocess.SubprocessError) as exc:
-        out["problems"].append(f"{' '.join(cmd)} did not run: {exc}")
-out["checked"] = len(req["locked"])
-print(json.dumps(out))
-"""
-
+# --- os_packages: the OS layer's .debs, in the image as locked (builder/probes/os.py) ---------------
 
 def test_os_packages(image_host, expect, report_warning):
     osp = expect.os_packages
     if osp is None:
-        report_warning("os_packages: skipped: the target declares no os_packages")
-        return
-    request = {"locked": [list(e) for e in osp.locked], "listed": list(osp.listed), "loads": list(osp.loads),
-               "runs": [list(c) for c in osp.runs]}
-    result = image_host.run("python -c %s %s", OS_PROBE, json.dumps(request))
-    assert result.rc == 0, f"expected the OS package probe to run, found exit {result.rc}: {result.stderr[-300:]}"
-    facts = json.loads(result.stdout)
+        pytest.skip("the target declares no os_packages")
+    request = {"status_dir": contract.OS_STATUS_DIR, "locked": [list(e) for e in osp.locked],
+               "listed": list(osp.listed), "loads": list(osp.loads), "runs": [list(c) for c in osp.runs]}
+    facts = run_probe(image_host, "os", request)
+    assert "error" not in facts, f"expected the OS package probe to run, found {facts.get('error')}"
     assert facts["checked"] == len(osp.locked) > 0, f"expected {len(osp.locked)} locked packages, checked {facts['checked']}"
     assert not facts["problems"], "expected the OS lock's packages in the image, found: " + "; ".join(facts["problems"])

@@ -7,6 +7,7 @@
 #     upgrade); elsewhere the distribution's own docker.io (+ docker-cli where it is split out);
 #   - a local OCI registry (Debian's docker-registry, distribution 2.8) on 127.0.0.1:5000;
 #   - debootstrap (the smoke target's base image is made from Debian's archive);
+#   - gcc and libc6-dev where no C compiler is (the smoke's stub driver library, the probe tests);
 #   - apache2-utils (htpasswd: the credential tests run a registry that requires a password);
 #   - redis-server (Debian's): the compile-cache test and benchmark start their own instance on
 #     the engine's bridge, on a free port, and stop it; if installing it started the packaged
@@ -166,6 +167,13 @@ if ! command -v debootstrap >/dev/null 2>&1; then
   DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends debootstrap >/dev/null
 fi
 start_registry
+
+# A C compiler: smoke-init compiles the stub libcuda.so.1, and the probe unit tests compile the ELF
+# files they resolve (a Python machine has one; a bare Debian may not).
+if ! command -v cc >/dev/null 2>&1 && ! command -v gcc >/dev/null 2>&1; then
+  need_root; apt_update_once
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends gcc libc6-dev >/dev/null
+fi
 
 # htpasswd, for the registry that requires a password in tests/integration/test_registry_auth.py.
 if ! command -v htpasswd >/dev/null 2>&1; then

@@ -95,10 +95,11 @@ class FakeHost:
 
     def run(self, command, *args):
         self.calls.append((command, args))
-        if args and args[0] == checklist.OS_PROBE:
+        if args and args[0] == probes.script("os"):
             request = json.loads(args[1])
             assert request["locked"] == [list(x) for x in OS_OK.locked] and request["runs"] == [["numactl", "--show"]]
-            return _Ran(0, json.dumps(self.os_probe))
+            assert request["status_dir"] == contract.OS_STATUS_DIR
+            return _Ran(0, "apt says hi\n" + probes.MARKER + json.dumps(self.os_probe) + "\n")
         if "pip check" in command:
             return _Ran(*self.pip)
         if command.startswith("find / "):
