@@ -57,7 +57,9 @@ def _layers(work, image: str) -> dict[str, str]:
                                          capture_output=True, text=True, check=True).stdout)["layers"]
     base = re.search(r"runtime: (\S+)", work.matrix.read_text()).group(1)
     above = raw(image)[len(raw(base)):]
-    names = ["base", "cuda", "torch", "flashinfer", "deps", *contract.APP_LAYERS]
+    # The OS layer (os_packages) comes first above the runtime base, when the target has one.
+    os_layer = ["os"] if "\n    os_packages:\n" in work.matrix.read_text() else []
+    names = [*os_layer, "base", "cuda", "torch", "flashinfer", "deps", *contract.APP_LAYERS]
     assert len(above) == len(names), (len(above), names)
     return dict(zip(names, (layer["digest"] for layer in above)))
 

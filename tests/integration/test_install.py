@@ -213,6 +213,11 @@ def user_smoke(user, built, request):
     """A copy of the smoke checkout (matrix, Dockerfile, locks) that the user owns."""
     smoke, _ = built
     copy = smoke.copy(user.root / f"work-{request.node.name[:40]}")
+    # The matrix names the smoke's TEST-ONLY signing pair by absolute path, under root's own
+    # (unreadable) temporary directory: the user's copy gets the pair and names its own.
+    if (smoke.root / "signing").is_dir():
+        shutil.copytree(smoke.root / "signing", copy.root / "signing")
+        copy.matrix.write_text(copy.matrix.read_text().replace(str(smoke.root / "signing"), str(copy.root / "signing")))
     subprocess.run(["chown", "-R", f"{USER}:", str(copy.root)], check=True)
     return copy
 
