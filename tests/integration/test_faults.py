@@ -115,7 +115,9 @@ def test_signal_during_build_stops_buildx_and_keeps_records(built, tmp_path, sig
     record_before = work.record.read_bytes()
     proc = _start(work)
     log = _wait_for_log(work, r"^#\d+ \[build 2/\d+\] RUN", proc)  # the first RUN of the build stage
-    running = _buildx_of(work)
+    deadline = time.monotonic() + 5  # the CLI may be exec-ing its plugin at the moment the line shows
+    while not (running := _buildx_of(work)) and time.monotonic() < deadline:
+        time.sleep(0.05)
     assert running, "found no buildx process for this build: the check below would prove nothing"
     proc.send_signal(sig)  # to the tool only, as a CI runner's cancel does (not to its process group)
     out, err = proc.communicate(timeout=60)

@@ -12,7 +12,7 @@ from pathlib import Path
 import git
 
 from tests.conftest import REPO
-from tests.integration.conftest import REGISTRY, cli, registry_digest
+from tests.integration.conftest import REGISTRY, cli, delete_repository, registry_digest
 
 
 def _tree(root: Path) -> dict[str, str]:
@@ -160,6 +160,10 @@ def test_lock_ignores_the_machines_pip_configuration(smoke, tmp_path):
 
 
 def test_demo_script_ends_with_a_served_reference(tmp_path):
+    # The demo pushes to the fixed k3/smoke:smoke, as a user's does. Another run's image left under
+    # that tag (locally and in the registry) once got pushed in this build's place: the image
+    # checks caught it (labels: another run's revision) and nothing was recorded. Start clean.
+    delete_repository("k3/smoke")
     env = dict(os.environ, OUT=str(tmp_path / "demo"))
     proc = subprocess.run(["bash", str(REPO / "ci" / "demo.sh")], capture_output=True, text=True, env=env)
     assert proc.returncode == 0, proc.stderr[-3000:]
