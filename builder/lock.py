@@ -249,9 +249,9 @@ def check_torch_build(target: Target, entries: list[LockEntry], path: Path) -> N
     if not target.torch:
         return
     want = target.cuda.short
-    allowed = {normalize(n) for n in target.cuda.other_major}
-    family = {normalize(e.name): e for e in entries
-              if normalize(e.name) in TORCH_FAMILY and (normalize(e.name) == "torch" or normalize(e.name) not in allowed)}
+    # torch itself is never exempt; the rest of the family is, when cuda.other_major gives a reason.
+    checked = set(TORCH_FAMILY) - ({normalize(n) for n in target.cuda.other_major} - {"torch"})
+    family = {name: e for e in entries if (name := normalize(e.name)) in checked}
     if "torch" not in family:
         raise LockError(f"{path}: no torch in the lock, but the target pins torch {target.torch.version}; "
                         f"re-lock with the {want} index")

@@ -125,7 +125,8 @@ Owner = _pattern(r"[A-Za-z0-9._%+-]+@[A-Za-z0-9.-]+\.[A-Za-z]{2,}", "an e-mail a
 Text = _pattern(r"[A-Za-z0-9][A-Za-z0-9 ,.:;()/_+=@#-]{0,199}", "plain text (letters, digits, spaces, ,.:;()/_+=@#-)")
 # Reasons are shown by the checks and the README, never rendered into a Dockerfile.
 Reason = _pattern(r"[A-Za-z0-9][A-Za-z0-9 ,.:;()\[\]/_+=@#<>'-]{0,299}", "a reason in plain text (letters, digits, spaces, ,.:;()[]/_+=@#<>'-)")
-Arg = _pattern(r"[A-Za-z0-9_./:=@+-][A-Za-z0-9_./:=@+,-]{0,127}", "a plain command word (no spaces, quotes or shell characters)")
+_WORD = r"[A-Za-z0-9_./:=@+-][A-Za-z0-9_./:=@+,-]{0,127}"  # a command word: entrypoint, recipe
+Arg = _pattern(_WORD, "a plain command word (no spaces, quotes or shell characters)")
 SecretId = _pattern(r"[a-z][a-z0-9_]{0,62}", "a secret id: lowercase letters, digits, '_'")
 AptPackage = _pattern(r"[a-z0-9][a-z0-9.+-]+(?:=[A-Za-z0-9.+:~-]+)?", "a Debian package name, optionally =version")
 # CMake FetchContent's name for a dependency (FetchContent_Declare(<name> ...)), e.g. vllm-flash-attn.
@@ -391,7 +392,7 @@ def _words(value: Any) -> tuple[str, ...]:
         raise ValueError(f"must be one line of words separated by single spaces (got {_show(value)})")
     words = value.split(" ")
     for word in words:
-        if not re.fullmatch(r"[A-Za-z0-9_./:=@+-][A-Za-z0-9_./:=@+,-]{0,127}", word):
+        if not re.fullmatch(_WORD, word):
             raise ValueError(f"words separated by single spaces, each plain (no quotes or shell characters); "
                              f"got {_show(word)}")
     return tuple(words)

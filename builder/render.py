@@ -48,13 +48,13 @@ def scripts_named(dockerfile_text: str) -> dict[str, str]:
     return dict(_SCRIPT_LINE.findall(dockerfile_text))
 
 
-def cmake_args(target: Target) -> list[str]:
+def cmake_args(target: Target, tps: list[dict] | None = None) -> list[str]:
     """What the compile passes CMake (CMAKE_ARGS, which vLLM's setup.py splits on spaces): download
     nothing, and fail on a source it was not given (CMP0170 NEW; vLLM's cmake_minimum_required(3.26)
     leaves it unset, and then a disconnected FetchContent skips a missing source silently); then
     each tree handed to FetchContent itself."""
     args = ["-DFETCHCONTENT_FULLY_DISCONNECTED=ON", "-DCMAKE_POLICY_DEFAULT_CMP0170=NEW"]
-    args += [f"-D{tp['cmake_var']}={tp['path']}" for tp in third_party(target) if tp["cmake_var"]]
+    args += [f"-D{tp['cmake_var']}={tp['path']}" for tp in (tps or third_party(target)) if tp["cmake_var"]]
     return args
 
 
@@ -98,6 +98,7 @@ def template_vars(target: Target) -> dict:
     labels[contract.OCI_CREATED] = "${K3_CREATED}"
     labels[target.labels.lock_sha256] = "${K3_LOCK_SHA256}"
     standalone = target.python.provider == "standalone"
+    tps = third_party(target)
     return {
         "name": target.name,
         "bases": target.bases,
@@ -112,9 +113,9 @@ def template_vars(target: Target) -> dict:
         "wheel_version": target.source.wheel_version,
         "version_env": target.source.version_env,
         "compile_env": sorted(target.compile.env.items()),
-        "third_party": third_party(target),
-        "env_third_party": [tp for tp in third_party(target) if tp["env"]],
-        "cmake_args": " ".join(cmake_args(target)),
+        "third_party": tps,
+        "env_third_party": [tp for tp in tps if tp["env"]],
+        "cmake_args": " ".join(cmake_args(target, tps)),
         "tools": sorted(target.compile.tools),
         "context_scripts": sorted(context_scripts(target).items()),
         "cuda_home": target.runtime.cuda_home,
