@@ -301,3 +301,18 @@ def test_the_resolvers_stderr_never_quotes_an_input_file(tmp_path, monkeypatch):
     assert "hunter2-environ-canary" not in reason and "s3cr3t-registered" not in reason
     assert "Couldn't parse requirement" in reason and "\n" not in reason
     assert str(tmp_path) not in lock.resolver_reason(f"error: cannot read `{tmp_path}/source/x.txt`", tmp_path)
+
+
+def test_torchcodec_is_in_the_family_unless_the_matrix_states_an_exception():
+    """PyPI's torchcodec 0.17.0 is a CUDA 13 build (it needs libcudart.so.13) with no +cu marker:
+    the lock must carry the +cu129 one, or cuda.other_major must say why not; torch itself is
+    never exempt."""
+    t = _cu129()
+    lock.check_torch_build(t, _entries(**CU129_FAMILY, torchcodec="0.17.0+cu129"), Path("x"))
+    with pytest.raises(LockError, match="the lock has torchcodec 0.17.0; "):
+        lock.check_torch_build(t, _entries(**CU129_FAMILY, torchcodec="0.17.0"), Path("x"))
+    other = {**t.cuda.other_major, "torchcodec": "a stated exception", "torch": "not honoured"}
+    excused = t.model_copy(update={"cuda": t.cuda.model_copy(update={"other_major": other})})
+    lock.check_torch_build(excused, _entries(**CU129_FAMILY, torchcodec="0.17.0"), Path("x"))
+    with pytest.raises(LockError, match="the lock has torch 2.13.0; "):
+        lock.check_torch_build(excused, _entries(**{**CU129_FAMILY, "torch": "2.13.0"}), Path("x"))
