@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import datetime as dt
 import functools
+import threading
 import itertools
 import json
 import os
@@ -131,15 +132,24 @@ def _licensing():
     return get_spdx_licensing()
 
 
+# license_expression builds its tokenizer's automaton lazily and not thread-safely: two builds
+# running side by side (`build --jobs 2`) once crashed in it ('object' has no attribute 'children').
+_LICENSING_LOCK = threading.Lock()
+
+
 def spdx_expression(text: str) -> AnyLicense | None:
     """A valid SPDX license expression (LicenseRef-... allowed) as an id or an expression, in
     SPDX's case and operators ("mit or apache-2.0" -> "MIT OR Apache-2.0"); else None."""
-    info = _licensing().validate(text)
+    with _LICENSING_LOCK:
+        info = _licensing().validate(text)
+        rendered = None
+        if info.errors and (info.invalid_symbols and all(_LICENSE_REF.fullmatch(s) for s in info.invalid_symbols)
+                            and all(e.startswith("Unknown license key") for e in info.errors)):
+            rendered = _licensing().parse(text).render()
     if not info.errors:
         value = info.normalized_expression
-    elif (info.invalid_symbols and all(_LICENSE_REF.fullmatch(s) for s in info.invalid_symbols)
-          and all(e.startswith("Unknown license key") for e in info.errors)):
-        value = _licensing().parse(text).render()
+    elif rendered is not None:
+        value = rendered
     else:
         return None
     if spdx.is_supported_id(value):
