@@ -44,7 +44,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from builder import buildlog  # noqa: E402
+from builder.engine import buildlog
 
 BUILD = str(REPO / ".venv" / "bin" / "build")
 MEASURES = ("tool-vs-raw", "noop", "expiry", "render-plan", "delta", "import-time", "overhead", "compile-cache")
@@ -169,8 +169,8 @@ def _moved(smoke: Smoke, before: list[tuple[str, int]]) -> tuple[list[tuple[str,
 
 def _rehearsed_layer_bytes() -> dict[str, int]:
     """From the rehearsed cu129 runtime lock: wheel bytes per matrix layer group (PyPI sizes)."""
-    from builder import matrix as matrix_mod
-    from builder.buildcontext import layer_of
+    from builder.config import matrix as matrix_mod
+    from builder.deps.buildcontext import layer_of
 
     target = matrix_mod.load(REPO / "matrix.yaml").target("cu129")
     with tempfile.TemporaryDirectory() as tmp:
@@ -186,7 +186,7 @@ def _rehearsed_layer_bytes() -> dict[str, int]:
 
 def _vllm_wheel() -> Path:
     """PyPI's vllm wheel at the cu129 pin (the +cu129 one is built, not downloaded), cached."""
-    from builder import matrix as matrix_mod
+    from builder.config import matrix as matrix_mod
 
     version = matrix_mod.load(REPO / "matrix.yaml").target("cu129").source.version
     dest = Path(os.environ.get("K3_CACHE_DIR") or Path.home() / ".cache" / "k3-builder") / "bench"
@@ -213,7 +213,7 @@ def _vllm_split() -> dict[str, int]:
         for info in zf.infolist():
             with zf.open(info) as fh:
                 out["zip_elf" if fh.read(4) == b"\x7fELF" else "zip_other"] += info.compress_size
-    helper = REPO / "builder" / "templates" / "layer_files.py"
+    helper = REPO / "builder" / "dockerfile" / "templates" / "layer_files.py"
     with tempfile.TemporaryDirectory() as tmp:
         stage, native, py = (Path(tmp) / n for n in ("stage", "native", "python"))
         sh(sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--no-compile", "--no-index",

@@ -2,7 +2,7 @@
 
 Lazy-import policy (declared here, once; tests/unit/test_structure.py holds it): pytest,
 testinfra, cyclonedx and jsonschema cost about a second to import and are needed only once an
-image exists (the image checks, the SBOM). ``builder.imagechecks`` and ``builder.attest`` import
+image exists (the image checks, the SBOM). ``builder.checks.runner`` and ``builder.records.attest`` import
 them at the top, and every caller imports those two modules inside the function that needs them,
 so start-up, `build plan`, `build render` and an "up to date" build never pay for them.
 The same holds for three libraries those paths do not use: python-on-whales (~170 pydantic

@@ -12,10 +12,10 @@ from typing import TYPE_CHECKING
 
 from builder import __version__, log
 from builder.errors import BuilderError, CheckFailed, ConfigError, DriftError, Interrupted, VerifyFailed, host_resources
-from builder.matrix import Matrix, load
+from builder.config.matrix import Matrix, load
 
 if TYPE_CHECKING:
-    from builder.options import BuildOptions
+    from builder.config.options import BuildOptions
 
 DESCRIPTION = """\
 Reproducible builds of vLLM for Kimi K3 against CUDA 12.9, from matrix.yaml.
@@ -251,7 +251,7 @@ def _targets(matrix: Matrix, names: list[str]) -> list[str]:
 def _per_target(args: argparse.Namespace, out: Output, body) -> int:
     """Run ``body(plan, out)`` for --target, or for every target when none is named: every command
     takes --target the same way. One target: its document as it is; several: under "targets"."""
-    from builder.plan import Plan
+    from builder.pipeline.plan import Plan
 
     matrix = load(args.matrix)
     names = _targets(matrix, args.target)
@@ -272,7 +272,7 @@ def _per_target(args: argparse.Namespace, out: Output, body) -> int:
 
 
 def _options(args: argparse.Namespace, plans) -> BuildOptions:
-    from builder.options import BuildOptions, parse_secrets
+    from builder.config.options import BuildOptions, parse_secrets
 
     wanted = {sid for p in plans for sid in p.target.compile.secrets}
     return BuildOptions(no_cache=args.no_cache, builder=args.builder, max_jobs=args.max_jobs,
@@ -284,13 +284,13 @@ def _options(args: argparse.Namespace, plans) -> BuildOptions:
 
 
 def _engine():
-    from builder.engine import DockerEngine
+    from builder.engine.buildx import DockerEngine
 
     return DockerEngine()
 
 
 def cmd_render(args: argparse.Namespace, out: Output) -> int:
-    from builder.pipeline import render_all
+    from builder.pipeline.build import render_all
 
     matrix = load(args.matrix)
     status = render_all(matrix, _targets(matrix, args.target), check=args.check)
@@ -309,7 +309,7 @@ def cmd_lock(args: argparse.Namespace, out: Output) -> int:
 
 
 def _lock(plan, out: Output, rehearse: bool) -> int:
-    from builder.pipeline import lock_target, rehearse_lock
+    from builder.pipeline.build import lock_target, rehearse_lock
 
     if not rehearse:
         written = lock_target(plan, _engine)
@@ -372,8 +372,8 @@ def _summarize(outcomes, errors, out: Output) -> None:
 def cmd_build(args: argparse.Namespace, out: Output) -> int:
     from concurrent.futures import ThreadPoolExecutor
 
-    from builder.pipeline import build
-    from builder.plan import Plan
+    from builder.pipeline.build import build
+    from builder.pipeline.plan import Plan
 
     matrix = load(args.matrix)
     plans = [Plan.of(matrix, name) for name in _targets(matrix, args.target)]
@@ -399,8 +399,9 @@ def cmd_build(args: argparse.Namespace, out: Output) -> int:
 
 
 def cmd_test(args: argparse.Namespace, out: Output) -> int:
-    from builder import contract
-    from builder.pipeline import image_config, test
+    from builder.config import contract
+    from builder.engine.buildx import image_config
+    from builder.pipeline.build import test
 
     engine = _engine()
     if args.image and not args.target:  # the image's own label says which target it is
@@ -421,7 +422,7 @@ def cmd_test(args: argparse.Namespace, out: Output) -> int:
 
 
 def cmd_verify(args: argparse.Namespace, out: Output) -> int:
-    from builder.verify import verify_targets
+    from builder.records.verify import verify_targets
 
     matrix = load(args.matrix)
     engine = _engine() if args.registry else None
@@ -439,7 +440,7 @@ def cmd_verify(args: argparse.Namespace, out: Output) -> int:
 
 
 def cmd_reproduce(args: argparse.Namespace, out: Output) -> int:
-    from builder.pipeline import reproduce
+    from builder.pipeline.build import reproduce
 
     engine = _engine()
 
@@ -457,7 +458,7 @@ def _on_images(args: argparse.Namespace, out: Output, body) -> int:
     """``body(image, out)`` for --image, else for each target's recorded image."""
     if args.image:
         return body(args.image, out)
-    from builder.pipeline import recorded_image
+    from builder.pipeline.build import recorded_image
 
     return _per_target(args, out, lambda plan, o: body(recorded_image(plan), o))
 
@@ -465,8 +466,8 @@ def _on_images(args: argparse.Namespace, out: Output, body) -> int:
 def cmd_doctor(args: argparse.Namespace, out: Output) -> int:
     import datetime as dt
 
-    from builder import doctor
-    from builder.pipeline import image_config
+    from builder.host import doctor
+    from builder.engine.buildx import image_config
 
     smi_text, smi_source = doctor.read_nvidia_smi(args.nvidia_smi_file)
     doctor.host_of(smi_text, smi_source)  # output it cannot read is bad input before any image is looked at
@@ -494,20 +495,20 @@ def cmd_doctor(args: argparse.Namespace, out: Output) -> int:
 
     if args.image:
         return one(args.image, out)
-    from builder.pipeline import recorded_image
+    from builder.pipeline.build import recorded_image
 
     return _per_target(args, out, lambda plan, o: one(recorded_image(plan), o, doctor.image_record(plan)))
 
 
 def cmd_evidence(args: argparse.Namespace, out: Output) -> int:
-    from builder.evidence import evidence
-    from builder.pipeline import recorded_image
+    from builder.host.evidence import evidence
+    from builder.pipeline.build import recorded_image
 
     image = args.image
     if image is None and args.target:  # --target names the image: its recorded one
         if len(args.target) > 1:
             raise ConfigError(f"evidence: one image per archive; --target names {', '.join(args.target)}")
-        from builder.plan import Plan
+        from builder.pipeline.plan import Plan
 
         image = recorded_image(Plan.of(load(args.matrix), args.target[0]))
     path, manifest = evidence(_engine(), args.out, image, args.container, args.nvidia_smi_file)
@@ -520,7 +521,7 @@ def cmd_evidence(args: argparse.Namespace, out: Output) -> int:
 
 
 def cmd_compare(args: argparse.Namespace, out: Output) -> int:
-    from builder.compare import compare
+    from builder.host.compare import compare
 
     engine = _engine()
 
@@ -542,7 +543,7 @@ def cmd_compare(args: argparse.Namespace, out: Output) -> int:
 
 
 def cmd_smoke_init(args: argparse.Namespace, out: Output) -> int:
-    from builder import smoke
+    from builder.pipeline import smoke
 
     matrix_path = smoke.init(args.out, args.registry, _engine(), repository=args.repository)
     out.line(str(matrix_path))
@@ -555,7 +556,7 @@ def cmd_track(args: argparse.Namespace, out: Output) -> int:
 
 
 def _track(args: argparse.Namespace, name: str, out: Output) -> int:
-    from builder.track import track
+    from builder.source.track import track
 
     result = track(args.matrix, load(args.matrix), name, check=args.check)
     out.data.update(result.to_json())
@@ -580,7 +581,7 @@ def _track(args: argparse.Namespace, name: str, out: Output) -> int:
 
 
 def cmd_prune(args: argparse.Namespace, out: Output) -> int:
-    from builder.pipeline import prune
+    from builder.pipeline.build import prune
 
     if args.keep < 0:
         raise ConfigError(f"--keep: must be 0 or more (got {args.keep})")

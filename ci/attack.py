@@ -39,7 +39,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
-from builder.contract import CONTAINER_LABEL  # noqa: E402  (the label the tool's containers carry)
+from builder.config.contract import CONTAINER_LABEL
 from tests.integration.conftest import LocalRegistry, Run, Smoke, delete_repository  # noqa: E402  (the suite's own)
 
 BUILD = str(REPO / ".venv" / "bin" / "build")

@@ -1,7 +1,7 @@
 """The image checks, one test per entry of ``contract.CHECKS`` (same names, ``test_`` prefixed).
 
 Run by ``build test`` through pytest with testinfra's docker backend; fixtures come from
-builder/imagechecks.py: ``expect`` (from the matrix, record and source), ``image`` (the image
+builder/checks/runner.py: ``expect`` (from the matrix, record and source), ``image`` (the image
 config), ``image_host`` (testinfra, inside a container of the image), ``pip_dir`` (a copy of pip
 for ``pip check``) and ``report_warning``. Every failure says what was expected and what was found.
 """
@@ -16,12 +16,13 @@ import shlex
 
 import pytest
 
-from builder import contract, probes
-from builder.cudamajor import is_other_major, major_minor
-from builder.lock import normalize
+from builder.config import contract
+from builder.checks import probes
+from builder.config.cudamajor import is_other_major, major_minor
+from builder.deps.lock import normalize
 
 def run_probe(image_host, name: str, request: dict, env: str = "") -> dict:
-    """Run probe ``name`` (builder/probes/) in the image; its facts, or a failure that shows why it
+    """Run probe ``name`` (builder/checks/probes/) in the image; its facts, or a failure that shows why it
     could not run (its exit status and the end of its stderr)."""
     result = image_host.run(f"{env}python -c %s %s", probes.script(name), json.dumps(request))
     found = probes.parse(result.stdout)
@@ -390,7 +391,7 @@ def test_recipe_cli(image_host, expect):
     assert not problems, f"expected `{recipe['command']}` to be servable by the image's CLI, found: " + "; ".join(problems)
 
 
-# --- os_packages: the OS layer's .debs, in the image as locked (builder/probes/os.py) ---------------
+# --- os_packages: the OS layer's .debs, in the image as locked (builder/checks/probes/os.py) ---------------
 
 def test_os_packages(image_host, expect, report_warning):
     osp = expect.os_packages

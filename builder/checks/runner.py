@@ -1,4 +1,4 @@
-"""`build test`: run the image checks (builder/checklist.py) with pytest and testinfra.
+"""`build test`: run the image checks (builder/checks/checklist.py) with pytest and testinfra.
 
 Expectations are computed here from the matrix, the record and the source at the pinned commit,
 then handed to the checklist as a fixture; the checklist holds no constants of its own. A
@@ -21,13 +21,17 @@ from pathlib import Path
 import pip
 import pytest
 
-from builder import contract, extensions, interrupts, log, render
-from builder.cudamajor import major_minor
-from builder.engine import Engine, ImageConfig
+from builder.config import contract
+from builder.source import extensions
+from builder.engine import interrupts
+from builder import log
+from builder.dockerfile import render
+from builder.config.cudamajor import major_minor
+from builder.engine.buildx import Engine, ImageConfig
 from builder.errors import BuildError, CheckFailed, Interrupted
-from builder.lock import normalize
-from builder.matrix import Target
-from builder.source import PinnedSource
+from builder.deps.lock import normalize
+from builder.config.matrix import Target
+from builder.source.pinned import PinnedSource
 
 CHECKLIST = Path(__file__).with_name("checklist.py")
 CHECK_OUTPUT_NAME = "checks.txt"  # pytest's own output, beside the JUnit report

@@ -96,7 +96,7 @@ LOCKS_DIR = Path("locks")
 DOCKERFILE_NAME = "Dockerfile"
 LOCK_NAME = "requirements.txt"  # runtime environment of the image (installed with --require-hashes)
 BUILD_LOCK_NAME = "build-requirements.txt"  # build stage only (compilers' Python side)
-OS_LOCK_NAME = "os-packages.txt"  # the final image's OS packages (.debs by sha256; builder/oslock.py)
+OS_LOCK_NAME = "os-packages.txt"  # the final image's OS packages (.debs by sha256; builder/deps/oslock.py)
 RECORD_NAME = "image.json"
 SBOM_NAME = "sbom.cdx.json"  # CycloneDX 1.6 JSON, same image -> same bytes
 PROVENANCE_NAME = "provenance.intoto.json"  # DSSE envelope of an in-toto Statement v1 (SLSA provenance v1)
@@ -115,7 +115,7 @@ CONTAINER_LABEL = f"{LABEL_PREFIX}.container-of-pid"
 # Python-only bump app-native and a C-only bump app-python (same layer digests).
 DEPS_EPOCH = 946684800
 
-# The source's own wheel, in two layers on top, split by ELF magic (builder/templates/layer_files.py):
+# The source's own wheel, in two layers on top, split by ELF magic (builder/dockerfile/templates/layer_files.py):
 # app-native holds the ELF files (extensions, shared libraries, executables) and RECORD.native
 # (their RECORD lines, hashes intact); app-python everything else, with those hashes left empty in
 # its RECORD, and its bytecode.
@@ -125,7 +125,7 @@ NATIVE_RECORD_NAME = "RECORD.native"
 # "K3-BYTECODE <root>: N compiled, M not compilable (...), K not deterministic (...)".
 LAYER_TOOL = "tools/layer_files.py"
 RELOCATE_TOOL = "python/relocate.py"  # standalone CPython targets only
-# Scripts the build runs from the default context (context path -> file in builder/templates/).
+# Scripts the build runs from the default context (context path -> file in builder/dockerfile/templates/).
 # They are inputs like the locks: the rendered Dockerfile names each by sha256, so they are in
 # the Dockerfile's hash, the input key and the record, and the context must hold exactly those bytes.
 CONTEXT_SCRIPTS = {LAYER_TOOL: "layer_files.py", RELOCATE_TOOL: "relocate_python.py"}
@@ -249,7 +249,7 @@ CUDA_TRACKING_LIBS = ("cudart", "cublas", "cublasLt", "nvblas", "nvrtc", "nvrtc-
                       "nppig", "nppim", "nppist", "nppisu", "nppitc", "npps")
 
 
-# The image checks `build test` runs (builder/checklist.py holds one test per entry, same name).
+# The image checks `build test` runs (builder/checks/checklist.py holds one test per entry, same name).
 # Expectations come from the matrix (and the record); nothing here is a constant of a test.
 CHECKS = {
     "cuda_runtime": "libcudart in the image reports the matrix's CUDA major.minor (cudaRuntimeGetVersion); "

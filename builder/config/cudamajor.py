@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import re
 
-from builder.distnames import normalize
+from builder.config.names import normalize
 
 # CUDA 13's wheels dropped the -cuNN suffix. Some keep the CUDA version as their own version
 # (cuda-toolkit, nvidia-cuda-runtime, nvidia-cublas, ...: 13.x); PyPI's torch 2.13/2.14 pull these

@@ -31,8 +31,8 @@ from pydantic import (
     ValidationError,
 )
 
-from builder import contract
-from builder.cudamajor import major_minor
+from builder.config import contract
+from builder.config.cudamajor import major_minor
 from builder.errors import ConfigError
 
 MAX_MATRIX_BYTES = 1 << 20  # a matrix is a few KB; anything past 1 MiB is not one
@@ -446,17 +446,17 @@ KeyRef = _pattern(r"(?:(?:gcpkms|awskms|azurekms|hv|hsm):[A-Za-z0-9_./:=?&%+@-]{
 class Signing(_Frozen):
     """Who signs the image (keyless, cosign): `build verify --registry` checks the signature
     against this identity. Unset: presence is reported, a missing signature is not a failure.
-    CI sets it through $K3_SIGNING_IDENTITY (repository variables); see builder/signature.py."""
+    CI sets it through $K3_SIGNING_IDENTITY (repository variables); see builder/records/signature.py."""
 
     identity: Optional[Annotated[StrictStr, AfterValidator(lambda v: _identity(v))]] = None
     issuer: HttpsUrl = "https://token.actions.githubusercontent.com"
-    # The provenance's DSSE signature (builder/provsign.py): ``key`` a PEM private key file
+    # The provenance's DSSE signature (builder/records/provsign.py): ``key`` a PEM private key file
     # (relative to the matrix) or a KMS URI securesystemslib signs with (gcpkms:, awskms:,
     # azurekms:, hv: (Vault), hsm:); ``public_key`` the PEM public key `verify` checks it against,
     # committed beside the matrix. Neither: explicitly unsigned, and `verify` says so.
     key: Optional[KeyRef] = None
     public_key: Optional[KeyPath] = None
-    # SLSA identities (builder/attest.py); None: the documented defaults ($K3_BUILDER_ID and
+    # SLSA identities (builder/records/attest.py); None: the documented defaults ($K3_BUILDER_ID and
     # $K3_BUILD_TYPE win over both).
     builder_id: Optional[HttpsUrl] = None
     build_type: Optional[HttpsUrl] = None
@@ -518,7 +518,7 @@ class Compile(_Frozen):
         return self.remote_cache or self.cache_url is not None
 
 
-# --- OS packages (Debian/Ubuntu .debs locked by sha256 like wheels; builder/oslock.py) -----------
+# --- OS packages (Debian/Ubuntu .debs locked by sha256 like wheels; builder/deps/oslock.py) -----------
 
 DebName = _pattern(r"[a-z0-9][a-z0-9.+-]{1,62}", "a Debian package name (lowercase letters, digits, '.', '+', '-')")
 DebVersion = _pattern(r"(?:[0-9]{1,5}:)?[0-9][A-Za-z0-9.+~-]{0,99}", "a Debian version such as 2.0.16-1")
@@ -588,7 +588,7 @@ class Target(_Frozen):
     vendor: Text = "K3 cu129 image pipeline"
     # This repository: the tool and matrix that build the image (label <prefix>.builder.source, the
     # provenance's tool and buildType URLs). The packaged software's repository is source.url
-    # (labels org.opencontainers.image.source/revision, a pair: builder/contract.py says why).
+    # (labels org.opencontainers.image.source/revision, a pair: builder/config/contract.py says why).
     project_url: HttpsUrl = "https://github.com/k3-cu129/k3-cu129-images"
     # Reverse-DNS prefix of the project's own labels (expiry, owner, target, ...): a domain the
     # owner controls, e.g. com.example.gpu-platform. Readers of an image find it by its labels.
@@ -898,7 +898,7 @@ def _check_defaults(path: Path, defaults: dict, targets: dict) -> None:
             raise ConfigError(message) from None
 
 
-# Variables the template sets in the build stage (builder/templates/Dockerfile.j2): no matrix key
+# Variables the template sets in the build stage (builder/dockerfile/templates/Dockerfile.j2): no matrix key
 # may set them too.
 TEMPLATE_ENV = ("SOURCE_DATE_EPOCH", "TORCH_CUDA_ARCH_LIST", "MAX_JOBS", "NVCC_THREADS", "SETUPTOOLS_SCM_PRETEND_VERSION",
                 "SCCACHE_DIR", "SCCACHE_IDLE_TIMEOUT", "CMAKE_ARGS", "PIP_NO_INDEX", "PIP_DISABLE_PIP_VERSION_CHECK",

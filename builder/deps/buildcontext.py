@@ -21,16 +21,18 @@ import urllib.request
 from pathlib import Path
 from typing import Iterator
 
-from builder import contract, log, render
-from builder.distnames import normalize
+from builder.config import contract
+from builder import log
+from builder.dockerfile import render
+from builder.config.names import normalize
 from builder.errors import BuildError, LockError, Unreachable, failure_kind
 from builder.fsutil import atomic_write, cache_dir, clamp_mtimes, sha256_file
-from builder.hermetic import hermetic_env
-from builder.matrix import Target
+from builder.deps.hermetic import hermetic_env
+from builder.config.matrix import Target
 
 
 # Splits the application layer and compiles each layer's bytecode inside the build (its docstring).
-LAYER_SCRIPT = Path(__file__).with_name("templates") / "layer_files.py"
+LAYER_SCRIPT = Path(__file__).resolve().parents[1] / "dockerfile" / "templates" / "layer_files.py"
 
 
 @contextlib.contextmanager
@@ -220,7 +222,7 @@ def _scripts_into(dockerfile_text: str, dest: Path) -> None:
     for path, want in render.scripts_named(dockerfile_text).items():
         data = (render.TEMPLATES / contract.CONTEXT_SCRIPTS[path]).read_bytes()
         if hashlib.sha256(data).hexdigest() != want:
-            raise BuildError(f"builder/templates/{contract.CONTEXT_SCRIPTS[path]} changed during the build "
+            raise BuildError(f"builder/dockerfile/templates/{contract.CONTEXT_SCRIPTS[path]} changed during the build "
                              f"(the Dockerfile names sha256:{want[:12]}...); run the build again")
         (dest / path).parent.mkdir(parents=True, exist_ok=True)
         (dest / path).write_bytes(data)

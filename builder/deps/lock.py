@@ -22,13 +22,13 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from builder import contract
-from builder.distnames import normalize  # noqa: F401 - re-exported: lock.normalize is the name callers know
+from builder.config import contract
+from builder.config.names import normalize
 from builder.errors import LockError, failure_kind
 from builder.fsutil import atomic_write, sha256_bytes
-from builder.hermetic import hermetic_env, uv_binary
-from builder.matrix import Target
-from builder.source import PinnedSource, requirement_lines, resolve_includes
+from builder.deps.hermetic import hermetic_env, uv_binary
+from builder.config.matrix import Target
+from builder.source.pinned import PinnedSource, requirement_lines, resolve_includes
 
 _REQ_NAME = re.compile(r"^\s*([A-Za-z0-9][A-Za-z0-9._-]*(?:\[[A-Za-z0-9._,-]+\])?)")
 INPUT_HEADER = "# k3-lock-inputs-sha256: "

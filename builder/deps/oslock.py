@@ -10,7 +10,7 @@ dpkg database would then describe files the OS layer shadows.
 
 Each lock line is ``name version arch url size sha256``; the sha256 is the one apt read from the
 archive's signed index. The header carries the same input and body hashes as the Python locks
-(builder/lock.py), so a changed package list, version pin, archive or base makes the lock stale,
+(builder/deps/lock.py), so a changed package list, version pin, archive or base makes the lock stale,
 and an edited line fails its body hash.
 """
 
@@ -25,11 +25,11 @@ import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 
-from builder import contract
+from builder.config import contract
 from builder.errors import LockError, Unreachable, is_network_failure
 from builder.fsutil import sha256_bytes
-from builder.lock import BODY_HEADER, INPUT_HEADER, _split_header
-from builder.matrix import OsPackages, Target
+from builder.deps.lock import BODY_HEADER, INPUT_HEADER, _split_header
+from builder.config.matrix import OsPackages, Target
 
 _LINE = re.compile(r"(?P<name>[a-z0-9][a-z0-9.+-]+) (?P<version>(?:[0-9]+:)?[0-9][A-Za-z0-9.+~-]*) "
                    r"(?P<arch>[a-z0-9-]+) (?P<url>https?://\S+\.deb) (?P<size>[0-9]+) sha256:(?P<sha256>[0-9a-f]{64})")

@@ -19,12 +19,14 @@ import urllib.request
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from builder import contract, lock, source
-from builder.cudamajor import cuda_major_of
+from builder.config import contract
+from builder.deps import lock
+from builder.source import pinned as source
+from builder.config.cudamajor import cuda_major_of
 from builder.errors import SourceError, Unreachable
 from builder.fsutil import atomic_write
-from builder.lock import LockInputs, normalize
-from builder.matrix import Target
+from builder.deps.lock import LockInputs, normalize
+from builder.config.matrix import Target
 
 PYPI = "https://pypi.org/simple"
 _PIN = re.compile(r"^(?P<lead>\s*)(?P<name>[A-Za-z0-9][A-Za-z0-9._-]*)(?P<extras>\[[^\]]*\])?\s*==\s*(?P<version>[^\s;#]+)")

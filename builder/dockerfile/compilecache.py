@@ -20,7 +20,8 @@ import urllib.parse
 from dataclasses import dataclass
 from pathlib import Path
 
-from builder import contract, log
+from builder.config import contract
+from builder import log
 from builder.errors import ConfigError
 
 SCHEMES = ("redis", "rediss", "s3", "gcs", "webdav", "webdavs", "gha")

@@ -11,9 +11,10 @@ from pathlib import Path
 
 import jinja2
 
-from builder import compilecache, contract
+from builder.dockerfile import compilecache
+from builder.config import contract
 from builder.errors import DriftError
-from builder.matrix import Target
+from builder.config.matrix import Target
 
 RUNTIME_UID = 2000  # vLLM's own non-root variant uses uid 2000 ("vllm")
 RUNTIME_USER = "vllm"  # what USER/LOGNAME say for that uid (getpass.getuser() reads them first)
@@ -61,7 +62,7 @@ def cmake_args(target: Target, tps: list[dict] | None = None) -> list[str]:
 @lru_cache(maxsize=1)
 def _environment() -> jinja2.Environment:
     return jinja2.Environment(
-        loader=jinja2.PackageLoader("builder", "templates"),
+        loader=jinja2.PackageLoader("builder.dockerfile", "templates"),
         undefined=jinja2.StrictUndefined,  # a missing key is an error, never an empty string
         autoescape=False,
         keep_trailing_newline=True,

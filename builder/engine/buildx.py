@@ -1,8 +1,8 @@
 """The one engine seam: ``Engine`` is what the pipeline needs from Docker, in three concerns.
 
 ``Engine`` itself builds (buildx), imports and inspects images; ``engine.containers`` runs them
-(builder/containers.py) and ``engine.registry`` talks to the registry over HTTP
-(builder/registry.py). The rest of the code gets typed results or a ``BuildError``/
+(builder/engine/containers.py) and ``engine.registry`` talks to the registry over HTTP
+(builder/engine/registry.py). The rest of the code gets typed results or a ``BuildError``/
 ``EngineUnavailable``. ``DockerEngine`` is the one implementation (python-on-whales); unit-test
 fakes implement the ``Engine`` protocol instead of subclassing it.
 """
@@ -22,11 +22,12 @@ from typing import TYPE_CHECKING, Callable, Iterator
 
 from typing import Protocol
 
-from builder import contract
-from builder.containers import ContainerSeam, DockerContainers, docker_errors
-from builder.errors import BuildError, EngineUnavailable, HostResources, RegistryUnavailable, is_network_failure
+from builder.config import contract
+from builder.engine.containers import ContainerSeam, DockerContainers, docker_errors
+from builder.errors import (BuildError, ConfigError, EngineUnavailable, HostResources, RegistryUnavailable,
+                            is_network_failure)
 from builder.log import redact
-from builder.registry import RegistryClient, RegistrySeam
+from builder.engine.registry import RegistryClient, RegistrySeam
 
 if TYPE_CHECKING:
     from python_on_whales import DockerClient
@@ -121,6 +122,27 @@ def _start_stream(make: Callable[[], Iterator[str]], env: dict[str, str]) -> tup
                 else:
                     os.environ[k] = v
     return first, stream
+
+
+_IMAGE_REF = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:/-]{0,250}(?:@sha256:[0-9a-f]{64})?")
+
+
+def image_config(engine: Engine, ref: str) -> ImageConfig:
+    """An image's config for doctor and compare: read from the registry when the reference names
+    one (no pull of a multi-GB image), else from the local engine. A malformed reference is bad
+    input (exit 2), an image the registry does not serve too, an unreachable registry exit 3."""
+    if not _IMAGE_REF.fullmatch(ref):
+        raise ConfigError(f"--image {ref!r}: not an image reference (name[:tag][@sha256:...])")
+    first = ref.split("/", 1)[0]
+    if "/" in ref and ("." in first or ":" in first or first == "localhost"):
+        doc = engine.registry.image_config(ref)
+        if doc is None:
+            raise ConfigError(f"--image {ref}: the registry does not serve it")
+        cfg = doc.get("config") or {}
+        env = dict(item.split("=", 1) for item in cfg.get("Env") or [] if "=" in item)
+        return ImageConfig(ref=ref, id="", labels=dict(cfg.get("Labels") or {}), env=env, user=cfg.get("User") or "",
+                           entrypoint=tuple(cfg.get("Entrypoint") or ()))
+    return engine.image_config(ref)
 
 
 class DockerEngine:

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Callable, Iterator, Protocol
 
 
-from builder import contract
+from builder.config import contract
 from builder.errors import BuildError, EngineUnavailable
 
 if TYPE_CHECKING:

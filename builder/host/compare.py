@@ -5,8 +5,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from builder import compat, contract, inventory
-from builder.lock import normalize
+from builder.host import compat
+from builder.config import contract
+from builder.records import inventory
+from builder.config.names import normalize
 
 
 
@@ -82,7 +84,7 @@ class Comparison:
 
 
 def compare(engine, ours: str, reference: str) -> Comparison:
-    from builder.pipeline import image_config
+    from builder.engine.buildx import image_config
 
     ca, cb = image_config(engine, ours), image_config(engine, reference)  # bad or unserved refs refused first
     a, b = inventory.read(engine, ours), inventory.read(engine, reference)

@@ -1,6 +1,6 @@
 """`build doctor`, for the operator of an r575 host before anyone changes a launch flag: does
 this image start on this host, and if not, which route applies. Works with no GPU and no
-nvidia-smi (it says what is missing); `build evidence` (builder/evidence.py) saves the state.
+nvidia-smi (it says what is missing); `build evidence` (builder/host/evidence.py) saves the state.
 """
 
 from __future__ import annotations
@@ -11,7 +11,8 @@ import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from builder import compat, contract
+from builder.host import compat
+from builder.config import contract
 from builder.errors import ConfigError
 from builder.fsutil import read_regular
 
@@ -130,7 +131,7 @@ BLANKS = {
 def image_record(plan) -> dict | None:
     """What the build record of ``plan``'s target says about its image (digest, whether the image
     checks ran), for the decision record; None when the target was never built here."""
-    from builder import records
+    from builder.records import store as records
 
     record = records.read(contract.record_path(plan.root, plan.target.name))
     if record is None:

@@ -17,8 +17,9 @@ import tarfile
 from pathlib import Path
 from typing import Callable
 
-from builder import contract, log
-from builder.doctor import output_dir, read_nvidia_smi
+from builder.config import contract
+from builder import log
+from builder.host.doctor import output_dir, read_nvidia_smi
 from builder.errors import BuilderError
 from builder.fsutil import atomic_write
 

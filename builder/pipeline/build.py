@@ -14,7 +14,6 @@ import dataclasses
 import datetime as dt
 import fcntl
 import os
-import re
 import shutil
 import time
 from dataclasses import dataclass
@@ -22,18 +21,22 @@ from pathlib import Path
 from secrets import token_hex
 from typing import Iterator
 
-from builder import __version__, compilecache, contract, lock, log, oslock, records, render, source
-from builder.buildcontext import assemble
-from builder.engine import BuildRequest, BuildResult, Engine, EngineInfo, ImageConfig
+from builder import __version__, log
+from builder.dockerfile import compilecache, render
+from builder.config import contract
+from builder.deps import lock, oslock
+from builder.records import store as records
+from builder.source import pinned as source
+from builder.deps.buildcontext import assemble
+from builder.engine.buildx import BuildRequest, BuildResult, Engine, EngineInfo, ImageConfig
 from builder.errors import BuildError, BuilderError, Busy, ConfigError, NotReproduced, RecordError
 from builder.fsutil import atomic_write, sha256_bytes, sha256_file
-from builder.matrix import Matrix, Target
-from builder.options import BuildOptions
-from builder.plan import LockSet, Plan, input_key, offline_checks, parallelism
-from builder.source import PinnedSource
+from builder.config.matrix import Matrix, Target
+from builder.config.options import BuildOptions
+from builder.pipeline.plan import LockSet, Plan, input_key, offline_checks, parallelism
+from builder.source.pinned import PinnedSource
 
 _ATTEST_DRIVERS = ("docker-container", "remote", "kubernetes")
-_IMAGE_REF = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:/-]{0,250}(?:@sha256:[0-9a-f]{64})?")
 
 
 @dataclass
@@ -98,24 +101,6 @@ def recorded_image(plan: Plan) -> str:
     return record.image
 
 
-def image_config(engine: Engine, ref: str) -> ImageConfig:
-    """An image's config for doctor and compare: read from the registry when the reference names
-    one (no pull of a multi-GB image), else from the local engine. A malformed reference is bad
-    input (exit 2), an image the registry does not serve too, an unreachable registry exit 3."""
-    if not _IMAGE_REF.fullmatch(ref):
-        raise ConfigError(f"--image {ref!r}: not an image reference (name[:tag][@sha256:...])")
-    first = ref.split("/", 1)[0]
-    if "/" in ref and ("." in first or ":" in first or first == "localhost"):
-        doc = engine.registry.image_config(ref)
-        if doc is None:
-            raise ConfigError(f"--image {ref}: the registry does not serve it")
-        cfg = doc.get("config") or {}
-        env = dict(item.split("=", 1) for item in cfg.get("Env") or [] if "=" in item)
-        return ImageConfig(ref=ref, id="", labels=dict(cfg.get("Labels") or {}), env=env, user=cfg.get("User") or "",
-                           entrypoint=tuple(cfg.get("Entrypoint") or ()))
-    return engine.image_config(ref)
-
-
 # --- lock ---------------------------------------------------------------------------------------
 
 def lock_target(plan: Plan, engine_factory=None) -> dict[str, Path]:
@@ -149,7 +134,7 @@ def _lock_target(plan: Plan, engine_factory=None) -> dict[str, Path]:
 
 def rehearse_lock(plan: Plan):
     """`build lock --rehearse`: the same resolution against PyPI only; nothing under locks/."""
-    from builder import rehearse
+    from builder.deps import rehearse
 
     with log.step(f"{plan.target.name}: REHEARSAL of the lock against PyPI only (the real lock needs the real indexes)",
                   long=True):
@@ -302,7 +287,7 @@ def _record(prep: Prepared, digest: str, key: str, checked: bool, seconds: float
 def _scan_for_secrets(prep: Prepared, engine: Engine, digest: str) -> None:
     """Before the checks and the record: no registered secret (in any written form) in a layer the
     build added. A hit fails the build; the pushed manifest is withdrawn where the registry lets us."""
-    from builder import secretscan
+    from builder.checks import secretscan
 
     if not secretscan.needles():
         return  # no secret given to this build: nothing to look for
@@ -332,7 +317,7 @@ def _base_layers(engine: Engine, target: Target) -> frozenset[str]:
 def _check(prep: Prepared, engine: Engine, pushed: str) -> None:
     """Before the record: image.json only names an image that passed its checks. A failing check
     fails the command; the image stays in the registry and the JUnit report beside the log."""
-    from builder import imagechecks
+    from builder.checks import runner as imagechecks
 
     target = prep.plan.target
     with log.step(f"{target.name}: image checks on {pushed}"):
@@ -343,7 +328,7 @@ def _check(prep: Prepared, engine: Engine, pushed: str) -> None:
 
 def _publish(prep: Prepared, engine: Engine, record: records.Record, signer) -> records.Record:
     """Attach the SBOM and provenance in the registry, then write the record set as one unit."""
-    from builder import attest  # cyclonedx and jsonschema: only once there is an image (lazy-import policy)
+    from builder.records import attest
 
     target, root = prep.plan.target, prep.plan.root
     with log.step(f"{target.name}: SBOM and provenance, attached to {record.image[-19:]}"):
@@ -361,8 +346,8 @@ def _publish(prep: Prepared, engine: Engine, record: records.Record, signer) -> 
 
 
 def _provenance_signer(plan: Plan):
-    """The matrix's provenance signer (builder/provsign.py), or None with a warning: unsigned."""
-    from builder import provsign
+    """The matrix's provenance signer (builder/records/provsign.py), or None with a warning: unsigned."""
+    from builder.records import provsign
 
     signer = provsign.signer(plan.target.signing, plan.root)
     if signer is None:
@@ -404,7 +389,7 @@ def _attached_as_recorded(plan: Plan, engine: Engine, previous: records.Record) 
     attached = {sha256_bytes(content) for content in engine.registry.referrers(name, previous.digest).values()}
     if {previous.build.get("sbom_sha256"), previous.build.get("provenance_sha256")} <= attached:
         return
-    from builder import attest  # the rare path: pays attest's imports only here
+    from builder.records import attest
 
     annotations = {contract.OCI_CREATED: contract.created_iso(previous.source_date_epoch)}
     for kind, path in ((attest.SBOM_TYPE, contract.sbom_path(plan.root, plan.target.name)),
@@ -533,7 +518,7 @@ def _build(plan: Plan, engine: Engine, options: BuildOptions) -> Outcome:
 
 def test(plan: Plan, engine: Engine, image: str | None):
     """`build test`: the image checks on ``image`` (default: the recorded image), JUnit beside."""
-    from builder import imagechecks
+    from builder.checks import runner as imagechecks
 
     target = plan.target
     record = records.read(contract.record_path(plan.root, target.name))
@@ -608,7 +593,7 @@ def reproduce(plan: Plan, engine: Engine, options: BuildOptions) -> Reproduction
     if rebuilt == recorded:
         log.info(f"    reproduced: {recorded} (recorded {record.build.get('finished')}, rebuilt now)")
         return Reproduction(target.name, recorded, rebuilt, [], None)
-    from builder import imagediff
+    from builder.pipeline import imagediff
 
     with log.step(f"{target.name}: compare {recorded[:19]} with the rebuild {rebuilt[:19]}"):
         lines = imagediff.diff_images(engine, target.image.name, recorded, rebuilt)

@@ -9,11 +9,14 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
-from builder import __version__, contract, lock, log, oslock, render
+from builder import __version__, log
+from builder.config import contract
+from builder.deps import lock, oslock
+from builder.dockerfile import render
 from builder.fsutil import sha256_bytes, sha256_file
-from builder.lock import LockEntry
-from builder.oslock import DebEntry
-from builder.matrix import Matrix, Target
+from builder.deps.lock import LockEntry
+from builder.deps.oslock import DebEntry
+from builder.config.matrix import Matrix, Target
 
 GIB = 1024**3
 

@@ -40,13 +40,13 @@ import git
 import yaml
 
 from builder import log
-from builder.engine import Engine
+from builder.engine.buildx import Engine
 from builder.errors import BuildError, ConfigError
 from builder.fsutil import atomic_write, cache_dir
 
 SUITE = "bookworm"
 MIRROR = "http://deb.debian.org/debian"
-ASSETS = Path(__file__).resolve().parent / "smoke_assets"
+ASSETS = Path(__file__).resolve().parents[1] / "smoke_assets"
 BRANCH = "k3-smoke"
 COMMIT_DATE = "2026-11-01T00:00:00+00:00"  # fixed: same tree, same commit id
 GLIBC = "2.36"  # Debian 12
@@ -225,9 +225,9 @@ OS_PACKAGES = {
 
 def os_package_pins(engine: Engine, runtime_ref: str) -> dict[str, str]:
     """name -> the version the archive serves now, resolved in a container of the runtime base
-    the same way `build lock` resolves (builder/oslock.py)."""
-    from builder import oslock
-    from builder.matrix import OsPackage, OsPackages
+    the same way `build lock` resolves (builder/deps/oslock.py)."""
+    from builder.deps import oslock
+    from builder.config.matrix import OsPackage, OsPackages
 
     spec = OsPackages(archive=MIRROR, suites=OS_SUITES, accept_drift=True,
                       packages=tuple(OsPackage(name=n, why=w) for n, w in OS_PACKAGES.items()))
@@ -328,7 +328,7 @@ def _test_signing_key(out: Path) -> dict:
     """A TEST-ONLY Ed25519 key pair for the smoke's provenance under <out>/signing/ (kept when
     there, so records signed earlier still verify), named by absolute path: copies of the matrix
     elsewhere sign and verify with the same pair."""
-    from builder import provsign
+    from builder.records import provsign
 
     directory = (out / "signing").resolve()
     key, pub = directory / provsign.TEST_KEY_NAME, directory / provsign.TEST_PUBLIC_KEY_NAME

@@ -33,14 +33,16 @@ from cyclonedx.output.json import JsonV1Dot6
 from cyclonedx.schema import SchemaVersion
 from packageurl import PackageURL
 
-from builder import __version__, contract, inventory
-from builder.engine import Engine
+from builder import __version__
+from builder.config import contract
+from builder.records import inventory
+from builder.engine.buildx import Engine
 from builder.fsutil import sha256_bytes, sha256_file
-from builder.inventory import Inventory, PythonDist
-from builder.lock import LockEntry, normalize
-from builder.matrix import Target
-from builder.oslock import DebEntry
-from builder.records import Record
+from builder.records.inventory import Inventory, PythonDist
+from builder.deps.lock import LockEntry, normalize
+from builder.config.matrix import Target
+from builder.deps.oslock import DebEntry
+from builder.records.store import Record
 
 SBOM_TYPE = "application/vnd.cyclonedx+json"
 # The provenance file is a DSSE envelope (payloadType application/vnd.in-toto+json): its artifact
@@ -360,9 +362,9 @@ def publish(engine: Engine, target: Target, record: Record, lock: list[LockEntry
             root: Path | None = None, signer=None, os_lock: list[DebEntry] = (),
             debs: Mapping[str, str] | None = None) -> tuple[str, str]:
     """Make the SBOM (from the image's own inventory; ``wheels`` as for `sbom`) and the provenance
-    (a DSSE envelope, signed with ``signer`` when there is one: builder/provsign.py), and attach
+    (a DSSE envelope, signed with ``signer`` when there is one: builder/records/provsign.py), and attach
     both to the image in the registry. Returns their texts; the caller writes them with the record."""
-    from builder import provsign
+    from builder.records import provsign
 
     sbom_text = sbom(target, record, inventory.read(engine, record.image), lock, wheels, os_lock, debs)
     statement = provenance(target, record, build_args, started, root=root, wheels=wheels,
@@ -402,8 +404,8 @@ def validate_sbom(text: str) -> None:
 
 BUILD_TYPE_DOC = "docs/buildtypes/matrix-dockerfile/v1.md"
 BUILDER_ID_ENV, BUILD_TYPE_ENV = "K3_BUILDER_ID", "K3_BUILD_TYPE"
-TOOL_ROOT = Path(__file__).resolve().parent.parent  # this repository, when run from a checkout
-TEMPLATES = Path(__file__).resolve().parent / "templates"
+TOOL_ROOT = Path(__file__).resolve().parents[2]  # this repository, when run from a checkout
+TEMPLATES = Path(__file__).resolve().parents[1] / "dockerfile" / "templates"
 
 
 def build_type(target: Target, environ: Mapping[str, str]) -> str:

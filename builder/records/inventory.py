@@ -1,8 +1,8 @@
 """What is installed in an image, read out of it: os-release, dpkg status, Python distributions,
 and what each package declares about its license.
 
-The SBOM lists it (builder/attest.py) and `build compare` diffs two of them (builder/compare.py).
-Packages of the OS layer (builder/oslock.py) are read from /var/lib/dpkg/status.d, where
+The SBOM lists it (builder/records/attest.py) and `build compare` diffs two of them (builder/host/compare.py).
+Packages of the OS layer (builder/deps/oslock.py) are read from /var/lib/dpkg/status.d, where
 distroless-style images keep them. One throwaway container runs a small probe with the image's own
 python; it reads files and prints them back as JSON, nothing else (copyright files are parsed
 here, on the host, with python-debian).
@@ -18,7 +18,7 @@ import logging
 import re
 from dataclasses import dataclass
 
-from builder.engine import Engine
+from builder.engine.buildx import Engine
 
 
 # DEP-5's short names (copyright-format 1.0, "License specification") and SPDX ids of the same

@@ -252,7 +252,7 @@ def signature_status(image: str, digest: str, identity: str | None, issuer: str 
 # -- wiring to an OCI registry client -------------------------------------------------------------
 
 class ManifestLike(Protocol):
-    """``builder.registry.Manifest``: the parsed manifest or index."""
+    """``builder.engine.registry.Manifest``: the parsed manifest or index."""
 
     @property
     def doc(self) -> dict[str, Any]: ...

@@ -1,7 +1,7 @@
 """``locks/<target>/``: the record set of the last checked image, written as one unit.
 
 The set is ``image.json`` (what was built from what) plus the SBOM and the provenance (a DSSE
-envelope, builder/provsign.py).
+envelope, builder/records/provsign.py).
 ``image.json`` carries the sha256 of the SBOM and provenance it belongs to, so any mix of old and
 new files is detected offline (`build verify`, and every build before it trusts the record).
 
@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from builder import contract
+from builder.config import contract
 from builder.errors import HostResources, RecordError
 from builder.fsutil import atomic_write, sha256_bytes, sha256_file
 

@@ -12,11 +12,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-from builder import attest, contract, lock, oslock, provsign, records, render, signature
+from builder.records import attest, provsign, store as records, signature
+from builder.config import contract
+from builder.deps import lock, oslock
+from builder.dockerfile import render
 from builder.errors import BuilderError, VerifyFailed
 from builder.fsutil import sha256_file
-from builder.lock import normalize
-from builder.matrix import Target
+from builder.deps.lock import normalize
+from builder.config.matrix import Target
 
 
 @dataclass(frozen=True)
@@ -88,7 +91,7 @@ ROWS: tuple[tuple[str, str, bool], ...] = (
 )
 
 
-# Rows only a target with os_packages has (builder/oslock.py), after the other offline rows.
+# Rows only a target with os_packages has (builder/deps/oslock.py), after the other offline rows.
 OS_ROWS: tuple[tuple[str, str, bool], ...] = (
     ("OS lock hash-pinned", "(targets with `os_packages`) `os-packages.txt` matches its body sha256 header, every "
                             "line parses, and it was made from the matrix's package list, archive and runtime base "

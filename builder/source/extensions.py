@@ -15,7 +15,7 @@ import ast
 from dataclasses import dataclass
 
 from builder.errors import SourceError
-from builder.matrix import Extensions
+from builder.config.matrix import Extensions
 
 _CALLS = {"Extension", "CMakeExtension", "RustExtension"}
 _NAME_KEYWORDS = ("name", "target")

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING
 
 from builder.errors import SourceError, Unreachable, failure_kind
 from builder.fsutil import cache_dir, clamp_mtimes
-from builder.matrix import Source, ThirdParty
+from builder.config.matrix import Source, ThirdParty
 
 if TYPE_CHECKING:  # GitPython costs ~40 ms to import: only the commands that fetch pay it
     import git
@@ -436,7 +436,7 @@ def _tree_url(owner: str, parent_url: str, path: str, url: str) -> str:
     https:// source may not name a file:// one (that would copy a host repository into the build)."""
     from pydantic import TypeAdapter, ValidationError
 
-    from builder.matrix import GitUrl, RelPath
+    from builder.config.matrix import GitUrl, RelPath
     where = f"third-party source {owner}: submodule {_shown(path)} in .gitmodules"
     try:
         TypeAdapter(RelPath).validate_python(path)

@@ -12,10 +12,11 @@ from pathlib import Path
 import git
 import ruamel.yaml
 
-from builder import render, source
+from builder.dockerfile import render
+from builder.source import pinned as source
 from builder.errors import ConfigError, SourceError, Unreachable, is_network_failure
 from builder.fsutil import atomic_write
-from builder.matrix import Matrix, parse
+from builder.config.matrix import Matrix, parse
 
 FILE_URLS_ENV = "K3_ALLOW_FILE_URLS"  # tests and local mirrors only
 

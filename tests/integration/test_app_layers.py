@@ -19,7 +19,7 @@ import tarfile
 import urllib.request
 from pathlib import Path
 
-from builder import contract
+from builder.config import contract
 from tests.integration.conftest import REGISTRY, cli
 from tests.integration.test_compile_cache import PASSWORD, _remote_target, redis  # noqa: F401 (fixture)
 

@@ -14,9 +14,10 @@ import time
 
 import pytest
 
-from builder import imagediff, provsign
-from builder.engine import DockerEngine
-from builder.registry import OCI_INDEX, Registry
+from builder.pipeline import imagediff
+from builder.records import provsign
+from builder.engine.buildx import DockerEngine
+from builder.engine.registry import OCI_INDEX, Registry
 from tests.conftest import REPO
 from tests.integration.conftest import REGISTRY, cli
 

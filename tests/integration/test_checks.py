@@ -15,8 +15,9 @@ from pathlib import Path
 
 import pytest
 
-from builder import contract, lock
-from builder.hermetic import hermetic_env
+from builder.config import contract
+from builder.deps import lock
+from builder.deps.hermetic import hermetic_env
 from tests.integration.conftest import cli
 
 SITE = "/opt/k3/venv/lib/python3.11/site-packages"

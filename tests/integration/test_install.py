@@ -96,7 +96,7 @@ def test_the_wheel_ships_the_smoke_sources_and_its_runtime_needs(installed, tmp_
     assert shipped, "no smoke assets in the checkout?"
     missing = [f for f in shipped if not (package / f).is_file()]
     assert not missing, f"not in the installed package: {missing}"
-    assert (package / "templates" / "Dockerfile.j2").is_file()
+    assert (package / "dockerfile" / "templates" / "Dockerfile.j2").is_file()
     helped = _run(installed, "smoke-init", "--help", cwd=tmp_path)
     assert helped.returncode == 0 and "--registry" in helped.stdout, helped.stderr
     checked = subprocess.run([str(installed.venv / "bin" / "python"), "-m", "pip", "check"],

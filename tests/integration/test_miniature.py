@@ -12,7 +12,7 @@ import subprocess
 
 import pytest
 
-from builder import provsign
+from builder.records import provsign
 from tests.conftest import REPO
 from tests.integration.conftest import cli
 from tests.integration.test_checks import _failed

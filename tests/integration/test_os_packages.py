@@ -9,9 +9,10 @@ import subprocess
 
 import pytest
 
-from builder import contract, oslock
+from builder.config import contract
+from builder.deps import oslock
 from builder.fsutil import cache_dir, sha256_bytes
-from builder.lock import BODY_HEADER
+from builder.deps.lock import BODY_HEADER
 from tests.integration.conftest import cli
 
 

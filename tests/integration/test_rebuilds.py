@@ -8,7 +8,8 @@ import subprocess
 
 import pytest
 
-from builder import buildlog, contract
+from builder.engine import buildlog
+from builder.config import contract
 from tests.integration.conftest import cli
 
 

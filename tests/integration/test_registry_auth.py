@@ -25,7 +25,7 @@ from pathlib import Path
 import pytest
 
 from builder.errors import RegistryUnavailable
-from builder.registry import OCI_MANIFEST, Registry, RegistryClient
+from builder.engine.registry import OCI_MANIFEST, Registry, RegistryClient
 from tests.integration.conftest import LocalRegistry, cli
 
 USER = "k3tester"

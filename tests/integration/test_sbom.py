@@ -16,9 +16,11 @@ from urllib.parse import unquote
 
 import pytest
 
-from builder import attest, contract, inventory, lock, matrix, oslock, records
-from builder.distnames import normalize
-from builder.engine import DockerEngine
+from builder.records import attest, inventory, store as records
+from builder.config import contract, matrix
+from builder.deps import lock, oslock
+from builder.config.names import normalize
+from builder.engine.buildx import DockerEngine
 from builder.fsutil import cache_dir, sha256_file
 from tests.conftest import REPO
 
@@ -166,7 +168,7 @@ def test_the_sbom_is_made_again_byte_for_byte_with_the_installed_wheels(built, o
     entries = lock.read_entries(smoke.root / "locks/smoke/requirements.txt")
     # The runtime wheelhouse of the build's context (wheelhouse/layers/<layer>/, formerly
     # wheelhouse/runtime/) is dropped after the build unless --keep-context; the files it copied
-    # are the machine's wheelhouse cache entry for this lock (builder/buildcontext.py), keyed by
+    # are the machine's wheelhouse cache entry for this lock (builder/deps/buildcontext.py), keyed by
     # the lock's sha256, which the record names.
     context = contract.artifacts_path(smoke.root, "smoke", record.build["id"]) / "context" / "wheelhouse"
     kept = [d for d in (context / "layers", context / "runtime") if d.is_dir()]

@@ -8,7 +8,7 @@ import json
 import os
 import secrets
 
-from builder.engine import DockerEngine
+from builder.engine.buildx import DockerEngine
 from tests.integration.conftest import REGISTRY, cli
 
 

@@ -10,9 +10,10 @@ import sys
 
 import pytest
 
-from builder import attest, inventory, matrix
-from builder.lock import LockEntry
-from builder.records import Record
+from builder.records import attest, inventory
+from builder.config import matrix
+from builder.deps.lock import LockEntry
+from builder.records.store import Record
 from tests.conftest import REPO
 
 STATUS = """Package: libc6

@@ -8,14 +8,14 @@ import os
 import subprocess
 import sys
 
-from builder import attest
+from builder.records import attest
 from tests.conftest import REPO
 from tests.unit.test_attest import inputs
 
 # The same fixed inputs as test_attest.py, made and serialized in a fresh interpreter.
 SCRIPT = """
 import sys
-from builder import attest
+from builder.records import attest
 from tests.unit.test_attest import inputs
 args = inputs.__wrapped__()
 sys.stdout.write(attest.sbom(*args))

@@ -1,4 +1,4 @@
-from builder import buildlog
+from builder.engine import buildlog
 
 LOG = """#7 [build 2/4] RUN --mount=type=bind,source=wheelhouse/build,target=/ctx/wheels pip install
 #7 CACHED

@@ -12,11 +12,14 @@ from pathlib import Path
 
 import pytest
 
-from builder import checklist, contract, extensions, imagechecks as checks, lock, matrix, oslock, probes
-from builder.engine import ImageConfig
+from builder.checks import checklist, runner as checks, probes
+from builder.config import contract, matrix
+from builder.source import extensions
+from builder.deps import lock, oslock
+from builder.engine.buildx import ImageConfig
 from builder.errors import BuildError, CheckFailed, SourceError
 from builder.fsutil import sha256_bytes, sha256_file
-from builder.matrix import Extensions
+from builder.config.matrix import Extensions
 from tests.conftest import REPO
 
 CUDA12 = {"/opt/k3/venv/lib/python3.12/site-packages/nvidia/cuda_runtime/lib/libcudart.so.12":
@@ -767,7 +770,7 @@ def test_expectations_come_from_the_matrix_the_lock_and_the_source(tmp_path):
 
 
 def _lockset(lock_path, debs):
-    from builder.plan import LockSet
+    from builder.pipeline.plan import LockSet
     text = lock_path.read_text()
     _, entries = lock.parse_lock(text, lock_path)
     return LockSet(lock_path, lock_path, tuple(entries), tuple(entries), sha256_bytes(text.encode()),

@@ -1,11 +1,11 @@
-"""The driver/CUDA rules of builder/compat.py, decision by decision and at every boundary."""
+"""The driver/CUDA rules of builder/host/compat.py, decision by decision and at every boundary."""
 
 from __future__ import annotations
 
 import pytest
 
-from builder import compat
-from builder.compat import HostGPU, decide
+from builder.host import compat
+from builder.host.compat import HostGPU, decide
 
 H100, B200, RTX = "NVIDIA H100 80GB HBM3", "NVIDIA B200", "NVIDIA GeForce RTX 4090"
 

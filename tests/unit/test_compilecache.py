@@ -1,4 +1,4 @@
-"""The compile cache's URL parsing, secret file and statistics (builder/compilecache.py)."""
+"""The compile cache's URL parsing, secret file and statistics (builder/dockerfile/compilecache.py)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,9 @@ import urllib.parse
 
 import pytest
 
-from builder import compilecache, contract, log
+from builder.dockerfile import compilecache
+from builder.config import contract
+from builder import log
 from builder.errors import ConfigError
 
 
@@ -118,7 +120,7 @@ def test_the_fallback_is_read_from_output_lines_not_the_echoed_command():
 def _target(tmp_path, **compile_keys):
     import yaml
 
-    from builder import matrix
+    from builder.config import matrix
     from tests.conftest import REPO
 
     doc = yaml.safe_load((REPO / "matrix.yaml").read_text())
@@ -128,8 +130,8 @@ def _target(tmp_path, **compile_keys):
 
 
 def test_which_backend_a_build_uses(tmp_path):
-    from builder.options import BuildOptions
-    from builder.pipeline import _cache_secret
+    from builder.config.options import BuildOptions
+    from builder.pipeline.build import _cache_secret
 
     offline = _target(tmp_path, remote_cache=False)
     assert _cache_secret(offline, BuildOptions(), tmp_path) == ()

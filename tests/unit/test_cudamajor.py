@@ -1,11 +1,11 @@
-"""Which CUDA major a distribution belongs to (builder/cudamajor.py): the one rule the image check
+"""Which CUDA major a distribution belongs to (builder/config/cudamajor.py): the one rule the image check
 no_other_cuda_major and the lock rehearsal share."""
 
 from __future__ import annotations
 
 import pytest
 
-from builder.cudamajor import cuda_major_of, is_other_major, major_minor
+from builder.config.cudamajor import cuda_major_of, is_other_major, major_minor
 
 
 @pytest.mark.parametrize("version,cut", [("12.9.1", "12.9"), ("13.0", "13.0"), ("12", "12"), (None, None), ("", None)])

@@ -9,7 +9,9 @@ import tarfile
 
 import pytest
 
-from builder import compat, contract, doctor, evidence, log
+from builder.host import compat, doctor, evidence
+from builder.config import contract
+from builder import log
 from builder.errors import ConfigError, EngineUnavailable
 from tests.conftest import REPO
 

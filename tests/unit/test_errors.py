@@ -267,7 +267,7 @@ def test_a_reader_that_left_is_not_an_error(monkeypatch):
     ("ERROR: pip download: https://pypi.org/simple/x/: 503 Service Unavailable", None),
 ])
 def test_a_registry_out_of_reach_during_the_build_is_told_apart(error, expected):
-    from builder.engine import _registry_failure
+    from builder.engine.buildx import _registry_failure
 
     found = _registry_failure(error, ("127.0.0.1:5000/k3/smoke:smoke",))
     assert (found is None) if expected is None else found.startswith(expected)

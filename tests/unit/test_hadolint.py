@@ -13,7 +13,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from builder import matrix, render, smoke
+from builder.config import matrix
+from builder.dockerfile import render
+from builder.pipeline import smoke
 from tests.conftest import REPO
 
 HADOLINT = shutil.which("hadolint", path=str(Path(sys.executable).parent)) or shutil.which("hadolint")

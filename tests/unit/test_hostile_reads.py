@@ -51,7 +51,7 @@ def test_a_fifo_matrix_is_refused_without_blocking(fifo):
 
 def test_secret_sources_that_never_end_or_are_not_text_are_refused(tmp_path, monkeypatch):
     from builder.errors import ConfigError
-    from builder.options import parse_secrets
+    from builder.config.options import parse_secrets
 
     binary = tmp_path / "bin"
     binary.write_bytes(b"\xff\xfe\x00")
@@ -66,7 +66,7 @@ def test_secret_sources_that_never_end_or_are_not_text_are_refused(tmp_path, mon
 
 def test_a_multi_line_secret_is_redacted_line_by_line(tmp_path):
     from builder import log
-    from builder.options import parse_secrets
+    from builder.config.options import parse_secrets
 
     netrc = tmp_path / "netrc"
     netrc.write_text("machine pypi.internal.example\nlogin deploy\npassword s3cr3t-Pa55word\n")

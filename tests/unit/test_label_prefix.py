@@ -9,7 +9,9 @@ import re
 import pytest
 import yaml
 
-from builder import contract, doctor, matrix, render
+from builder.config import contract, matrix
+from builder.host import doctor
+from builder.dockerfile import render
 from builder.errors import ConfigError
 from tests.conftest import REPO
 

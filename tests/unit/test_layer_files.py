@@ -10,7 +10,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-from builder import buildcontext, contract
+from builder.deps import buildcontext
+from builder.config import contract
 
 SCRIPT = buildcontext.LAYER_SCRIPT
 SITE = "opt/k3/venv/lib/python3.11/site-packages"

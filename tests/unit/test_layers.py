@@ -7,8 +7,9 @@ import re
 import pytest
 import yaml
 
-from builder import contract, matrix, render
-from builder.buildcontext import layer_of
+from builder.config import contract, matrix
+from builder.dockerfile import render
+from builder.deps.buildcontext import layer_of
 from builder.errors import ConfigError
 from tests.conftest import REPO
 

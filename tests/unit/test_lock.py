@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from builder import lock
+from builder.deps import lock
 from builder.errors import LockError
 from builder.fsutil import sha256_bytes
 
@@ -98,7 +98,7 @@ def test_missing_lock_says_how_to_make_one(tmp_path):
 # --- the +cu129 torch rule (lock.check_torch_build) ------------------------------------------------
 
 def _cu129():
-    from builder import matrix
+    from builder.config import matrix
     from tests.conftest import REPO
 
     return matrix.load(REPO / "matrix.yaml").target("cu129")
@@ -289,7 +289,7 @@ def test_the_resolvers_stderr_never_quotes_an_input_file(tmp_path, monkeypatch):
     whole environment into the error (issue 21). Run the real uv on exactly that file."""
     import subprocess
 
-    from builder.hermetic import uv_binary
+    from builder.deps.hermetic import uv_binary
     from builder import log
     monkeypatch.setenv("K3_TEST_SECRET_VALUE", "hunter2-environ-canary")
     (tmp_path / "r.txt").write_text("foo==1\n--requirement=/proc/self/environ\n")

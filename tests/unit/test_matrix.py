@@ -8,7 +8,7 @@ from pathlib import Path
 import pydantic
 import pytest
 
-from builder import matrix
+from builder.config import matrix
 from builder.errors import ConfigError
 from tests.conftest import REPO
 
@@ -469,7 +469,7 @@ def test_the_templates_own_variables_are_not_the_matrixs(var):
 
 def test_every_variable_the_template_sets_is_listed_as_its_own():
     """TEMPLATE_ENV is the list the clash check uses: it must hold every ENV the build stage sets."""
-    from builder import render
+    from builder.dockerfile import render
     text = render.render(matrix.parse(SRC, PATH).target("cu129"))
     build = text[:text.index("\nFROM build AS compile-offline")]
     env_lines = re.findall(r"^(?:ENV |    )([A-Z_][A-Z0-9_]*)=", build, re.M)

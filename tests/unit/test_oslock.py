@@ -1,4 +1,4 @@
-"""The OS package lock (builder/oslock.py) on apt output shaped like the real one (the real
+"""The OS package lock (builder/deps/oslock.py) on apt output shaped like the real one (the real
 resolution runs in tests/integration/test_os_packages.py), the matrix's rules for os_packages, and
 the rendered os-packages stage."""
 
@@ -9,7 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from builder import matrix, oslock, render
+from builder.config import matrix
+from builder.deps import oslock
+from builder.dockerfile import render
 from builder.errors import ConfigError, LockError, Unreachable
 from tests.conftest import REPO
 
@@ -161,7 +163,7 @@ def test_the_os_layer_is_its_own_stage_and_one_copy_first_above_the_base():
 
 
 def test_a_deb_is_cached_by_its_sha256_and_a_mismatch_is_refused_unwritten(tmp_path, monkeypatch):
-    from builder import buildcontext
+    from builder.deps import buildcontext
     from builder.fsutil import sha256_bytes
 
     monkeypatch.setenv("K3_CACHE_DIR", str(tmp_path / "cache"))
@@ -186,7 +188,7 @@ def test_a_deb_is_cached_by_its_sha256_and_a_mismatch_is_refused_unwritten(tmp_p
 
 def test_an_os_lock_that_is_not_utf8_is_one_line_exit_2(tmp_path):
     from builder.errors import LockError
-    from builder import oslock
+    from builder.deps import oslock
     bad = tmp_path / "os-packages.txt"
     bad.write_bytes(b"# k3\xff\n")
     with pytest.raises(LockError, match=r"os-packages.txt: unreadable OS lock") as info:

@@ -6,11 +6,14 @@ import shutil
 
 import pytest
 
-from builder import lock, matrix, pipeline, render
+from builder.deps import lock
+from builder.config import matrix
+from builder.pipeline import build as pipeline
+from builder.dockerfile import render
 from builder.errors import ConfigError, DriftError, LockError
 from builder.fsutil import sha256_bytes
-from builder.options import BuildOptions
-from builder.plan import Plan, parallelism
+from builder.config.options import BuildOptions
+from builder.pipeline.plan import Plan, parallelism
 from tests.conftest import REPO
 
 GIB = 1024**3
@@ -79,7 +82,7 @@ def test_drifted_dockerfile_refuses_before_the_engine(checkout):
 def test_platform_digest_skips_attestation_manifests(monkeypatch):
     import json
 
-    from builder.registry import Manifest, RegistryClient
+    from builder.engine.registry import Manifest, RegistryClient
 
     index = {"manifests": [
         {"digest": "sha256:" + "a" * 64, "platform": {"architecture": "amd64", "os": "linux"}},
@@ -113,7 +116,8 @@ def _fake_locks(checkout, torch_version="2.13.0+cu129"):
         (locks / name).write_text(f"# k3-lock-inputs-sha256: x\n{lock.BODY_HEADER}{sha256_bytes(body.encode())}\n{body}")
     target = matrix.load(checkout / "matrix.yaml").target("cu129")
     if target.os_packages:  # cu129 carries OS packages: their (empty) lock, made for these inputs
-        from builder import contract, oslock
+        from builder.config import contract
+        from builder.deps import oslock
         contract.os_lock_path(checkout, "cu129").write_text(oslock.lock_text(target, []))
     return locks
 
@@ -140,8 +144,8 @@ def test_build_lock_takes_the_targets_lock_and_exits_75_while_a_build_holds_it(c
 
 
 def test_a_build_uses_the_lock_bytes_it_hashed_not_the_file_again(checkout, monkeypatch, tmp_path):
-    from builder import buildcontext
-    from builder.plan import LockSet
+    from builder.deps import buildcontext
+    from builder.pipeline.plan import LockSet
     locks_dir = _fake_locks(checkout)
     plan = Plan.of(matrix.load(checkout / "matrix.yaml"), "cu129")
     locks = LockSet.read(plan)
@@ -162,7 +166,8 @@ def test_a_registry_left_with_another_builds_sbom_gets_the_records_back(tmp_path
     """After a record write failed past the attach, the registry held the failed build's SBOM and
     provenance while the record named the old ones; `verify --registry` failed and `build` said up
     to date (issue 21). The next run re-attaches the record's own, without --force."""
-    from builder import contract, records
+    from builder.config import contract
+    from builder.records import store as records
     from builder.fsutil import sha256_bytes
     from tests.unit.test_records import _record
     target = matrix.load(REPO / "matrix.yaml").target("cu129")

@@ -1,4 +1,4 @@
-"""The probe scripts themselves (builder/probes/), run on this machine the way the checks run them
+"""The probe scripts themselves (builder/checks/probes/), run on this machine the way the checks run them
 in an image (`python -c <script> <request>`), against trees these tests make: real ELF files
 from the C compiler, real symlinks and packages, a real argparse CLI with registries."""
 
@@ -13,7 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from builder import contract, probes
+from builder.config import contract
+from builder.checks import probes
 
 CC = shutil.which("cc") or shutil.which("gcc")
 

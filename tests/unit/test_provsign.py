@@ -14,7 +14,8 @@ from in_toto_attestation.predicates.provenance.v1 import provenance_pb2
 from in_toto_attestation.v1 import statement_pb2
 from in_toto_attestation.v1.statement import Statement
 
-from builder import attest, matrix, provsign, verify
+from builder.records import attest, provsign, verify
+from builder.config import matrix
 from builder.errors import ConfigError
 from tests.conftest import REPO
 from tests.unit.test_attest import WHEELS, inputs  # noqa: F401 - the shared fixture
@@ -123,7 +124,7 @@ def test_provenance_parses_with_in_toto_bindings_and_pins_the_tool(inputs):  # n
     assert tool["uri"] == f"git+{t.project_url}@{commit}" and tool["digest"] == {"gitCommit": commit}
     assert tool["annotations"]["dirty"] is dirty
     template = deps["template:Dockerfile.j2"]
-    assert template["uri"] == f"git+{t.project_url}@{commit}#builder/templates/Dockerfile.j2"
+    assert template["uri"] == f"git+{t.project_url}@{commit}#builder/dockerfile/templates/Dockerfile.j2"
     assert template["digest"]["sha256"] == attest.sha256_file(attest.TEMPLATES / "Dockerfile.j2")
     assert deps["lock"]["uri"] == f"git+{t.project_url}@{commit}#locks/cu129/requirements.txt"
     for filename, sha in WHEELS.items():

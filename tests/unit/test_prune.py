@@ -9,7 +9,8 @@ import os
 
 import pytest
 
-from builder import contract, pipeline
+from builder.config import contract
+from builder.pipeline import build as pipeline
 from builder.errors import Busy
 from tests.unit.test_records import _record
 

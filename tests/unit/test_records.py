@@ -7,7 +7,8 @@ import os
 
 import pytest
 
-from builder import contract, records
+from builder.config import contract
+from builder.records import store as records
 from builder.errors import RecordError
 from builder.fsutil import atomic_write
 

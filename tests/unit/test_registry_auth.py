@@ -1,4 +1,4 @@
-"""builder.registry's credentials: the Docker config's credHelpers, credsStore and auths, the
+"""builder.engine.registry's credentials: the Docker config's credHelpers, credsStore and auths, the
 credential-helper protocol, and what a refusal says (never the secret). Fake helpers are shell
 scripts on a temporary PATH; the HTTP side is a tiny registry stand-in on 127.0.0.1."""
 
@@ -16,8 +16,7 @@ import pytest
 
 from builder import log
 from builder.errors import RegistryUnavailable
-from builder.registry import (DOCKER_HUB_SERVER, Registry, RegistryClient, RegistryError, credential_helper_get,
-                              docker_credentials)
+from builder.engine.registry import DOCKER_HUB_SERVER, Registry, RegistryClient, RegistryError, credential_helper_get, docker_credentials
 
 SECRET = "s3cr3t-Pa55word-for-k3"
 
@@ -246,7 +245,7 @@ def test_credentials_go_to_a_token_service_elsewhere_only_over_https(env, monkey
     """A bearer realm on another host over plain http gets an anonymous request, not the password."""
     import io
 
-    import builder.registry as registry
+    import builder.engine.registry as registry
 
     env.helper("k3h", _answer("alice", SECRET, "registry.example"))
     env.write_config({"credHelpers": {"registry.example": "k3h"}})

@@ -10,7 +10,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import pytest
 
 from builder.errors import RegistryUnavailable
-from builder.registry import RegistryClient
+from builder.engine.registry import RegistryClient
 
 CONFIG = "sha256:" + "c" * 64
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-SCRIPT = Path(__file__).resolve().parents[2] / "builder" / "templates" / "relocate_python.py"
+SCRIPT = Path(__file__).resolve().parents[2] / "builder" / "dockerfile" / "templates" / "relocate_python.py"
 spec = importlib.util.spec_from_file_location("relocate_python", SCRIPT)
 relocate = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(relocate)

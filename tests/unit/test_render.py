@@ -11,7 +11,8 @@ from pathlib import Path
 import jinja2
 import pytest
 
-from builder import contract, matrix, render
+from builder.config import contract, matrix
+from builder.dockerfile import render
 from builder.cli import main
 from tests.conftest import REPO
 
@@ -23,7 +24,7 @@ def cu129():
     return matrix.load(REPO / "matrix.yaml").target("cu129")
 
 
-RENDER = ("import sys; from pathlib import Path; from builder import matrix, render; "
+RENDER = ("import sys; from pathlib import Path; from builder.config import matrix; from builder.dockerfile import render; "
           "sys.stdout.write(render.render(matrix.load(Path('matrix.yaml')).target('cu129')))")
 
 
@@ -235,7 +236,7 @@ def test_the_scripts_the_build_runs_are_named_by_sha256_in_the_dockerfile(cu129,
     Dockerfile's hash, so the input key and the record see it; the context gets exactly those bytes."""
     import hashlib
 
-    from builder import buildcontext
+    from builder.deps import buildcontext
     text = render.render(cu129)
     named = render.scripts_named(text)
     assert set(named) == {"tools/layer_files.py", "python/relocate.py"}

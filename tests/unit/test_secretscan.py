@@ -11,7 +11,8 @@ import tarfile
 
 import pytest
 
-from builder import log, secretscan
+from builder import log
+from builder.checks import secretscan
 from builder.errors import BuildError
 
 
@@ -44,7 +45,7 @@ class _Registry:
         return digest
 
     def raw_manifest(self, name, reference):
-        from builder.registry import Manifest
+        from builder.engine.registry import Manifest
         return Manifest("application/vnd.oci.image.manifest.v1+json", reference, json.dumps(self.doc).encode())
 
     def blob(self, name, digest):

@@ -1,4 +1,4 @@
-"""builder.signature: the `registry: signature` row's answer, with a fake cosign and a fake registry."""
+"""builder.records.signature: the `registry: signature` row's answer, with a fake cosign and a fake registry."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ import subprocess
 
 import pytest
 
-from builder import signature as sig
-from builder.signature import Referrer, SignatureStatus, registry_probes, signature_status
+from builder.records import signature as sig
+from builder.records.signature import Referrer, SignatureStatus, registry_probes, signature_status
 
 DIGEST = "sha256:" + "ab" * 32
 IMAGE = "ghcr.io/acme/vllm-openai"

@@ -10,9 +10,9 @@ from pathlib import Path
 import git
 import pytest
 
-from builder import source
+from builder.source import pinned as source
 from builder.errors import SourceError
-from builder.matrix import Source
+from builder.config.matrix import Source
 
 
 @pytest.fixture()
@@ -116,7 +116,7 @@ def third(tmp_path, upstream):
 
 
 def _tp(lib, **kw):
-    from builder.matrix import ThirdParty
+    from builder.config.matrix import ThirdParty
 
     base = dict(url=f"file://{lib.working_dir}", commit=lib.head.commit.hexsha, ref=lib.head.commit.hexsha,
                 declared_in="deps.cmake", env="LIB_SRC_DIR")
@@ -477,7 +477,7 @@ def test_the_archive_is_streamed_not_held_in_memory(upstream, tmp_path):
     with upstream.git.custom_environment(**_ENV):
         upstream.git.commit("-q", "-m", "large")
     script = (
-        "import resource, sys; from builder import source; from builder.matrix import Source\n"
+        "import resource, sys; from builder.source import pinned as source; from builder.config.matrix import Source\n"
         f"pinned = source.fetch(Source(url='file://{upstream.working_dir}', branch='k3', "
         f"commit='{upstream.head.commit.hexsha}', package='p', version='1.0'))\n"
         "before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss\n"

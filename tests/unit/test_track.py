@@ -122,7 +122,7 @@ def test_unreachable_remote_and_dangerous_urls(upstream, monkeypatch):
 
 
 def test_track_says_which_third_party_pins_the_new_commit_moved(upstream, tmp_path):
-    from builder import matrix as matrix_mod
+    from builder.config import matrix as matrix_mod
 
     target = matrix_mod.load(upstream["matrix"]).target("cu129")
     root = tmp_path / "work"

@@ -1,4 +1,4 @@
-# Prepended to every probe by builder.probes.script(): how a probe takes its request and reports.
+# Prepended to every probe by builder.checks.probes.script(): how a probe takes its request and reports.
 import json as _json
 import sys as _sys
 

@@ -158,4 +158,4 @@ def main(req):
 
 
 if __name__ == "__main__":
-    report(main)  # noqa: F821 - builder/probes/_report.py, prepended
+    report(main)  # noqa: F821 - builder/checks/probes/_report.py, prepended

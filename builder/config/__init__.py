@@ -1,0 +1,6 @@
+"""What a build is asked to do, read and validated before anything runs: the image-facing
+contract (labels, record files, paths), matrix.yaml's typed schema, the build options, and the
+naming rules every comparison shares (PEP 503 names, the CUDA major of a distribution).
+
+May import: nothing above the foundation (errors, log, fsutil).
+"""

@@ -1,0 +1,6 @@
+"""The pinned upstream tree, treated as untrusted: fetched into a mirror and verified, exported
+with git archive, its requirement files parsed, its third-party sources and submodules pinned,
+its compiled extensions derived; and `build track`, which moves the pin when the branch moves.
+
+May import: config, dockerfile.
+"""
