@@ -44,7 +44,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from builder.engine import buildlog
+from builder.engine import buildlog  # noqa: E402  (after sys.path: run as a script from the checkout)
 
 BUILD = str(REPO / ".venv" / "bin" / "build")
 MEASURES = ("tool-vs-raw", "noop", "expiry", "render-plan", "delta", "import-time", "overhead", "compile-cache")
@@ -102,19 +102,46 @@ def tool_vs_raw(smoke: Smoke, rounds: int) -> list[tuple[str, str, str]]:
         lock_sha = sh("sha256sum", str(smoke.work / "locks/smoke/requirements.txt")).stdout.split()[0]
         contexts = [f"source={b / 'source'}"] + [f"tp-{p.name}={p}" for p in sorted((b / "third_party").iterdir())]
         prune()
-        cmd = ["docker", "buildx", "build", "--progress", "plain", "--no-cache", "--push",
-               "-t", meta["image.name"].rsplit(":", 1)[0] + ":raw", "-f", str(smoke.work / "dockerfiles/smoke/Dockerfile"),
-               *[a for c in contexts for a in ("--build-context", c)],
-               "--build-arg", f"SOURCE_DATE_EPOCH={epoch}", "--build-arg", "MAX_JOBS=2", "--build-arg", "NVCC_THREADS=1",
-               "--build-arg", f"K3_CREATED={time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime(int(epoch)))}",
-               "--build-arg", f"K3_LOCK_SHA256={lock_sha}", str(b / "context")]
+        cmd = [
+            "docker",
+            "buildx",
+            "build",
+            "--progress",
+            "plain",
+            "--no-cache",
+            "--push",
+            "-t",
+            meta["image.name"].rsplit(":", 1)[0] + ":raw",
+            "-f",
+            str(smoke.work / "dockerfiles/smoke/Dockerfile"),
+            *[a for c in contexts for a in ("--build-context", c)],
+            "--build-arg",
+            f"SOURCE_DATE_EPOCH={epoch}",
+            "--build-arg",
+            "MAX_JOBS=2",
+            "--build-arg",
+            "NVCC_THREADS=1",
+            "--build-arg",
+            f"K3_CREATED={time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime(int(epoch)))}",
+            "--build-arg",
+            f"K3_LOCK_SHA256={lock_sha}",
+            str(b / "context"),
+        ]
         raw.append(timed(*cmd, env=dict(os.environ, SOURCE_DATE_EPOCH=epoch))[0])
-    return [("cold build via tool (median s)", f"{med(tool):.2f}", ", ".join(f"{x:.2f}" for x in tool)),
-            ("cold build raw buildx (median s)", f"{med(raw):.2f}", ", ".join(f"{x:.2f}" for x in raw)),
-            ("ratio tool / raw (whole command)", f"{med(tool) / med(raw):.3f}",
-             f"goal <= 1.05; fixed overhead {med(tool) - med(raw):.2f} s"),
-            ("engine step inside the tool (median s)", f"{med(engine_step):.2f}",
-             f"ratio to raw {med(engine_step) / med(raw):.3f}")]
+    return [
+        ("cold build via tool (median s)", f"{med(tool):.2f}", ", ".join(f"{x:.2f}" for x in tool)),
+        ("cold build raw buildx (median s)", f"{med(raw):.2f}", ", ".join(f"{x:.2f}" for x in raw)),
+        (
+            "ratio tool / raw (whole command)",
+            f"{med(tool) / med(raw):.3f}",
+            f"goal <= 1.05; fixed overhead {med(tool) - med(raw):.2f} s",
+        ),
+        (
+            "engine step inside the tool (median s)",
+            f"{med(engine_step):.2f}",
+            f"ratio to raw {med(engine_step) / med(raw):.3f}",
+        ),
+    ]
 
 
 def noop(smoke: Smoke, rounds: int) -> list[tuple[str, str, str]]:
@@ -153,8 +180,14 @@ def _bump(smoke: Smoke, path: str, change, when: str) -> None:
     """A new commit on the smoke branch that changes one file of the source."""
     src = smoke.work / "k3smoke-src" / path
     src.write_text(change(src.read_text()))
-    env = dict(os.environ, GIT_AUTHOR_NAME="b", GIT_AUTHOR_EMAIL="b@e.org", GIT_COMMITTER_NAME="b",
-               GIT_COMMITTER_EMAIL="b@e.org", GIT_COMMITTER_DATE=when)
+    env = dict(
+        os.environ,
+        GIT_AUTHOR_NAME="b",
+        GIT_AUTHOR_EMAIL="b@e.org",
+        GIT_COMMITTER_NAME="b",
+        GIT_COMMITTER_EMAIL="b@e.org",
+        GIT_COMMITTER_DATE=when,
+    )
     sh("git", "-C", str(smoke.work / "k3smoke-src"), "commit", "-qam", "bump", env=env)
     commit = sh("git", "-C", str(smoke.work / "k3smoke-src"), "rev-parse", "HEAD").stdout.strip()
     smoke.edit(lambda text: re.sub(r"(\n      commit: )[0-9a-f]{40}", rf"\g<1>{commit}", text, count=1))
@@ -190,8 +223,18 @@ def _vllm_wheel() -> Path:
 
     version = matrix_mod.load(REPO / "matrix.yaml").target("cu129").source.version
     dest = Path(os.environ.get("K3_CACHE_DIR") or Path.home() / ".cache" / "k3-builder") / "bench"
-    sh(sys.executable, "-m", "pip", "download", "--quiet", "--no-deps", f"vllm=={version}", "-d", str(dest),
-       env=dict(os.environ, PIP_CONFIG_FILE="/dev/null"))
+    sh(
+        sys.executable,
+        "-m",
+        "pip",
+        "download",
+        "--quiet",
+        "--no-deps",
+        f"vllm=={version}",
+        "-d",
+        str(dest),
+        env=dict(os.environ, PIP_CONFIG_FILE="/dev/null"),
+    )
     return sorted(dest.glob(f"vllm-{version}-*.whl"))[-1]
 
 
@@ -216,12 +259,27 @@ def _vllm_split() -> dict[str, int]:
     helper = REPO / "builder" / "dockerfile" / "templates" / "layer_files.py"
     with tempfile.TemporaryDirectory() as tmp:
         stage, native, py = (Path(tmp) / n for n in ("stage", "native", "python"))
-        sh(sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--no-compile", "--no-index",
-           "--root", str(stage), str(wheel), env=dict(os.environ, PIP_CONFIG_FILE="/dev/null"))
+        sh(
+            sys.executable,
+            "-m",
+            "pip",
+            "install",
+            "--quiet",
+            "--no-deps",
+            "--no-compile",
+            "--no-index",
+            "--root",
+            str(stage),
+            str(wheel),
+            env=dict(os.environ, PIP_CONFIG_FILE="/dev/null"),
+        )
         sh(sys.executable, str(helper), "split", str(stage), str(native), str(py))
         out["native_gz"], out["python_gz_no_pyc"] = _gz_tar_bytes(native), _gz_tar_bytes(py)
-        out["compiled"] = sh(sys.executable, str(helper), "bytecode", str(py),
-                             env=dict(os.environ, PYTHONHASHSEED="0")).stdout.strip().split(": ", 1)[1]
+        out["compiled"] = (
+            sh(sys.executable, str(helper), "bytecode", str(py), env=dict(os.environ, PYTHONHASHSEED="0"))
+            .stdout.strip()
+            .split(": ", 1)[1]
+        )
         out["python_gz"] = _gz_tar_bytes(py)
     return out
 
@@ -230,12 +288,20 @@ def _cu129_projection() -> list[tuple[str, str, str]]:
     sizes, split = _rehearsed_layer_bytes(), _vllm_split()
     total = sum(sizes.values()) + split["native_gz"] + split["python_gz"]
     per = ", ".join(f"{k} {v / 1e9:.2f} GB" for k, v in sorted(sizes.items()))
-    return [("cu129 projected: Python-only bump / above base", f"{split['python_gz'] / total:.4f}",
-             f"app-python {split['python_gz'] / 1e6:.1f} MB of {total / 1e9:.2f} GB (without bytecode "
-             f"{split['python_gz_no_pyc'] / 1e6:.1f} MB; {split['compiled']})"),
-            ("cu129 projected: C-only bump / above base", f"{split['native_gz'] / total:.4f}",
-             f"app-native {split['native_gz'] / 1e9:.3f} GB; vllm wheel: ELF files {split['zip_elf'] / 1e6:.1f} MB, "
-             f"other files {split['zip_other'] / 1e6:.1f} MB compressed; other layers: {per}")]
+    return [
+        (
+            "cu129 projected: Python-only bump / above base",
+            f"{split['python_gz'] / total:.4f}",
+            f"app-python {split['python_gz'] / 1e6:.1f} MB of {total / 1e9:.2f} GB (without bytecode "
+            f"{split['python_gz_no_pyc'] / 1e6:.1f} MB; {split['compiled']})",
+        ),
+        (
+            "cu129 projected: C-only bump / above base",
+            f"{split['native_gz'] / total:.4f}",
+            f"app-native {split['native_gz'] / 1e9:.3f} GB; vllm wheel: ELF files {split['zip_elf'] / 1e6:.1f} MB, "
+            f"other files {split['zip_other'] / 1e6:.1f} MB compressed; other layers: {per}",
+        ),
+    ]
 
 
 def _wheel_size(name: str, version: str) -> int:
@@ -252,16 +318,30 @@ def delta(smoke: Smoke, rounds: int) -> list[tuple[str, str, str]]:
     first = _layers(smoke.matrix.read_text().split("registry: ")[1].split()[0] + "/" + smoke.repository + ":smoke")
     _bump(smoke, "k3smoke/__main__.py", lambda text: text + "# bumped\n", "2026-11-02T00:00:00+00:00")
     after_py, moved_py = _moved(smoke, first)
-    _bump(smoke, "csrc/driver.c", lambda text: text + 'const char k3_bump_note[] = "bumped";\n',
-          "2026-11-03T00:00:00+00:00")
+    _bump(
+        smoke,
+        "csrc/driver.c",
+        lambda text: text + 'const char k3_bump_note[] = "bumped";\n',
+        "2026-11-03T00:00:00+00:00",
+    )
     after_c, moved_c = _moved(smoke, after_py)
     base = len(_layers(re.search(r"runtime: (\S+)", smoke.matrix.read_text()).group(1)))
     above = sum(n for _, n in after_c[base:])
-    rows = [("layers above the base", str(len(after_c) - base),
-             f"Python-only bump changed {len(moved_py)}, C-only bump changed {len(moved_c)}")]
+    rows = [
+        (
+            "layers above the base",
+            str(len(after_c) - base),
+            f"Python-only bump changed {len(moved_py)}, C-only bump changed {len(moved_c)}",
+        )
+    ]
     for kind, moved in (("Python-only", moved_py), ("C-only", moved_c)):
-        rows.append((f"delta: {kind} bump new bytes / above base", f"{sum(n for _, n in moved) / above:.4f}",
-                     f"{sum(n for _, n in moved)} of {above} bytes (smoke)"))
+        rows.append(
+            (
+                f"delta: {kind} bump new bytes / above base",
+                f"{sum(n for _, n in moved) / above:.4f}",
+                f"{sum(n for _, n in moved)} of {above} bytes (smoke)",
+            )
+        )
     return rows + _cu129_projection()
 
 
@@ -303,16 +383,37 @@ def import_time(smoke: Smoke, rounds: int) -> list[tuple[str, str, str]]:
     smoke.build("--no-checks")
     image = smoke.matrix.read_text().split("registry: ")[1].split()[0] + "/" + smoke.repository + ":smoke"
     starts = max(15, rounds * 5)
-    script = f"cat > /tmp/probe.py <<'EOF'\n{_IMPORT_PROBE}\nEOF\npython /tmp/probe.py {starts} {' '.join(IMPORT_MODULES)}\n"
+    script = (
+        f"cat > /tmp/probe.py <<'EOF'\n{_IMPORT_PROBE}\nEOF\npython /tmp/probe.py {starts} {' '.join(IMPORT_MODULES)}\n"
+    )
     # The driver library every extension links: the base's compat copy, as the checks load it.
-    caches, *out = sh("docker", "run", "--rm", "--network", "none", "--user", "0", "-e",
-                      "LD_LIBRARY_PATH=/usr/local/cuda/compat", "--entrypoint", "sh", image, "-c", script).stdout.split()
+    caches, *out = sh(
+        "docker",
+        "run",
+        "--rm",
+        "--network",
+        "none",
+        "--user",
+        "0",
+        "-e",
+        "LD_LIBRARY_PATH=/usr/local/cuda/compat",
+        "--entrypoint",
+        "sh",
+        image,
+        "-c",
+        script,
+    ).stdout.split()
     rows = []
     for i, module in enumerate(IMPORT_MODULES):
         with_pyc, without = int(out[2 * i]), int(out[2 * i + 1])
-        rows.append((f"import {module}: with / without bytecode", f"{with_pyc / without:.3f}",
-                     f"{with_pyc / 1000:.1f} ms / {without / 1000:.1f} ms, medians of {starts} cold starts "
-                     f"each, interleaved ({caches} .pyc files under /opt/k3)"))
+        rows.append(
+            (
+                f"import {module}: with / without bytecode",
+                f"{with_pyc / without:.3f}",
+                f"{with_pyc / 1000:.1f} ms / {without / 1000:.1f} ms, medians of {starts} cold starts "
+                f"each, interleaved ({caches} .pyc files under /opt/k3)",
+            )
+        )
     return rows
 
 
@@ -338,10 +439,20 @@ def overhead(smoke: Smoke, rounds: int) -> list[tuple[str, str, str]]:
     smoke.build("--no-checks")
     runs = []
     for _ in range(max(3, rounds)):
-        t, proc = timed(BUILD, "--matrix", str(smoke.matrix), "--target", "smoke", "--force", "--no-checks",
-                        env=dict(os.environ, PYTHONPROFILEIMPORTTIME="1"))
-        steps = {_step_name(m.group(1)): float(m.group(2))
-                 for m in re.finditer(r"done: smoke: (.+) \(([\d.]+)s\)$", proc.stderr, re.M)}
+        t, proc = timed(
+            BUILD,
+            "--matrix",
+            str(smoke.matrix),
+            "--target",
+            "smoke",
+            "--force",
+            "--no-checks",
+            env=dict(os.environ, PYTHONPROFILEIMPORTTIME="1"),
+        )
+        steps = {
+            _step_name(m.group(1)): float(m.group(2))
+            for m in re.finditer(r"done: smoke: (.+) \(([\d.]+)s\)$", proc.stderr, re.M)
+        }
         runs.append((t, steps, _import_seconds(proc.stderr)))
     wall = med(r[0] for r in runs)
     engine = med(next(v for k, v in r[1].items() if k.startswith("buildx build")) for r in runs)
@@ -349,13 +460,20 @@ def overhead(smoke: Smoke, rounds: int) -> list[tuple[str, str, str]]:
     by_step = sorted(((k, med(r[1].get(k, 0.0) for r in runs)) for k in names), key=lambda kv: -kv[1])
     imports = med(r[2][0] for r in runs)
     rest = wall - engine - sum(v for _, v in by_step)
-    return [("fixed overhead: tool minus engine step (s)", f"{wall - engine:.2f}",
-             f"whole command {wall:.2f} s, engine step {engine:.2f} s (all cached), median of {len(runs)}"),
-            ("  ... by step (s)", f"{sum(v for _, v in by_step):.2f}",
-             "; ".join(f"{k} {v:.2f}" for k, v in by_step)),
-            ("  ... outside any step (s)", f"{rest:.2f}",
-             f"start-up and imports; all imports {imports:.2f} s (-X importtime, some inside steps), slowest: "
-             + ", ".join(f"{k} {v:.2f}" for k, v in runs[0][2][1]))]
+    return [
+        (
+            "fixed overhead: tool minus engine step (s)",
+            f"{wall - engine:.2f}",
+            f"whole command {wall:.2f} s, engine step {engine:.2f} s (all cached), median of {len(runs)}",
+        ),
+        ("  ... by step (s)", f"{sum(v for _, v in by_step):.2f}", "; ".join(f"{k} {v:.2f}" for k, v in by_step)),
+        (
+            "  ... outside any step (s)",
+            f"{rest:.2f}",
+            f"start-up and imports; all imports {imports:.2f} s (-X importtime, some inside steps), slowest: "
+            + ", ".join(f"{k} {v:.2f}" for k, v in runs[0][2][1]),
+        ),
+    ]
 
 
 def compile_cache(smoke: Smoke, rounds: int) -> list[tuple[str, str, str]]:
@@ -363,14 +481,33 @@ def compile_cache(smoke: Smoke, rounds: int) -> list[tuple[str, str, str]]:
     with socket.socket() as s:
         s.bind((host, 0))
         port = s.getsockname()[1]
-    redis = subprocess.Popen(["redis-server", "--bind", host, "--port", str(port), "--save", "",
-                              "--appendonly", "no", "--protected-mode", "no"], stdout=subprocess.DEVNULL)
+    redis = subprocess.Popen(
+        [
+            "redis-server",
+            "--bind",
+            host,
+            "--port",
+            str(port),
+            "--save",
+            "",
+            "--appendonly",
+            "no",
+            "--protected-mode",
+            "no",
+        ],
+        stdout=subprocess.DEVNULL,
+    )
     try:
         time.sleep(0.5)
-        smoke.edit(lambda text: text.replace("K3SMOKE_CUDA_VERSION: 12.9.1",
-                                             "K3SMOKE_CUDA_VERSION: 12.9.1\n        K3SMOKE_HEAVY_UNITS: '6'")
-                   .replace("max_jobs: 2,", "max_jobs: 2, remote_cache: true,").replace("max_jobs: 2\n",
-                                                                                          "max_jobs: 2\n      remote_cache: true\n"))
+        smoke.edit(
+            lambda text: (
+                text.replace(
+                    "K3SMOKE_CUDA_VERSION: 12.9.1", "K3SMOKE_CUDA_VERSION: 12.9.1\n        K3SMOKE_HEAVY_UNITS: '6'"
+                )
+                .replace("max_jobs: 2,", "max_jobs: 2, remote_cache: true,")
+                .replace("max_jobs: 2\n", "max_jobs: 2\n      remote_cache: true\n")
+            )
+        )
         results = []
         for attempt in ("cold", "warm"):
             prune()
@@ -383,9 +520,14 @@ def compile_cache(smoke: Smoke, rounds: int) -> list[tuple[str, str, str]]:
         redis.terminate()
         redis.wait(timeout=10)
     (_, (hits, misses, rate), warm_s, _), (_, _, cold_s, _) = results[1], results[0]
-    return [("compile cache hit rate (fresh builder)", rate, f"{hits} hits, {misses} misses (redis on {host})"),
-            ("compile step cold / warm (s)", f"{cold_s / warm_s:.2f}x",
-             f"cold {cold_s:.1f} s, warm {warm_s:.1f} s; 6 heavy units + 7 smoke units, MAX_JOBS=2")]
+    return [
+        ("compile cache hit rate (fresh builder)", rate, f"{hits} hits, {misses} misses (redis on {host})"),
+        (
+            "compile step cold / warm (s)",
+            f"{cold_s / warm_s:.2f}x",
+            f"cold {cold_s:.1f} s, warm {warm_s:.1f} s; 6 heavy units + 7 smoke units, MAX_JOBS=2",
+        ),
+    ]
 
 
 def _compile_step_seconds(log: str) -> float:
@@ -414,10 +556,12 @@ def main() -> None:
                 print(f"{name}: {measure}: {value}  {note}", file=sys.stderr, flush=True)
         finally:
             shutil.rmtree(work, ignore_errors=True)
-    print(f"machine: {platform.node()} {platform.machine()}, {sh('nproc').stdout.strip()} cores, "
-          f"{os.sysconf('SC_PAGE_SIZE') * os.sysconf('SC_PHYS_PAGES') // 2**30} GiB, "
-          f"docker {sh('docker', 'version', '--format', '{{.Server.Version}}').stdout.strip()}, "
-          f"buildx {sh('docker', 'buildx', 'version').stdout.split()[1]}, rounds {args.rounds}")
+    print(
+        f"machine: {platform.node()} {platform.machine()}, {sh('nproc').stdout.strip()} cores, "
+        f"{os.sysconf('SC_PAGE_SIZE') * os.sysconf('SC_PHYS_PAGES') // 2**30} GiB, "
+        f"docker {sh('docker', 'version', '--format', '{{.Server.Version}}').stdout.strip()}, "
+        f"buildx {sh('docker', 'buildx', 'version').stdout.split()[1]}, rounds {args.rounds}"
+    )
     print(f"{'measure':<46}{'value':>12}  note")
     for measure, value, note in rows:
         print(f"{measure:<46}{value:>12}  {note}")

@@ -11,8 +11,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from builder import __version__, log
-from builder.errors import BuilderError, CheckFailed, ConfigError, DriftError, Interrupted, VerifyFailed, host_resources
 from builder.config.matrix import Matrix, load
+from builder.errors import BuilderError, CheckFailed, ConfigError, DriftError, Interrupted, VerifyFailed, host_resources
 
 if TYPE_CHECKING:
     from builder.config.options import BuildOptions
@@ -64,148 +64,211 @@ class _TargetAction(argparse.Action):
 def _globals(parser: argparse.ArgumentParser, top: bool) -> None:
     # Subcommand copies use SUPPRESS so a value given before the command is not reset after it.
     default = (lambda v: v) if top else (lambda v: argparse.SUPPRESS)
-    parser.add_argument("--matrix", type=Path, default=default(Path("matrix.yaml")),
-                        help="the build matrix (default: ./matrix.yaml)")
-    parser.add_argument("--target", default=default([]), action=_TargetAction,
-                        help="a target name from the matrix (repeatable for `build`)")
-    parser.add_argument("--json", action="store_true", default=default(False),
-                        help="print one JSON document on stdout instead of human output")
+    parser.add_argument(
+        "--matrix", type=Path, default=default(Path("matrix.yaml")), help="the build matrix (default: ./matrix.yaml)"
+    )
+    parser.add_argument(
+        "--target",
+        default=default([]),
+        action=_TargetAction,
+        help="a target name from the matrix (repeatable for `build`)",
+    )
+    parser.add_argument(
+        "--json",
+        action="store_true",
+        default=default(False),
+        help="print one JSON document on stdout instead of human output",
+    )
 
 
 def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="build", description=DESCRIPTION, epilog=EPILOG,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(
+        prog="build", description=DESCRIPTION, epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     p.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     _globals(p, top=True)
     _build_options(p, top=True)
     sub = p.add_subparsers(dest="command", metavar="COMMAND")
 
-    r = sub.add_parser("render", help="render dockerfiles/<target>/Dockerfile from the matrix",
-                       description="Render every target's Dockerfile (or --target's) from the matrix "
-                                   "into dockerfiles/<target>/Dockerfile beside the matrix.")
+    r = sub.add_parser(
+        "render",
+        help="render dockerfiles/<target>/Dockerfile from the matrix",
+        description="Render every target's Dockerfile (or --target's) from the matrix "
+        "into dockerfiles/<target>/Dockerfile beside the matrix.",
+    )
     _globals(r, top=False)
-    r.add_argument("--check", action="store_true",
-                   help="write nothing; exit 1 if a committed Dockerfile differs from what the matrix renders")
+    r.add_argument(
+        "--check",
+        action="store_true",
+        help="write nothing; exit 1 if a committed Dockerfile differs from what the matrix renders",
+    )
 
-    lk = sub.add_parser("lock", help="resolve and hash-lock a target's dependencies (uv pip compile)",
-                        description="Write locks/<target>/requirements.txt and build-requirements.txt with "
-                                    "uv pip compile --generate-hashes for the target's Python and glibc, from the "
-                                    "matrix's pins, overrides and indexes and the source's requirement files at "
-                                    "the pinned commit. Ignores the machine's pip and uv configuration; emits no "
-                                    "index URLs. A target with os_packages also gets locks/<target>/os-packages.txt, "
-                                    "resolved with apt in a container of the runtime base (exit 3 when its archive "
-                                    "is out of reach); nothing is written unless every lock resolved. --rehearse resolves against PyPI only (pins that live only on "
-                                    "another index substituted or left out, each listed), reports every "
-                                    "distribution of another CUDA major, exits 1 on one the matrix gives no "
-                                    "reason for, and writes nothing under locks/ (report: "
-                                    "artifacts/<target>/rehearsal/).")
+    lk = sub.add_parser(
+        "lock",
+        help="resolve and hash-lock a target's dependencies (uv pip compile)",
+        description="Write locks/<target>/requirements.txt and build-requirements.txt with "
+        "uv pip compile --generate-hashes for the target's Python and glibc, from the "
+        "matrix's pins, overrides and indexes and the source's requirement files at "
+        "the pinned commit. Ignores the machine's pip and uv configuration; emits no "
+        "index URLs. A target with os_packages also gets locks/<target>/os-packages.txt, "
+        "resolved with apt in a container of the runtime base (exit 3 when its archive "
+        "is out of reach); nothing is written unless every lock resolved. "
+        "--rehearse resolves against PyPI only (pins that live only on "
+        "another index substituted or left out, each listed), reports every "
+        "distribution of another CUDA major, exits 1 on one the matrix gives no "
+        "reason for, and writes nothing under locks/ (report: "
+        "artifacts/<target>/rehearsal/).",
+    )
     _globals(lk, top=False)
-    lk.add_argument("--rehearse", action="store_true",
-                    help="resolve against PyPI only, as a rehearsal of the real lock; writes no lock")
+    lk.add_argument(
+        "--rehearse",
+        action="store_true",
+        help="resolve against PyPI only, as a rehearsal of the real lock; writes no lock",
+    )
 
-    pl = sub.add_parser("plan", help="show everything a build of --target reads and produces (no network)",
-                        description="Print bases with digests, source commit, versions, build args, locks "
-                                    "and the output reference. Reads only the matrix and local files.")
+    pl = sub.add_parser(
+        "plan",
+        help="show everything a build of --target reads and produces (no network)",
+        description="Print bases with digests, source commit, versions, build args, locks "
+        "and the output reference. Reads only the matrix and local files.",
+    )
     _globals(pl, top=False)
 
-    b = sub.add_parser("build", help="build, push and record --target (the default command)",
-                       description="Check the committed Dockerfile and locks, fetch the pinned source, "
-                                   "assemble a hermetic context, build and push with buildx, confirm the "
-                                   "registry serves the digest, and record it in locks/<target>/image.json.")
+    b = sub.add_parser(
+        "build",
+        help="build, push and record --target (the default command)",
+        description="Check the committed Dockerfile and locks, fetch the pinned source, "
+        "assemble a hermetic context, build and push with buildx, confirm the "
+        "registry serves the digest, and record it in locks/<target>/image.json.",
+    )
     _globals(b, top=False)
     _build_options(b, top=False)
 
-    t = sub.add_parser("test", help="run the image checks (testinfra) on --target's recorded image or --image",
-                       description="Check an image against the matrix: CUDA version, no other CUDA major, "
-                                   "compiled modules and ops, pinned versions, expiry and labels, contents "
-                                   "equal to the lock, pip check, non-root. Writes a JUnit report.")
+    t = sub.add_parser(
+        "test",
+        help="run the image checks (testinfra) on --target's recorded image or --image",
+        description="Check an image against the matrix: CUDA version, no other CUDA major, "
+        "compiled modules and ops, pinned versions, expiry and labels, contents "
+        "equal to the lock, pip check, non-root. Writes a JUnit report.",
+    )
     _globals(t, top=False)
     t.add_argument("--image", help="image reference to check (default: the digest in locks/<target>/image.json)")
 
-    v = sub.add_parser("verify", help="the auditor's check: every link from matrix to registry, one row each",
-                       description="Check matrix <-> Dockerfile <-> lock <-> image.json <-> SBOM <-> provenance, one "
-                                   "row per link, from the repository alone. --registry also checks that the "
-                                   "registry serves the recorded digest (and the tag points at it), that the SBOM "
-                                   "and provenance attached to it equal the committed files, and the image's "
-                                   "signature: verified (cosign on PATH accepted a keyless signature by matrix "
-                                   "signing.identity or $K3_SIGNING_IDENTITY, issuer signing.issuer or "
-                                   "$K3_SIGNING_ISSUER), present-unverified (signed, not checked: no cosign or no "
-                                   "identity), missing (a failure only when an identity is set) or failed. "
-                                   "Exit 0 only if all hold; nothing recorded at all is a failure.")
+    v = sub.add_parser(
+        "verify",
+        help="the auditor's check: every link from matrix to registry, one row each",
+        description="Check matrix <-> Dockerfile <-> lock <-> image.json <-> SBOM <-> provenance, one "
+        "row per link, from the repository alone. --registry also checks that the "
+        "registry serves the recorded digest (and the tag points at it), that the SBOM "
+        "and provenance attached to it equal the committed files, and the image's "
+        "signature: verified (cosign on PATH accepted a keyless signature by matrix "
+        "signing.identity or $K3_SIGNING_IDENTITY, issuer signing.issuer or "
+        "$K3_SIGNING_ISSUER), present-unverified (signed, not checked: no cosign or no "
+        "identity), missing (a failure only when an identity is set) or failed. "
+        "Exit 0 only if all hold; nothing recorded at all is a failure.",
+    )
     _globals(v, top=False)
-    v.add_argument("--registry", action="store_true",
-                   help="also check the registry: image and tag, SBOM + provenance, signature")
+    v.add_argument(
+        "--registry", action="store_true", help="also check the registry: image and tag, SBOM + provenance, signature"
+    )
 
-    rp = sub.add_parser("reproduce", help="rebuild the recorded image with no cache and compare digests",
-                        description="Rebuild --target from the committed records with no cache, push it as "
-                                    "<tag>-reproduce and compare with the recorded digest. On a difference, "
-                                    "report config fields, then layer by layer and file by file. Takes the build "
-                                    "options (--secret for targets that need one, --builder, ...).")
+    rp = sub.add_parser(
+        "reproduce",
+        help="rebuild the recorded image with no cache and compare digests",
+        description="Rebuild --target from the committed records with no cache, push it as "
+        "<tag>-reproduce and compare with the recorded digest. On a difference, "
+        "report config fields, then layer by layer and file by file. Takes the build "
+        "options (--secret for targets that need one, --builder, ...).",
+    )
     _globals(rp, top=False)
     _build_options(rp, top=False)
 
-    tr = sub.add_parser("track", help="follow --target's branch: move the commit pin when the branch moved",
-                        description="Resolve refs/heads/<branch> with ls-remote (no clone). When it moved past the "
-                                    "pin, update targets.<t>.source.commit in the matrix (that line only; comments "
-                                    "and order kept), re-render the Dockerfile and list the commits in between. "
-                                    "A deleted branch, a rewritten (force-pushed) history or a file:// URL without "
-                                    "K3_ALLOW_FILE_URLS=1: exit 2; an unreachable remote: exit 3; the matrix untouched.")
+    tr = sub.add_parser(
+        "track",
+        help="follow --target's branch: move the commit pin when the branch moved",
+        description="Resolve refs/heads/<branch> with ls-remote (no clone). When it moved past the "
+        "pin, update targets.<t>.source.commit in the matrix (that line only; comments "
+        "and order kept), re-render the Dockerfile and list the commits in between. "
+        "A deleted branch, a rewritten (force-pushed) history or a file:// URL without "
+        "K3_ALLOW_FILE_URLS=1: exit 2; an unreachable remote: exit 3; the matrix untouched.",
+    )
     _globals(tr, top=False)
-    tr.add_argument("--check", action="store_true", help="change nothing; exit 1 when the pin is behind, 0 when current")
+    tr.add_argument(
+        "--check", action="store_true", help="change nothing; exit 1 when the pin is behind, 0 when current"
+    )
 
-    dr = sub.add_parser("doctor", help="can this image start on this host's driver? which route applies?",
-                        description="Read the host's driver (nvidia-smi, or a captured --nvidia-smi-file: the "
-                                    "table, -q, --version or a --query-gpu CSV with its header, R610's KMD "
-                                    "Version too, Windows/WSL captures included) and the image's CUDA version "
-                                    "(labels, env), and say in one line whether it can start and why: minimum "
-                                    "driver per CUDA release, minor-version compatibility within a major, forward "
-                                    "compatibility only on data-center GPUs. A broken host (NVML mismatch, no "
-                                    "libnvidia-ml.so, no driver, no devices) is a verdict with its route. Also "
-                                    "reports an expired image; --record DIR writes the decision record (Markdown "
-                                    "and JSON). Exit 0 compatible, 1 incompatible or broken host, 2 bad input, "
-                                    "3 engine or registry out of reach.")
+    dr = sub.add_parser(
+        "doctor",
+        help="can this image start on this host's driver? which route applies?",
+        description="Read the host's driver (nvidia-smi, or a captured --nvidia-smi-file: the "
+        "table, -q, --version or a --query-gpu CSV with its header, R610's KMD "
+        "Version too, Windows/WSL captures included) and the image's CUDA version "
+        "(labels, env), and say in one line whether it can start and why: minimum "
+        "driver per CUDA release, minor-version compatibility within a major, forward "
+        "compatibility only on data-center GPUs. A broken host (NVML mismatch, no "
+        "libnvidia-ml.so, no driver, no devices) is a verdict with its route. Also "
+        "reports an expired image; --record DIR writes the decision record (Markdown "
+        "and JSON). Exit 0 compatible, 1 incompatible or broken host, 2 bad input, "
+        "3 engine or registry out of reach.",
+    )
     _globals(dr, top=False)
     dr.add_argument("--image", help="image reference (default: --target's recorded image)")
     dr.add_argument("--nvidia-smi-file", type=Path, help="captured nvidia-smi output (table, -q, --version, CSV)")
     dr.add_argument("--record", type=Path, metavar="DIR", help="write the decision record (.md and .json) into DIR")
     dr.add_argument("--evidence", type=Path, metavar="ARCHIVE", help="the `build evidence` archive the record names")
 
-    ev = sub.add_parser("evidence", help="save host, engine, image and container state before changing anything",
-                        description="Collect date -u, nvidia-smi (or its absence), uname -a, hostname, the loaded "
-                                    "NVIDIA kernel modules and driver version, nvidia-smi topo -m, InfiniBand state "
-                                    "(/sys/class/infiniband, ibv_devinfo), running containers, docker version and "
-                                    "info, image inspect, vLLM version and source from labels, the NCCL version "
-                                    "inside the image, the environment sorted with secrets redacted, and a "
-                                    "container's log, into one timestamped tar.gz with a manifest of what was "
-                                    "captured and what was missing (and why). Works with no GPU, no nvidia-smi "
-                                    "and no Docker.")
+    ev = sub.add_parser(
+        "evidence",
+        help="save host, engine, image and container state before changing anything",
+        description="Collect date -u, nvidia-smi (or its absence), uname -a, hostname, the loaded "
+        "NVIDIA kernel modules and driver version, nvidia-smi topo -m, InfiniBand state "
+        "(/sys/class/infiniband, ibv_devinfo), running containers, docker version and "
+        "info, image inspect, vLLM version and source from labels, the NCCL version "
+        "inside the image, the environment sorted with secrets redacted, and a "
+        "container's log, into one timestamped tar.gz with a manifest of what was "
+        "captured and what was missing (and why). Works with no GPU, no nvidia-smi "
+        "and no Docker.",
+    )
     _globals(ev, top=False)
     ev.add_argument("--image", help="image reference to inspect")
     ev.add_argument("--container", help="container whose log to capture")
     ev.add_argument("--out", type=Path, required=True, help="directory for the archive")
     ev.add_argument("--nvidia-smi-file", type=Path, help="captured nvidia-smi output instead of running it")
 
-    cp = sub.add_parser("compare", help="package-by-package diff of --target's image against a reference image",
-                        description="Python distributions, OS packages, CUDA version and labels of our image "
-                                    "(--target's recorded one, or --image) against --against REF.")
+    cp = sub.add_parser(
+        "compare",
+        help="package-by-package diff of --target's image against a reference image",
+        description="Python distributions, OS packages, CUDA version and labels of our image "
+        "(--target's recorded one, or --image) against --against REF.",
+    )
     _globals(cp, top=False)
     cp.add_argument("--against", required=True, help="the reference image, e.g. vllm/vllm-openai:kimi-k3")
     cp.add_argument("--image", help="our image (default: --target's recorded image)")
-    cp.add_argument("--format", choices=("text", "markdown"), default="text",
-                    help="markdown: a table for $GITHUB_STEP_SUMMARY (appended there when set)")
+    cp.add_argument(
+        "--format",
+        choices=("text", "markdown"),
+        default="text",
+        help="markdown: a table for $GITHUB_STEP_SUMMARY (appended there when set)",
+    )
     cp.add_argument("--all", action="store_true", help="list every difference after the summary")
 
-    pr = sub.add_parser("prune", help="remove old build and test directories under artifacts/",
-                        description="Keep the newest --keep build directories and --keep test directories of "
-                                    "each target (all targets unless --target) under artifacts/<target>/; "
-                                    "remove the rest. Builds already drop their context/source copies.")
+    pr = sub.add_parser(
+        "prune",
+        help="remove old build and test directories under artifacts/",
+        description="Keep the newest --keep build directories and --keep test directories of "
+        "each target (all targets unless --target) under artifacts/<target>/; "
+        "remove the rest. Builds already drop their context/source copies.",
+    )
     _globals(pr, top=False)
     pr.add_argument("--keep", type=int, default=5, help="how many of each kind to keep per target (default 5)")
 
-    sm = sub.add_parser("smoke-init", help="make the smoke target's bases, source repo and matrix (demo/tests)",
-                        description="Create the smoke target on this machine: Debian 12 base images "
-                                    "(debootstrap) pushed to --registry and pinned by digest, a git "
-                                    "repository of the stand-in source, and OUT/matrix.yaml.")
+    sm = sub.add_parser(
+        "smoke-init",
+        help="make the smoke target's bases, source repo and matrix (demo/tests)",
+        description="Create the smoke target on this machine: Debian 12 base images "
+        "(debootstrap) pushed to --registry and pinned by digest, a git "
+        "repository of the stand-in source, and OUT/matrix.yaml.",
+    )
     sm.add_argument("--out", type=Path, default=Path("smoke"), help="where to write (default: ./smoke)")
     sm.add_argument("--registry", default="127.0.0.1:5000", help="registry for the bases and the image")
     sm.add_argument("--repository", default="k3/smoke", help="repository of the smoke image (default: k3/smoke)")
@@ -214,31 +277,70 @@ def _parser() -> argparse.ArgumentParser:
 
 def _build_options(parser: argparse.ArgumentParser, top: bool) -> None:
     default = (lambda v: v) if top else (lambda v: argparse.SUPPRESS)
-    parser.add_argument("--no-cache", action="store_true", default=default(False),
-                        help="build without the engine's layer cache")
+    parser.add_argument(
+        "--no-cache", action="store_true", default=default(False), help="build without the engine's layer cache"
+    )
     parser.add_argument("--builder", default=default(None), help="buildx builder to use (default: the current one)")
-    parser.add_argument("--max-jobs", type=int, default=default(None),
-                        help="override MAX_JOBS for the compile (default: derived from the builder's memory)")
-    parser.add_argument("--no-checks", action="store_true", default=default(False),
-                        help="skip the image checks after the push (they run by default)")
-    parser.add_argument("--force", action="store_true", default=default(False),
-                        help="build even when the inputs equal the recorded ones and the registry serves the image")
-    parser.add_argument("--cache-from", action="append", default=default([]), metavar="SPEC",
-                        help="buildx cache source, repeatable (a bare image ref means type=registry,ref=REF)")
-    parser.add_argument("--cache-to", default=default(None), metavar="SPEC",
-                        help="buildx cache export, e.g. type=inline (docker driver) or "
-                             "type=registry,ref=REF,mode=max / type=local,dest=DIR (docker-container)")
-    parser.add_argument("--secret", action="append", default=default([]), metavar="id=ID,env=VAR|src=FILE",
-                        help="a BuildKit secret for an id the matrix lists in compile.secrets (repeatable); "
-                             "its value is never logged, labelled or recorded")
-    parser.add_argument("--jobs", type=int, default=default(1),
-                        help="build this many targets at once (with several --target); one summary")
-    parser.add_argument("--keep-context", action="store_true", default=default(False),
-                        help="keep the build's context/, source/ and third_party/ copies under artifacts/")
-    parser.add_argument("--compile-cache", default=default(None), metavar="URL",
-                        help="remote sccache backend for targets with compile.remote_cache: redis://host:port, "
-                             "s3://bucket/prefix?region=R, gcs://bucket, webdav(s)://host/path, gha:// "
-                             "(default: $K3_COMPILE_CACHE); it travels as a BuildKit secret")
+    parser.add_argument(
+        "--max-jobs",
+        type=int,
+        default=default(None),
+        help="override MAX_JOBS for the compile (default: derived from the builder's memory)",
+    )
+    parser.add_argument(
+        "--no-checks",
+        action="store_true",
+        default=default(False),
+        help="skip the image checks after the push (they run by default)",
+    )
+    parser.add_argument(
+        "--force",
+        action="store_true",
+        default=default(False),
+        help="build even when the inputs equal the recorded ones and the registry serves the image",
+    )
+    parser.add_argument(
+        "--cache-from",
+        action="append",
+        default=default([]),
+        metavar="SPEC",
+        help="buildx cache source, repeatable (a bare image ref means type=registry,ref=REF)",
+    )
+    parser.add_argument(
+        "--cache-to",
+        default=default(None),
+        metavar="SPEC",
+        help="buildx cache export, e.g. type=inline (docker driver) or "
+        "type=registry,ref=REF,mode=max / type=local,dest=DIR (docker-container)",
+    )
+    parser.add_argument(
+        "--secret",
+        action="append",
+        default=default([]),
+        metavar="id=ID,env=VAR|src=FILE",
+        help="a BuildKit secret for an id the matrix lists in compile.secrets (repeatable); "
+        "its value is never logged, labelled or recorded",
+    )
+    parser.add_argument(
+        "--jobs",
+        type=int,
+        default=default(1),
+        help="build this many targets at once (with several --target); one summary",
+    )
+    parser.add_argument(
+        "--keep-context",
+        action="store_true",
+        default=default(False),
+        help="keep the build's context/, source/ and third_party/ copies under artifacts/",
+    )
+    parser.add_argument(
+        "--compile-cache",
+        default=default(None),
+        metavar="URL",
+        help="remote sccache backend for targets with compile.remote_cache: redis://host:port, "
+        "s3://bucket/prefix?region=R, gcs://bucket, webdav(s)://host/path, gha:// "
+        "(default: $K3_COMPILE_CACHE); it travels as a BuildKit secret",
+    )
 
 
 def _targets(matrix: Matrix, names: list[str]) -> list[str]:
@@ -275,12 +377,20 @@ def _options(args: argparse.Namespace, plans) -> BuildOptions:
     from builder.config.options import BuildOptions, parse_secrets
 
     wanted = {sid for p in plans for sid in p.target.compile.secrets}
-    return BuildOptions(no_cache=args.no_cache, builder=args.builder, max_jobs=args.max_jobs,
-                        run_checks=not args.no_checks, force=args.force, cache_from=tuple(args.cache_from),
-                        cache_to=args.cache_to, secrets=parse_secrets(args.secret, wanted), jobs=args.jobs,
-                        keep_context=args.keep_context,
-                        compile_cache=args.compile_cache or os.environ.get("K3_COMPILE_CACHE") or None,
-                        compile_cache_from_env=not args.compile_cache and bool(os.environ.get("K3_COMPILE_CACHE")))
+    return BuildOptions(
+        no_cache=args.no_cache,
+        builder=args.builder,
+        max_jobs=args.max_jobs,
+        run_checks=not args.no_checks,
+        force=args.force,
+        cache_from=tuple(args.cache_from),
+        cache_to=args.cache_to,
+        secrets=parse_secrets(args.secret, wanted),
+        jobs=args.jobs,
+        keep_context=args.keep_context,
+        compile_cache=args.compile_cache or os.environ.get("K3_COMPILE_CACHE") or None,
+        compile_cache_from_env=not args.compile_cache and bool(os.environ.get("K3_COMPILE_CACHE")),
+    )
 
 
 def _engine():
@@ -299,8 +409,9 @@ def cmd_render(args: argparse.Namespace, out: Output) -> int:
     for name, state in status.items():
         log.info(f"{args.matrix.resolve().parent / 'dockerfiles' / name / 'Dockerfile'}: {state}")
     if drift:
-        raise DriftError(f"{len(drift)} Dockerfile(s) out of date ({', '.join(drift)}); run `build render` "
-                         "and commit the result")
+        raise DriftError(
+            f"{len(drift)} Dockerfile(s) out of date ({', '.join(drift)}); run `build render` and commit the result"
+        )
     return 0
 
 
@@ -318,8 +429,10 @@ def _lock(plan, out: Output, rehearse: bool) -> int:
         out.data["locks"] = {kind: str(path) for kind, path in written.items()}
         return 0
     result = rehearse_lock(plan)
-    log.info(f"REHEARSAL ({result.source}): resolved {result.entries} entries against PyPI only; "
-             "the real lock still needs the real indexes")
+    log.info(
+        f"REHEARSAL ({result.source}): resolved {result.entries} entries against PyPI only; "
+        "the real lock still needs the real indexes"
+    )
     for sub in result.substitutions:
         log.info(f"    substituted  {sub.line()}")
     for finding in result.findings:
@@ -327,8 +440,10 @@ def _lock(plan, out: Output, rehearse: bool) -> int:
     log.info(f"    report: {result.report}")
     out.data["rehearsal"] = result.to_json()
     if not result.ok:
-        raise CheckFailed(f"{plan.target.name}: the rehearsal found distributions of another CUDA major with no "
-                          "reason in cuda.other_major (see above)")
+        raise CheckFailed(
+            f"{plan.target.name}: the rehearsal found distributions of another CUDA major with no "
+            "reason in cuda.other_major (see above)"
+        )
     out.line(str(result.report))
     return 0
 
@@ -362,10 +477,19 @@ def _summarize(outcomes, errors, out: Output) -> None:
     log.summary(rows)
     for o in outcomes:
         out.line(o.image)
-    out.data["builds"] = [{"target": o.target, "image": o.image, "digest": o.digest, "size": o.size,
-                           "seconds": round(o.seconds, 2), "status": "up to date" if o.up_to_date else "pushed",
-                           "compile_cache": o.cache.__dict__ if o.cache else None,
-                           "log": str(o.log) if o.log else None} for o in outcomes]
+    out.data["builds"] = [
+        {
+            "target": o.target,
+            "image": o.image,
+            "digest": o.digest,
+            "size": o.size,
+            "seconds": round(o.seconds, 2),
+            "status": "up to date" if o.up_to_date else "pushed",
+            "compile_cache": o.cache.__dict__ if o.cache else None,
+            "log": str(o.log) if o.log else None,
+        }
+        for o in outcomes
+    ]
     out.data["errors"] = [{"target": name, "error": log.redact(exc.message)} for name, exc in errors]
 
 
@@ -466,8 +590,8 @@ def _on_images(args: argparse.Namespace, out: Output, body) -> int:
 def cmd_doctor(args: argparse.Namespace, out: Output) -> int:
     import datetime as dt
 
-    from builder.host import doctor
     from builder.engine.buildx import image_config
+    from builder.host import doctor
 
     smi_text, smi_source = doctor.read_nvidia_smi(args.nvidia_smi_file)
     doctor.host_of(smi_text, smi_source)  # output it cannot read is bad input before any image is looked at
@@ -481,11 +605,23 @@ def cmd_doctor(args: argparse.Namespace, out: Output) -> int:
         d = doctor.diagnose(smi_text, smi_source, config.labels, config.env, image)
         o.line(d.line)
         o.line(f"route: {d.route}")
-        for text in ([d.expiry] if d.expiry else []) + [f"note: {n}" for n in d.notes] + \
-                ([f"save first: {d.save}"] if d.save else []):
+        for text in (
+            ([d.expiry] if d.expiry else [])
+            + [f"note: {n}" for n in d.notes]
+            + ([f"save first: {d.save}"] if d.save else [])
+        ):
             o.line(text)
-        o.data.update({"compatible": d.compatible, "verdict": d.line, "route": d.route, "expiry": d.expiry,
-                       "notes": d.notes, "save": d.save, **d.facts})
+        o.data.update(
+            {
+                "compatible": d.compatible,
+                "verdict": d.line,
+                "route": d.route,
+                "expiry": d.expiry,
+                "notes": d.notes,
+                "save": d.save,
+                **d.facts,
+            }
+        )
         if args.record is not None:
             doc = doctor.decision(d, config.labels, built, archive, dt.datetime.now(dt.timezone.utc))
             md, js = doctor.write_decision(args.record, doc)
@@ -534,7 +670,7 @@ def cmd_compare(args: argparse.Namespace, out: Output) -> int:
                 with open(summary, "a", encoding="utf-8") as fh:
                     fh.write(result.markdown())
         else:
-            for line in (result.text() if args.all else result.summary()):
+            for line in result.text() if args.all else result.summary():
                 o.line(line)
         o.data.update(result.to_json())
         return 0
@@ -564,18 +700,24 @@ def _track(args: argparse.Namespace, name: str, out: Output) -> int:
         log.info(f"{name}: {result.branch} is at the pin {result.old[:12]}; nothing to do")
         out.line(f"{name}: current {result.old}")
         return 0
-    log.info(f"{name}: {result.branch} moved {result.old[:12]} -> {result.new[:12]} "
-             f"({len(result.subjects)} commit{'s' if len(result.subjects) != 1 else ''})")
+    log.info(
+        f"{name}: {result.branch} moved {result.old[:12]} -> {result.new[:12]} "
+        f"({len(result.subjects)} commit{'s' if len(result.subjects) != 1 else ''})"
+    )
     for subject in result.subjects:
         log.info(f"    {subject}")
     for tp, names in result.third_party_changed.items():
-        log.warn(f"{name}: third-party {tp!r}: the new commit's build files no longer name the pinned ref; they "
-                 f"name {', '.join(names)}: re-pin source.third_party.{tp} (ref and commit) before `build lock`")
+        log.warn(
+            f"{name}: third-party {tp!r}: the new commit's build files no longer name the pinned ref; they "
+            f"name {', '.join(names)}: re-pin source.third_party.{tp} (ref and commit) before `build lock`"
+        )
     if args.check:
         out.line(f"{name}: behind {result.old} -> {result.new}")
         return 1
-    log.info(f"{args.matrix}: targets.{name}.source.commit updated; Dockerfile re-rendered; "
-             f"next: `build lock --target {name}` and `build --target {name}`")
+    log.info(
+        f"{args.matrix}: targets.{name}.source.commit updated; Dockerfile re-rendered; "
+        f"next: `build lock --target {name}` and `build --target {name}`"
+    )
     out.line(f"{name}: {result.old} -> {result.new}")
     return 0
 
@@ -594,10 +736,21 @@ def cmd_prune(args: argparse.Namespace, out: Output) -> int:
     return 0
 
 
-COMMANDS = {"render": cmd_render, "lock": cmd_lock, "plan": cmd_plan, "build": cmd_build, "test": cmd_test,
-            "verify": cmd_verify, "reproduce": cmd_reproduce, "track": cmd_track,
-            "doctor": cmd_doctor, "evidence": cmd_evidence, "compare": cmd_compare,
-            "smoke-init": cmd_smoke_init, "prune": cmd_prune}
+COMMANDS = {
+    "render": cmd_render,
+    "lock": cmd_lock,
+    "plan": cmd_plan,
+    "build": cmd_build,
+    "test": cmd_test,
+    "verify": cmd_verify,
+    "reproduce": cmd_reproduce,
+    "track": cmd_track,
+    "doctor": cmd_doctor,
+    "evidence": cmd_evidence,
+    "compare": cmd_compare,
+    "smoke-init": cmd_smoke_init,
+    "prune": cmd_prune,
+}
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -41,10 +41,24 @@ class Unreachable(BuilderError):
     exit_code = 3
 
 
-_NETWORK = ("could not resolve host", "unable to access", "connection refused", "connection timed out",
-            "timed out", "network is unreachable", "name or service not known", "temporary failure in name",
-            "failed to connect", "no route to host", "dns error", "error sending request", "failed to fetch",
-            "dial tcp", "i/o timeout", "connection reset by peer")
+_NETWORK = (
+    "could not resolve host",
+    "unable to access",
+    "connection refused",
+    "connection timed out",
+    "timed out",
+    "network is unreachable",
+    "name or service not known",
+    "temporary failure in name",
+    "failed to connect",
+    "no route to host",
+    "dns error",
+    "error sending request",
+    "failed to fetch",
+    "dial tcp",
+    "i/o timeout",
+    "connection reset by peer",
+)
 
 
 def is_network_failure(text: str) -> bool:
@@ -53,8 +67,15 @@ def is_network_failure(text: str) -> bool:
     return any(marker in low for marker in _NETWORK)
 
 
-_RESOURCES = ("no space left on device", "read-only file system", "disk quota exceeded", "cannot allocate memory",
-              "out of memory", "too many open files", "failed to create new os thread")
+_RESOURCES = (
+    "no space left on device",
+    "read-only file system",
+    "disk quota exceeded",
+    "cannot allocate memory",
+    "out of memory",
+    "too many open files",
+    "failed to create new os thread",
+)
 
 
 def failure_kind(text: str, default: type) -> type:
@@ -138,6 +159,7 @@ RESOURCE_ERRNOS = frozenset({28, 30, 122, 12, 24, 23})  # ENOSPC EROFS EDQUOT EN
 def host_resources(exc: BaseException) -> HostResources | None:
     """The HostResources an OSError/MemoryError/thread failure stands for, or None."""
     import os
+
     if isinstance(exc, MemoryError):
         return HostResources("out of memory (MemoryError); raise the memory limit or free memory, then run again")
     if isinstance(exc, OSError) and exc.errno in RESOURCE_ERRNOS:

@@ -13,9 +13,8 @@ import re
 import sys
 import threading
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Iterator
-
 
 
 class _LazyConsole:
@@ -29,8 +28,9 @@ class _LazyConsole:
             from rich.console import Console
 
             # Wide when not a terminal (CI logs), so digests in the summary table are never cut.
-            _LazyConsole._real = Console(stderr=True, highlight=False, soft_wrap=True,
-                                         width=None if sys.stderr.isatty() else 200)
+            _LazyConsole._real = Console(
+                stderr=True, highlight=False, soft_wrap=True, width=None if sys.stderr.isatty() else 200
+            )
         return getattr(_LazyConsole._real, name)
 
 
@@ -159,8 +159,9 @@ def step(name: str, long: bool = False) -> Iterator[None]:
         took = time.monotonic() - start
         if _in_actions():
             sys.stderr.write("::endgroup::\n")
-        _console.print(f"    {'done' if ok else 'FAILED'}: {name} ({took:.1f}s)", markup=False,
-                       style=None if ok else "red")
+        _console.print(
+            f"    {'done' if ok else 'FAILED'}: {name} ({took:.1f}s)", markup=False, style=None if ok else "red"
+        )
 
 
 @dataclass(frozen=True)

@@ -39,7 +39,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
-from builder.config.contract import CONTAINER_LABEL
+from builder.config.contract import CONTAINER_LABEL  # noqa: E402  (after sys.path)
 from tests.integration.conftest import LocalRegistry, Run, Smoke, delete_repository  # noqa: E402  (the suite's own)
 
 BUILD = str(REPO / ".venv" / "bin" / "build")
@@ -58,8 +58,7 @@ class Started:
     """A tool run in the background whose stderr is read as it comes (to time a fault)."""
 
     def __init__(self, *args: str, env: dict | None = None) -> None:
-        self.proc = subprocess.Popen([BUILD, *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                                     env=env)
+        self.proc = subprocess.Popen([BUILD, *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
         self.err: list[str] = []
         self._reader = threading.Thread(target=lambda: self.err.extend(self.proc.stderr), daemon=True)
         self._reader.start()
@@ -130,8 +129,11 @@ class Verdict:
         self.expect(again.code == 0, f"the next ordinary run failed: exit {again.code}: {again.err.strip()[-300:]}")
 
     def outcome(self) -> Outcome:
-        leftovers = [str(p) for p in (self.work.root / "locks").rglob("*")
-                     if p.name.endswith((".tmp", ".pending")) or "journal" in p.name]
+        leftovers = [
+            str(p)
+            for p in (self.work.root / "locks").rglob("*")
+            if p.name.endswith((".tmp", ".pending")) or "journal" in p.name
+        ]
         checked = cli("--matrix", str(self.work.matrix), "verify", "--target", "smoke")
         consistent = checked.code == 0 and not leftovers
         notes = list(self.notes)
@@ -153,8 +155,9 @@ def _stray_processes(work: Work) -> list[str]:
             continue
         if marker in argv and b"attack.py" not in argv:
             found.append(f"process {entry.name} still running: {argv[:120]!r}")
-    containers = subprocess.run(["docker", "ps", "-aq", "--filter", f"label={CONTAINER_LABEL}"],
-                                capture_output=True, text=True).stdout.split()
+    containers = subprocess.run(
+        ["docker", "ps", "-aq", "--filter", f"label={CONTAINER_LABEL}"], capture_output=True, text=True
+    ).stdout.split()
     return found + [f"check container left: {c}" for c in containers]
 
 
@@ -273,8 +276,14 @@ def corrupt_cache(v: Verdict) -> None:
 def force_push(v: Verdict) -> None:
     original = v.work.matrix.read_text()
     src = _own_source(v)
-    env = dict(os.environ, K3_ALLOW_FILE_URLS="1", GIT_AUTHOR_NAME="x", GIT_AUTHOR_EMAIL="x@e.org",
-               GIT_COMMITTER_NAME="x", GIT_COMMITTER_EMAIL="x@e.org")
+    env = dict(
+        os.environ,
+        K3_ALLOW_FILE_URLS="1",
+        GIT_AUTHOR_NAME="x",
+        GIT_AUTHOR_EMAIL="x@e.org",
+        GIT_COMMITTER_NAME="x",
+        GIT_COMMITTER_EMAIL="x@e.org",
+    )
     branch = re.search(r"branch: (\S+)", original).group(1)
     git = ["git", "-C", str(src)]
     subprocess.run([*git, "checkout", "-q", branch], check=True, env=env, capture_output=True)
@@ -304,8 +313,10 @@ def _own_source(v: Verdict) -> Path:
 
 def secrets_in_the_build(v: Verdict) -> None:
     sid = f"echo_netrc_{secrets.token_hex(3)}"
-    value = (f"machine pypi.example.org\nlogin k3bot\npassword pw-{secrets.token_hex(12)}\n"
-             f"token tok-{secrets.token_hex(12)}\n")
+    value = (
+        f"machine pypi.example.org\nlogin k3bot\npassword pw-{secrets.token_hex(12)}\n"
+        f"token tok-{secrets.token_hex(12)}\n"
+    )
     PLANTED.extend(line.split()[-1] for line in value.splitlines() if line.split()[0] in ("password", "token"))
     secret_file = v.work.root / "netrc"
     secret_file.write_text(value)
@@ -347,8 +358,7 @@ def evidence_environment(v: Verdict) -> None:
     ref = json.loads(v.work.record.read_text())["image"]
     out = v.work.root / "evidence"
     out.mkdir()
-    r = cli("--matrix", str(v.work.matrix), "evidence", "--target", "smoke", "--image", ref, "--out", str(out),
-            env=env)
+    r = cli("--matrix", str(v.work.matrix), "evidence", "--target", "smoke", "--image", ref, "--out", str(out), env=env)
     v.exited(r, 0, "evidence with credential-named variables set")
     for archive in out.glob("*.tar.gz"):
         with tarfile.open(archive) as tar:
@@ -362,10 +372,16 @@ def hostile_inputs(v: Verdict) -> None:
     v.exited(cli("--matrix", "/dev/urandom", "plan", timeout=30), 2, "--matrix /dev/urandom")
     fifo = v.work.root / "fifo"
     os.mkfifo(fifo)
-    v.exited(cli("--matrix", str(v.work.matrix), "doctor", "--nvidia-smi-file", str(fifo), timeout=30), 2,
-             "--nvidia-smi-file FIFO")
-    v.exited(cli("--matrix", str(v.work.matrix), "--target", "smoke", "--secret", "id=x,src=/dev/zero",
-                 timeout=30), 2, "--secret src=/dev/zero")
+    v.exited(
+        cli("--matrix", str(v.work.matrix), "doctor", "--nvidia-smi-file", str(fifo), timeout=30),
+        2,
+        "--nvidia-smi-file FIFO",
+    )
+    v.exited(
+        cli("--matrix", str(v.work.matrix), "--target", "smoke", "--secret", "id=x,src=/dev/zero", timeout=30),
+        2,
+        "--secret src=/dev/zero",
+    )
     v.exited(v.work.build("--max-jobs", "-5"), 2, "--max-jobs -5")
     v.exited(cli("--matrix", str(v.work.matrix), "--target", "nosuch"), 2, "an unknown target")
     twice = cli("--matrix", str(v.work.matrix), "--target", "smoke", "--target", "smoke", "--jobs", "2")
@@ -379,8 +395,9 @@ def hostile_inputs(v: Verdict) -> None:
 def authenticated_registry(v: Verdict, root: Path) -> None:
     password = "k3-" + secrets.token_urlsafe(18)
     PLANTED.append(password)
-    made = subprocess.run(["htpasswd", "-iBn", "k3attacker"], input=password, capture_output=True, text=True,
-                          check=True)
+    made = subprocess.run(
+        ["htpasswd", "-iBn", "k3attacker"], input=password, capture_output=True, text=True, check=True
+    )
     (root / "htpasswd").write_text(made.stdout)
     auth = LocalRegistry(root, htpasswd=root / "htpasswd")
     auth.start()
@@ -402,12 +419,14 @@ def authenticated_registry(v: Verdict, root: Path) -> None:
 
 def _doc(v: Verdict) -> dict:
     import yaml
+
     return yaml.safe_load(v.work.matrix.read_text())["targets"]["smoke"]
 
 
 def _repin(v: Verdict, branch: str, commit: str, kernels: str | None = None) -> str:
     """Pin the workspace's matrix to a pushed commit; returns the original text (to restore)."""
     import yaml
+
     original = v.work.matrix.read_text()
     head, _, _ = original.partition("version: 1")
     doc = yaml.safe_load(original)
@@ -427,6 +446,7 @@ def _restore(v: Verdict, original: str) -> None:
 
 def _hostile_source(v: Verdict, change) -> tuple[str, str]:
     from tests.integration.test_hostile_upstream import push_commit
+
     doc = _doc(v)
     branch = f"hostile-{secrets.token_hex(3)}"
     repo = Path(doc["source"]["url"].removeprefix("file://"))
@@ -435,6 +455,7 @@ def _hostile_source(v: Verdict, change) -> tuple[str, str]:
 
 def hostile_submodule_url(v: Verdict) -> None:
     from tests.integration.test_hostile_upstream import _git, push_commit
+
     canary = v.work.root / "PWNED"
     doc = _doc(v)
     tp = doc["source"]["third_party"]["k3kernels"]
@@ -470,11 +491,19 @@ def hostile_requirements(v: Verdict) -> None:
     branch, commit = _hostile_source(v, reads_environ)
     original = _repin(v, branch, commit)
     locks = {p.name: p.read_bytes() for p in (v.work.root / "locks" / "smoke").iterdir()}
-    r = cli("--json", "--matrix", str(v.work.matrix), "lock", "--target", "smoke",
-            env=dict(os.environ, K3_ATTACK_PLANTED=planted))
+    r = cli(
+        "--json",
+        "--matrix",
+        str(v.work.matrix),
+        "lock",
+        "--target",
+        "smoke",
+        env=dict(os.environ, K3_ATTACK_PLANTED=planted),
+    )
     v.exited(r, 2, "a requirements line naming /proc/self/environ")
-    v.expect(locks == {p.name: p.read_bytes() for p in (v.work.root / "locks" / "smoke").iterdir()},
-             "the locks changed")
+    v.expect(
+        locks == {p.name: p.read_bytes() for p in (v.work.root / "locks" / "smoke").iterdir()}, "the locks changed"
+    )
     _restore(v, original)
     v.recovers()
 
@@ -486,10 +515,17 @@ def secret_copied_into_image(v: Verdict) -> None:
 
     def copies_secret(tree: Path) -> None:
         setup = tree / "setup.py"
-        setup.write_text(setup.read_text().replace("        echo_test_secrets()\n", (
-            "        echo_test_secrets()\n"
-            "        for p in sorted(Path('/run/secrets').glob('echo_*')):\n"
-            "            Path(self.build_lib, 'k3smoke', 'leak.txt').write_text(p.read_text())\n"), 1))
+        setup.write_text(
+            setup.read_text().replace(
+                "        echo_test_secrets()\n",
+                (
+                    "        echo_test_secrets()\n"
+                    "        for p in sorted(Path('/run/secrets').glob('echo_*')):\n"
+                    "            Path(self.build_lib, 'k3smoke', 'leak.txt').write_text(p.read_text())\n"
+                ),
+                1,
+            )
+        )
 
     branch, commit = _hostile_source(v, copies_secret)
     original = _repin(v, branch, commit)
@@ -527,11 +563,29 @@ def full_record_dir(v: Verdict) -> None:
 
 # --- the run ------------------------------------------------------------------------------------
 
-SCENARIOS = ["daemon_down", "registry_down_at_start", "registry_killed_during_push", "registry_killed_during_attach",
-             "signal_during_build", "sigkill_during_build", "signal_during_checks", "sigkill_while_recording",
-             "concurrent_builds", "corrupt_record", "corrupt_cache", "force_push", "secrets_in_the_build",
-             "evidence_environment", "hostile_inputs", "authenticated_registry", "hostile_submodule_url",
-             "hostile_requirements", "secret_copied_into_image", "lock_during_build", "full_record_dir"]
+SCENARIOS = [
+    "daemon_down",
+    "registry_down_at_start",
+    "registry_killed_during_push",
+    "registry_killed_during_attach",
+    "signal_during_build",
+    "sigkill_during_build",
+    "signal_during_checks",
+    "sigkill_while_recording",
+    "concurrent_builds",
+    "corrupt_record",
+    "corrupt_cache",
+    "force_push",
+    "secrets_in_the_build",
+    "evidence_environment",
+    "hostile_inputs",
+    "authenticated_registry",
+    "hostile_submodule_url",
+    "hostile_requirements",
+    "secret_copied_into_image",
+    "lock_during_build",
+    "full_record_dir",
+]
 
 
 def _base(root: Path) -> Work:
@@ -606,8 +660,11 @@ def main() -> int:
             started = time.monotonic()
             outcome = run_one(name, base, root)
             outcomes.append(outcome)
-            print(f"{name:<32} survived={'yes' if outcome.survived else 'NO ':<3} "
-                  f"consistent={'yes' if outcome.consistent else 'NO'} ({time.monotonic() - started:.0f}s)", flush=True)
+            print(
+                f"{name:<32} survived={'yes' if outcome.survived else 'NO ':<3} "
+                f"consistent={'yes' if outcome.consistent else 'NO'} ({time.monotonic() - started:.0f}s)",
+                flush=True,
+            )
             for note in outcome.notes:
                 print(f"    {note}", flush=True)
         hits = secret_hits(root)
@@ -616,8 +673,10 @@ def main() -> int:
         if not args.keep:
             shutil.rmtree(root, ignore_errors=True)
     n = len(outcomes)
-    print(f"faults survived {sum(o.survived for o in outcomes)}/{n}, records consistent "
-          f"{sum(o.consistent for o in outcomes)}/{n}, secret hits {len(hits)}")
+    print(
+        f"faults survived {sum(o.survived for o in outcomes)}/{n}, records consistent "
+        f"{sum(o.consistent for o in outcomes)}/{n}, secret hits {len(hits)}"
+    )
     for hit in hits[:20]:
         print(f"    secret found in {hit}")
     return 0 if all(o.survived and o.consistent for o in outcomes) and not hits else 1

@@ -11,8 +11,12 @@ REPO = Path(__file__).resolve().parent.parent
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
-    parser.addoption("--integration", action="store_true", default=False,
-                     help="also run tests/integration against the real engine and registry")
+    parser.addoption(
+        "--integration",
+        action="store_true",
+        default=False,
+        help="also run tests/integration against the real engine and registry",
+    )
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

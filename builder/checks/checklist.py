@@ -16,10 +16,11 @@ import shlex
 
 import pytest
 
-from builder.config import contract
 from builder.checks import probes
+from builder.config import contract
 from builder.config.cudamajor import is_other_major, major_minor
 from builder.deps.lock import normalize
+
 
 def run_probe(image_host, name: str, request: dict, env: str = "") -> dict:
     """Run probe ``name`` (builder/checks/probes/) in the image; its facts, or a failure that shows why it
@@ -27,8 +28,10 @@ def run_probe(image_host, name: str, request: dict, env: str = "") -> dict:
     result = image_host.run(f"{env}python -c %s %s", probes.script(name), json.dumps(request))
     found = probes.parse(result.stdout)
     if found is None:
-        pytest.fail(f"expected the {name} probe to run in the image, found exit {result.rc} and no facts: "
-                    f"{_tail(result.stderr or result.stdout)}")
+        pytest.fail(
+            f"expected the {name} probe to run in the image, found exit {result.rc} and no facts: "
+            f"{_tail(result.stderr or result.stdout)}"
+        )
     return found
 
 
@@ -52,8 +55,11 @@ def _compat_env(expect) -> str:
 
 @pytest.fixture(scope="session")
 def facts(image_host, expect):
-    request = {"modules": list(expect.modules.required + expect.modules.optional), "ops": list(expect.ops),
-               "absent": sorted(expect.absent)}
+    request = {
+        "modules": list(expect.modules.required + expect.modules.optional),
+        "ops": list(expect.ops),
+        "absent": sorted(expect.absent),
+    }
     found = run_probe(image_host, "facts", request, _compat_env(expect))
     assert "error" not in found, f"expected the facts probe to run, found {found['error']}"
     return found
@@ -73,15 +79,19 @@ def test_cuda_runtime(facts, expect, image):
     )
     if facts["version_json"]:
         assert major_minor(facts["version_json"]) == expect.cuda_major_minor, (
-            f"expected /usr/local/cuda/version.json CUDA {expect.cuda_major_minor}, found {facts['version_json']}")
+            f"expected /usr/local/cuda/version.json CUDA {expect.cuda_major_minor}, found {facts['version_json']}"
+        )
     if "CUDA_VERSION" in image.env:
         assert major_minor(image.env["CUDA_VERSION"]) == expect.cuda_major_minor, (
-            f"expected CUDA_VERSION {expect.cuda_major_minor}.x, found {image.env['CUDA_VERSION']}")
+            f"expected CUDA_VERSION {expect.cuda_major_minor}.x, found {image.env['CUDA_VERSION']}"
+        )
     torch = facts.get("torch")
     if torch:
         assert "error" not in torch, f"expected torch to import, found {torch.get('error')}"
         assert torch["cuda"] == expect.cuda_major_minor, (
-            f"expected torch.version.cuda == {expect.cuda_major_minor}, found {torch['cuda']} (torch {torch['version']})")
+            f"expected torch.version.cuda == {expect.cuda_major_minor}, "
+            f"found {torch['cuda']} (torch {torch['version']})"
+        )
 
 
 def test_no_other_cuda_major(facts, expect, report_warning):
@@ -116,8 +126,11 @@ def test_compiled_modules(facts, expect):
     hint = ""
     if facts.get("libcuda"):
         hint = f" (libcuda.so.1 could not be loaded from {expect.compat_dir}: {facts['libcuda']})"
-    assert not broken, "expected every compiled module to import, found: " + "; ".join(
-        f"{m}: {err}" for m, err in sorted(broken.items())) + hint
+    assert not broken, (
+        "expected every compiled module to import, found: "
+        + "; ".join(f"{m}: {err}" for m, err in sorted(broken.items()))
+        + hint
+    )
 
 
 def test_ops_registered(facts, expect, report_warning):
@@ -133,9 +146,13 @@ def test_ops_registered(facts, expect, report_warning):
         if op not in appeared:
             report_warning(f"ops_registered: {op} absent as the matrix expects: {reason}")
     assert not missing, "expected every named op to be registered, found missing: " + "; ".join(
-        f"{op} ({err})" for op, err in sorted(missing.items()))
-    assert not appeared, ("expected these ops absent (source.extensions.absent), found them registered: "
-                          + ", ".join(appeared) + "; the build now has them: drop them from `absent`")
+        f"{op} ({err})" for op, err in sorted(missing.items())
+    )
+    assert not appeared, (
+        "expected these ops absent (source.extensions.absent), found them registered: "
+        + ", ".join(appeared)
+        + "; the build now has them: drop them from `absent`"
+    )
 
 
 def test_pinned_versions(facts, expect):
@@ -143,8 +160,11 @@ def test_pinned_versions(facts, expect):
         pytest.skip("the target pins no FlashInfer or NCCL")
     need(facts, "dists")
     have = {normalize(n): v for n, v in facts["dists"]}
-    wrong = [f"{name}: expected {want}, found {have.get(name, 'not installed')}"
-             for name, want in sorted(expect.pins.items()) if have.get(name) != want]
+    wrong = [
+        f"{name}: expected {want}, found {have.get(name, 'not installed')}"
+        for name, want in sorted(expect.pins.items())
+        if have.get(name) != want
+    ]
     assert not wrong, "; ".join(wrong)
 
 
@@ -158,10 +178,12 @@ def test_expiry(image, expect, report_warning):
         pytest.fail(f"expected label {key} to be an ISO date (YYYY-MM-DD), found {raw!r}")
     assert expires >= expect.today, (
         f"expected {key} not in the past, found {raw} (today {expect.today.isoformat()}): the image has expired; "
-        "its owner must move hosts to the official image or extend the date in the matrix and rebuild")
+        "its owner must move hosts to the official image or extend the date in the matrix and rebuild"
+    )
     horizon = expect.build_date + dt.timedelta(days=expect.horizon_days)
     assert expires <= horizon, (
-        f"expected {key} at most {expect.horizon_days} days after the build ({horizon.isoformat()}), found {raw}")
+        f"expected {key} at most {expect.horizon_days} days after the build ({horizon.isoformat()}), found {raw}"
+    )
     assert expires == expect.expires, f"expected label {key} = {expect.expires.isoformat()} (matrix), found {raw}"
     left = (expires - expect.today).days
     if left <= expect.warning_days:
@@ -169,9 +191,11 @@ def test_expiry(image, expect, report_warning):
 
 
 def test_labels(image, expect):
-    wrong = [f"{k}: expected {v!r}, found {image.labels.get(k, '(missing)')!r}"
-             for k, v in sorted(expect.labels.items())
-             if k != expect.label_keys.expires and image.labels.get(k) != v]
+    wrong = [
+        f"{k}: expected {v!r}, found {image.labels.get(k, '(missing)')!r}"
+        for k, v in sorted(expect.labels.items())
+        if k != expect.label_keys.expires and image.labels.get(k) != v
+    ]
     assert not wrong, "; ".join(wrong)
 
 
@@ -221,7 +245,8 @@ def test_no_world_writable(image_host):
     # Files: never. Directories: only sticky ones (/tmp, /var/tmp, /run/lock), and /tmp itself.
     result = image_host.run(
         "find / -xdev \\( -path /proc -o -path /sys -o -path /dev \\) -prune -o -perm -0002 ! -type l "
-        "\\( ! -type d -o ! -perm -1000 \\) ! -path /tmp -print 2>/dev/null")
+        "\\( ! -type d -o ! -perm -1000 \\) ! -path /tmp -print 2>/dev/null"
+    )
     found = [line for line in result.stdout.splitlines() if line.strip()]
     assert not found, f"expected no world-writable files outside /tmp, found: {', '.join(found[:20])}"
 
@@ -278,8 +303,10 @@ def test_runtime_toolchain(image_host, image, expect, report_warning):
     if not got.get("cc"):
         problems.append("no C compiler for Triton's run-time stubs (it looks for $CC, then gcc, then clang)")
     else:
-        for key, what in (("cc_link", "compile and link a C program"),
-                          ("cc_python", f"build a Python extension against {got.get('pyinclude')} as Triton does")):
+        for key, what in (
+            ("cc_link", "compile and link a C program"),
+            ("cc_python", f"build a Python extension against {got.get('pyinclude')} as Triton does"),
+        ):
             if got.get(key) != "yes":
                 problems.append(f"{got['cc']} cannot {what}: {got.get(key, 'not tried')}")
     if got.get("python_h") != "yes":
@@ -293,11 +320,15 @@ def test_runtime_toolchain(image_host, image, expect, report_warning):
         elif got.get("nvcc_compile") != "yes":
             problems.append(f"nvcc cannot compile a trivial kernel for {expect.nvcc_arch}: {got.get('nvcc_compile')}")
         elif got.get("nvcc_headers") != "yes":
-            problems.append("nvcc cannot compile against the run-time JIT headers (cuda_runtime.h, nvrtc.h, curand.h, "
-                            f"cublas_v2.h): {got.get('nvcc_headers')}")
+            problems.append(
+                "nvcc cannot compile against the run-time JIT headers (cuda_runtime.h, nvrtc.h, curand.h, "
+                f"cublas_v2.h): {got.get('nvcc_headers')}"
+            )
     else:
-        report_warning("runtime_toolchain: skipped nvcc (version, a trivial kernel, JIT headers): the target declares no "
-                       "run-time CUDA toolkit (runtime.cuda_home unset); checked the C compiler and Python.h only")
+        report_warning(
+            "runtime_toolchain: skipped nvcc (version, a trivial kernel, JIT headers): the target declares no "
+            "run-time CUDA toolkit (runtime.cuda_home unset); checked the C compiler and Python.h only"
+        )
     for var in ("TRITON_PTXAS_PATH", "TRITON_PTXAS_BLACKWELL_PATH"):
         if got.get(var, "ok") != "ok":
             problems.append(f"{var} points at no executable: {got[var].removeprefix('missing: ')}")
@@ -312,8 +343,11 @@ def _listing(items: list[str], limit: int = 12) -> str:
 def test_python_trees(image_host, expect, report_warning):
     if not expect.python_trees:
         pytest.skip("the matrix names no Python trees (source.extensions.python_trees)")
-    request = {"trees": list(expect.python_trees), "skip": sorted(expect.python_skip),
-               "setup": list(expect.python_setup)}
+    request = {
+        "trees": list(expect.python_trees),
+        "skip": sorted(expect.python_skip),
+        "setup": list(expect.python_setup),
+    }
     found = run_probe(image_host, "trees", request, _compat_env(expect))
     assert "error" not in found, f"expected the trees probe to run, found {found.get('error')}"
     problems = [f"set-up {ref}: {err}" for ref, err in sorted(found["setup"].items()) if err]
@@ -325,14 +359,20 @@ def test_python_trees(image_host, expect, report_warning):
             report_warning(f"python_trees: skipped {count} module(s) matching {pattern}: {expect.python_skip[pattern]}")
         else:  # a stale exclusion hides nothing today, and would hide a new module tomorrow
             report_warning(f"python_trees: skip pattern {pattern} matches no module: drop it from python_skip")
-    assert not problems, (f"expected every module of {', '.join(expect.python_trees)} to import "
-                          f"({len(found['imported'])} tried), found: " + _listing(problems))
+    assert not problems, (
+        f"expected every module of {', '.join(expect.python_trees)} to import "
+        f"({len(found['imported'])} tried), found: " + _listing(problems)
+    )
 
 
 def test_shared_libraries(image_host, image, expect, report_warning):
-    request = {"roots": [contract.APP_PREFIX], "ld_library_path": image.env.get("LD_LIBRARY_PATH", ""),
-               "cuda_major": expect.cuda_major, "tracking": list(contract.CUDA_TRACKING_LIBS),
-               "dlopen": sorted(expect.dlopen)}
+    request = {
+        "roots": [contract.APP_PREFIX],
+        "ld_library_path": image.env.get("LD_LIBRARY_PATH", ""),
+        "cuda_major": expect.cuda_major,
+        "tracking": list(contract.CUDA_TRACKING_LIBS),
+        "dlopen": sorted(expect.dlopen),
+    }
     found = run_probe(image_host, "elf", request)
     assert "error" not in found, f"expected the ELF probe to run, found {found.get('error')}"
     assert found["elves"], f"expected ELF files under {contract.APP_PREFIX}, found none"
@@ -345,8 +385,10 @@ def test_shared_libraries(image_host, image, expect, report_warning):
         dist = normalize(e["dist"].rsplit(" ", 1)[0]) if e.get("dist") else None
         other.add((e["path"], e["needed"]))
         if dist in expect.other_major:
-            report_warning(f"shared_libraries: {who(e)} needs {e['needed']} (CUDA {e['major']}), allowed by the "
-                           f"matrix: {expect.other_major[dist]}")
+            report_warning(
+                f"shared_libraries: {who(e)} needs {e['needed']} (CUDA {e['major']}), allowed by the "
+                f"matrix: {expect.other_major[dist]}"
+            )
         else:
             problems.append(f"{who(e)} needs {e['needed']}, a CUDA {e['major']} library")
     for e in found["unresolved"]:
@@ -360,8 +402,10 @@ def test_shared_libraries(image_host, image, expect, report_warning):
     for name, err in sorted((found.get("dlopen") or {}).items()):
         if err:
             problems.append(f"{name} (loaded by name: {expect.dlopen[name]}) does not load: {err}")
-    assert not problems, (f"expected every NEEDED library of the {found['elves']} ELF files under "
-                          f"{contract.APP_PREFIX} to resolve, found: " + _listing(problems))
+    assert not problems, (
+        f"expected every NEEDED library of the {found['elves']} ELF files under "
+        f"{contract.APP_PREFIX} to resolve, found: " + _listing(problems)
+    )
 
 
 def test_image_hygiene(image_host, expect):
@@ -372,8 +416,10 @@ def test_image_hygiene(image_host, expect):
     problems += [f"symlink {path} -> {target} points into a build-only path" for path, target in found["outside"]]
     problems += [f"{path} names {root}: {line}" for path, root, line in found["named"]]
     total = sum(found["counts"].values())
-    assert not problems, (f"expected nothing under {contract.APP_PREFIX} to point at a build-only path "
-                          f"({', '.join(contract.BUILD_ONLY_ROOTS)}), found {total}: " + _listing(problems))
+    assert not problems, (
+        f"expected nothing under {contract.APP_PREFIX} to point at a build-only path "
+        f"({', '.join(contract.BUILD_ONLY_ROOTS)}), found {total}: " + _listing(problems)
+    )
 
 
 def test_recipe_cli(image_host, expect):
@@ -388,18 +434,28 @@ def test_recipe_cli(image_host, expect):
     problems += [f"--{dest.replace('_', '-')} {err}" for dest, err in sorted(found["options"].items()) if err]
     if found["architecture"]:
         problems.append(f"architecture {recipe['architecture']}: {found['architecture']}")
-    assert not problems, f"expected `{recipe['command']}` to be servable by the image's CLI, found: " + "; ".join(problems)
+    assert not problems, f"expected `{recipe['command']}` to be servable by the image's CLI, found: " + "; ".join(
+        problems
+    )
 
 
 # --- os_packages: the OS layer's .debs, in the image as locked (builder/checks/probes/os.py) ---------------
+
 
 def test_os_packages(image_host, expect, report_warning):
     osp = expect.os_packages
     if osp is None:
         pytest.skip("the target declares no os_packages")
-    request = {"status_dir": contract.OS_STATUS_DIR, "locked": [list(e) for e in osp.locked],
-               "listed": list(osp.listed), "loads": list(osp.loads), "runs": [list(c) for c in osp.runs]}
+    request = {
+        "status_dir": contract.OS_STATUS_DIR,
+        "locked": [list(e) for e in osp.locked],
+        "listed": list(osp.listed),
+        "loads": list(osp.loads),
+        "runs": [list(c) for c in osp.runs],
+    }
     facts = run_probe(image_host, "os", request)
     assert "error" not in facts, f"expected the OS package probe to run, found {facts.get('error')}"
-    assert facts["checked"] == len(osp.locked) > 0, f"expected {len(osp.locked)} locked packages, checked {facts['checked']}"
+    assert facts["checked"] == len(osp.locked) > 0, (
+        f"expected {len(osp.locked)} locked packages, checked {facts['checked']}"
+    )
     assert not facts["problems"], "expected the OS lock's packages in the image, found: " + "; ".join(facts["problems"])

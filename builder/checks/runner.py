@@ -21,21 +21,20 @@ from pathlib import Path
 import pip
 import pytest
 
-from builder.config import contract
-from builder.source import extensions
-from builder.engine import interrupts
 from builder import log
-from builder.dockerfile import render
+from builder.config import contract
 from builder.config.cudamajor import major_minor
+from builder.config.matrix import Target
+from builder.deps.lock import normalize
+from builder.dockerfile import render
+from builder.engine import interrupts
 from builder.engine.buildx import Engine, ImageConfig
 from builder.errors import BuildError, CheckFailed, Interrupted
-from builder.deps.lock import normalize
-from builder.config.matrix import Target
+from builder.source import extensions
 from builder.source.pinned import PinnedSource
 
 CHECKLIST = Path(__file__).with_name("checklist.py")
 CHECK_OUTPUT_NAME = "checks.txt"  # pytest's own output, beside the JUnit report
-
 
 
 @dataclass(frozen=True)
@@ -53,8 +52,9 @@ def os_expectations(target: Target, entries) -> OsExpectations | None:
     osp = target.os_packages
     if osp is None:
         return None
-    return OsExpectations(tuple((e.name, e.version, e.arch) for e in entries), tuple(p.name for p in osp.packages),
-                          osp.loads, osp.runs)
+    return OsExpectations(
+        tuple((e.name, e.version, e.arch) for e in entries), tuple(p.name for p in osp.packages), osp.loads, osp.runs
+    )
 
 
 @dataclass(frozen=True)
@@ -101,8 +101,9 @@ class Expectations:
         return major * 1000 + minor * 10
 
 
-def expectations(target: Target, pinned: PinnedSource, locks, build_date: dt.date,
-                 today: dt.date | None = None) -> Expectations:
+def expectations(
+    target: Target, pinned: PinnedSource, locks, build_date: dt.date, today: dt.date | None = None
+) -> Expectations:
     """What the image must hold, from the matrix, the source and ``locks`` (a plan.LockSet: the
     lock bytes the build read, hashed and built from, never the files again)."""
     policy = target.source.extensions
@@ -151,9 +152,17 @@ def _recipe(target: Target) -> dict | None:
     r = target.runtime.recipe
     if r is None:
         return None
-    return {"command": " ".join(r.command), "argv": list(r.command[2:]), "parser": r.parser,
-            "parser_class": r.parser_class, "validator": r.validator, "resolve": dict(r.resolve),
-            "architecture": r.architecture, "architecture_resolver": r.architecture_resolver, "env": dict(r.env)}
+    return {
+        "command": " ".join(r.command),
+        "argv": list(r.command[2:]),
+        "parser": r.parser,
+        "parser_class": r.parser_class,
+        "validator": r.validator,
+        "resolve": dict(r.resolve),
+        "architecture": r.architecture,
+        "architecture_resolver": r.architecture_resolver,
+        "env": dict(r.env),
+    }
 
 
 @dataclass
@@ -195,9 +204,13 @@ class Report:
         return {status: sum(r.status == status for r in self.results) for status in ("pass", "skip", "FAIL")}
 
     def to_json(self) -> dict:
-        return {"image": self.image, "checks": [{"name": r.name, "status": r.status, "message": r.message}
-                                                for r in self.results],
-                "counts": self.counts(), "warnings": self.warnings, "junit": str(self.junit) if self.junit else None}
+        return {
+            "image": self.image,
+            "checks": [{"name": r.name, "status": r.status, "message": r.message} for r in self.results],
+            "counts": self.counts(),
+            "warnings": self.warnings,
+            "junit": str(self.junit) if self.junit else None,
+        }
 
     def raise_for_failures(self) -> None:
         if not self.ok:
@@ -250,9 +263,27 @@ def _pytest(expect: Expectations, config: ImageConfig, container: str, tmp: Path
     # machine; the checklist gets a testinfra host for the container from image_host.
     with contextlib.redirect_stdout(output):
         code = pytest.main(
-            [str(CHECKLIST), "-c", str(ini), "--rootdir", str(tmp), "-p", "no:cacheprovider", "-p", "no:testinfra",
-             "-q", "--tb=line", "--no-header", "-W", "ignore::DeprecationWarning",
-             f"--junitxml={junit}", "-o", "junit_family=xunit2", "-o", "junit_suite_name=k3-image-checks"],
+            [
+                str(CHECKLIST),
+                "-c",
+                str(ini),
+                "--rootdir",
+                str(tmp),
+                "-p",
+                "no:cacheprovider",
+                "-p",
+                "no:testinfra",
+                "-q",
+                "--tb=line",
+                "--no-header",
+                "-W",
+                "ignore::DeprecationWarning",
+                f"--junitxml={junit}",
+                "-o",
+                "junit_family=xunit2",
+                "-o",
+                "junit_suite_name=k3-image-checks",
+            ],
             plugins=[plugin],
         )
     junit.with_name(CHECK_OUTPUT_NAME).write_text(log.redact(output.getvalue()))
@@ -272,8 +303,9 @@ def run(engine: Engine, ref: str, expect: Expectations, junit: Path) -> Report:
             container = engine.containers.start(ref)
         with tempfile.TemporaryDirectory(prefix="k3-check-") as tmp:
             # pip is not in the image (nothing outside the lock is); pip check runs from a copy.
-            shutil.copytree(Path(pip.__file__).parent, Path(tmp) / "pip-path" / "pip",
-                            ignore=shutil.ignore_patterns("__pycache__"))
+            shutil.copytree(
+                Path(pip.__file__).parent, Path(tmp) / "pip-path" / "pip", ignore=shutil.ignore_patterns("__pycache__")
+            )
             engine.containers.copy_into(container, Path(tmp) / "pip-path", "/tmp/k3-check-pip")
             code, plugin = _pytest(expect, config, container, Path(tmp), junit)
     finally:
@@ -282,8 +314,9 @@ def run(engine: Engine, ref: str, expect: Expectations, junit: Path) -> Report:
     if code == pytest.ExitCode.INTERRUPTED:  # pytest swallows the KeyboardInterrupt (SIGINT, SIGTERM)
         raise Interrupted("interrupted during the image checks; the image is kept, nothing recorded")
     if code not in (pytest.ExitCode.OK, pytest.ExitCode.TESTS_FAILED):
-        raise BuildError(f"the image checks could not run (pytest exit {int(code)}); "
-                         f"see {junit.with_name(CHECK_OUTPUT_NAME)}")
+        raise BuildError(
+            f"the image checks could not run (pytest exit {int(code)}); see {junit.with_name(CHECK_OUTPUT_NAME)}"
+        )
     return Report(image=ref, results=_parse_junit(junit), warnings=plugin.warnings, junit=junit)
 
 
@@ -313,8 +346,9 @@ def _parse_junit(path: Path) -> list[CheckResult]:
     return results
 
 
-def check_target(engine: Engine, target: Target, locks, pinned: PinnedSource, ref: str,
-                 build_date: dt.date, out_dir: Path) -> Report:
+def check_target(
+    engine: Engine, target: Target, locks, pinned: PinnedSource, ref: str, build_date: dt.date, out_dir: Path
+) -> Report:
     """Run every check on ``ref`` for ``target`` (``locks``: the plan.LockSet it was built from) and
     log a table; the caller decides what a failure means."""
     expect = expectations(target, pinned, locks, build_date)

@@ -64,8 +64,9 @@ def scan(registry, name: str, digest: str, skip: frozenset[str] = frozenset()) -
     doc = manifest.doc if manifest else {}
     config = registry.blob(name, doc["config"]["digest"]) if isinstance(doc.get("config"), dict) else b""
     if any(w in config for w in wanted):
-        raise BuildError(f"{name}@{digest}: a build secret is in the image config (env, labels or history); "
-                         "not recorded")
+        raise BuildError(
+            f"{name}@{digest}: a build secret is in the image config (env, labels or history); not recorded"
+        )
     with tempfile.TemporaryDirectory(prefix="k3-scan-") as tmp:
         for index, layer in enumerate(doc.get("layers") or []):
             if layer.get("digest") in skip:
@@ -75,9 +76,13 @@ def scan(registry, name: str, digest: str, skip: frozenset[str] = frozenset()) -
             try:
                 found = find_in_layer(blob, wanted)
             except (tarfile.TarError, EOFError, OSError) as exc:
-                raise BuildError(f"{name}@{digest}: layer {index} ({layer['digest'][:19]}) cannot be read to scan "
-                                 f"it for secrets ({exc.__class__.__name__}); not recorded") from None
+                raise BuildError(
+                    f"{name}@{digest}: layer {index} ({layer['digest'][:19]}) cannot be read to scan "
+                    f"it for secrets ({exc.__class__.__name__}); not recorded"
+                ) from None
             if found:
-                raise BuildError(f"{name}@{digest}: a build secret is in layer {index} ({layer['digest'][:19]}), "
-                                 f"file /{found.removeprefix('./').lstrip('/')}: a build step copied it into the image; not recorded")
+                raise BuildError(
+                    f"{name}@{digest}: a build secret is in layer {index} ({layer['digest'][:19]}), "
+                    f"file /{found.removeprefix('./').lstrip('/')}: a build step copied it into the image; not recorded"
+                )
             blob.unlink()

@@ -153,6 +153,7 @@ def created_iso(epoch: int) -> str:
 def now_iso() -> str:
     return dt.datetime.now(dt.timezone.utc).strftime(TIME_FORMAT)
 
+
 # Fields of image.json, in the order they are written. ``build`` holds the volatile part
 # (time, duration, id); everything else is a pure function of the inputs and the digest.
 RECORD_FIELDS = (
@@ -244,59 +245,81 @@ DRIVER_LIBRARIES = {
 # CUDA libraries whose soname major is the CUDA major (libcudart.so.12 on 12.x, .13 on 13.x).
 # Others number their own (libcufft.so.11 on 12.x, libcudnn.so.9, libnccl.so.2) and are judged
 # by their distribution's name instead (no_other_cuda_major).
-CUDA_TRACKING_LIBS = ("cudart", "cublas", "cublasLt", "nvblas", "nvrtc", "nvrtc-builtins", "nvJitLink", "nvjpeg",
-                      "cupti", "nvperf_host", "nvperf_target", "nppc", "nppial", "nppicc", "nppidei", "nppif",
-                      "nppig", "nppim", "nppist", "nppisu", "nppitc", "npps")
+CUDA_TRACKING_LIBS = (
+    "cudart",
+    "cublas",
+    "cublasLt",
+    "nvblas",
+    "nvrtc",
+    "nvrtc-builtins",
+    "nvJitLink",
+    "nvjpeg",
+    "cupti",
+    "nvperf_host",
+    "nvperf_target",
+    "nppc",
+    "nppial",
+    "nppicc",
+    "nppidei",
+    "nppif",
+    "nppig",
+    "nppim",
+    "nppist",
+    "nppisu",
+    "nppitc",
+    "npps",
+)
 
 
 # The image checks `build test` runs (builder/checks/checklist.py holds one test per entry, same name).
 # Expectations come from the matrix (and the record); nothing here is a constant of a test.
 CHECKS = {
     "cuda_runtime": "libcudart in the image reports the matrix's CUDA major.minor (cudaRuntimeGetVersion); "
-                    "/usr/local/cuda/version.json, CUDA_VERSION and torch.version.cuda agree where present",
+    "/usr/local/cuda/version.json, CUDA_VERSION and torch.version.cuda agree where present",
     "no_other_cuda_major": "no libcudart/libcublas of another CUDA major, no *-cuNN distribution of another "
-                           "major, no torch +cuNNN build of another CUDA, except distributions the matrix lists "
-                           "under cuda.other_major with a reason (shown in the output)",
+    "major, no torch +cuNNN build of another CUDA, except distributions the matrix lists "
+    "under cuda.other_major with a reason (shown in the output)",
     "compiled_modules": "every compiled module the source's build files declare (plus matrix adds, minus waives) "
-                        "imports, with the base's compat libcuda.so.1 standing in for a GPU host's driver",
+    "imports, with the base's compat libcuda.so.1 standing in for a GPU host's driver",
     "ops_registered": "every op/attribute the matrix names resolves after the modules are imported "
-                      "(vLLM: torch.ops._C.<op>), and every op the matrix expects absent (with its reason) is absent",
+    "(vLLM: torch.ops._C.<op>), and every op the matrix expects absent (with its reason) is absent",
     "pinned_versions": "FlashInfer and NCCL distributions in the image equal the matrix pins",
     "expiry": "the expiry label holds the matrix's ISO date, is not past, is within the horizon after the "
-              "build date; a warning inside the warning window",
+    "build date; a warning inside the warning window",
     "labels": "owner label and OCI revision/source/version/created/base.name/base.digest match the matrix",
     "lock_contents": "every distribution in the image's environment is in the lock at the same version, "
-                     "and every lock entry is installed",
+    "and every lock entry is installed",
     "pip_check": "pip check passes (conflicts with a matrix override, e.g. NCCL, are reported, not failed)",
     "non_root": "the image runs as a non-root user by default",
     "no_world_writable": "no world-writable file anywhere, and no world-writable directory without the "
-                         "sticky bit (/tmp-style directories) outside /tmp",
+    "sticky bit (/tmp-style directories) outside /tmp",
     "runtime_toolchain": "the C compiler Triton picks ($CC, else gcc, else clang) compiles and links a program "
-                         "and compiles against INCLUDEPY/Python.h; where the target has a run-time CUDA toolkit, "
-                         "CUDA_HOME is set, its nvcc reports the matrix's CUDA, compiles a trivial kernel, and "
-                         "compiles against the headers run-time JIT includes (cuda_runtime.h, nvrtc.h, curand.h, "
-                         "cublas_v2.h); TRITON_PTXAS_PATH and TRITON_PTXAS_BLACKWELL_PATH, where set, are executables",
+    "and compiles against INCLUDEPY/Python.h; where the target has a run-time CUDA toolkit, "
+    "CUDA_HOME is set, its nvcc reports the matrix's CUDA, compiles a trivial kernel, and "
+    "compiles against the headers run-time JIT includes (cuda_runtime.h, nvrtc.h, curand.h, "
+    "cublas_v2.h); TRITON_PTXAS_PATH and TRITON_PTXAS_BLACKWELL_PATH, where set, are executables",
     "python_trees": "every module under the Python trees the matrix names (source.extensions.python_trees: what "
-                    "CMake install steps and third-party sources put into the wheel) imports, with the compat "
-                    "libcuda.so.1; skipped modules are listed with their reason",
+    "CMake install steps and third-party sources put into the wheel) imports, with the compat "
+    "libcuda.so.1; skipped modules are listed with their reason",
     "shared_libraries": "every ELF file under the application prefix finds each NEEDED library as ld.so would "
-                        "(RPATH/RUNPATH with $ORIGIN, LD_LIBRARY_PATH, the ld.so cache, the default directories) "
-                        "or from a library the image carries that an earlier import loads (torch's pattern); "
-                        "only the driver libraries the container runtime mounts are exempt; a NEEDED CUDA "
-                        "library of another major fails unless cuda.other_major names the file's distribution; "
-                        "every library the matrix says a package dlopens by name (runtime.dlopen) loads",
+    "(RPATH/RUNPATH with $ORIGIN, LD_LIBRARY_PATH, the ld.so cache, the default directories) "
+    "or from a library the image carries that an earlier import loads (torch's pattern); "
+    "only the driver libraries the container runtime mounts are exempt; a NEEDED CUDA "
+    "library of another major fails unless cuda.other_major names the file's distribution; "
+    "every library the matrix says a package dlopens by name (runtime.dlopen) loads",
     "image_hygiene": "no symlink under the application prefix dangles or points into a build-only path, and no "
-                     ".pth, RECORD, direct_url.json, shebang, *.cmake or *.pc file names a build-only path "
-                     "(/third_party, /src, /build, /ctx, /layers)",
+    ".pth, RECORD, direct_url.json, shebang, *.cmake or *.pc file names a build-only path "
+    "(/third_party, /src, /build, /ctx, /layers)",
     "recipe_cli": "the matrix's launch command (runtime.recipe) parses with the image's own CLI parser, passes "
-                  "its validation, every option the matrix names resolves through the CLI's registry, and the "
-                  "model architecture resolves through the model registry; nothing is started",
+    "its validation, every option the matrix names resolves through the CLI's registry, and the "
+    "model architecture resolves through the model registry; nothing is started",
 }
 CHECKS["os_packages"] = (
     "every .deb of locks/<target>/os-packages.txt is in the image at the lock's version and architecture "
     "(/var/lib/dpkg/status.d/<name>) with every file its md5sums list present and unchanged, every package "
     "the matrix lists is there (or in the base), each library under os_packages.loads loads and each "
-    "command under os_packages.runs exits 0 (cu129: libibverbs.so.1 and its providers, numactl --show)")
+    "command under os_packages.runs exits 0 (cu129: libibverbs.so.1 and its providers, numactl --show)"
+)
 # The OS root's own dpkg records, as distroless images keep them (syft and trivy read them); the
 # base's /var/lib/dpkg/status is left alone, so no base file is shadowed.
 OS_STATUS_DIR = "/var/lib/dpkg/status.d"

@@ -12,10 +12,14 @@ from builder.config.names import normalize
 # in. Others carry a library version (cufft 12.x, curand 10.x, cusparse 12.x, cufile 1.x) and
 # exist unsuffixed only from CUDA 13 on (PyPI: first real releases with CUDA 13.0): for those the
 # name alone says CUDA 13.
-_TRACKS_CUDA = re.compile(r"cuda-toolkit|nvidia-cuda-[a-z-]+|nvidia-cublas|nvidia-nvjitlink|nvidia-nvtx"
-                          r"|cuda-bindings|cuda-python")
-_CUDA13_ONLY = re.compile(r"nvidia-cufft|nvidia-curand|nvidia-cusolver|nvidia-cusparse|nvidia-cufile|nvidia-npp"
-                          r"|nvidia-nvjpeg")
+_TRACKS_CUDA = re.compile(
+    r"cuda-toolkit|nvidia-cuda-[a-z-]+|nvidia-cublas|nvidia-nvjitlink|nvidia-nvtx"
+    r"|cuda-bindings|cuda-python"
+)
+_CUDA13_ONLY = re.compile(
+    r"nvidia-cufft|nvidia-curand|nvidia-cusolver|nvidia-cusparse|nvidia-cufile|nvidia-npp"
+    r"|nvidia-nvjpeg"
+)
 _SUFFIX = re.compile(r"-cu(\d+)(?:-|$)")
 
 

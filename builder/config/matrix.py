@@ -17,7 +17,7 @@ import os
 import re
 import typing
 from pathlib import Path
-from typing import Annotated, Any, Literal, Optional
+from typing import Annotated, Any, Literal
 
 import yaml
 from pydantic import (
@@ -40,6 +40,7 @@ MAX_MATRIX_BYTES = 1 << 20  # a matrix is a few KB; anything past 1 MiB is not o
 
 # --- strict value patterns ------------------------------------------------------------------
 
+
 def _pattern(regex: str, what: str):
     compiled = re.compile(regex)
 
@@ -54,6 +55,7 @@ def _pattern(regex: str, what: str):
 
 def _show(value: Any, limit: int = 60) -> str:
     from builder.log import shown  # redacted before it is cut (issue 21)
+
     return shown(value, limit)
 
 
@@ -73,7 +75,7 @@ Version = _pattern(
     r"[0-9]+(?:\.[0-9]+)*(?:(?:a|b|rc)[0-9]+)?(?:\.post[0-9]+)?(?:\.dev[0-9]+)?(?:\+[a-z0-9]+(?:\.[a-z0-9]+)*)?",
     "a PEP 440 version such as 2.13.0 or 2.13.0+cu129",
 )
-PythonVersion = _pattern(r"3\.[0-9]{1,2}", "a quoted Python major.minor such as \"3.12\"")
+PythonVersion = _pattern(r"3\.[0-9]{1,2}", 'a quoted Python major.minor such as "3.12"')
 CudaVersion = _pattern(r"[0-9]{1,2}\.[0-9]{1,2}(?:\.[0-9]{1,3})?", "a CUDA version such as 12.9.1")
 CudaArch = _pattern(r"[0-9]{1,2}\.[0-9][af]?(?:\+PTX)?", "a CUDA arch such as 9.0 or 10.0a or 12.0+PTX")
 HttpsUrl = _pattern(
@@ -113,18 +115,24 @@ RelPath = _pattern(
 )
 ModuleName = _pattern(r"[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)*", "a dotted Python module name")
 # What a build declares: a module, or (Rust binaries such as vllm.vllm-rs) a dotted name with '-'.
-ExtensionName = _pattern(r"[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_-]*)*",
-                         "a dotted extension name such as vllm._C or vllm.vllm-rs")
+ExtensionName = _pattern(
+    r"[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_-]*)*", "a dotted extension name such as vllm._C or vllm.vllm-rs"
+)
 EnvName = _pattern(r"[A-Z][A-Z0-9_]{0,62}", "an environment variable name (A-Z, 0-9, '_')")
 EnvValue = _pattern(r"[A-Za-z0-9_./:=@+,-]{1,200}", "a plain value (no spaces, quotes or shell characters)")
 AbsPath = _pattern(r"(?:/[A-Za-z0-9_.+-]+)+", "an absolute path such as /usr/local/cuda")
 LocalVersion = _pattern(r"[a-z0-9]+(?:\.[a-z0-9]+)*", "a PEP 440 local version label such as cu129")
 ThirdPartyName = _pattern(r"[a-z0-9][a-z0-9_-]{0,40}", "a third-party name: lowercase letters, digits, '_', '-'")
 UpstreamRef = _pattern(r"[A-Za-z0-9][A-Za-z0-9._/+-]{0,99}", "a tag, branch or commit as the source names it")
-Owner = _pattern(r"[A-Za-z0-9._%+-]+@[A-Za-z0-9.-]+\.[A-Za-z]{2,}", "an e-mail address (the owner who answers for this image)")
+Owner = _pattern(
+    r"[A-Za-z0-9._%+-]+@[A-Za-z0-9.-]+\.[A-Za-z]{2,}", "an e-mail address (the owner who answers for this image)"
+)
 Text = _pattern(r"[A-Za-z0-9][A-Za-z0-9 ,.:;()/_+=@#-]{0,199}", "plain text (letters, digits, spaces, ,.:;()/_+=@#-)")
 # Reasons are shown by the checks and the README, never rendered into a Dockerfile.
-Reason = _pattern(r"[A-Za-z0-9][A-Za-z0-9 ,.:;()\[\]/_+=@#<>'-]{0,299}", "a reason in plain text (letters, digits, spaces, ,.:;()[]/_+=@#<>'-)")
+Reason = _pattern(
+    r"[A-Za-z0-9][A-Za-z0-9 ,.:;()\[\]/_+=@#<>'-]{0,299}",
+    "a reason in plain text (letters, digits, spaces, ,.:;()[]/_+=@#<>'-)",
+)
 _WORD = r"[A-Za-z0-9_./:=@+-][A-Za-z0-9_./:=@+,-]{0,127}"  # a command word: entrypoint, recipe
 Arg = _pattern(_WORD, "a plain command word (no spaces, quotes or shell characters)")
 SecretId = _pattern(r"[a-z][a-z0-9_]{0,62}", "a secret id: lowercase letters, digits, '_'")
@@ -134,11 +142,15 @@ FetchContentName = _pattern(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,63}", "a FetchContent
 # A program the source's build runs, looked up on PATH (cmake, g++, patch, ...).
 ToolName = _pattern(r"[A-Za-z0-9_][A-Za-z0-9_.+-]{0,63}", "a program name such as patch or g++")
 # Something in the image's Python to call or read: module:attribute[.attribute...].
-PyRef = _pattern(r"[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)*:[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)*",
-                 "a Python reference module.path:attribute, e.g. vllm.tool_parsers:ToolParserManager.get_tool_parser")
+PyRef = _pattern(
+    r"[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)*:[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)*",
+    "a Python reference module.path:attribute, e.g. vllm.tool_parsers:ToolParserManager.get_tool_parser",
+)
 # A module to import, or module:callable to call (no arguments).
-PySetup = _pattern(r"[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)*(?::[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)*)?",
-                   "a module (imported) or module:callable (called), e.g. vllm.utils.import_utils:has_triton_kernels")
+PySetup = _pattern(
+    r"[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)*(?::[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)*)?",
+    "a module (imported) or module:callable (called), e.g. vllm.utils.import_utils:has_triton_kernels",
+)
 # fnmatch patterns over dotted module names, e.g. vllm.third_party.fmha_sm100.cute.test_*.
 ModulePattern = _pattern(r"[A-Za-z_*?][A-Za-z0-9_.*?]{0,199}", "a dotted module name or fnmatch pattern")
 # An SPDX license expression: identifiers (LicenseRef- included) joined by AND/OR/WITH, parentheses.
@@ -177,11 +189,12 @@ class _Frozen(BaseModel):
 
 # --- the schema --------------------------------------------------------------------------------
 
+
 class BaseImage(_Frozen):
     """A base image pinned by digest. Written in the matrix as ``name[:tag]@sha256:...``."""
 
     name: str  # repository with optional registry host, e.g. nvidia/cuda
-    tag: Optional[str] = None
+    tag: str | None = None
     digest: str
 
     @property
@@ -269,12 +282,12 @@ class ThirdParty(_Frozen):
     commit: Commit  # what is built; a tag in the source (``ref``) is only what the source names
     ref: UpstreamRef  # the tag or commit the source's build files name (checked at build time)
     declared_in: RelPath  # the build file in the source that names ``ref``
-    env: Optional[EnvName] = None  # the variable the source's build reads for a local checkout, e.g. VLLM_CUTLASS_SRC_DIR
-    fetchcontent: Optional[FetchContentName] = None  # FetchContent_Declare's name, e.g. vllm-flash-attn
-    subdir: Optional[RelPath] = None  # point ``env``/``fetchcontent`` at this directory inside the checkout
+    env: EnvName | None = None  # the variable the source's build reads for a local checkout, e.g. VLLM_CUTLASS_SRC_DIR
+    fetchcontent: FetchContentName | None = None  # FetchContent_Declare's name, e.g. vllm-flash-attn
+    subdir: RelPath | None = None  # point ``env``/``fetchcontent`` at this directory inside the checkout
     # Submodules exported with it: "all" (FetchContent's default, recursive), "none", or paths.
-    submodules: typing.Union[Literal["all", "none"], tuple[RelPath, ...]] = "all"
-    license: Optional[SpdxExpression] = None
+    submodules: Literal["all", "none"] | tuple[RelPath, ...] = "all"
+    license: SpdxExpression | None = None
 
     @property
     def cmake_var(self) -> str | None:
@@ -302,8 +315,8 @@ class Source(_Frozen):
     # The wheel's local version label, chosen here rather than left to the build (vLLM appends
     # +cuNNN when the build's CUDA differs from its main CUDA version), and the variable through
     # which the source's build is told the whole version (vLLM: VLLM_VERSION_OVERRIDE).
-    local_version: Optional[LocalVersion] = None
-    version_env: Optional[EnvName] = None
+    local_version: LocalVersion | None = None
+    version_env: EnvName | None = None
     third_party: dict[ThirdPartyName, ThirdParty] = Field(default_factory=dict)
 
     @property
@@ -314,7 +327,7 @@ class Source(_Frozen):
 
 class Pin(_Frozen):
     version: Version
-    index: Optional[HttpsUrl] = None  # an extra index this package is taken from
+    index: HttpsUrl | None = None  # an extra index this package is taken from
 
 
 class Cuda(_Frozen):
@@ -358,7 +371,7 @@ class Python(_Frozen):
     # system: the bases' own /usr/bin/python3 (must be this version in both bases);
     # standalone: a pinned relocatable CPython unpacked under /opt/k3/python.
     provider: Literal["system", "standalone"] = "system"
-    standalone: Optional[Standalone] = None
+    standalone: Standalone | None = None
     # glibc of the bases, for choosing manylinux wheels on the host (Ubuntu 22.04: 2.35).
     glibc: Annotated[StrictStr, AfterValidator(lambda v: _glibc(v))] = "2.35"
     arch: Literal["x86_64", "aarch64"] = "x86_64"
@@ -378,12 +391,16 @@ class Python(_Frozen):
 
 def _glibc(value: str) -> str:
     if not re.fullmatch(r"2\.[0-9]{1,2}", value):
-        raise ValueError(f"must be a glibc version such as \"2.35\" (got {_show(value)})")
+        raise ValueError(f'must be a glibc version such as "2.35" (got {_show(value)})')
     return value
 
 
-Soname = _pattern(r"lib[A-Za-z0-9_.+-]{1,100}\.so(?:\.[0-9]+)*", "a library file name such as libcudart.so or libnuma.so.1")
-PathPattern = _pattern(r"/[A-Za-z0-9_./*?+-]{1,200}", "an absolute path or fnmatch pattern such as /opt/k3/*/libfoo*.so")
+Soname = _pattern(
+    r"lib[A-Za-z0-9_.+-]{1,100}\.so(?:\.[0-9]+)*", "a library file name such as libcudart.so or libnuma.so.1"
+)
+PathPattern = _pattern(
+    r"/[A-Za-z0-9_./*?+-]{1,200}", "an absolute path or fnmatch pattern such as /opt/k3/*/libfoo*.so"
+)
 EnvLikeDest = _pattern(r"[a-z_][a-z0-9_]{0,63}", "an argparse destination such as tool_call_parser")
 
 
@@ -393,8 +410,9 @@ def _words(value: Any) -> tuple[str, ...]:
     words = value.split(" ")
     for word in words:
         if not re.fullmatch(_WORD, word):
-            raise ValueError(f"words separated by single spaces, each plain (no quotes or shell characters); "
-                             f"got {_show(word)}")
+            raise ValueError(
+                f"words separated by single spaces, each plain (no quotes or shell characters); got {_show(word)}"
+            )
     return tuple(words)
 
 
@@ -410,10 +428,10 @@ class Recipe(_Frozen):
     command: Annotated[tuple[str, ...], BeforeValidator(_words)]  # written as one line in the matrix
     parser: PyRef
     parser_class: PyRef
-    validator: Optional[PyRef] = None
+    validator: PyRef | None = None
     resolve: dict[EnvLikeDest, PyRef] = Field(default_factory=dict)  # argparse dest -> registry
-    architecture: Optional[ModuleName] = None
-    architecture_resolver: Optional[PyRef] = None
+    architecture: ModuleName | None = None
+    architecture_resolver: PyRef | None = None
     # Environment of the probe process only (never of the image): what the CLI needs to build its
     # parser on a GPU-less host, each variable with why in the matrix's comments.
     env: dict[EnvName, EnvValue] = Field(default_factory=dict)
@@ -424,11 +442,11 @@ class Runtime(_Frozen):
 
     # The CUDA toolkit with nvcc for run-time JIT; the runtime base must carry it (image check
     # runtime_toolchain). None: the target has no run-time CUDA toolkit (the smoke).
-    cuda_home: Optional[AbsPath] = None
+    cuda_home: AbsPath | None = None
     # Extra environment of the final image, e.g. Triton's ptxas.
     env: dict[EnvName, EnvValue] = Field(default_factory=dict)
     # The launch command the field guides give, parsed in the image by its own CLI (check recipe_cli).
-    recipe: Optional[Recipe] = None
+    recipe: Recipe | None = None
     # ELF files (fnmatch on the path in the image) that a package loads only as one of several
     # alternatives, each with why: their unresolved NEEDED libraries are shown, not failed
     # (check shared_libraries). A CUDA library of another major still fails.
@@ -439,8 +457,10 @@ class Runtime(_Frozen):
 
 
 KeyPath = _pattern(r"[A-Za-z0-9_./+-]{1,300}", "a key file path (relative to the matrix, or absolute)")
-KeyRef = _pattern(r"(?:(?:gcpkms|awskms|azurekms|hv|hsm):[A-Za-z0-9_./:=?&%+@-]{0,400})|[A-Za-z0-9_./+-]{1,300}",
-                  "a private key file path or a KMS URI (gcpkms:, awskms:, azurekms:, hv:, hsm:)")
+KeyRef = _pattern(
+    r"(?:(?:gcpkms|awskms|azurekms|hv|hsm):[A-Za-z0-9_./:=?&%+@-]{0,400})|[A-Za-z0-9_./+-]{1,300}",
+    "a private key file path or a KMS URI (gcpkms:, awskms:, azurekms:, hv:, hsm:)",
+)
 
 
 class Signing(_Frozen):
@@ -448,18 +468,18 @@ class Signing(_Frozen):
     against this identity. Unset: presence is reported, a missing signature is not a failure.
     CI sets it through $K3_SIGNING_IDENTITY (repository variables); see builder/records/signature.py."""
 
-    identity: Optional[Annotated[StrictStr, AfterValidator(lambda v: _identity(v))]] = None
+    identity: Annotated[StrictStr, AfterValidator(lambda v: _identity(v))] | None = None
     issuer: HttpsUrl = "https://token.actions.githubusercontent.com"
     # The provenance's DSSE signature (builder/records/provsign.py): ``key`` a PEM private key file
     # (relative to the matrix) or a KMS URI securesystemslib signs with (gcpkms:, awskms:,
     # azurekms:, hv: (Vault), hsm:); ``public_key`` the PEM public key `verify` checks it against,
     # committed beside the matrix. Neither: explicitly unsigned, and `verify` says so.
-    key: Optional[KeyRef] = None
-    public_key: Optional[KeyPath] = None
+    key: KeyRef | None = None
+    public_key: KeyPath | None = None
     # SLSA identities (builder/records/attest.py); None: the documented defaults ($K3_BUILDER_ID and
     # $K3_BUILD_TYPE win over both).
-    builder_id: Optional[HttpsUrl] = None
-    build_type: Optional[HttpsUrl] = None
+    builder_id: HttpsUrl | None = None
+    build_type: HttpsUrl | None = None
 
 
 def _identity(value: str) -> str:
@@ -493,7 +513,7 @@ RESERVED_LAYERS = ("base", "deps", "app", *contract.APP_LAYERS)
 class Compile(_Frozen):
     # None: derived from the builder. Like vLLM's MAX_JOBS: the total parallelism (nvcc jobs x
     # NVCC_THREADS); the source's build divides it by NVCC_THREADS itself.
-    max_jobs: Optional[Annotated[StrictInt, Field(ge=1, le=512)]] = None
+    max_jobs: Annotated[StrictInt, Field(ge=1, le=512)] | None = None
     nvcc_threads: Annotated[StrictInt, Field(ge=1, le=64)] = 1
     memory_per_job_gib: Annotated[StrictInt, Field(ge=1, le=256)] = 4  # per nvcc thread, for MAX_JOBS
     apt_packages: tuple[AptPackage, ...] = ()  # build stage only; never in the final image
@@ -511,7 +531,7 @@ class Compile(_Frozen):
     remote_cache: bool = False
     # The backend when the command line names none (`--compile-cache` and $K3_COMPILE_CACHE win);
     # setting it opts into the remote cache like remote_cache: true.
-    cache_url: Optional[CacheUrl] = None
+    cache_url: CacheUrl | None = None
 
     @property
     def remote(self) -> bool:
@@ -526,8 +546,10 @@ Suite = _pattern(r"[a-z][a-z0-9-]{1,40}", "a suite (codename) such as jammy or b
 Component = _pattern(r"[a-z][a-z0-9-]{1,30}", "an archive component such as main or universe")
 # Where the versions come from. A snapshot archive at a fixed time serves the same files forever;
 # a plain archive drops old versions, so a target using one must say it accepts drift.
-ArchiveUrl = _pattern(r"https?://" + _HOST + r"(?:/[A-Za-z0-9._~%+-]+)*",
-                      "an http(s):// archive URL without credentials, quotes, spaces or a trailing '/'")
+ArchiveUrl = _pattern(
+    r"https?://" + _HOST + r"(?:/[A-Za-z0-9._~%+-]+)*",
+    "an http(s):// archive URL without credentials, quotes, spaces or a trailing '/'",
+)
 SNAPSHOT_ARCHIVES = (
     re.compile(r"https://snapshot\.ubuntu\.com/ubuntu/[0-9]{8}T[0-9]{6}Z"),
     re.compile(r"https://snapshot\.debian\.org/archive/debian/[0-9]{8}T[0-9]{6}Z"),
@@ -541,10 +563,10 @@ class OsPackage(_Frozen):
     why: Reason
     # Pin a version (the smoke pins what its plain archive served at `smoke-init`); None: the
     # archive's candidate at lock time (a snapshot's candidate never changes).
-    version: Optional[DebVersion] = None
+    version: DebVersion | None = None
     # Packages are unpacked, never configured (no maintainer script runs). A package that carries
     # a preinst/postinst fails the build unless this says why skipping its scripts is safe.
-    scripts_skipped: Optional[Reason] = None
+    scripts_skipped: Reason | None = None
 
 
 class OsPackages(_Frozen):
@@ -598,9 +620,9 @@ class Target(_Frozen):
     source: Source
     python: Python
     cuda: Cuda
-    torch: Optional[Pin] = None
-    flashinfer: Optional[Pin] = None
-    nccl: Optional[Pin] = None
+    torch: Pin | None = None
+    flashinfer: Pin | None = None
+    nccl: Pin | None = None
     indexes: tuple[HttpsUrl, ...] = Field(default=("https://pypi.org/simple",), min_length=1)
     requirements: tuple[Requirement, ...] = ()
     build_requirements: tuple[Requirement, ...] = ()
@@ -609,7 +631,7 @@ class Target(_Frozen):
     overrides: dict[Requirement, Reason] = Field(default_factory=dict)
     compile: Compile = Compile()
     runtime: Runtime = Runtime()
-    os_packages: Optional[OsPackages] = None
+    os_packages: OsPackages | None = None
     layers: tuple[Layer, ...] = DEFAULT_LAYERS
     signing: Signing = Signing()
     entrypoint: tuple[Arg, ...] = Field(min_length=1)
@@ -657,6 +679,7 @@ class Matrix(_Frozen):
 
 # --- loading -------------------------------------------------------------------------------------
 
+
 class _Loader(yaml.SafeLoader):
     """Safe loader that refuses duplicate keys and aliases (no billion-laughs expansion)."""
 
@@ -679,9 +702,7 @@ def _construct_mapping(self: _Loader, node: yaml.MappingNode, deep: bool = False
                 None, None, f"keys must be strings, got {_show(key)}", key_node.start_mark
             )
         if key in seen:
-            raise yaml.constructor.ConstructorError(
-                None, None, f"duplicate key {key!r}", key_node.start_mark
-            )
+            raise yaml.constructor.ConstructorError(None, None, f"duplicate key {key!r}", key_node.start_mark)
         seen[key] = True
     return yaml.SafeLoader.construct_mapping(self, node, deep=True)
 
@@ -800,8 +821,13 @@ def _format_error(path: Path, err: dict, own: dict | None = None, defaults: dict
     msg = err["msg"]
     msg = msg.removeprefix("Value error, ")
     if kind in ("string_type", "int_type", "bool_type", "date_type", "tuple_type", "dict_type", "model_type"):
-        msg = f"{msg} (got {_show(err.get('input'))}{'; quote it' if kind == 'string_type' and isinstance(err.get('input'), (int, float)) else ''})"
-    elif kind.startswith("literal") or kind.endswith("_parsing") or kind in ("greater_than_equal", "less_than_equal", "too_short"):
+        quote = kind == "string_type" and isinstance(err.get("input"), (int, float))
+        msg = f"{msg} (got {_show(err.get('input'))}{'; quote it' if quote else ''})"
+    elif (
+        kind.startswith("literal")
+        or kind.endswith("_parsing")
+        or kind in ("greater_than_equal", "less_than_equal", "too_short")
+    ):
         msg = f"{msg} (got {_show(err.get('input'))})"
     return f"{path}: {where}: {msg}"
 
@@ -809,9 +835,13 @@ def _format_error(path: Path, err: dict, own: dict | None = None, defaults: dict
 # Environment overrides, highest in the lookup order (like cibuildwheel's CIBW_* variables): a CI
 # job pushes to the registry its repository variables name without editing the matrix. They go
 # through the same validation as the file.
-ENV_OVERRIDES = {"K3_REGISTRY": ("image", "registry"), "K3_REPOSITORY": ("image", "repository"),
-                 "K3_TAG": ("image", "tag"),  # CI pushes candidates under their own tag (issue: promotion)
-                 "K3_SIGNING_IDENTITY": ("signing", "identity"), "K3_SIGNING_ISSUER": ("signing", "issuer")}
+ENV_OVERRIDES = {
+    "K3_REGISTRY": ("image", "registry"),
+    "K3_REPOSITORY": ("image", "repository"),
+    "K3_TAG": ("image", "tag"),  # CI pushes candidates under their own tag (issue: promotion)
+    "K3_SIGNING_IDENTITY": ("signing", "identity"),
+    "K3_SIGNING_ISSUER": ("signing", "issuer"),
+}
 
 
 def environment_overrides() -> dict:
@@ -862,9 +892,14 @@ def parse(text: str, path: Path) -> Matrix:
         # Unknown keys first (a typo explains the "missing" errors it causes), then the deepest
         # location: "indexes.0: must be an https URL" says more than "indexes: too short".
         # Of a union's members, the one that got as deep as an item (a bad path in a list) says most.
-        errors = sorted(exc.errors(include_url=False),
-                        key=lambda e: (e["type"] != "extra_forbidden", -len(_clean_loc(tuple(e["loc"]))),
-                                       tuple(map(str, e["loc"]))))
+        errors = sorted(
+            exc.errors(include_url=False),
+            key=lambda e: (
+                e["type"] != "extra_forbidden",
+                -len(_clean_loc(tuple(e["loc"]))),
+                tuple(map(str, e["loc"])),
+            ),
+        )
         raise ConfigError(_format_error(path, errors[0], own_targets, defaults)) from None
     for name, target in checked.targets.items():
         if target.name != name:
@@ -893,16 +928,29 @@ def _check_defaults(path: Path, defaults: dict, targets: dict) -> None:
             users = [n for n, t in targets.items() if not (isinstance(t, dict) and key in t)]
             if users:  # after the whole key path: "<file>: defaults.image.registry (used by ...): why"
                 prefix = f"{path}: "
-                keypath, _, why = message[len(prefix):].partition(": ")
+                keypath, _, why = message[len(prefix) :].partition(": ")
                 message = f"{prefix}{keypath} (used by {', '.join(f'targets.{_key(u)}' for u in users)}): {why}"
             raise ConfigError(message) from None
 
 
 # Variables the template sets in the build stage (builder/dockerfile/templates/Dockerfile.j2): no matrix key
 # may set them too.
-TEMPLATE_ENV = ("SOURCE_DATE_EPOCH", "TORCH_CUDA_ARCH_LIST", "MAX_JOBS", "NVCC_THREADS", "SETUPTOOLS_SCM_PRETEND_VERSION",
-                "SCCACHE_DIR", "SCCACHE_IDLE_TIMEOUT", "CMAKE_ARGS", "PIP_NO_INDEX", "PIP_DISABLE_PIP_VERSION_CHECK",
-                "PIP_NO_COMPILE", "PYTHONDONTWRITEBYTECODE", "VIRTUAL_ENV", "PATH")
+TEMPLATE_ENV = (
+    "SOURCE_DATE_EPOCH",
+    "TORCH_CUDA_ARCH_LIST",
+    "MAX_JOBS",
+    "NVCC_THREADS",
+    "SETUPTOOLS_SCM_PRETEND_VERSION",
+    "SCCACHE_DIR",
+    "SCCACHE_IDLE_TIMEOUT",
+    "CMAKE_ARGS",
+    "PIP_NO_INDEX",
+    "PIP_DISABLE_PIP_VERSION_CHECK",
+    "PIP_NO_COMPILE",
+    "PYTHONDONTWRITEBYTECODE",
+    "VIRTUAL_ENV",
+    "PATH",
+)
 
 
 def _cross_checks(path: Path, t: Target) -> None:
@@ -916,8 +964,10 @@ def _cross_checks(path: Path, t: Target) -> None:
     envs += [("source.version_env", t.source.version_env)] if t.source.version_env else []
     for n, tp in sorted(t.source.third_party.items()):
         if (tp.env is None) == (tp.fetchcontent is None):
-            raise ConfigError(f"{where}.source.third_party.{n}: set exactly one of env (the source's own *_SRC_DIR "
-                              "variable) and fetchcontent (CMake's FETCHCONTENT_SOURCE_DIR_<NAME>)")
+            raise ConfigError(
+                f"{where}.source.third_party.{n}: set exactly one of env (the source's own *_SRC_DIR "
+                "variable) and fetchcontent (CMake's FETCHCONTENT_SOURCE_DIR_<NAME>)"
+            )
     envs += [(f"source.third_party.{n}.env", tp.env) for n, tp in t.source.third_party.items() if tp.env]
     envs += [(f"compile.env.{k}", k) for k in t.compile.env]
     seen: dict[str, str] = {}
@@ -927,18 +977,24 @@ def _cross_checks(path: Path, t: Target) -> None:
         seen[var] = key
     recipe = t.runtime.recipe
     if recipe and len(recipe.command) < 2:
-        raise ConfigError(f"{where}.runtime.recipe.command: give the program and its subcommand first, "
-                          "e.g. vllm serve MODEL --flag ...")
+        raise ConfigError(
+            f"{where}.runtime.recipe.command: give the program and its subcommand first, "
+            "e.g. vllm serve MODEL --flag ..."
+        )
     if recipe and recipe.architecture and not recipe.architecture_resolver:
-        raise ConfigError(f"{where}.runtime.recipe.architecture_resolver: required with architecture "
-                          "(the model registry's lookup, module:attribute)")
+        raise ConfigError(
+            f"{where}.runtime.recipe.architecture_resolver: required with architecture "
+            "(the model registry's lookup, module:attribute)"
+        )
     if t.signing.key and not t.signing.public_key:
         raise ConfigError(f"{where}.signing.public_key: required with signing.key (verify checks against it)")
     names = [layer.name for layer in t.layers]
     for i, name in enumerate(names):
         if name in RESERVED_LAYERS or name in names[:i]:
-            raise ConfigError(f"{where}.layers.{i}.name: {name!r} is reserved or repeated "
-                              f"({', '.join(RESERVED_LAYERS)} are the tool's own layers)")
+            raise ConfigError(
+                f"{where}.layers.{i}.name: {name!r} is reserved or repeated "
+                f"({', '.join(RESERVED_LAYERS)} are the tool's own layers)"
+            )
     for req in t.overrides:
         if "==" not in req or any(op in req.split("==", 1)[1] for op in ",<>!~"):
             raise ConfigError(f"{where}.overrides.{req}: an override forces one version: write name==version")
@@ -955,9 +1011,11 @@ def _cross_checks(path: Path, t: Target) -> None:
 
 def _os_package_checks(where: str, osp: OsPackages) -> None:
     if not osp.snapshot and not osp.accept_drift:
-        raise ConfigError(f"{where}.os_packages.archive: {osp.archive} is not a snapshot archive "
-                          "(https://snapshot.ubuntu.com/ubuntu/<YYYYMMDDTHHMMSSZ> or snapshot.debian.org's); "
-                          "use one, or set accept_drift: true")
+        raise ConfigError(
+            f"{where}.os_packages.archive: {osp.archive} is not a snapshot archive "
+            "(https://snapshot.ubuntu.com/ubuntu/<YYYYMMDDTHHMMSSZ> or snapshot.debian.org's); "
+            "use one, or set accept_drift: true"
+        )
     if osp.snapshot and osp.accept_drift:
         raise ConfigError(f"{where}.os_packages.accept_drift: a snapshot archive does not drift; remove it")
     if len(set(osp.suites)) != len(osp.suites):

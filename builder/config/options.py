@@ -59,14 +59,18 @@ def parse_secrets(specs: list[str], wanted: set[str]) -> tuple[str, ...]:
         fields = dict(item.split("=", 1) for item in spec.split(",") if "=" in item)
         sid = fields.get("id", "")
         if sid not in wanted:
-            raise ConfigError(f"--secret: id {sid!r} is not in compile.secrets of the target(s) "
-                              f"({', '.join(sorted(wanted)) or 'none'})")
+            raise ConfigError(
+                f"--secret: id {sid!r} is not in compile.secrets of the target(s) "
+                f"({', '.join(sorted(wanted)) or 'none'})"
+            )
         if "env" in fields:
             name = fields["env"]
             value = os.environ.get(name)
             if value is None:
                 # The name may itself be the secret (a value pasted where a name belongs): never echo it.
-                shown = name if name.replace("_", "").isalnum() and name.upper() == name and len(name) <= 64 else "(hidden)"
+                shown = (
+                    name if name.replace("_", "").isalnum() and name.upper() == name and len(name) <= 64 else "(hidden)"
+                )
                 raise ConfigError(f"--secret {sid}: environment variable {shown} is not set")
         elif "src" in fields:
             value = read_secret_file(Path(fields["src"]), sid)

@@ -18,18 +18,17 @@ import subprocess
 import sys
 import tempfile
 import urllib.request
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator
 
-from builder.config import contract
 from builder import log
-from builder.dockerfile import render
+from builder.config import contract
+from builder.config.matrix import Target
 from builder.config.names import normalize
+from builder.deps.hermetic import hermetic_env
+from builder.dockerfile import render
 from builder.errors import BuildError, LockError, Unreachable, failure_kind
 from builder.fsutil import atomic_write, cache_dir, clamp_mtimes, sha256_file
-from builder.deps.hermetic import hermetic_env
-from builder.config.matrix import Target
-
 
 # Splits the application layer and compiles each layer's bytecode inside the build (its docstring).
 LAYER_SCRIPT = Path(__file__).resolve().parents[1] / "dockerfile" / "templates" / "layer_files.py"
@@ -48,9 +47,24 @@ def _download(target: Target, lock: Path, into: Path) -> None:
     py = target.python.version
     index, *extra = target.lock_indexes()
     cmd = [
-        sys.executable, "-m", "pip", "download", "--quiet", "--no-deps", "--require-hashes",
-        "--only-binary=:all:", "--implementation", "cp", "--python-version", py,
-        "--abi", "cp" + py.replace(".", ""), "--dest", str(into), "--index-url", index,
+        sys.executable,
+        "-m",
+        "pip",
+        "download",
+        "--quiet",
+        "--no-deps",
+        "--require-hashes",
+        "--only-binary=:all:",
+        "--implementation",
+        "cp",
+        "--python-version",
+        py,
+        "--abi",
+        "cp" + py.replace(".", ""),
+        "--dest",
+        str(into),
+        "--index-url",
+        index,
     ]
     for url in extra:
         cmd += ["--extra-index-url", url]
@@ -61,8 +75,10 @@ def _download(target: Target, lock: Path, into: Path) -> None:
     if proc.returncode != 0:
         lines = [ln for ln in proc.stderr.strip().splitlines() if ln.strip()]
         kind = failure_kind(proc.stderr, LockError)
-        raise kind(f"{lock}: downloading the locked wheels failed: {lines[-1] if lines else proc.returncode} "
-                   "(a hash mismatch means the index changed a file; re-run `build lock`)")
+        raise kind(
+            f"{lock}: downloading the locked wheels failed: {lines[-1] if lines else proc.returncode} "
+            "(a hash mismatch means the index changed a file; re-run `build lock`)"
+        )
 
 
 def _wheelhouse(target: Target, lock: Path) -> Path:
@@ -167,13 +183,17 @@ def _fetch_deb(entry) -> Path:
                 shutil.copyfileobj(resp, out)
         except OSError as exc:
             tmp.unlink(missing_ok=True)
-            raise Unreachable(f"{entry.url}: cannot download {entry.filename} ({getattr(exc, 'reason', exc)}); "
-                              "is the archive reachable from here?") from None
+            raise Unreachable(
+                f"{entry.url}: cannot download {entry.filename} ({getattr(exc, 'reason', exc)}); "
+                "is the archive reachable from here?"
+            ) from None
         got = sha256_file(tmp)
         if got != entry.sha256:
             tmp.unlink()
-            raise LockError(f"{contract.OS_LOCK_NAME}: {entry.filename} from {entry.url} has sha256 {got[:16]}..., "
-                            f"the lock says {entry.sha256[:16]}...; the archive changed the file, refused")
+            raise LockError(
+                f"{contract.OS_LOCK_NAME}: {entry.filename} from {entry.url} has sha256 {got[:16]}..., "
+                f"the lock says {entry.sha256[:16]}...; the archive changed the file, refused"
+            )
         tmp.rename(dest)
     return dest
 
@@ -185,15 +205,18 @@ def _debs(entries, dest: Path) -> None:
         target = dest / "debs" / entry.filename
         shutil.copyfile(_fetch_deb(entry), target)
         if sha256_file(target) != entry.sha256:  # the cache changed under us: never build it
-            raise LockError(f"{target}: sha256 differs from {contract.OS_LOCK_NAME}; the deb cache is being written "
-                            "to by something else, try again")
+            raise LockError(
+                f"{target}: sha256 differs from {contract.OS_LOCK_NAME}; the deb cache is being written "
+                "to by something else, try again"
+            )
 
 
 def layer_of(target: Target, name: str) -> str:
     """The layer a runtime lock entry goes to: the first matrix group matching its name, else deps."""
     norm = normalize(name)
-    return next((layer.name for layer in target.layers if any(fnmatch.fnmatchcase(norm, p) for p in layer.match)),
-                "deps")
+    return next(
+        (layer.name for layer in target.layers if any(fnmatch.fnmatchcase(norm, p) for p in layer.match)), "deps"
+    )
 
 
 def _entry_text(entry) -> str:
@@ -222,8 +245,10 @@ def _scripts_into(dockerfile_text: str, dest: Path) -> None:
     for path, want in render.scripts_named(dockerfile_text).items():
         data = (render.TEMPLATES / contract.CONTEXT_SCRIPTS[path]).read_bytes()
         if hashlib.sha256(data).hexdigest() != want:
-            raise BuildError(f"builder/dockerfile/templates/{contract.CONTEXT_SCRIPTS[path]} changed during the build "
-                             f"(the Dockerfile names sha256:{want[:12]}...); run the build again")
+            raise BuildError(
+                f"builder/dockerfile/templates/{contract.CONTEXT_SCRIPTS[path]} changed during the build "
+                f"(the Dockerfile names sha256:{want[:12]}...); run the build again"
+            )
         (dest / path).parent.mkdir(parents=True, exist_ok=True)
         (dest / path).write_bytes(data)
 

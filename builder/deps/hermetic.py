@@ -15,8 +15,7 @@ from builder.errors import LockError
 def hermetic_env() -> dict[str, str]:
     """The environment pip and uv run in: the machine's pip/uv config and index settings ignored."""
     keep = {"PIP_CERT", "PIP_DEFAULT_TIMEOUT", "PIP_DISABLE_PIP_VERSION_CHECK"}
-    env = {k: v for k, v in os.environ.items()
-           if not (k.startswith("PIP_") or k.startswith("UV_")) or k in keep}
+    env = {k: v for k, v in os.environ.items() if not (k.startswith("PIP_") or k.startswith("UV_")) or k in keep}
     env["PIP_CONFIG_FILE"] = os.devnull
     env["PIP_NO_INPUT"] = "1"
     env["UV_NO_CONFIG"] = "1"

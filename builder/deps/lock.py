@@ -23,11 +23,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from builder.config import contract
+from builder.config.matrix import Target
 from builder.config.names import normalize
+from builder.deps.hermetic import hermetic_env, uv_binary
 from builder.errors import LockError, failure_kind
 from builder.fsutil import atomic_write, sha256_bytes
-from builder.deps.hermetic import hermetic_env, uv_binary
-from builder.config.matrix import Target
 from builder.source.pinned import PinnedSource, requirement_lines, resolve_includes
 
 _REQ_NAME = re.compile(r"^\s*([A-Za-z0-9][A-Za-z0-9._-]*(?:\[[A-Za-z0-9._,-]+\])?)")
@@ -73,7 +73,7 @@ def _transform(data: bytes, rewrites: dict[str, str], path: str = "requirements"
             continue
         m = _REQ_NAME.match(line)
         if m and m.group(1) in rewrites:
-            line = line[: m.start(1)] + rewrites[m.group(1)] + line[m.end(1):]
+            line = line[: m.start(1)] + rewrites[m.group(1)] + line[m.end(1) :]
         out.append(line)
     return ("\n".join(out) + "\n").encode()
 
@@ -100,8 +100,14 @@ def inputs(target: Target, pinned: PinnedSource, kind: str) -> LockInputs:
     files[PINS_FILE] = ("".join(f"{p}\n" for p in sorted(set(pins)))).encode()
     files[OVERRIDES_FILE] = ("".join(f"{p}\n" for p in sorted(set(overrides)))).encode()
     top = (PINS_FILE,) + tuple(f"source/{p}" for p in paths)
-    return LockInputs(kind=kind, files=files, top=top, indexes=target.lock_indexes(),
-                      python=target.python.version, platform=target.python.uv_platform())
+    return LockInputs(
+        kind=kind,
+        files=files,
+        top=top,
+        indexes=target.lock_indexes(),
+        python=target.python.version,
+        platform=target.python.uv_platform(),
+    )
 
 
 def resolve(lock_inputs: LockInputs, where: str) -> str:
@@ -113,10 +119,25 @@ def resolve(lock_inputs: LockInputs, where: str) -> str:
             (work / rel).write_bytes(data)
         index, *extra = lock_inputs.indexes
         cmd = [
-            uv_binary(), "pip", "compile", "--quiet", "--no-config", "--no-header", "--generate-hashes",
-            "--annotation-style", "line", "--emit-index-annotation", "--no-build",
-            "--python-version", lock_inputs.python, "--python-platform", lock_inputs.platform,
-            "--index-url", index, "--index-strategy", "unsafe-best-match",
+            uv_binary(),
+            "pip",
+            "compile",
+            "--quiet",
+            "--no-config",
+            "--no-header",
+            "--generate-hashes",
+            "--annotation-style",
+            "line",
+            "--emit-index-annotation",
+            "--no-build",
+            "--python-version",
+            lock_inputs.python,
+            "--python-platform",
+            lock_inputs.platform,
+            "--index-url",
+            index,
+            "--index-strategy",
+            "unsafe-best-match",
         ]
         for url in extra:
             cmd += ["--extra-index-url", url]
@@ -127,8 +148,10 @@ def resolve(lock_inputs: LockInputs, where: str) -> str:
         if proc.returncode != 0:
             reason = resolver_reason(proc.stderr or proc.stdout, work) or f"uv exited {proc.returncode}"
             kind = failure_kind(proc.stderr or "", LockError)
-            raise kind(f"{where}: resolving the {lock_inputs.kind} lock failed: {reason} "
-                       f"(indexes: {', '.join(lock_inputs.indexes)}; are they reachable from here?)")
+            raise kind(
+                f"{where}: resolving the {lock_inputs.kind} lock failed: {reason} "
+                f"(indexes: {', '.join(lock_inputs.indexes)}; are they reachable from here?)"
+            )
         return (work / "lock.txt").read_text()
 
 
@@ -141,6 +164,7 @@ _UV_LINE = re.compile(r"^\s*(?:error:|cause:|warning:|hint:|help:|Caused by:|×|
 def resolver_reason(stderr: str, work: Path) -> str:
     """The resolver's failure in one redacted line: its own lines only, no quoted input."""
     from builder.log import redact
+
     lines = [ln.strip() for ln in stderr.splitlines() if _UV_LINE.match(ln)]
     text = " ".join(lines[-4:]).replace(str(work) + "/", "").replace(str(work), ".")
     text = redact(text)
@@ -177,7 +201,7 @@ def _split_header(text: str) -> tuple[dict[str, str], str]:
     while i < len(lines) and lines[i].startswith("# "):
         for key in (INPUT_HEADER, BODY_HEADER):
             if lines[i].startswith(key):
-                headers[key] = lines[i][len(key):].strip()
+                headers[key] = lines[i][len(key) :].strip()
         i += 1
     return headers, "".join(lines[i:])
 
@@ -187,8 +211,10 @@ def parse_lock(text: str, path: Path) -> tuple[str | None, list[LockEntry]]:
     headers, body = _split_header(text)
     input_sha = headers.get(INPUT_HEADER)
     if BODY_HEADER in headers and headers[BODY_HEADER] != sha256_bytes(body.encode()):
-        raise LockError(f"{path}: the lock's body does not match its {BODY_HEADER.strip()} header (truncated or "
-                        "edited by hand); restore it from git or re-run `build lock`")
+        raise LockError(
+            f"{path}: the lock's body does not match its {BODY_HEADER.strip()} header (truncated or "
+            "edited by hand); restore it from git or re-run `build lock`"
+        )
     entries: list[LockEntry] = []
     current: list | None = None
     for lineno, line in enumerate(text.splitlines(), 1):
@@ -253,8 +279,10 @@ def check_torch_build(target: Target, entries: list[LockEntry], path: Path) -> N
     checked = set(TORCH_FAMILY) - ({normalize(n) for n in target.cuda.other_major} - {"torch"})
     family = {name: e for e in entries if (name := normalize(e.name)) in checked}
     if "torch" not in family:
-        raise LockError(f"{path}: no torch in the lock, but the target pins torch {target.torch.version}; "
-                        f"re-lock with the {want} index")
+        raise LockError(
+            f"{path}: no torch in the lock, but the target pins torch {target.torch.version}; "
+            f"re-lock with the {want} index"
+        )
     wrong = [f"{name} {e.version}" for name, e in sorted(family.items()) if not e.version.endswith(f"+{want}")]
     if wrong:
         raise LockError(

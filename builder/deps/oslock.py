@@ -25,14 +25,15 @@ import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 
-from builder.config import contract
+from builder.config.matrix import OsPackages, Target
+from builder.deps.lock import BODY_HEADER, INPUT_HEADER, _split_header
 from builder.errors import LockError, Unreachable, is_network_failure
 from builder.fsutil import sha256_bytes
-from builder.deps.lock import BODY_HEADER, INPUT_HEADER, _split_header
-from builder.config.matrix import OsPackages, Target
 
-_LINE = re.compile(r"(?P<name>[a-z0-9][a-z0-9.+-]+) (?P<version>(?:[0-9]+:)?[0-9][A-Za-z0-9.+~-]*) "
-                   r"(?P<arch>[a-z0-9-]+) (?P<url>https?://\S+\.deb) (?P<size>[0-9]+) sha256:(?P<sha256>[0-9a-f]{64})")
+_LINE = re.compile(
+    r"(?P<name>[a-z0-9][a-z0-9.+-]+) (?P<version>(?:[0-9]+:)?[0-9][A-Za-z0-9.+~-]*) "
+    r"(?P<arch>[a-z0-9-]+) (?P<url>https?://\S+\.deb) (?P<size>[0-9]+) sha256:(?P<sha256>[0-9a-f]{64})"
+)
 # One line of `apt-get install --print-uris`: 'URL' FILE SIZE [HASHTYPE:HEX] (an -updates index
 # may give no MD5Sum, and then apt prints no hash at all: the SHA256 comes from apt-cache show).
 _URI = re.compile(r"'(?P<url>[^' ]+)' (?P<file>\S+\.deb) (?P<size>[0-9]+)(?: (?P<hash>\S+))?")
@@ -60,8 +61,13 @@ def inputs_sha256(target: Target) -> str:
     and the runtime base (its dpkg database decides what is already there)."""
     osp = target.os_packages
     assert osp is not None
-    doc = {"archive": osp.archive, "suites": list(osp.suites), "components": list(osp.components),
-           "packages": [[p.name, p.version] for p in osp.packages], "base": target.bases.runtime.digest}
+    doc = {
+        "archive": osp.archive,
+        "suites": list(osp.suites),
+        "components": list(osp.components),
+        "packages": [[p.name, p.version] for p in osp.packages],
+        "base": target.bases.runtime.digest,
+    }
     return sha256_bytes(json.dumps(doc, sort_keys=True).encode())
 
 
@@ -93,7 +99,7 @@ done
 
 
 def _lines(out: str, tag: str) -> list[str]:
-    return [ln[len(tag) + 1:] for ln in out.splitlines() if ln.startswith(tag + " ")]
+    return [ln[len(tag) + 1 :] for ln in out.splitlines() if ln.startswith(tag + " ")]
 
 
 def _status(out: str, tag: str) -> int:
@@ -107,30 +113,42 @@ def parse_resolution(out: str, osp: OsPackages, where: str) -> list[DebEntry]:
     log = " ".join(_lines(out, "K3-LOG"))
     if _status(out, "K3-UPDATE") != 0 or re.search(r"(^| )W: (Failed to fetch|Some index files failed)", log):
         if re.search(r"\b404\s+Not Found", log):  # the archive answered: that suite or component is not there
-            raise LockError(f"{where}.suites: {osp.archive} has no {' '.join(osp.suites)} ({' '.join(osp.components)}): "
-                            f"{log[-200:]}")
+            raise LockError(
+                f"{where}.suites: {osp.archive} has no {' '.join(osp.suites)} ({' '.join(osp.components)}): "
+                f"{log[-200:]}"
+            )
         if is_network_failure(log) or "Could not resolve" in log or "Failed to fetch" in log or not log:
-            raise Unreachable(f"{where}.archive: {osp.archive} is not reachable from a container of the runtime base "
-                              f"({log[-200:] or 'no answer'}); run `build lock` where it is")
-        raise LockError(f"{where}.archive: apt-get update failed for {osp.archive} {' '.join(osp.suites)}: {log[-300:]}")
+            raise Unreachable(
+                f"{where}.archive: {osp.archive} is not reachable from a container of the runtime base "
+                f"({log[-200:] or 'no answer'}); run `build lock` where it is"
+            )
+        raise LockError(
+            f"{where}.archive: apt-get update failed for {osp.archive} {' '.join(osp.suites)}: {log[-300:]}"
+        )
     sim = _lines(out, "K3-SIM")
     if _status(out, "K3-INSTALL") != 0:
         errors = [ln for ln in sim if ln.startswith("E:")] or sim[-2:]
-        raise LockError(f"{where}.packages: apt cannot install {' '.join(_requests(osp))} on the runtime base from "
-                        f"{osp.archive} {' '.join(osp.suites)}: {' '.join(errors)[:400]}")
+        raise LockError(
+            f"{where}.packages: apt cannot install {' '.join(_requests(osp))} on the runtime base from "
+            f"{osp.archive} {' '.join(osp.suites)}: {' '.join(errors)[:400]}"
+        )
     # "Inst name [installed] (new ...)": a package of the base the closure would replace; "Remv name
     # [installed]": one it would remove.
     conflicts = [f"{m[1]} {m[3]} (the base has {m[2]})" for m in (_INST.match(ln) for ln in sim) if m and m[2]]
     conflicts += [f"{ln.split()[1]} (removed from the base)" for ln in sim if ln.startswith("Remv ")]
     if conflicts:
-        raise LockError(f"{where}.packages: version conflict with the runtime base: the closure would replace "
-                        f"{', '.join(conflicts)}; pin versions the base's release serves")
+        raise LockError(
+            f"{where}.packages: version conflict with the runtime base: the closure would replace "
+            f"{', '.join(conflicts)}; pin versions the base's release serves"
+        )
     arch = (_lines(out, "K3-ARCH") or ["?"])[0]
     uris = {m["url"] for m in (_URI.fullmatch(u.strip()) for u in _lines(out, "K3-URI")) if m}
     entries = [_entry(block, osp.archive, where) for block in _blocks(_lines(out, "K3-PKG"))]
     wanted = {m[1] for m in (_INST.match(ln) for ln in sim) if m}
     if {e.name for e in entries} != wanted:
-        raise LockError(f"{where}: apt-cache describes {sorted(e.name for e in entries)}, apt installs {sorted(wanted)}")
+        raise LockError(
+            f"{where}: apt-cache describes {sorted(e.name for e in entries)}, apt installs {sorted(wanted)}"
+        )
     for e in entries:
         if e.arch not in (arch, "all"):
             raise LockError(f"{where}: {e.filename}: architecture {e.arch} is not the base's {arch}")
@@ -171,7 +189,8 @@ def lock_text(target: Target, entries: list[DebEntry]) -> str:
     body = "".join(e.line() + "\n" for e in entries)
     return (
         f"# OS packages of target {target.name}, made by `build lock`; do not edit.\n"
-        f"# Resolved against {target.bases.runtime.ref} from {osp.archive} {' '.join(osp.suites)} ({' '.join(osp.components)})\n"
+        f"# Resolved against {target.bases.runtime.ref} from {osp.archive} "
+        f"{' '.join(osp.suites)} ({' '.join(osp.components)})\n"
         "# name version arch url size sha256 (packages the base already has are not listed)\n"
         f"{INPUT_HEADER}{inputs_sha256(target)}\n"
         f"{BODY_HEADER}{sha256_bytes(body.encode())}\n"
@@ -184,8 +203,10 @@ def parse(text: str, path: Path) -> tuple[str | None, list[DebEntry]]:
     if BODY_HEADER not in headers:
         raise LockError(f"{path}: no '{BODY_HEADER.strip()}' header; re-run `build lock`")
     if headers[BODY_HEADER] != sha256_bytes(body.encode()):
-        raise LockError(f"{path}: the lock's body does not match its {BODY_HEADER.strip()} header (truncated or "
-                        "edited by hand); restore it from git or re-run `build lock`")
+        raise LockError(
+            f"{path}: the lock's body does not match its {BODY_HEADER.strip()} header (truncated or "
+            "edited by hand); restore it from git or re-run `build lock`"
+        )
     entries = []
     for lineno, line in enumerate(body.splitlines(), len(text.splitlines()) - len(body.splitlines()) + 1):
         m = _LINE.fullmatch(line)
@@ -200,8 +221,10 @@ def read_text(path: Path) -> str:
     try:
         return path.read_text(encoding="utf-8")
     except FileNotFoundError:
-        raise LockError(f"{path}: no OS package lock for this target; run `build lock --target {path.parent.name}` "
-                        "where the archive is reachable, and commit it") from None
+        raise LockError(
+            f"{path}: no OS package lock for this target; run `build lock --target {path.parent.name}` "
+            "where the archive is reachable, and commit it"
+        ) from None
     except (OSError, UnicodeDecodeError) as exc:
         raise LockError(f"{path}: unreadable OS lock ({exc}); restore it from git or re-run `build lock`") from None
 
@@ -217,8 +240,10 @@ def check_current(path: Path, target: Target) -> None:
 def check_inputs(input_sha: str | None, path: Path, target: Target) -> None:
     """LockError when the lock was made from other inputs than the matrix gives now."""
     if input_sha != inputs_sha256(target):
-        raise LockError(f"{path}: stale: made from another os_packages list, archive or runtime base than the "
-                        f"matrix gives now; run `build lock --target {target.name}`")
+        raise LockError(
+            f"{path}: stale: made from another os_packages list, archive or runtime base than the "
+            f"matrix gives now; run `build lock --target {target.name}`"
+        )
 
 
 def resolve(engine, target: Target, file: str = "") -> str:
@@ -228,8 +253,9 @@ def resolve(engine, target: Target, file: str = "") -> str:
     where = f"{file}targets.{target.name}.os_packages"
     entries = _resolve(engine, target.bases.runtime.ref, target.os_packages, where)
     if not entries:
-        raise LockError(f"{where}.packages: the runtime base already has every package "
-                        "listed; remove os_packages (nothing to lock)")
+        raise LockError(
+            f"{where}.packages: the runtime base already has every package listed; remove os_packages (nothing to lock)"
+        )
     return lock_text(target, entries)
 
 
@@ -243,9 +269,13 @@ def _resolve(engine, base_ref: str, osp: OsPackages, where: str) -> list[DebEntr
     try:  # from the host first: an archive out of reach is exit 3 before any base is pulled
         urllib.request.urlopen(urllib.request.Request(probe, method="HEAD"), timeout=15).close()  # noqa: S310
     except urllib.error.HTTPError as exc:
-        raise LockError(f"{where}.suites: {probe} answers HTTP {exc.code}; is {osp.suites[0]} in that archive?") from None
+        raise LockError(
+            f"{where}.suites: {probe} answers HTTP {exc.code}; is {osp.suites[0]} in that archive?"
+        ) from None
     except OSError as exc:
-        raise Unreachable(f"{where}.archive: {osp.archive} is not reachable from here "
-                          f"({getattr(exc, 'reason', exc)}); the OS lock cannot be made on this machine: run "
-                          "`build lock` where it is, and commit the lock") from None
+        raise Unreachable(
+            f"{where}.archive: {osp.archive} is not reachable from here "
+            f"({getattr(exc, 'reason', exc)}); the OS lock cannot be made on this machine: run "
+            "`build lock` where it is, and commit the lock"
+        ) from None
     return parse_resolution(engine.containers.run_online(base_ref, resolve_script(osp)), osp, where)

@@ -20,16 +20,18 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from builder.config import contract
-from builder.deps import lock
-from builder.source import pinned as source
 from builder.config.cudamajor import cuda_major_of
+from builder.config.matrix import Target
+from builder.deps import lock
+from builder.deps.lock import LockInputs, normalize
 from builder.errors import SourceError, Unreachable
 from builder.fsutil import atomic_write
-from builder.deps.lock import LockInputs, normalize
-from builder.config.matrix import Target
+from builder.source import pinned as source
 
 PYPI = "https://pypi.org/simple"
-_PIN = re.compile(r"^(?P<lead>\s*)(?P<name>[A-Za-z0-9][A-Za-z0-9._-]*)(?P<extras>\[[^\]]*\])?\s*==\s*(?P<version>[^\s;#]+)")
+_PIN = re.compile(
+    r"^(?P<lead>\s*)(?P<name>[A-Za-z0-9][A-Za-z0-9._-]*)(?P<extras>\[[^\]]*\])?\s*==\s*(?P<version>[^\s;#]+)"
+)
 
 
 @dataclass(frozen=True)
@@ -41,8 +43,11 @@ class Substitution:
     why: str
 
     def line(self) -> str:
-        return (f"{self.kind}: {self.name}=={self.wanted} -> "
-                + (f"{self.name}=={self.used}" if self.used else "left out") + f" ({self.why})")
+        return (
+            f"{self.kind}: {self.name}=={self.wanted} -> "
+            + (f"{self.name}=={self.used}" if self.used else "left out")
+            + f" ({self.why})"
+        )
 
 
 @dataclass(frozen=True)
@@ -72,11 +77,16 @@ class Rehearsal:
         return not any(f.verdict == "FAIL" for f in self.findings)
 
     def to_json(self) -> dict:
-        return {"target": self.target, "rehearsal": True, "ok": self.ok, "source": self.source,
-                "entries": self.entries,
-                "substitutions": [s.__dict__ for s in self.substitutions],
-                "other_cuda_major": [f.__dict__ for f in self.findings],
-                "report": str(self.report) if self.report else None}
+        return {
+            "target": self.target,
+            "rehearsal": True,
+            "ok": self.ok,
+            "source": self.source,
+            "entries": self.entries,
+            "substitutions": [s.__dict__ for s in self.substitutions],
+            "other_cuda_major": [f.__dict__ for f in self.findings],
+            "report": str(self.report) if self.report else None,
+        }
 
 
 class _PyPI:
@@ -96,8 +106,7 @@ class _PyPI:
         return self._releases[key]
 
 
-def _substitute(text: str, kind: str, pypi: _PyPI, other: tuple[str, ...],
-                out: list[Substitution]) -> str:
+def _substitute(text: str, kind: str, pypi: _PyPI, other: tuple[str, ...], out: list[Substitution]) -> str:
     lines = []
     for line in text.splitlines():
         m = _PIN.match(line)
@@ -108,9 +117,16 @@ def _substitute(text: str, kind: str, pypi: _PyPI, other: tuple[str, ...],
         public = version.split("+", 1)[0]
         where = ", ".join(other) or "another index"
         if "+" in version and public in pypi.versions(name):
-            out.append(Substitution(kind, name, version, public,
-                                    f"the +{version.split('+', 1)[1]} build lives on {where}; PyPI's {public} stands in"))
-            lines.append(line[: m.start("version")] + public + line[m.end("version"):])
+            out.append(
+                Substitution(
+                    kind,
+                    name,
+                    version,
+                    public,
+                    f"the +{version.split('+', 1)[1]} build lives on {where}; PyPI's {public} stands in",
+                )
+            )
+            lines.append(line[: m.start("version")] + public + line[m.end("version") :])
         else:
             out.append(Substitution(kind, name, version, None, f"not on PyPI; it lives on {where}"))
             lines.append(f"# left out by the rehearsal: {line.strip()}")
@@ -153,7 +169,10 @@ def _readable(target: Target):
         return source.fetch(target.source), f"git {target.source.url} @ {target.source.commit}"
     except (SourceError, Unreachable) as exc:
         sdist = source.sdist_source(target.source)
-        return sdist, f"PyPI sdist {target.source.package}=={target.source.version} (git unreachable: {exc.message[:80]})"
+        return (
+            sdist,
+            f"PyPI sdist {target.source.package}=={target.source.version} (git unreachable: {exc.message[:80]})",
+        )
 
 
 def rehearse(target: Target, root: Path) -> Rehearsal:
@@ -167,8 +186,9 @@ def rehearse(target: Target, root: Path) -> Rehearsal:
     for kind in ("runtime", "build"):
         real: LockInputs = lock.inputs(target, readable, kind)
         subs: list[Substitution] = []
-        files = {rel: _substitute(data.decode("utf-8"), kind, pypi, other, subs).encode()
-                 for rel, data in real.files.items()}
+        files = {
+            rel: _substitute(data.decode("utf-8"), kind, pypi, other, subs).encode() for rel, data in real.files.items()
+        }
         result.substitutions += subs
         substituted |= {normalize(s.name) for s in subs if s.used}
         body = lock.resolve(replace(real, files=files, indexes=(PYPI,)), f"{target.name} (rehearsal)")
@@ -179,16 +199,25 @@ def rehearse(target: Target, root: Path) -> Rehearsal:
             major = cuda_major_of(name, version)
             if major is None or major == target.cuda.major:
                 continue
-            reason = target.cuda.other_major.get(name) or {normalize(k): v for k, v in
-                                                           target.cuda.other_major.items()}.get(name)
+            reason = target.cuda.other_major.get(name) or {
+                normalize(k): v for k, v in target.cuda.other_major.items()
+            }.get(name)
             if reason:
                 verdict, why = "allowed", reason
             elif _only_via(name, entries, substituted):
-                verdict, why = "substitute", ("brought in only by a substituted package ("
-                                              + ", ".join(sorted(substituted)) + "); the real build's does not")
+                verdict, why = (
+                    "substitute",
+                    (
+                        "brought in only by a substituted package ("
+                        + ", ".join(sorted(substituted))
+                        + "); the real build's does not"
+                    ),
+                )
             else:
-                verdict, why = "FAIL", ("no reason in cuda.other_major; brought in by "
-                                        + ", ".join(sorted(entries[name][1])))
+                verdict, why = (
+                    "FAIL",
+                    ("no reason in cuda.other_major; brought in by " + ", ".join(sorted(entries[name][1]))),
+                )
             result.findings.append(Finding(kind, name, version, major, verdict, why))
     report = out_dir / "report.json"
     result.report = report

@@ -20,20 +20,40 @@ import urllib.parse
 from dataclasses import dataclass
 from pathlib import Path
 
-from builder.config import contract
 from builder import log
+from builder.config import contract
 from builder.errors import ConfigError
 
 SCHEMES = ("redis", "rediss", "s3", "gcs", "webdav", "webdavs", "gha")
 # Credentials a backend reads from the environment, copied into the secret when set here.
-_PASSTHROUGH = ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "GOOGLE_APPLICATION_CREDENTIALS",
-                "SCCACHE_GCS_KEY_PATH", "ACTIONS_CACHE_URL", "ACTIONS_RESULTS_URL", "ACTIONS_RUNTIME_TOKEN")
+_PASSTHROUGH = (
+    "AWS_ACCESS_KEY_ID",
+    "AWS_SECRET_ACCESS_KEY",
+    "AWS_SESSION_TOKEN",
+    "GOOGLE_APPLICATION_CREDENTIALS",
+    "SCCACHE_GCS_KEY_PATH",
+    "ACTIONS_CACHE_URL",
+    "ACTIONS_RESULTS_URL",
+    "ACTIONS_RUNTIME_TOKEN",
+)
 # Every variable env_lines can write: the compile step unsets them all to fall back to the local
 # cache when the backend does not answer.
-BACKEND_VARS = ("SCCACHE_REDIS_ENDPOINT", "SCCACHE_REDIS_USERNAME", "SCCACHE_REDIS_PASSWORD", "SCCACHE_REDIS_DB",
-                "SCCACHE_BUCKET", "SCCACHE_S3_KEY_PREFIX", "SCCACHE_REGION", "SCCACHE_ENDPOINT", "SCCACHE_GCS_BUCKET",
-                "SCCACHE_GCS_KEY_PREFIX", "SCCACHE_GCS_RW_MODE", "SCCACHE_WEBDAV_ENDPOINT", "SCCACHE_GHA_ENABLED",
-                "SCCACHE_GHA_VERSION") + _PASSTHROUGH
+BACKEND_VARS = (
+    "SCCACHE_REDIS_ENDPOINT",
+    "SCCACHE_REDIS_USERNAME",
+    "SCCACHE_REDIS_PASSWORD",
+    "SCCACHE_REDIS_DB",
+    "SCCACHE_BUCKET",
+    "SCCACHE_S3_KEY_PREFIX",
+    "SCCACHE_REGION",
+    "SCCACHE_ENDPOINT",
+    "SCCACHE_GCS_BUCKET",
+    "SCCACHE_GCS_KEY_PREFIX",
+    "SCCACHE_GCS_RW_MODE",
+    "SCCACHE_WEBDAV_ENDPOINT",
+    "SCCACHE_GHA_ENABLED",
+    "SCCACHE_GHA_VERSION",
+) + _PASSTHROUGH
 # Values are single-quoted in the sourced file, so any printable character is safe; line breaks
 # and control characters are not (a line break would start a new shell line).
 _UNSAFE = re.compile(r"[\x00-\x1f\x7f]")
@@ -45,8 +65,10 @@ def env_lines(url: str) -> dict[str, str]:
     parts = urllib.parse.urlsplit(url)
     scheme = parts.scheme
     if scheme not in SCHEMES:
-        raise ConfigError(f"--compile-cache: {scheme or '(no scheme)'}:// is not a backend sccache has; "
-                          f"use one of {', '.join(s + '://' for s in SCHEMES)}")
+        raise ConfigError(
+            f"--compile-cache: {scheme or '(no scheme)'}:// is not a backend sccache has; "
+            f"use one of {', '.join(s + '://' for s in SCHEMES)}"
+        )
     try:
         query, port = dict(urllib.parse.parse_qsl(parts.query)), parts.port
     except ValueError:
@@ -55,10 +77,18 @@ def env_lines(url: str) -> dict[str, str]:
     if scheme in ("redis", "rediss"):
         env = _redis(parts, port)
     elif scheme == "s3":
-        env = {"SCCACHE_BUCKET": parts.netloc, "SCCACHE_S3_KEY_PREFIX": prefix, "SCCACHE_REGION": query.get("region", ""),
-               "SCCACHE_ENDPOINT": query.get("endpoint", "")}
+        env = {
+            "SCCACHE_BUCKET": parts.netloc,
+            "SCCACHE_S3_KEY_PREFIX": prefix,
+            "SCCACHE_REGION": query.get("region", ""),
+            "SCCACHE_ENDPOINT": query.get("endpoint", ""),
+        }
     elif scheme == "gcs":
-        env = {"SCCACHE_GCS_BUCKET": parts.netloc, "SCCACHE_GCS_KEY_PREFIX": prefix, "SCCACHE_GCS_RW_MODE": "READ_WRITE"}
+        env = {
+            "SCCACHE_GCS_BUCKET": parts.netloc,
+            "SCCACHE_GCS_KEY_PREFIX": prefix,
+            "SCCACHE_GCS_RW_MODE": "READ_WRITE",
+        }
     elif scheme in ("webdav", "webdavs"):
         env = {"SCCACHE_WEBDAV_ENDPOINT": url.replace("webdav", "http", 1)}
     else:  # gha: the runner's cache service, through the ACTIONS_* variables of the job
@@ -80,9 +110,12 @@ def _redis(parts: urllib.parse.SplitResult, port: int | None) -> dict[str, str]:
     if db and not db.isdigit():
         raise ConfigError(f"--compile-cache: the redis database must be a number (got /{db})")
     host = f"[{parts.hostname}]" if ":" in parts.hostname else parts.hostname
-    return {"SCCACHE_REDIS_ENDPOINT": f"{parts.scheme}://{host}:{port or 6379}",
-            "SCCACHE_REDIS_USERNAME": urllib.parse.unquote(parts.username or ""),
-            "SCCACHE_REDIS_PASSWORD": urllib.parse.unquote(parts.password or ""), "SCCACHE_REDIS_DB": db}
+    return {
+        "SCCACHE_REDIS_ENDPOINT": f"{parts.scheme}://{host}:{port or 6379}",
+        "SCCACHE_REDIS_USERNAME": urllib.parse.unquote(parts.username or ""),
+        "SCCACHE_REDIS_PASSWORD": urllib.parse.unquote(parts.password or ""),
+        "SCCACHE_REDIS_DB": db,
+    }
 
 
 def secret(url: str, directory: Path) -> str:
@@ -141,8 +174,12 @@ def stats(build_log: str) -> Stats | None:
     s = doc.get("stats", doc)
     hits = sum((s.get("cache_hits") or {}).get("counts", {}).values())
     misses = sum((s.get("cache_misses") or {}).get("counts", {}).values())
-    return Stats(int(s.get("compile_requests", 0) or 0), int(hits), int(misses),
-                 backend_unreachable=_said(contract.FALLBACK_MARKER + ":", build_log))
+    return Stats(
+        int(s.get("compile_requests", 0) or 0),
+        int(hits),
+        int(misses),
+        backend_unreachable=_said(contract.FALLBACK_MARKER + ":", build_log),
+    )
 
 
 def _said(text: str, build_log: str) -> bool:

@@ -11,10 +11,10 @@ from pathlib import Path
 
 import jinja2
 
-from builder.dockerfile import compilecache
 from builder.config import contract
-from builder.errors import DriftError
 from builder.config.matrix import Target
+from builder.dockerfile import compilecache
+from builder.errors import DriftError
 
 RUNTIME_UID = 2000  # vLLM's own non-root variant uses uid 2000 ("vllm")
 RUNTIME_USER = "vllm"  # what USER/LOGNAME say for that uid (getpass.getuser() reads them first)
@@ -26,8 +26,16 @@ def third_party(target: Target) -> list[dict]:
     out = []
     for name, tp in sorted(target.source.third_party.items()):
         mount = f"{THIRD_PARTY_ROOT}/{name}"
-        out.append({"name": name, "context": contract.third_party_context(name), "mount": mount, "env": tp.env,
-                    "cmake_var": tp.cmake_var, "path": f"{mount}/{tp.subdir}" if tp.subdir else mount})
+        out.append(
+            {
+                "name": name,
+                "context": contract.third_party_context(name),
+                "mount": mount,
+                "env": tp.env,
+                "cmake_var": tp.cmake_var,
+                "path": f"{mount}/{tp.subdir}" if tp.subdir else mount,
+            }
+        )
     return out
 
 
@@ -37,8 +45,9 @@ TEMPLATES = Path(__file__).resolve().parent / "templates"
 def context_scripts(target: Target) -> dict[str, str]:
     """Context path -> sha256 of each script this target's build runs (contract.CONTEXT_SCRIPTS)."""
     wanted = [contract.LAYER_TOOL] + ([contract.RELOCATE_TOOL] if target.python.provider == "standalone" else [])
-    return {path: hashlib.sha256((TEMPLATES / contract.CONTEXT_SCRIPTS[path]).read_bytes()).hexdigest()
-            for path in wanted}
+    return {
+        path: hashlib.sha256((TEMPLATES / contract.CONTEXT_SCRIPTS[path]).read_bytes()).hexdigest() for path in wanted
+    }
 
 
 _SCRIPT_LINE = re.compile(r"^#   (\S+) sha256:([0-9a-f]{64})$", re.M)
@@ -124,8 +133,9 @@ def template_vars(target: Target) -> dict:
         "user": RUNTIME_USER,
         "layers": contract.layer_names(target.layers),
         "os_packages": bool(target.os_packages),
-        "os_scripts_skipped": sorted(p.name for p in (target.os_packages.packages if target.os_packages else ())
-                                     if p.scripts_skipped),
+        "os_scripts_skipped": sorted(
+            p.name for p in (target.os_packages.packages if target.os_packages else ()) if p.scripts_skipped
+        ),
         "os_status_dir": contract.OS_STATUS_DIR,
         "remote_cache": target.compile.remote,
         "cache_secret": contract.COMPILE_CACHE_SECRET,

@@ -44,8 +44,10 @@ def steps(log: str) -> list[Step]:
                 cached.add(m.group(1))
             else:
                 done[m.group(1)] = float(m.group(3)) if m.group(3) else None
-    return [Step(stage, instr, text, n in cached, n in done or n in cached, done.get(n))
-            for n, (stage, instr, text) in sorted(heads.items(), key=lambda kv: int(kv[0]))]
+    return [
+        Step(stage, instr, text, n in cached, n in done or n in cached, done.get(n))
+        for n, (stage, instr, text) in sorted(heads.items(), key=lambda kv: int(kv[0]))
+    ]
 
 
 def ran(log: str, instruction: str = "RUN") -> list[Step]:

@@ -16,18 +16,23 @@ import re
 import signal
 import threading
 import time
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable, Iterator
-
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from builder.config import contract
 from builder.engine.containers import ContainerSeam, DockerContainers, docker_errors
-from builder.errors import (BuildError, ConfigError, EngineUnavailable, HostResources, RegistryUnavailable,
-                            is_network_failure)
-from builder.log import redact
 from builder.engine.registry import RegistryClient, RegistrySeam
+from builder.errors import (
+    BuildError,
+    ConfigError,
+    EngineUnavailable,
+    HostResources,
+    RegistryUnavailable,
+    is_network_failure,
+)
+from builder.log import redact
 
 if TYPE_CHECKING:
     from python_on_whales import DockerClient
@@ -93,8 +98,12 @@ class Engine(Protocol):
 
 
 # The Go docker CLI under a memory or thread limit: the host's resources, not an engine out of reach.
-_HOST_LIMITS = ("failed to create new OS thread", "cannot allocate memory", "resource temporarily unavailable",
-                "out of memory")
+_HOST_LIMITS = (
+    "failed to create new OS thread",
+    "cannot allocate memory",
+    "resource temporarily unavailable",
+    "out of memory",
+)
 
 
 def _version_tuple(text: str) -> tuple[int, ...]:
@@ -140,8 +149,14 @@ def image_config(engine: Engine, ref: str) -> ImageConfig:
             raise ConfigError(f"--image {ref}: the registry does not serve it")
         cfg = doc.get("config") or {}
         env = dict(item.split("=", 1) for item in cfg.get("Env") or [] if "=" in item)
-        return ImageConfig(ref=ref, id="", labels=dict(cfg.get("Labels") or {}), env=env, user=cfg.get("User") or "",
-                           entrypoint=tuple(cfg.get("Entrypoint") or ()))
+        return ImageConfig(
+            ref=ref,
+            id="",
+            labels=dict(cfg.get("Labels") or {}),
+            env=env,
+            user=cfg.get("User") or "",
+            entrypoint=tuple(cfg.get("Entrypoint") or ()),
+        )
     return engine.image_config(ref)
 
 
@@ -164,20 +179,25 @@ class DockerEngine:
         return self._docker
 
     def preflight(self, builder: str | None = None) -> EngineInfo:
-        from python_on_whales.exceptions import DockerException
-
         from concurrent.futures import ThreadPoolExecutor
+
+        from python_on_whales.exceptions import DockerException
 
         try:  # three CLI round trips, side by side
             with ThreadPoolExecutor(3) as pool:
-                calls = [pool.submit(self.docker.system.info), pool.submit(self.docker.buildx.version),
-                         pool.submit(self.docker.buildx.inspect, builder)]
+                calls = [
+                    pool.submit(self.docker.system.info),
+                    pool.submit(self.docker.buildx.version),
+                    pool.submit(self.docker.buildx.inspect, builder),
+                ]
                 info, bx, b = (c.result() for c in calls)
         except DockerException as exc:
             first = (exc.stderr or str(exc)).strip().splitlines()
             if any(m in (exc.stderr or str(exc)) for m in _HOST_LIMITS):
-                raise HostResources(f"the docker CLI could not start: {first[-1] if first else exc}; this host is "
-                                    "out of memory or threads (raise the limit and run again)") from None
+                raise HostResources(
+                    f"the docker CLI could not start: {first[-1] if first else exc}; this host is "
+                    "out of memory or threads (raise the limit and run again)"
+                ) from None
             raise EngineUnavailable(
                 f"Docker engine not reachable: {first[0] if first else exc}; start it (ci/setup.sh does)"
             ) from None
@@ -209,24 +229,27 @@ class DockerEngine:
         log_path.parent.mkdir(parents=True, exist_ok=True)
         with log_path.open("a", encoding="utf-8") as log:
             try:
-                first, stream = _start_stream(lambda: self.docker.buildx.build(
-                    req.context,
-                    file=req.dockerfile,
-                    tags=list(req.tags),
-                    build_args=dict(req.build_args),
-                    build_contexts={k: str(v) for k, v in req.build_contexts.items()},
-                    push=req.push,
-                    cache=not req.no_cache,
-                    builder=req.builder,
-                    secrets=list(req.secrets),
-                    metadata_file=metadata_file,
-                    provenance={"mode": "max"} if req.attest else None,
-                    sbom=True if req.attest else None,
-                    cache_from=[_cache_spec(spec) for spec in req.cache_from] or None,
-                    cache_to=_cache_spec(req.cache_to) if req.cache_to else None,
-                    progress="plain",
-                    stream_logs=True,
-                ), env)
+                first, stream = _start_stream(
+                    lambda: self.docker.buildx.build(
+                        req.context,
+                        file=req.dockerfile,
+                        tags=list(req.tags),
+                        build_args=dict(req.build_args),
+                        build_contexts={k: str(v) for k, v in req.build_contexts.items()},
+                        push=req.push,
+                        cache=not req.no_cache,
+                        builder=req.builder,
+                        secrets=list(req.secrets),
+                        metadata_file=metadata_file,
+                        provenance={"mode": "max"} if req.attest else None,
+                        sbom=True if req.attest else None,
+                        cache_from=[_cache_spec(spec) for spec in req.cache_from] or None,
+                        cache_to=_cache_spec(req.cache_to) if req.cache_to else None,
+                        progress="plain",
+                        stream_logs=True,
+                    ),
+                    env,
+                )
                 for line in itertools.chain([first] if first is not None else [], stream):
                     line = redact(line)
                     log.write(line)
@@ -241,8 +264,9 @@ class DockerEngine:
                 raise BuildError(f"buildx build failed (exit {exc.return_code}): {last}", str(log_path)) from None
             except KeyboardInterrupt:
                 stopped = _stop_children("buildx")
-                log.write(f"\n[k3-builder] interrupted: stopped buildx (pids {stopped or 'none left'}); "
-                          "records untouched\n")
+                log.write(
+                    f"\n[k3-builder] interrupted: stopped buildx (pids {stopped or 'none left'}); records untouched\n"
+                )
                 raise
         try:
             metadata = json.loads(metadata_file.read_text())
@@ -271,8 +295,14 @@ class DockerEngine:
             img = self.docker.image.inspect(ref)
         cfg = img.config
         env = dict(item.split("=", 1) for item in (cfg.env or []) if "=" in item)
-        return ImageConfig(ref=ref, id=img.id, labels=dict(cfg.labels or {}), env=env, user=cfg.user or "",
-                           entrypoint=tuple(cfg.entrypoint or ()))
+        return ImageConfig(
+            ref=ref,
+            id=img.id,
+            labels=dict(cfg.labels or {}),
+            env=env,
+            user=cfg.user or "",
+            entrypoint=tuple(cfg.entrypoint or ()),
+        )
 
     def describe(self) -> dict[str, str]:
         """`docker version` and `docker info` as text, for evidence bundles."""
@@ -343,13 +373,21 @@ def _cache_spec(spec: str) -> dict[str, str]:
     return dict(item.split("=", 1) for item in spec.split(",") if "=" in item)
 
 
-_AUTH = ("no basic auth credentials", "401 unauthorized", "unauthorized: authentication required",
-         "denied: requested access", "insufficient_scope")
+_AUTH = (
+    "no basic auth credentials",
+    "401 unauthorized",
+    "unauthorized: authentication required",
+    "denied: requested access",
+    "insufficient_scope",
+)
 
 
 # The registry's own 5xx during the push (a proxy or an overloaded registry): not a failed build.
-_SERVER_ERROR = re.compile(r"\b50[0234] (?:Service Unavailable|Bad Gateway|Gateway Timeout|Internal Server Error)\b"
-                           r"|\bstatus(?: code)?:? 50[0234]\b", re.I)
+_SERVER_ERROR = re.compile(
+    r"\b50[0234] (?:Service Unavailable|Bad Gateway|Gateway Timeout|Internal Server Error)\b"
+    r"|\bstatus(?: code)?:? 50[0234]\b",
+    re.I,
+)
 
 
 def _registry_failure(error: str, tags: tuple[str, ...] | list[str]) -> str | None:
@@ -366,8 +404,10 @@ def _registry_failure(error: str, tags: tuple[str, ...] | list[str]) -> str | No
         host = next((h for h in hosts if h in error), None)
         return f"registry {host} out of reach during the build" if host else None
     if hosts and any(marker in error.lower() for marker in _AUTH):
-        return (f"registry {hosts[0]} refused the build's credentials (docker login {hosts[0]}, or a "
-                "credHelpers entry in ~/.docker/config.json)")
+        return (
+            f"registry {hosts[0]} refused the build's credentials (docker login {hosts[0]}, or a "
+            "credHelpers entry in ~/.docker/config.json)"
+        )
     return None
 
 

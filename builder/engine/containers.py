@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import contextlib
 import os
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable, Iterator, Protocol
-
+from typing import TYPE_CHECKING, Protocol
 
 from builder.config import contract
 from builder.errors import BuildError, EngineUnavailable
@@ -74,18 +74,19 @@ def _alive(pid: str) -> bool:
 
 
 class DockerContainers:
-    def __init__(self, docker: "DockerClient | Callable[[], DockerClient]") -> None:
+    def __init__(self, docker: DockerClient | Callable[[], DockerClient]) -> None:
         self._docker = docker  # or a factory: the engine makes its client on first use
 
     @property
-    def docker(self) -> "DockerClient":
+    def docker(self) -> DockerClient:
         return self._docker() if callable(self._docker) else self._docker
 
     def start(self, ref: str) -> str:
         """Start a container of ``ref`` that idles (no network) for checks; returns its id."""
         with docker_errors(f"cannot start a container of {ref}"):
-            container = self.docker.run(ref, ["infinity"], entrypoint="sleep", detach=True, networks=["none"],
-                                        labels=_labels())
+            container = self.docker.run(
+                ref, ["infinity"], entrypoint="sleep", detach=True, networks=["none"], labels=_labels()
+            )
         return container.id
 
     def copy_into(self, container_id: str, src: Path, dest: str) -> None:
@@ -116,8 +117,7 @@ class DockerContainers:
     def run_capture(self, ref: str, entrypoint: str, args: list[str]) -> str:
         """Run ``entrypoint args`` in a throwaway container of ``ref`` (no network); its stdout."""
         with docker_errors(f"cannot run {entrypoint} in {ref}"):
-            return self.docker.run(ref, args, entrypoint=entrypoint, remove=True, networks=["none"],
-                                   labels=_labels())
+            return self.docker.run(ref, args, entrypoint=entrypoint, remove=True, networks=["none"], labels=_labels())
 
     def run_online(self, ref: str, script: str) -> str:
         """Run ``sh -c script`` in a throwaway container of ``ref`` WITH the engine's default network

@@ -7,7 +7,7 @@ from __future__ import annotations
 import contextlib
 import signal
 import threading
-from typing import Iterator
+from collections.abc import Iterator
 
 _SIGNALS = (signal.SIGINT, signal.SIGTERM)
 

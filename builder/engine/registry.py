@@ -34,9 +34,10 @@ import time
 import urllib.error
 import urllib.parse
 import urllib.request
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterator, Protocol
+from typing import Protocol
 
 from builder import log
 from builder.errors import BuildError, RegistryUnavailable
@@ -152,8 +153,9 @@ def credential_helper_get(helper: str, server_url: str, timeout: float = HELPER_
         return CredentialLookup(None, f"{program} is not on PATH; sent none")
     try:
         # Its own process group: on a timeout the helper and anything it started go, pipes and all.
-        proc = subprocess.Popen([exe, "get"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                stderr=subprocess.PIPE, start_new_session=True)
+        proc = subprocess.Popen(
+            [exe, "get"], stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True
+        )
     except OSError as exc:
         return CredentialLookup(None, f"{program} cannot run ({exc.strerror}); sent none")
     try:
@@ -197,15 +199,19 @@ def _from_auths(auths: object, host: str, where: str) -> CredentialLookup:
             try:
                 username, _, password = base64.b64decode(encoded, validate=False).decode().partition(":")
             except (ValueError, UnicodeDecodeError):
-                return CredentialLookup(None, f"auths[{key!r}].auth in {where} is not base64 'user:password'; "
-                                              "sent none")
+                return CredentialLookup(
+                    None, f"auths[{key!r}].auth in {where} is not base64 'user:password'; sent none"
+                )
         token = entry.get("identitytoken")
         if isinstance(token, str) and token:
-            return CredentialLookup(_remember(Credentials("<token>", token, f"auths in {where}")),
-                                    f"the identity token in auths in {where}")
+            return CredentialLookup(
+                _remember(Credentials("<token>", token, f"auths in {where}")), f"the identity token in auths in {where}"
+            )
         if isinstance(password, str) and password:
-            return CredentialLookup(_remember(Credentials(str(username), password, f"auths in {where}")),
-                                    f"credentials from auths in {where}")
+            return CredentialLookup(
+                _remember(Credentials(str(username), password, f"auths in {where}")),
+                f"credentials from auths in {where}",
+            )
     return CredentialLookup(None, f"no credentials for {host} in {where}; sent none")
 
 
@@ -250,8 +256,9 @@ class Registry:
         self._auth_note = ""  # why the last authentication gave nothing (one line, no secret)
 
     # -- transport ------------------------------------------------------------------------------
-    def _request(self, method: str, path: str, data: bytes | None = None, headers: dict | None = None,
-                 retry_auth: bool = True) -> tuple[int, dict, bytes]:
+    def _request(
+        self, method: str, path: str, data: bytes | None = None, headers: dict | None = None, retry_auth: bool = True
+    ) -> tuple[int, dict, bytes]:
         url = path if path.startswith("http") else self.base + path
         req = urllib.request.Request(url, data=data, method=method, headers=dict(headers or {}))
         if self._token:
@@ -264,13 +271,17 @@ class Registry:
                 return self._request(method, path, data, headers, retry_auth=False)
             body = exc.read()[:300].decode("utf-8", "replace")
             hint = f" ({self._auth_note})" if exc.code in (401, 403) and self._auth_note else ""
-            raise RegistryError(f"{method} {self.host}{urllib.parse.urlsplit(url).path}: HTTP {exc.code} "
-                                f"{' '.join(body.split())}{hint}", exc.code) from None
+            raise RegistryError(
+                f"{method} {self.host}{urllib.parse.urlsplit(url).path}: HTTP {exc.code} "
+                f"{' '.join(body.split())}{hint}",
+                exc.code,
+            ) from None
         except OSError as exc:
             raise RegistryError(f"{method} {self.host}: cannot reach the registry: {exc}") from None
         except http.client.HTTPException as exc:  # IncompleteRead, BadStatusLine: a cut or garbled reply
-            raise RegistryError(f"{method} {self.host}: the registry's reply was cut short or garbled "
-                                f"({exc.__class__.__name__})") from None
+            raise RegistryError(
+                f"{method} {self.host}: the registry's reply was cut short or garbled ({exc.__class__.__name__})"
+            ) from None
 
     def _credentials(self) -> CredentialLookup:
         if self._lookup is None:
@@ -285,8 +296,11 @@ class Registry:
         scheme = challenge.split(" ", 1)[0].lower()
         if scheme == "basic":
             if creds is None or creds.identity_token:
-                self._auth_note = lookup.note if creds is None else (
-                    f"{lookup.note}: an identity token, but the registry asks for basic credentials; sent none")
+                self._auth_note = (
+                    lookup.note
+                    if creds is None
+                    else (f"{lookup.note}: an identity token, but the registry asks for basic credentials; sent none")
+                )
                 return False
             if self._token == f"Basic {creds.basic()}":  # already sent and refused
                 self._auth_note = f"{lookup.note}: the registry refused them"
@@ -313,14 +327,19 @@ class Registry:
             self._auth_note = f"the registry's token realm is not http(s): {realm_parts.scheme!r}"
             return False
         # Credentials go to the token service only over https, or to this very (insecure) registry.
-        may_send = creds is not None and (realm_parts.scheme == "https" or realm_parts.netloc == self.host
-                                          or _insecure(realm_parts.netloc))
+        may_send = creds is not None and (
+            realm_parts.scheme == "https" or realm_parts.netloc == self.host or _insecure(realm_parts.netloc)
+        )
         sent = creds if may_send else None
         if sent is not None and sent.identity_token:
             form = {"grant_type": "refresh_token", "refresh_token": sent.secret, "client_id": "k3-builder"}
             form.update({k: v for k, v in params.items() if k in ("service", "scope")})
-            req = urllib.request.Request(realm, data=urllib.parse.urlencode(form).encode(), method="POST",
-                                         headers={"Content-Type": "application/x-www-form-urlencoded"})
+            req = urllib.request.Request(
+                realm,
+                data=urllib.parse.urlencode(form).encode(),
+                method="POST",
+                headers={"Content-Type": "application/x-www-form-urlencoded"},
+            )
         else:
             req = urllib.request.Request(f"{realm}?{urllib.parse.urlencode(params)}")
             if sent is not None:
@@ -335,8 +354,11 @@ class Registry:
             with urllib.request.urlopen(req, timeout=60) as resp:  # noqa: S310 - the registry's realm
                 doc = json.load(resp)
         except urllib.error.HTTPError as exc:
-            self._auth_note = f"{lookup.note}: the token service {realm_parts.netloc} refused them (HTTP {exc.code})" \
-                if sent is not None else note
+            self._auth_note = (
+                f"{lookup.note}: the token service {realm_parts.netloc} refused them (HTTP {exc.code})"
+                if sent is not None
+                else note
+            )
             return False
         except (OSError, ValueError):
             self._auth_note = f"the token service {realm_parts.netloc} gave no token"
@@ -366,8 +388,10 @@ class Registry:
         except ValueError:
             doc = None
         if not isinstance(doc, dict) or not all(isinstance(doc.get(k, []), list) for k in ("layers", "manifests")):
-            raise RegistryError(f"{self.host}/{repo}:{reference}: the registry's manifest is not a JSON object "
-                                f"({len(body)} bytes); truncated or not a registry?")
+            raise RegistryError(
+                f"{self.host}/{repo}:{reference}: the registry's manifest is not a JSON object "
+                f"({len(body)} bytes); truncated or not a registry?"
+            )
         media = headers.get("Content-Type", "").split(";")[0] or str(doc.get("mediaType", ""))
         return Manifest(media, digest, body)
 
@@ -410,8 +434,12 @@ class Registry:
         if not location.startswith("http"):
             location = self.base + location
         sep = "&" if "?" in location else "?"
-        self._request("PUT", f"{location}{sep}digest={urllib.parse.quote(digest)}", data=data,
-                      headers={"Content-Type": "application/octet-stream"})
+        self._request(
+            "PUT",
+            f"{location}{sep}digest={urllib.parse.quote(digest)}",
+            data=data,
+            headers={"Content-Type": "application/octet-stream"},
+        )
         return digest
 
     def push_manifest(self, repo: str, reference: str, raw: bytes, media_type: str) -> str:
@@ -419,8 +447,9 @@ class Registry:
         return "sha256:" + hashlib.sha256(raw).hexdigest()
 
     # -- referrers (tag schema) -----------------------------------------------------------------
-    def attach(self, repo: str, subject: Manifest, artifact_type: str, content: bytes,
-               annotations: dict[str, str]) -> str:
+    def attach(
+        self, repo: str, subject: Manifest, artifact_type: str, content: bytes, annotations: dict[str, str]
+    ) -> str:
         """Push ``content`` as an artifact whose subject is ``subject``; list it in the referrers
         index, replacing an earlier artifact of the same type. Returns the artifact manifest digest."""
         blob_digest = self.push_blob(repo, content)
@@ -436,8 +465,13 @@ class Registry:
         }
         raw = json.dumps(manifest, sort_keys=True, separators=(",", ":")).encode()
         digest = self.push_manifest(repo, "sha256:" + hashlib.sha256(raw).hexdigest(), raw, OCI_MANIFEST)
-        entry = {"mediaType": OCI_MANIFEST, "digest": digest, "size": len(raw),
-                 "artifactType": artifact_type, "annotations": manifest["annotations"]}
+        entry = {
+            "mediaType": OCI_MANIFEST,
+            "digest": digest,
+            "size": len(raw),
+            "artifactType": artifact_type,
+            "annotations": manifest["annotations"],
+        }
         self._list_referrer(repo, subject.digest.replace(":", "-"), entry)
         return digest
 
@@ -448,13 +482,20 @@ class Registry:
         dropped and the write is retried on a fresh read."""
         for attempt in range(attempts):
             current = self.manifest(repo, tag)
-            entries = [e for e in (current.doc.get("manifests", []) if current else [])
-                       if e.get("artifactType") != entry["artifactType"] and self.manifest(repo, e["digest"])]
-            index = {"schemaVersion": 2, "mediaType": OCI_INDEX,
-                     "manifests": sorted([*entries, entry], key=lambda e: (e["artifactType"], e["digest"]))}
+            entries = [
+                e
+                for e in (current.doc.get("manifests", []) if current else [])
+                if e.get("artifactType") != entry["artifactType"] and self.manifest(repo, e["digest"])
+            ]
+            index = {
+                "schemaVersion": 2,
+                "mediaType": OCI_INDEX,
+                "manifests": sorted([*entries, entry], key=lambda e: (e["artifactType"], e["digest"])),
+            }
             try:
-                self.push_manifest(repo, tag, json.dumps(index, sort_keys=True, separators=(",", ":")).encode(),
-                                   OCI_INDEX)
+                self.push_manifest(
+                    repo, tag, json.dumps(index, sort_keys=True, separators=(",", ":")).encode(), OCI_INDEX
+                )
                 return
             except RegistryError as exc:
                 if exc.status != 400 or attempt == attempts - 1:
@@ -465,7 +506,7 @@ class Registry:
         """artifactType -> content of each artifact attached to ``subject_digest`` (tag schema)."""
         index = self.manifest(repo, subject_digest.replace(":", "-"))
         found: dict[str, bytes] = {}
-        for entry in (index.doc.get("manifests", []) if index else []):
+        for entry in index.doc.get("manifests", []) if index else []:
             art = self.manifest(repo, entry["digest"])
             if art is None:
                 continue
@@ -478,6 +519,7 @@ class Registry:
 
 # --- the seam the rest of the tool uses ------------------------------------------------------------
 
+
 class RegistrySeam(Protocol):
     """What the pipeline asks of a registry; unit-test fakes implement this."""
 
@@ -486,8 +528,9 @@ class RegistrySeam(Protocol):
     def raw_manifest(self, name: str, reference: str) -> Manifest | None: ...
     def platform_digest(self, name: str, digest: str) -> str: ...
     def blob(self, name: str, digest: str) -> bytes: ...
-    def attach(self, name: str, digest: str, artifact_type: str, content: bytes,
-               annotations: dict[str, str]) -> str: ...
+    def attach(
+        self, name: str, digest: str, artifact_type: str, content: bytes, annotations: dict[str, str]
+    ) -> str: ...
     def referrers(self, name: str, digest: str) -> dict[str, bytes]: ...
     def image_size(self, ref: str) -> int | None: ...
     def blob_to(self, name: str, digest: str, dest: Path) -> None: ...
@@ -549,8 +592,11 @@ class RegistryClient:
         m = self.raw_manifest(name, digest)
         if m is None or "manifests" not in m.doc:
             return digest
-        images = [d["digest"] for d in m.doc["manifests"]
-                  if (d.get("annotations") or {}).get("vnd.docker.reference.type") != "attestation-manifest"]
+        images = [
+            d["digest"]
+            for d in m.doc["manifests"]
+            if (d.get("annotations") or {}).get("vnd.docker.reference.type") != "attestation-manifest"
+        ]
         if len(images) != 1:
             raise BuildError(f"{name}@{digest}: an index of {len(images)} images; compare one platform at a time")
         return images[0]
@@ -609,8 +655,11 @@ class RegistryClient:
             return None
         doc = manifest.doc
         if "manifests" in doc:
-            images = [d for d in doc["manifests"]
-                      if (d.get("annotations") or {}).get("vnd.docker.reference.type") != "attestation-manifest"]
+            images = [
+                d
+                for d in doc["manifests"]
+                if (d.get("annotations") or {}).get("vnd.docker.reference.type") != "attestation-manifest"
+            ]
             amd64 = [d for d in images if (d.get("platform") or {}).get("architecture") in ("amd64", None)]
             if not amd64:
                 return None
@@ -624,6 +673,7 @@ class RegistryClient:
         except (ValueError, KeyError, TypeError):
             parsed = None
         if not isinstance(parsed, dict):
-            raise RegistryUnavailable(f"registry: {ref}: the image config is not a JSON object (a truncated or "
-                                      "garbled reply)")
+            raise RegistryUnavailable(
+                f"registry: {ref}: the image config is not a JSON object (a truncated or garbled reply)"
+            )
         return parsed

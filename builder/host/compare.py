@@ -5,11 +5,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from builder.host import compat
 from builder.config import contract
-from builder.records import inventory
 from builder.config.names import normalize
-
+from builder.host import compat
+from builder.records import inventory
 
 
 def _diff(ours: dict[str, str], theirs: dict[str, str]) -> dict[str, list]:
@@ -48,8 +47,9 @@ class Comparison:
         out = {"cuda": list(_versions(self.sections["cuda"]).get("cuda", (None, None)))}
         py = _versions(self.sections["python distributions"])
         for name in HEADLINE:
-            out[name] = list(next((pair for k, pair in sorted(py.items()) if k == name or k.startswith(name + "-cu")),
-                                  (None, None)))
+            out[name] = list(
+                next((pair for k, pair in sorted(py.items()) if k == name or k.startswith(name + "-cu")), (None, None))
+            )
         return out
 
     def summary(self) -> list[str]:
@@ -57,8 +57,10 @@ class Comparison:
         for name, (a, b) in self.headline().items():
             lines.append(f"  {name:<18} {a or '-':<24} {b or '-'}")
         for title, d in self.sections.items():
-            lines.append(f"{title}: {d['same']} same, {len(d['changed'])} changed, "
-                         f"{len(d['only_ours'])} only ours, {len(d['only_reference'])} only in the reference")
+            lines.append(
+                f"{title}: {d['same']} same, {len(d['changed'])} changed, "
+                f"{len(d['only_ours'])} only ours, {len(d['only_reference'])} only in the reference"
+            )
         return lines
 
     def markdown(self) -> str:
@@ -66,11 +68,18 @@ class Comparison:
         rows = ["| | ours | reference |", "| --- | --- | --- |"]
         rows += [f"| {n} | {a or '-'} | {b or '-'} |" for n, (a, b) in self.headline().items()]
         counts = ["| section | same | changed | only ours | only reference |", "| --- | --- | --- | --- | --- |"]
-        counts += [f"| {t} | {d['same']} | {len(d['changed'])} | {len(d['only_ours'])} | {len(d['only_reference'])} |"
-                   for t, d in self.sections.items()]
+        counts += [
+            f"| {t} | {d['same']} | {len(d['changed'])} | {len(d['only_ours'])} | {len(d['only_reference'])} |"
+            for t, d in self.sections.items()
+        ]
         details = "\n".join(self.text()[2:])
-        return (f"### `{self.ours}` vs `{self.reference}`\n\n" + "\n".join(rows) + "\n\n" + "\n".join(counts)
-                + f"\n\n<details><summary>every difference</summary>\n\n```\n{details}\n```\n</details>\n")
+        return (
+            f"### `{self.ours}` vs `{self.reference}`\n\n"
+            + "\n".join(rows)
+            + "\n\n"
+            + "\n".join(counts)
+            + f"\n\n<details><summary>every difference</summary>\n\n```\n{details}\n```\n</details>\n"
+        )
 
     def text(self) -> list[str]:
         """The summary first, then every difference."""

@@ -15,19 +15,21 @@ from dataclasses import dataclass
 
 # (major, minor, update) -> minimum driver for full compatibility (release notes, Linux x86_64)
 MIN_DRIVER = {
-    (12, 9, 0): (575, 51, 3),   # CUDA 12.9 GA
-    (12, 9, 1): (575, 57, 8),   # CUDA 12.9 Update 1
-    (13, 0, 0): (580, 65, 6),   # CUDA 13.0 GA
-    (13, 0, 1): (580, 82, 7),   # CUDA 13.0 Update 1
-    (13, 0, 2): (580, 95, 5),   # CUDA 13.0 Update 2
+    (12, 9, 0): (575, 51, 3),  # CUDA 12.9 GA
+    (12, 9, 1): (575, 57, 8),  # CUDA 12.9 Update 1
+    (13, 0, 0): (580, 65, 6),  # CUDA 13.0 GA
+    (13, 0, 1): (580, 82, 7),  # CUDA 13.0 Update 1
+    (13, 0, 2): (580, 95, 5),  # CUDA 13.0 Update 2
 }
 # Minor-version compatibility: any 12.x runs (limited features: no newer PTX JIT) on a driver of
 # the 12 family; 13.x needs the 13 family. The family minimum is its .0 GA driver.
 FAMILY_MIN = {12: (525, 60, 13), 13: (580, 65, 6)}
 # Forward compatibility (a newer CUDA major on an older driver through cuda-compat-X-Y) is only
 # supported on data-center GPUs.
-DATA_CENTER = re.compile(r"\b(A100|A800|A30|A40|A10G?|A16|A2|H100|H800|H200|H20|GH200|B100|B200|GB200|B300|GB300|"
-                         r"L40S?|L4|L20|T4|V100)\b")
+DATA_CENTER = re.compile(
+    r"\b(A100|A800|A30|A40|A10G?|A16|A2|H100|H800|H200|H20|GH200|B100|B200|GB200|B300|GB300|"
+    r"L40S?|L4|L20|T4|V100)\b"
+)
 
 
 class SmiParseError(ValueError):
@@ -79,7 +81,7 @@ class HostGPU:
 
 
 def gpu_class(name: str) -> str:
-    """"data-center", "consumer" or "unknown". nvidia-smi's table cuts long names ("NVIDIA GeForce RTX
+    """ "data-center", "consumer" or "unknown". nvidia-smi's table cuts long names ("NVIDIA GeForce RTX
     2080 ...", "NVIDIA A100-PCI..."): the word the cut runs into is dropped, never guessed from."""
     whole = re.sub(r"[A-Za-z0-9]*\.\.\.\s*$", "", name)
     if re.search(r"\b(GeForce|TITAN|Quadro|RTX)\b", whole):
@@ -101,8 +103,14 @@ def parse_smi(text: str) -> HostGPU:
     for fault, pattern in FAULTS:
         if pattern.search(text):
             nvml = re.search(r"NVML library version:\s*" + _VER, text)
-            return HostGPU(None, None, (), note="nvidia-smi reports no usable driver or GPU", fault=fault,
-                           nvml=nvml.group(1) if nvml else None)
+            return HostGPU(
+                None,
+                None,
+                (),
+                note="nvidia-smi reports no usable driver or GPU",
+                fault=fault,
+                nvml=nvml.group(1) if nvml else None,
+            )
     csv_host = _parse_csv(text)
     if csv_host is not None:
         return csv_host
@@ -111,16 +119,21 @@ def parse_smi(text: str) -> HostGPU:
         listed = re.findall(r"^GPU \d+: (.+?) \(UUID: GPU-", text, re.M)
         if listed:
             migs = len(re.findall(r"^\s+MIG .+Device\s+\d+: \(UUID: MIG-", text, re.M))
-            raise SmiParseError(f"`nvidia-smi -L` output ({len(listed)} GPUs, {migs} MIG devices) names no driver "
-                                "version; capture `nvidia-smi` or `nvidia-smi -q` instead")
-        raise SmiParseError("no 'Driver Version' or 'KMD Version' in the nvidia-smi output; capture `nvidia-smi`, "
-                            "`nvidia-smi -q` or `nvidia-smi --version`")
+            raise SmiParseError(
+                f"`nvidia-smi -L` output ({len(listed)} GPUs, {migs} MIG devices) names no driver "
+                "version; capture `nvidia-smi` or `nvidia-smi -q` instead"
+            )
+        raise SmiParseError(
+            "no 'Driver Version' or 'KMD Version' in the nvidia-smi output; capture `nvidia-smi`, "
+            "`nvidia-smi -q` or `nvidia-smi --version`"
+        )
     version, form = driver
     cuda, cuda_note = _cuda_version(text)
     names = tuple(n.strip() for n in re.findall(r"^\s*Product Name\s*:\s*(.+)$", text, re.M)) or _table_gpus(text)
     mig = len(re.findall(r"^\|\s+\d+\s+\d+\s+\d+\s+\d+\s+\|", _section(text, "MIG devices:"), re.M))
-    return HostGPU(_version(version), cuda, names, note=cuda_note, platform=_platform(text, version), form=form,
-                   mig_devices=mig)
+    return HostGPU(
+        _version(version), cuda, names, note=cuda_note, platform=_platform(text, version), form=form, mig_devices=mig
+    )
 
 
 def _driver_version(text: str) -> tuple[str, str] | None:
@@ -129,9 +142,14 @@ def _driver_version(text: str) -> tuple[str, str] | None:
     for label in ("KMD Version", "Driver Version"):
         m = re.search(label + r"\s*:\s*" + _VER, text, re.I)
         if m:
-            line = text[:m.start()].rsplit("\n", 1)[-1]  # the table's header line names NVIDIA-SMI too
-            form = ("version" if re.search(r"NVIDIA-SMI version\s*:", text) else
-                    "table" if "NVIDIA-SMI" in line else "query")
+            line = text[: m.start()].rsplit("\n", 1)[-1]  # the table's header line names NVIDIA-SMI too
+            form = (
+                "version"
+                if re.search(r"NVIDIA-SMI version\s*:", text)
+                else "table"
+                if "NVIDIA-SMI" in line
+                else "query"
+            )
             return m.group(1), form
     return None
 
@@ -143,8 +161,10 @@ def _cuda_version(text: str) -> tuple[str | None, str]:
         if m and m.group(1)[0].isdigit():
             return m.group(1), ""
         if m:
-            return None, (f"the driver reports 'CUDA Version: {m.group(1)}': its CUDA library (libcuda) is not "
-                          "usable here (not installed, or not mounted into this container)")
+            return None, (
+                f"the driver reports 'CUDA Version: {m.group(1)}': its CUDA library (libcuda) is not "
+                "usable here (not installed, or not mounted into this container)"
+            )
     return None, ""
 
 
@@ -154,7 +174,7 @@ def _section(text: str, heading: str) -> str:
     if at < 0:
         return ""
     end = text.find("\n\n", at)
-    return text[at:end if end >= 0 else len(text)]
+    return text[at : end if end >= 0 else len(text)]
 
 
 def _table_gpus(text: str) -> tuple[str, ...]:
@@ -191,9 +211,11 @@ def _parse_csv(text: str) -> HostGPU | None:
         if rows and all(rows):
             return HostGPU(_version(rows[0].group(1)), None, tuple(r.group(2) for r in rows), form="csv")
         if lines and all(line.count(",") >= 2 for line in lines):
-            raise SmiParseError("a --query-gpu CSV without its header (`--format=csv,noheader`) has no column names; "
-                                "capture it with `--format=csv` (header kept), or capture "
-                                "`nvidia-smi --query-gpu=driver_version,name --format=csv,noheader`")
+            raise SmiParseError(
+                "a --query-gpu CSV without its header (`--format=csv,noheader`) has no column names; "
+                "capture it with `--format=csv` (header kept), or capture "
+                "`nvidia-smi --query-gpu=driver_version,name --format=csv,noheader`"
+            )
         return None
     table = list(csv.DictReader(lines[head:], skipinitialspace=True))
     versions = [_csv_driver(row) for row in table]
@@ -201,8 +223,13 @@ def _parse_csv(text: str) -> HostGPU | None:
         raise SmiParseError("the --query-gpu CSV has a driver_version column but a row without a version")
     names = tuple((row.get("name") or row.get("gpu_name") or "").strip() for row in table)
     models = " ".join(row.get("driver_model.current") or "" for row in table)
-    return HostGPU(_version(versions[0]), None, tuple(n for n in names if n), form="csv",
-                   platform="windows" if _WINDOWS_MODEL.search(models) else "linux")
+    return HostGPU(
+        _version(versions[0]),
+        None,
+        tuple(n for n in names if n),
+        form="csv",
+        platform="windows" if _WINDOWS_MODEL.search(models) else "linux",
+    )
 
 
 def _csv_driver(row: dict) -> str | None:
@@ -254,33 +281,40 @@ BROKEN = {
         "reboot the host, or stop every GPU process and reload the NVIDIA kernel modules (`rmmod nvidia_uvm "
         "nvidia_drm nvidia_modeset nvidia`, then `modprobe nvidia`); then run doctor again",
         "/proc/driver/nvidia/version (the loaded module's version), `lsmod` and the installed driver packages "
-        "(`build evidence` saves the first two), `dmesg | grep -i nvrm`"),
+        "(`build evidence` saves the first two), `dmesg | grep -i nvrm`",
+    ),
     "no-nvml-library": (
         "nvidia-smi finds no libnvidia-ml.so: no NVIDIA user-space driver is visible here",
         f"on a host, install the NVIDIA driver ({_INSTALL}); in a container, the container runtime did not mount "
         "the driver: run it with `--gpus all` (or `--runtime=nvidia`) where nvidia-container-toolkit is "
         "configured; then run doctor again",
         "`ldconfig -p | grep libnvidia-ml` on the host and in the container, `docker info` (its runtimes), the "
-        "container's `docker inspect`"),
+        "container's `docker inspect`",
+    ),
     "no-driver": (
         "nvidia-smi couldn't communicate with the NVIDIA driver: the kernel module is not loaded",
         f"install a driver ({_INSTALL}) or load it (`modprobe nvidia`; after a kernel update rebuild it for the "
         "new kernel), then run doctor again",
-        "`lsmod` (nvidia modules), `uname -a` (a kernel without the module), `dmesg | grep -i nvrm`"),
+        "`lsmod` (nvidia modules), `uname -a` (a kernel without the module), `dmesg | grep -i nvrm`",
+    ),
     "no-devices": (
         "the NVIDIA driver is loaded but reports no GPU",
         "make the GPU visible to this machine or container (`lspci | grep -i nvidia`; passthrough, device plugin "
         "or `--gpus`), then run doctor again",
-        "`lspci -nn | grep -i nvidia`, `dmesg | grep -i nvrm`"),
+        "`lspci -nn | grep -i nvidia`, `dmesg | grep -i nvrm`",
+    ),
     "failed": (
         "nvidia-smi failed",
         f"install or repair the driver ({_INSTALL}), then run doctor again",
-        "the full nvidia-smi output, `dmesg | grep -i nvrm`"),
+        "the full nvidia-smi output, `dmesg | grep -i nvrm`",
+    ),
 }
 # NVIDIA's release notes publish Windows minimums in the same table; none could be confirmed from
 # this project's sources, so a Windows/WSL driver is judged by the CUDA version it reports itself.
-WINDOWS_TABLE = ("NVIDIA publishes separate Windows minimums per CUDA release (release notes, 'CUDA Toolkit and "
-                 "Corresponding Driver Versions'); this tool carries none it could confirm")
+WINDOWS_TABLE = (
+    "NVIDIA publishes separate Windows minimums per CUDA release (release notes, 'CUDA Toolkit and "
+    "Corresponding Driver Versions'); this tool carries none it could confirm"
+)
 
 
 def decide(cuda: str, host: HostGPU) -> Verdict:
@@ -288,11 +322,15 @@ def decide(cuda: str, host: HostGPU) -> Verdict:
     if host.fault:
         state, route, save = BROKEN[host.fault]
         state = state.format(lib=f" (user-space NVML library {host.nvml})" if host.nvml else "")
-        return Verdict(False, f"image needs CUDA {cuda} but this host has no usable NVIDIA driver: {state}",
-                       route, save)
+        return Verdict(
+            False, f"image needs CUDA {cuda} but this host has no usable NVIDIA driver: {state}", route, save
+        )
     if host.driver is None:
-        return Verdict(False, f"image needs CUDA {cuda} but this host has no usable NVIDIA driver ({host.note})",
-                       f"install a driver ({_INSTALL}), then run doctor again")
+        return Verdict(
+            False,
+            f"image needs CUDA {cuda} but this host has no usable NVIDIA driver ({host.note})",
+            f"install a driver ({_INSTALL}), then run doctor again",
+        )
     if host.platform != "linux":
         return _windows(cuda, (major, minor), host)
     return _linux(cuda, (major, minor, update), host)
@@ -302,17 +340,26 @@ def _windows(cuda: str, need: tuple[int, int], host: HostGPU) -> Verdict:
     where = "a WSL host's Windows driver" if host.platform == "wsl" else "a Windows driver"
     have = parse_cuda(host.cuda)[:2] if host.cuda else None
     if have and have >= need:
-        return Verdict(True, f"CUDA {cuda}: {host.driver_text} is {where} that reports CUDA up to {host.cuda} "
-                             f"({WINDOWS_TABLE})", "run the image as it is")
+        return Verdict(
+            True,
+            f"CUDA {cuda}: {host.driver_text} is {where} that reports CUDA up to {host.cuda} ({WINDOWS_TABLE})",
+            "run the image as it is",
+        )
     says = f"reports CUDA up to {host.cuda}" if have else "reports no CUDA version"
-    reason = (f"CUDA {cuda}: {host.driver_text} is {where} that {says}; minor-version compatibility would need the "
-              f"Windows family minimum, not confirmed here ({WINDOWS_TABLE})")
+    reason = (
+        f"CUDA {cuda}: {host.driver_text} is {where} that {says}; minor-version compatibility would need the "
+        f"Windows family minimum, not confirmed here ({WINDOWS_TABLE})"
+    )
     if need[0] >= 13 and have and have[0] == 12:
-        route = "use the cu129 build (this project) on this CUDA 12 driver, or upgrade the Windows driver to one " \
-                "that reports CUDA 13"
+        route = (
+            "use the cu129 build (this project) on this CUDA 12 driver, or upgrade the Windows driver to one "
+            "that reports CUDA 13"
+        )
     else:
-        route = f"upgrade the Windows driver to one that reports CUDA {need[0]}.{need[1]} or newer (NVIDIA's table " \
-                "gives the minimum)"
+        route = (
+            f"upgrade the Windows driver to one that reports CUDA {need[0]}.{need[1]} or newer (NVIDIA's table "
+            "gives the minimum)"
+        )
     return Verdict(False, reason, route + "; forward compatibility (cuda-compat) is not assessed for this driver")
 
 
@@ -322,34 +369,57 @@ def _linux(cuda: str, version: tuple[int, int, int], host: HostGPU) -> Verdict:
     family = FAMILY_MIN.get(major)
     drv = host.driver
     if full and drv >= full:
-        return Verdict(True, f"CUDA {cuda} needs driver >= {_fmt(full)}; host has {host.driver_text} ({host.branch})",
-                       "run the image as it is")
+        return Verdict(
+            True,
+            f"CUDA {cuda} needs driver >= {_fmt(full)}; host has {host.driver_text} ({host.branch})",
+            "run the image as it is",
+        )
     if full is None and host.cuda and parse_cuda(host.cuda)[:2] >= (major, minor):
         # No table entry: nvidia-smi's "CUDA Version" is the newest CUDA the driver fully supports.
-        return Verdict(True, f"CUDA {cuda}: host driver {host.driver_text} ({host.branch}) supports CUDA up to "
-                             f"{host.cuda}", "run the image as it is")
+        return Verdict(
+            True,
+            f"CUDA {cuda}: host driver {host.driver_text} ({host.branch}) supports CUDA up to {host.cuda}",
+            "run the image as it is",
+        )
     if family and drv >= family:
         need = f" (full support from {_fmt(full)})" if full else ""
-        return Verdict(True, f"CUDA {cuda} runs on driver {host.driver_text} ({host.branch}) through minor-version "
-                             f"compatibility within CUDA {major}.x (family minimum {_fmt(family)}){need}; "
-                             "features that need a newer driver (PTX JIT of newer code) are unavailable",
-                       "run the image; upgrade the driver within the branch for full support")
+        return Verdict(
+            True,
+            f"CUDA {cuda} runs on driver {host.driver_text} ({host.branch}) through minor-version "
+            f"compatibility within CUDA {major}.x (family minimum {_fmt(family)}){need}; "
+            "features that need a newer driver (PTX JIT of newer code) are unavailable",
+            "run the image; upgrade the driver within the branch for full support",
+        )
     wanted = full or family
-    reason = (f"CUDA {cuda} needs driver >= {_fmt(wanted)} (branch r{wanted[0]})" if wanted else
-              f"CUDA {cuda} is not in the compatibility table") + f"; host has {host.driver_text} ({host.branch})"
+    reason = (
+        f"CUDA {cuda} needs driver >= {_fmt(wanted)} (branch r{wanted[0]})"
+        if wanted
+        else f"CUDA {cuda} is not in the compatibility table"
+    ) + f"; host has {host.driver_text} ({host.branch})"
     if major >= 13 and FAMILY_MIN[12] <= drv < FAMILY_MIN[13]:
-        return Verdict(False, reason, f"use the cu129 build (this project) on this CUDA 12 driver ({host.branch}), "
-                                      "or upgrade the driver to r580+; " + _forward(host))
+        return Verdict(
+            False,
+            reason,
+            f"use the cu129 build (this project) on this CUDA 12 driver ({host.branch}), "
+            "or upgrade the driver to r580+; " + _forward(host),
+        )
     if major >= 13 and drv < FAMILY_MIN[12]:
-        return Verdict(False, reason, f"upgrade the driver to r580+ (even the cu129 build needs a CUDA 12 driver, "
-                                      f">= {_fmt(FAMILY_MIN[12])})")
+        return Verdict(
+            False,
+            reason,
+            f"upgrade the driver to r580+ (even the cu129 build needs a CUDA 12 driver, >= {_fmt(FAMILY_MIN[12])})",
+        )
     return Verdict(False, reason, f"upgrade the driver to at least {_fmt(wanted)}" if wanted else "upgrade the driver")
 
 
 def _forward(host: HostGPU) -> str:
     if host.data_center:
-        return "forward compatibility (cuda-compat-13-0) is possible on these data-center GPUs in an isolated environment"
+        return (
+            "forward compatibility (cuda-compat-13-0) is possible on these data-center GPUs in an isolated environment"
+        )
     if host.unsure_gpus:
-        return (f"forward compatibility needs data-center GPUs, and nvidia-smi cut the name of "
-                f"{', '.join(host.unsure_gpus)}: capture `nvidia-smi -q` or `nvidia-smi -L` for the full name")
+        return (
+            f"forward compatibility needs data-center GPUs, and nvidia-smi cut the name of "
+            f"{', '.join(host.unsure_gpus)}: capture `nvidia-smi -q` or `nvidia-smi -L` for the full name"
+        )
     return "forward compatibility is not available on these GPUs (data-center GPUs only)"

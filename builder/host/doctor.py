@@ -11,11 +11,10 @@ import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from builder.host import compat
 from builder.config import contract
 from builder.errors import ConfigError
 from builder.fsutil import read_regular
-
+from builder.host import compat
 
 MAX_SMI_BYTES = 1 << 20  # `nvidia-smi -q` for 8 GPUs is ~100 KB
 
@@ -62,14 +61,22 @@ def host_of(smi_text: str | None, smi_source: str) -> compat.HostGPU:
         raise ConfigError(f"{smi_source}: {exc}") from None
 
 
-def diagnose(smi_text: str | None, smi_source: str, labels: dict[str, str], env: dict[str, str],
-             image: str, today: dt.date | None = None) -> Diagnosis:
+def diagnose(
+    smi_text: str | None,
+    smi_source: str,
+    labels: dict[str, str],
+    env: dict[str, str],
+    image: str,
+    today: dt.date | None = None,
+) -> Diagnosis:
     host = host_of(smi_text, smi_source)
     keys = contract.keys_in(labels)
     found = compat.image_cuda(labels, env, keys.cuda)
     if found is None:
-        raise ConfigError(f"{image}: no CUDA version in its labels ({keys.cuda}) or env "
-                          "(CUDA_VERSION, NVIDIA_REQUIRE_CUDA); is it a CUDA image?")
+        raise ConfigError(
+            f"{image}: no CUDA version in its labels ({keys.cuda}) or env "
+            "(CUDA_VERSION, NVIDIA_REQUIRE_CUDA); is it a CUDA image?"
+        )
     cuda, where = found
     try:
         verdict = compat.decide(cuda, host)
@@ -77,12 +84,31 @@ def diagnose(smi_text: str | None, smi_source: str, labels: dict[str, str], env:
         raise ConfigError(f"{image}: {where}: {exc}") from None
     line = f"{'compatible' if verdict.compatible else 'INCOMPATIBLE'}: {image}: {verdict.reason}"
     expiry = _expiry(labels, today or dt.date.today())
-    return Diagnosis(verdict.compatible, line, verdict.route, expiry, {
-        "image": image, "image_cuda": cuda, "image_cuda_from": where, "host_driver": host.driver_text,
-        "host_branch": host.branch, "host_cuda": host.cuda, "gpus": list(host.gpus),
-        "data_center": host.data_center, "nvidia_smi": smi_source, "nvidia_smi_form": host.form,
-        "platform": host.platform, "fault": host.fault, "nvml_library": host.nvml, "mig_devices": host.mig_devices,
-    }, _notes(host), verdict.save, verdict.reason)
+    return Diagnosis(
+        verdict.compatible,
+        line,
+        verdict.route,
+        expiry,
+        {
+            "image": image,
+            "image_cuda": cuda,
+            "image_cuda_from": where,
+            "host_driver": host.driver_text,
+            "host_branch": host.branch,
+            "host_cuda": host.cuda,
+            "gpus": list(host.gpus),
+            "data_center": host.data_center,
+            "nvidia_smi": smi_source,
+            "nvidia_smi_form": host.form,
+            "platform": host.platform,
+            "fault": host.fault,
+            "nvml_library": host.nvml,
+            "mig_devices": host.mig_devices,
+        },
+        _notes(host),
+        verdict.save,
+        verdict.reason,
+    )
 
 
 def _notes(host: compat.HostGPU) -> list[str]:
@@ -90,8 +116,10 @@ def _notes(host: compat.HostGPU) -> list[str]:
     if host.mig_devices:
         notes.append(f"MIG is on: {host.mig_devices} MIG devices; each runs the image with its GPU's driver")
     if host.unsure_gpus and host.driver is not None:
-        notes.append(f"nvidia-smi cut the GPU name {', '.join(host.unsure_gpus)}: its class (data-center or not) "
-                     "is unknown; `nvidia-smi -q` or `nvidia-smi -L` prints the full name")
+        notes.append(
+            f"nvidia-smi cut the GPU name {', '.join(host.unsure_gpus)}: its class (data-center or not) "
+            "is unknown; `nvidia-smi -q` or `nvidia-smi -L` prints the full name"
+        )
     return notes
 
 
@@ -136,8 +164,13 @@ def image_record(plan) -> dict | None:
     record = records.read(contract.record_path(plan.root, plan.target.name))
     if record is None:
         return None
-    return {"target": record.target, "image": record.image, "digest": record.digest, "checks": record.checks,
-            "record": str(contract.record_path(plan.root, plan.target.name))}
+    return {
+        "target": record.target,
+        "image": record.image,
+        "digest": record.digest,
+        "checks": record.checks,
+        "record": str(contract.record_path(plan.root, plan.target.name)),
+    }
 
 
 def archive_facts(path: Path | None) -> dict | None:
@@ -166,8 +199,10 @@ def _choice(d: Diagnosis, bridge: bool) -> tuple[str | None, str]:
     if bridge and d.compatible and not on_580:
         return PATHS[1], f"the bridge runs on this host as it is ({d.reason})"
     if d.compatible:
-        return PATHS[0], (f"done: the host driver ({f['host_driver']}) already runs this image"
-                          + ("; on r580+ the bridge is not needed: run the official CUDA 13 image" if bridge else ""))
+        return PATHS[0], (
+            f"done: the host driver ({f['host_driver']}) already runs this image"
+            + ("; on r580+ the bridge is not needed: run the official CUDA 13 image" if bridge else "")
+        )
     return PATHS[0], f"the image does not start on this driver: {d.reason}; route: {d.route}"
 
 
@@ -179,45 +214,77 @@ def _not_chosen(path: str, d: Diagnosis, chosen: str | None, bridge: bool) -> st
         return f"not now: CUDA 13 needs r580+ on the host (it runs {f['host_branch']}); {TO_FILL}: when"
     if path == PATHS[1]:
         if d.compatible:
-            return "not needed: the host driver runs the image" + (" (r580+ runs the official CUDA 13 image)"
-                                                                  if bridge else "")
-        return ("the bridge itself does not start here (see the verdict)" if bridge else
-                f"does not help: the bridge needs a CUDA 12 driver (>= 525.60.13); the host runs {f['host_branch']}")
+            return "not needed: the host driver runs the image" + (
+                " (r580+ runs the official CUDA 13 image)" if bridge else ""
+            )
+        return (
+            "the bridge itself does not start here (see the verdict)"
+            if bridge
+            else f"does not help: the bridge needs a CUDA 12 driver (>= 525.60.13); the host runs {f['host_branch']}"
+        )
     if f["platform"] != "linux":
         return "not assessed: forward compatibility (cuda-compat) on a Windows/WSL driver"
     if not f["data_center"]:
-        return "not available: forward compatibility (cuda-compat) needs data-center GPUs; host has " + \
-            (", ".join(sorted(set(f["gpus"]))) or "none named in this nvidia-smi output")
-    return ("possible on these data-center GPUs (cuda-compat in an isolated environment), not needed while the "
-            f"chosen path ({chosen}) holds; it swaps the driver's user-space libraries inside the container")
+        return "not available: forward compatibility (cuda-compat) needs data-center GPUs; host has " + (
+            ", ".join(sorted(set(f["gpus"]))) or "none named in this nvidia-smi output"
+        )
+    return (
+        "possible on these data-center GPUs (cuda-compat in an isolated environment), not needed while the "
+        f"chosen path ({chosen}) holds; it swaps the driver's user-space libraries inside the container"
+    )
 
 
 def paths(d: Diagnosis, bridge: bool) -> list[dict]:
     chosen, why = _choice(d, bridge)
-    return [{"path": p, "chosen": p == chosen, "why": why if p == chosen else _not_chosen(p, d, chosen, bridge)}
-            for p in PATHS]
+    return [
+        {"path": p, "chosen": p == chosen, "why": why if p == chosen else _not_chosen(p, d, chosen, bridge)}
+        for p in PATHS
+    ]
 
 
-def decision(d: Diagnosis, labels: dict[str, str], built: dict | None, archive: dict | None,
-             now: dt.datetime) -> dict:
+def decision(d: Diagnosis, labels: dict[str, str], built: dict | None, archive: dict | None, now: dt.datetime) -> dict:
     """The decision record as a JSON-ready document (README, "The decision record")."""
     keys = contract.keys_in(labels)
     bridge = keys.expires in labels
     options = paths(d, bridge)
     chosen, why = _choice(d, bridge)
-    label_keys = (keys.cuda, keys.owner, keys.expires, keys.target, keys.lock_sha256, keys.builder_source,
-                  contract.OCI_VERSION, contract.OCI_REVISION, contract.OCI_SOURCE, contract.OCI_CREATED,
-                  contract.OCI_BASE_NAME, contract.OCI_BASE_DIGEST)
+    label_keys = (
+        keys.cuda,
+        keys.owner,
+        keys.expires,
+        keys.target,
+        keys.lock_sha256,
+        keys.builder_source,
+        contract.OCI_VERSION,
+        contract.OCI_REVISION,
+        contract.OCI_SOURCE,
+        contract.OCI_CREATED,
+        contract.OCI_BASE_NAME,
+        contract.OCI_BASE_DIGEST,
+    )
     same = built is not None and built["image"] == d.facts["image"]
     return {
-        "schema": DECISION_SCHEMA, "created": now.strftime(contract.TIME_FORMAT), "image": d.facts["image"],
-        "fault_evidence": {"verdict": d.line, "route": d.route, "host": {k: d.facts[k] for k in _HOST_FACTS},
-                           "notes": d.notes, "save_first": d.save or None, "evidence_archive": archive},
-        "paths": options, "chosen": chosen, "chosen_why": why,
-        "verification": {"compatible": d.compatible, "image_cuda": d.facts["image_cuda"],
-                         "labels": {k: labels.get(k) for k in label_keys},
-                         "build_record": built if same else None,
-                         "checks": built["checks"] if same else None},
+        "schema": DECISION_SCHEMA,
+        "created": now.strftime(contract.TIME_FORMAT),
+        "image": d.facts["image"],
+        "fault_evidence": {
+            "verdict": d.line,
+            "route": d.route,
+            "host": {k: d.facts[k] for k in _HOST_FACTS},
+            "notes": d.notes,
+            "save_first": d.save or None,
+            "evidence_archive": archive,
+        },
+        "paths": options,
+        "chosen": chosen,
+        "chosen_why": why,
+        "verification": {
+            "compatible": d.compatible,
+            "image_cuda": d.facts["image_cuda"],
+            "labels": {k: labels.get(k) for k in label_keys},
+            "build_record": built if same else None,
+            "checks": built["checks"] if same else None,
+        },
         "exit_conditions": _exit_conditions(labels, keys, d.expiry),
         "rollback": _rollback(chosen, d),
         "next_review": _next_review(labels.get(keys.expires), now.date()).isoformat(),
@@ -225,17 +292,37 @@ def decision(d: Diagnosis, labels: dict[str, str], built: dict | None, archive: 
     }
 
 
-_HOST_FACTS = ("nvidia_smi", "nvidia_smi_form", "host_driver", "host_branch", "host_cuda", "platform", "gpus",
-               "data_center", "mig_devices", "fault", "nvml_library")
+_HOST_FACTS = (
+    "nvidia_smi",
+    "nvidia_smi_form",
+    "host_driver",
+    "host_branch",
+    "host_cuda",
+    "platform",
+    "gpus",
+    "data_center",
+    "mig_devices",
+    "fault",
+    "nvml_library",
+)
 
 
 def _exit_conditions(labels: dict[str, str], keys, expiry: str | None) -> dict:
     if keys.expires not in labels:
-        return {"bridge": False, "owner": labels.get(keys.owner), "expires": None,
-                "status": "no expiry label: this image is not a bridge build"}
-    return {"bridge": True, "owner": labels.get(keys.owner), "expires": labels[keys.expires], "status": expiry,
-            "exit_when": "the hosts run driver r580+ and the official CUDA 13 image passes `build doctor` and "
-                         "`build compare` against this one; at the expiry date at the latest"}
+        return {
+            "bridge": False,
+            "owner": labels.get(keys.owner),
+            "expires": None,
+            "status": "no expiry label: this image is not a bridge build",
+        }
+    return {
+        "bridge": True,
+        "owner": labels.get(keys.owner),
+        "expires": labels[keys.expires],
+        "status": expiry,
+        "exit_when": "the hosts run driver r580+ and the official CUDA 13 image passes `build doctor` and "
+        "`build compare` against this one; at the expiry date at the latest",
+    }
 
 
 def _rollback(chosen: str | None, d: Diagnosis) -> str:
@@ -269,9 +356,10 @@ def output_dir(out_dir: Path, option: str) -> Path:
 
 def write_decision(out_dir: Path, doc: dict) -> tuple[Path, Path]:
     """DIR/k3-decision-<UTC time>-<image>.md and .json; returns both paths."""
-    from builder.fsutil import atomic_write
     import json
     import re
+
+    from builder.fsutil import atomic_write
 
     out = output_dir(out_dir, "--record")
     stamp = doc["created"].replace("-", "").replace(":", "")
@@ -295,30 +383,70 @@ def decision_markdown(doc: dict) -> str:
     ev, ver, ex = doc["fault_evidence"], doc["verification"], doc["exit_conditions"]
     host = ev["host"]
     archive = ev["evidence_archive"]
-    lines = [f"# Decision record: {doc['image']}", "", f"Created {doc['created']} by `build doctor --record`. "
-             f"Lines marked **{TO_FILL}** are for a person to complete.", "", "## Fault evidence", "",
-             f"- verdict: {ev['verdict']}", f"- route: {ev['route']}",
-             f"- host: driver {host['host_driver']} ({host['host_branch']}, {host['platform']}), CUDA "
-             f"{host['host_cuda'] or 'not reported'}, GPUs: {_gpu_summary(host['gpus'])}"
-             f"{' (data-center)' if host['data_center'] else ''}",
-             f"- nvidia-smi: {host['nvidia_smi']} ({host['nvidia_smi_form'] or 'a failure message'})",
-             *[f"- note: {n}" for n in ev["notes"]],
-             *([f"- save first: {ev['save_first']}"] if ev["save_first"] else []),
-             "- evidence archive: " + (f"{archive['archive']} (sha256 {archive['sha256']})" if archive else
-                                       f"**{TO_FILL}: run `build evidence --out DIR` and name its archive**"),
-             "", "## Paths", ""]
+    lines = [
+        f"# Decision record: {doc['image']}",
+        "",
+        f"Created {doc['created']} by `build doctor --record`. "
+        f"Lines marked **{TO_FILL}** are for a person to complete.",
+        "",
+        "## Fault evidence",
+        "",
+        f"- verdict: {ev['verdict']}",
+        f"- route: {ev['route']}",
+        f"- host: driver {host['host_driver']} ({host['host_branch']}, {host['platform']}), CUDA "
+        f"{host['host_cuda'] or 'not reported'}, GPUs: {_gpu_summary(host['gpus'])}"
+        f"{' (data-center)' if host['data_center'] else ''}",
+        f"- nvidia-smi: {host['nvidia_smi']} ({host['nvidia_smi_form'] or 'a failure message'})",
+        *[f"- note: {n}" for n in ev["notes"]],
+        *([f"- save first: {ev['save_first']}"] if ev["save_first"] else []),
+        "- evidence archive: "
+        + (
+            f"{archive['archive']} (sha256 {archive['sha256']})"
+            if archive
+            else f"**{TO_FILL}: run `build evidence --out DIR` and name its archive**"
+        ),
+        "",
+        "## Paths",
+        "",
+    ]
     lines += [f"- {'**chosen**' if o['chosen'] else 'not chosen'}: {o['path']}: {o['why']}" for o in doc["paths"]]
-    lines += ["", f"Chosen: {doc['chosen']} (doctor's recommendation; **{TO_FILL}: confirm or change it**)"
-              if doc["chosen"] else f"Chosen: none yet: {doc['chosen_why']}", "", "## Verification", "",
-              f"- doctor: {'compatible' if ver['compatible'] else 'INCOMPATIBLE'} (image CUDA {ver['image_cuda']})",
-              "- image checks: " + (f"{ver['checks']} (build record {ver['build_record']['record']}, digest "
-                                    f"{ver['build_record']['digest']})" if ver["build_record"] else
-                                    "unknown: no build record names this image (run `build test --image REF`)")]
+    lines += [
+        "",
+        f"Chosen: {doc['chosen']} (doctor's recommendation; **{TO_FILL}: confirm or change it**)"
+        if doc["chosen"]
+        else f"Chosen: none yet: {doc['chosen_why']}",
+        "",
+        "## Verification",
+        "",
+        f"- doctor: {'compatible' if ver['compatible'] else 'INCOMPATIBLE'} (image CUDA {ver['image_cuda']})",
+        "- image checks: "
+        + (
+            f"{ver['checks']} (build record {ver['build_record']['record']}, digest {ver['build_record']['digest']})"
+            if ver["build_record"]
+            else "unknown: no build record names this image (run `build test --image REF`)"
+        ),
+    ]
     lines += [f"- label {k}: {v if v is not None else '(absent)'}" for k, v in ver["labels"].items()]
-    lines += ["", "## Exit conditions", "", f"- bridge: {'yes' if ex['bridge'] else 'no'}",
-              f"- owner: {ex['owner'] or '(no owner label)'}", f"- expires: {ex['expires'] or '(no expiry label)'}",
-              f"- status: {ex['status']}", *([f"- exit when: {ex['exit_when']}"] if ex.get("exit_when") else []),
-              "", "## Rollback", "", f"- {doc['rollback']}", "", "## Next review", "", f"- {doc['next_review']}",
-              "", "## For a person", ""]
+    lines += [
+        "",
+        "## Exit conditions",
+        "",
+        f"- bridge: {'yes' if ex['bridge'] else 'no'}",
+        f"- owner: {ex['owner'] or '(no owner label)'}",
+        f"- expires: {ex['expires'] or '(no expiry label)'}",
+        f"- status: {ex['status']}",
+        *([f"- exit when: {ex['exit_when']}"] if ex.get("exit_when") else []),
+        "",
+        "## Rollback",
+        "",
+        f"- {doc['rollback']}",
+        "",
+        "## Next review",
+        "",
+        f"- {doc['next_review']}",
+        "",
+        "## For a person",
+        "",
+    ]
     lines += [f"- {BLANKS[name]}: {_blank(value, name)}" for name, value in doc["to_fill"].items()]
     return "\n".join(lines) + "\n"

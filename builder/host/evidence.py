@@ -14,18 +14,20 @@ import re
 import shutil
 import subprocess
 import tarfile
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
-from builder.config import contract
 from builder import log
-from builder.host.doctor import output_dir, read_nvidia_smi
+from builder.config import contract
 from builder.errors import BuilderError
 from builder.fsutil import atomic_write
+from builder.host.doctor import output_dir, read_nvidia_smi
 
 # Names whose values are secrets: tokens, passwords, keys, JWTs, personal access tokens, ...
-_SECRET_NAME = re.compile(r"(?i)(token|secret|passw|pwd|pass\b|_pass|pat\b|_pat|jwt|key|credential|auth|access"
-                          r"|cookie|session|private|signature|cert)")
+_SECRET_NAME = re.compile(
+    r"(?i)(token|secret|passw|pwd|pass\b|_pass|pat\b|_pat|jwt|key|credential|auth|access"
+    r"|cookie|session|private|signature|cert)"
+)
 # Values that look like credentials whatever their name: long opaque strings, known token shapes.
 _SECRET_VALUE = re.compile(r"^(gh[pousr]_|github_pat_|glpat-|hf_|sk-|xox[abpr]-|AKIA|eyJ)|^[A-Za-z0-9+/_=.-]{32,}$")
 # Paths, PATH-like lists, plain words, URLs (their credentials are already redacted by then).
@@ -67,10 +69,19 @@ def _vllm_labels(inspect_json: str | None) -> str:
     if not labels:
         raise ValueError("no labels (image not inspected)")
     own = contract.keys_in(labels)
-    keys = (contract.OCI_VERSION, contract.OCI_REVISION, contract.OCI_SOURCE, own.builder_source, own.cuda,
-            own.expires, own.owner)
-    return "".join(f"{k}={labels.get(k, '(absent)')}\n" for k in keys) + \
-        f"repo_digests={','.join(doc.get('RepoDigests') or [])}\n"
+    keys = (
+        contract.OCI_VERSION,
+        contract.OCI_REVISION,
+        contract.OCI_SOURCE,
+        own.builder_source,
+        own.cuda,
+        own.expires,
+        own.owner,
+    )
+    return (
+        "".join(f"{k}={labels.get(k, '(absent)')}\n" for k in keys)
+        + f"repo_digests={','.join(doc.get('RepoDigests') or [])}\n"
+    )
 
 
 def _smi(smi_file: Path | None) -> str:
@@ -116,8 +127,10 @@ def infiniband() -> str:
         raise OSError(f"no {sys_class} (no RDMA device or no RDMA driver loaded)")
     lines = []
     for port in sorted(sys_class.glob("*/ports/*")):
-        fields = {n: (port / n).read_text().strip() if (port / n).is_file() else "?"
-                  for n in ("state", "phys_state", "rate", "link_layer")}
+        fields = {
+            n: (port / n).read_text().strip() if (port / n).is_file() else "?"
+            for n in ("state", "phys_state", "rate", "link_layer")
+        }
         lines.append(f"{port.parent.parent.name} port {port.name}: " + ", ".join(f"{k} {v}" for k, v in fields.items()))
     return "\n".join(lines) + "\n" if lines else f"{sys_class} lists no device\n"
 
@@ -159,8 +172,15 @@ def _host(c: _Collector, run: Callable[[list[str]], str]) -> None:
     c.capture("ibv_devinfo.txt", lambda: run(["ibv_devinfo"]))
 
 
-def collect(engine, image: str | None, container: str | None, smi_file: Path | None,
-            environ: dict[str, str], now: dt.datetime, run: Callable[[list[str]], str] = run_tool) -> _Collector:
+def collect(
+    engine,
+    image: str | None,
+    container: str | None,
+    smi_file: Path | None,
+    environ: dict[str, str],
+    now: dt.datetime,
+    run: Callable[[list[str]], str] = run_tool,
+) -> _Collector:
     c = _Collector()
     c.capture("date-utc.txt", lambda: now.strftime("%a %b %d %H:%M:%S UTC %Y") + "\n")
     c.capture("nvidia-smi.txt", lambda: _smi(smi_file))
@@ -174,8 +194,13 @@ def collect(engine, image: str | None, container: str | None, smi_file: Path | N
 
     c.capture("docker-version.txt", lambda: docker("docker-version"))
     c.capture("docker-info.txt", lambda: docker("docker-info"))
-    c.capture("containers.txt", lambda: run(["docker", "ps", "--no-trunc", "--format",
-                                              "{{.ID}} {{.Image}} {{.Status}} {{.Names}}"]) or "no running container\n")
+    c.capture(
+        "containers.txt",
+        lambda: (
+            run(["docker", "ps", "--no-trunc", "--format", "{{.ID}} {{.Image}} {{.Status}} {{.Names}}"])
+            or "no running container\n"
+        ),
+    )
     if image:
         c.capture("image-inspect.json", lambda: engine.image_inspect(image))
         c.capture("vllm-version.txt", lambda: _vllm_labels(c.files.get("image-inspect.json")))
@@ -186,15 +211,26 @@ def collect(engine, image: str | None, container: str | None, smi_file: Path | N
     return c
 
 
-def evidence(engine, out_dir: Path, image: str | None, container: str | None,
-             smi_file: Path | None = None, environ: dict[str, str] | None = None,
-             run: Callable[[list[str]], str] = run_tool) -> tuple[Path, dict]:
+def evidence(
+    engine,
+    out_dir: Path,
+    image: str | None,
+    container: str | None,
+    smi_file: Path | None = None,
+    environ: dict[str, str] | None = None,
+    run: Callable[[list[str]], str] = run_tool,
+) -> tuple[Path, dict]:
     """Collect everything into one timestamped tar.gz with a manifest; never fails for a missing part."""
     out = output_dir(out_dir, "--out")
     now = dt.datetime.now(dt.timezone.utc)
     c = collect(engine, image, container, smi_file, environ if environ is not None else dict(os.environ), now, run)
-    manifest = {"created": now.strftime(contract.TIME_FORMAT), "captured": c.captured, "missing": c.missing,
-                "image": image, "container": container}
+    manifest = {
+        "created": now.strftime(contract.TIME_FORMAT),
+        "captured": c.captured,
+        "missing": c.missing,
+        "image": image,
+        "container": container,
+    }
     files = {**c.files, "manifest.json": json.dumps(manifest, indent=2, sort_keys=True) + "\n"}
     stem = f"k3-evidence-{now.strftime('%Y%m%dT%H%M%SZ')}"
     buf = io.BytesIO()

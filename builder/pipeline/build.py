@@ -16,24 +16,24 @@ import fcntl
 import os
 import shutil
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from secrets import token_hex
-from typing import Iterator
 
 from builder import __version__, log
-from builder.dockerfile import compilecache, render
 from builder.config import contract
-from builder.deps import lock, oslock
-from builder.records import store as records
-from builder.source import pinned as source
-from builder.deps.buildcontext import assemble
-from builder.engine.buildx import BuildRequest, BuildResult, Engine, EngineInfo, ImageConfig
-from builder.errors import BuildError, BuilderError, Busy, ConfigError, NotReproduced, RecordError
-from builder.fsutil import atomic_write, sha256_bytes, sha256_file
 from builder.config.matrix import Matrix, Target
 from builder.config.options import BuildOptions
+from builder.deps import lock, oslock
+from builder.deps.buildcontext import assemble
+from builder.dockerfile import compilecache, render
+from builder.engine.buildx import BuildRequest, BuildResult, Engine, EngineInfo
+from builder.errors import BuilderError, BuildError, Busy, ConfigError, NotReproduced, RecordError
+from builder.fsutil import atomic_write, sha256_bytes, sha256_file
 from builder.pipeline.plan import LockSet, Plan, input_key, offline_checks, parallelism
+from builder.records import store as records
+from builder.source import pinned as source
 from builder.source.pinned import PinnedSource
 
 _ATTEST_DRIVERS = ("docker-container", "remote", "kubernetes")
@@ -50,7 +50,7 @@ class Outcome:
     log: Path | None
     changed: bool = True
     up_to_date: bool = False
-    cache: "compilecache.Stats | None" = None
+    cache: compilecache.Stats | None = None
 
 
 @dataclass(frozen=True)
@@ -74,6 +74,7 @@ class Prepared:
 
 
 # --- render -------------------------------------------------------------------------------------
+
 
 def render_all(matrix: Matrix, names: list[str], *, check: bool) -> dict[str, str]:
     """`build render`: every named target's Dockerfile, all rendered before any is written.
@@ -103,6 +104,7 @@ def recorded_image(plan: Plan) -> str:
 
 # --- lock ---------------------------------------------------------------------------------------
 
+
 def lock_target(plan: Plan, engine_factory=None) -> dict[str, Path]:
     """`build lock`: resolve both locks from the matrix and the source at the pin (and the OS lock,
     in a container of the runtime base, when the target has os_packages); write them only once
@@ -117,13 +119,19 @@ def _lock_target(plan: Plan, engine_factory=None) -> dict[str, Path]:
     target = plan.target
     os_text = None
     if target.os_packages:
-        with log.step(f"{target.name}: resolve the OS packages against the runtime base's dpkg database "
-                      f"({target.os_packages.archive} {' '.join(target.os_packages.suites)})", long=True):
+        with log.step(
+            f"{target.name}: resolve the OS packages against the runtime base's dpkg database "
+            f"({target.os_packages.archive} {' '.join(target.os_packages.suites)})",
+            long=True,
+        ):
             os_text = oslock.resolve(engine_factory(), target, f"{plan.matrix_path or 'matrix.yaml'}: ")
     with log.step(f"{target.name}: fetch source {target.source.branch} @ {target.source.commit[:12]}", long=True):
         pinned = source.fetch(target.source)
-    with log.step(f"{target.name}: resolve the runtime and build locks (uv, for Python {target.python.version} on "
-                  f"{target.python.uv_platform()})", long=True):
+    with log.step(
+        f"{target.name}: resolve the runtime and build locks (uv, for Python {target.python.version} on "
+        f"{target.python.uv_platform()})",
+        long=True,
+    ):
         written = lock.write(plan.root, target, pinned)
     if os_text is not None:
         path = contract.os_lock_path(plan.root, target.name)
@@ -136,28 +144,33 @@ def rehearse_lock(plan: Plan):
     """`build lock --rehearse`: the same resolution against PyPI only; nothing under locks/."""
     from builder.deps import rehearse
 
-    with log.step(f"{plan.target.name}: REHEARSAL of the lock against PyPI only (the real lock needs the real indexes)",
-                  long=True):
+    with log.step(
+        f"{plan.target.name}: REHEARSAL of the lock against PyPI only (the real lock needs the real indexes)", long=True
+    ):
         return rehearse.rehearse(plan.target, plan.root)
 
 
 # --- build --------------------------------------------------------------------------------------
+
 
 def _fetch_inputs(plan: Plan, locks: LockSet) -> tuple[PinnedSource, dict]:
     target = plan.target
     with log.step(f"{target.name}: fetch source {target.source.branch} @ {target.source.commit[:12]}", long=True):
         pinned = source.fetch(target.source)
         if pinned.branch_head != target.source.commit:
-            log.warn(f"{target.source.branch} has moved to {pinned.branch_head[:12]}; building the pin "
-                     f"{target.source.commit[:12]} (run `build track` to move it)")
+            log.warn(
+                f"{target.source.branch} has moved to {pinned.branch_head[:12]}; building the pin "
+                f"{target.source.commit[:12]} (run `build track` to move it)"
+            )
     third = {}
     if target.source.third_party:
-        with log.step(f"{target.name}: fetch {len(target.source.third_party)} pinned third-party source(s)",
-                      long=True):
+        with log.step(f"{target.name}: fetch {len(target.source.third_party)} pinned third-party source(s)", long=True):
             third = source.fetch_all_third_party(target.source, pinned)
             for tp in third.values():
-                log.info(f"    {tp.name}: {tp.url} @ {tp.commit[:12]}"
-                         + (f" + {len(tp.submodules)} submodule(s)" if tp.submodules else ""))
+                log.info(
+                    f"    {tp.name}: {tp.url} @ {tp.commit[:12]}"
+                    + (f" + {len(tp.submodules)} submodule(s)" if tp.submodules else "")
+                )
     with log.step(f"{target.name}: check the locks were made from these inputs"):
         lock.check_current(locks.runtime, lock.inputs(target, pinned, "runtime"), locks.runtime_text)
         lock.check_current(locks.build, lock.inputs(target, pinned, "build"), locks.build_text)
@@ -167,28 +180,53 @@ def _fetch_inputs(plan: Plan, locks: LockSet) -> tuple[PinnedSource, dict]:
 def _preflight(engine: Engine, options: BuildOptions, target: Target) -> EngineInfo:
     with log.step(f"{target.name}: engine preflight"):
         info = engine.preflight(options.builder)
-        log.info(f"    engine {info.server_version}, buildx {info.buildx_version}, builder {info.builder} ({info.driver})")
+        log.info(
+            f"    engine {info.server_version}, buildx {info.buildx_version}, builder {info.builder} ({info.driver})"
+        )
     if info.driver not in _ATTEST_DRIVERS:
-        log.info(f"    note: the {info.driver} driver cannot make BuildKit attestations; the tool's own SBOM "
-                 f"and provenance (locks/{target.name}/) are the record, attached to the image in the registry")
+        log.info(
+            f"    note: the {info.driver} driver cannot make BuildKit attestations; the tool's own SBOM "
+            f"and provenance (locks/{target.name}/) are the record, attached to the image in the registry"
+        )
     return info
 
 
-def _request(plan: Plan, options: BuildOptions, info: EngineInfo, contexts: dict[str, Path], epoch: int,
-             locks: LockSet, tag: str, no_cache: bool, secrets: tuple[str, ...]) -> BuildRequest:
+def _request(
+    plan: Plan,
+    options: BuildOptions,
+    info: EngineInfo,
+    contexts: dict[str, Path],
+    epoch: int,
+    locks: LockSet,
+    tag: str,
+    no_cache: bool,
+    secrets: tuple[str, ...],
+) -> BuildRequest:
     """``secrets``: the compile cache's, if any (it selects the compile stage that reaches it)."""
     target = plan.target
     par = parallelism(target, info.cpus, info.memory_bytes, options.max_jobs)
     log.info(f"    {par.describe()}")
     return BuildRequest(
-        context=contexts.pop("default"), dockerfile=contexts.pop("dockerfile"), tags=(f"{target.image.name}:{tag}",),
-        build_args={"SOURCE_DATE_EPOCH": str(epoch), "MAX_JOBS": str(par.max_jobs),
-                    "NVCC_THREADS": str(target.compile.nvcc_threads), "K3_CREATED": contract.created_iso(epoch),
-                    "K3_LOCK_SHA256": locks.runtime_sha256,
-                    # The compile stage with the shared cache, only when there is a backend to reach.
-                    **({contract.COMPILE_MODE_ARG: contract.COMPILE_MODE_REMOTE} if secrets else {})},
-        build_contexts=contexts, source_date_epoch=epoch, push=True, no_cache=no_cache, builder=options.builder,
-        attest=info.driver in _ATTEST_DRIVERS, cache_from=options.cache_from, cache_to=options.cache_to,
+        context=contexts.pop("default"),
+        dockerfile=contexts.pop("dockerfile"),
+        tags=(f"{target.image.name}:{tag}",),
+        build_args={
+            "SOURCE_DATE_EPOCH": str(epoch),
+            "MAX_JOBS": str(par.max_jobs),
+            "NVCC_THREADS": str(target.compile.nvcc_threads),
+            "K3_CREATED": contract.created_iso(epoch),
+            "K3_LOCK_SHA256": locks.runtime_sha256,
+            # The compile stage with the shared cache, only when there is a backend to reach.
+            **({contract.COMPILE_MODE_ARG: contract.COMPILE_MODE_REMOTE} if secrets else {}),
+        },
+        build_contexts=contexts,
+        source_date_epoch=epoch,
+        push=True,
+        no_cache=no_cache,
+        builder=options.builder,
+        attest=info.driver in _ATTEST_DRIVERS,
+        cache_from=options.cache_from,
+        cache_to=options.cache_to,
         secrets=options.secrets + secrets,
     )
 
@@ -200,18 +238,31 @@ def _cache_secret(target: Target, options: BuildOptions, secret_dir: Path | None
         return ()
     if not target.compile.remote and options.compile_cache_from_env:
         # A CI-wide variable meets a target that compiles with the network off: that target wins.
-        log.info(f"    compile cache: $K3_COMPILE_CACHE not used: targets.{target.name}.compile.remote_cache is "
-                 "false (the compile keeps --network=none)")
+        log.info(
+            f"    compile cache: $K3_COMPILE_CACHE not used: targets.{target.name}.compile.remote_cache is "
+            "false (the compile keeps --network=none)"
+        )
         return ()
     if not target.compile.remote or secret_dir is None:
-        raise ConfigError(f"--compile-cache: target {target.name} compiles with the network off; set "
-                          f"targets.{target.name}.compile.remote_cache: true (and re-render) to use a remote cache")
+        raise ConfigError(
+            f"--compile-cache: target {target.name} compiles with the network off; set "
+            f"targets.{target.name}.compile.remote_cache: true (and re-render) to use a remote cache"
+        )
     log.info(f"    compile cache: {compilecache.describe(url)} (as a BuildKit secret)")
     return (compilecache.secret(url, secret_dir),)
 
 
-def prepare(plan: Plan, engine: Engine, options: BuildOptions, *, tag: str, dockerfile_text: str,
-            locks: LockSet, no_cache: bool, secret_dir: Path | None = None) -> Prepared:
+def prepare(
+    plan: Plan,
+    engine: Engine,
+    options: BuildOptions,
+    *,
+    tag: str,
+    dockerfile_text: str,
+    locks: LockSet,
+    no_cache: bool,
+    secret_dir: Path | None = None,
+) -> Prepared:
     """Engine and source checks, then the context: nothing here pushes or records anything."""
     target = plan.target
     extra_secrets = _cache_secret(target, options, secret_dir)
@@ -231,8 +282,11 @@ def prepare(plan: Plan, engine: Engine, options: BuildOptions, *, tag: str, dock
     with log.step(f"{target.name}: assemble the build context (download and hash-check the wheels)", long=True):
         # The Dockerfile as checked and hashed, not the file again (which could change meanwhile).
         (workdir / "Dockerfile").write_text(dockerfile_text, encoding="utf-8")
-        contexts = {"default": assemble(target, locks, workdir / "context", epoch, dockerfile_text), "dockerfile": workdir / "Dockerfile",
-                    "source": pinned.export(workdir / "source")}
+        contexts = {
+            "default": assemble(target, locks, workdir / "context", epoch, dockerfile_text),
+            "dockerfile": workdir / "Dockerfile",
+            "source": pinned.export(workdir / "source"),
+        }
         for name, tp in third.items():
             contexts[contract.third_party_context(name)] = tp.export(workdir / "third_party" / name)
     request = _request(plan, options, info, contexts, epoch, locks, tag, no_cache, extra_secrets)
@@ -262,8 +316,10 @@ def run_engine(prep: Prepared, engine: Engine) -> BuildResult:
         except BuildError as exc:  # unreachable registry included: name the kept log
             raise type(exc)(f"{exc.message}; the build log is kept: {prep.log_path}") from None
         if not served:
-            raise BuildError(f"the registry does not serve {target.image.name}@{result.digest} after the push; "
-                             f"the build log is kept: {prep.log_path}")
+            raise BuildError(
+                f"the registry does not serve {target.image.name}@{result.digest} after the push; "
+                f"the build log is kept: {prep.log_path}"
+            )
     return result
 
 
@@ -271,16 +327,30 @@ def _record(prep: Prepared, digest: str, key: str, checked: bool, seconds: float
     """The record of a pushed image, its audit hashes still empty (the SBOM describes the record)."""
     target = prep.plan.target
     return records.Record(
-        target=target.name, image=f"{target.image.name}@{digest}", digest=digest,
-        bases={role: {"name": getattr(target.bases, role).display_name, "digest": getattr(target.bases, role).digest}
-               for role in ("build", "runtime")},
-        source=record_source(target, prep.third_party), lock_sha256=prep.locks.runtime_sha256,
-        build_lock_sha256=prep.locks.build_sha256, os_lock_sha256=prep.locks.os_sha256,
+        target=target.name,
+        image=f"{target.image.name}@{digest}",
+        digest=digest,
+        bases={
+            role: {"name": getattr(target.bases, role).display_name, "digest": getattr(target.bases, role).digest}
+            for role in ("build", "runtime")
+        },
+        source=record_source(target, prep.third_party),
+        lock_sha256=prep.locks.runtime_sha256,
+        build_lock_sha256=prep.locks.build_sha256,
+        os_lock_sha256=prep.locks.os_sha256,
         dockerfile_sha256=sha256_bytes(prep.dockerfile_text.encode()),
-        source_date_epoch=prep.pinned.source_date_epoch, input_key=key, tool_version=__version__,
+        source_date_epoch=prep.pinned.source_date_epoch,
+        input_key=key,
+        tool_version=__version__,
         checks="passed" if checked else "skipped",
-        build={"id": prep.build_id, "finished": contract.now_iso(), "duration_seconds": round(seconds, 1),
-               "engine": prep.info.server_version, "buildx": prep.info.buildx_version, "driver": prep.info.driver},
+        build={
+            "id": prep.build_id,
+            "finished": contract.now_iso(),
+            "duration_seconds": round(seconds, 1),
+            "engine": prep.info.server_version,
+            "buildx": prep.info.buildx_version,
+            "driver": prep.info.driver,
+        },
     )
 
 
@@ -321,8 +391,9 @@ def _check(prep: Prepared, engine: Engine, pushed: str) -> None:
 
     target = prep.plan.target
     with log.step(f"{target.name}: image checks on {pushed}"):
-        report = imagechecks.check_target(engine, target, prep.locks, prep.pinned, pushed,
-                                          dt.datetime.now(dt.timezone.utc).date(), prep.workdir)
+        report = imagechecks.check_target(
+            engine, target, prep.locks, prep.pinned, pushed, dt.datetime.now(dt.timezone.utc).date(), prep.workdir
+        )
         report.raise_for_failures()
 
 
@@ -335,13 +406,25 @@ def _publish(prep: Prepared, engine: Engine, record: records.Record, signer) -> 
         wheels = attest.wheel_files(prep.request.context / "wheelhouse" / "layers")  # what was installed
         build_wheels = attest.wheel_files(prep.request.context / "wheelhouse" / "build")  # what compiled it
         debs = attest.deb_files(prep.request.context / "debs") if prep.locks.os_entries else None
-        sbom_text, prov_text = attest.publish(engine, target, record, list(prep.locks.runtime_entries),
-                                              prep.request.build_args, prep.started_iso, wheels=wheels,
-                                              build_wheels=build_wheels, root=root, signer=signer,
-                                              os_lock=list(prep.locks.os_entries), debs=debs)
+        sbom_text, prov_text = attest.publish(
+            engine,
+            target,
+            record,
+            list(prep.locks.runtime_entries),
+            prep.request.build_args,
+            prep.started_iso,
+            wheels=wheels,
+            build_wheels=build_wheels,
+            root=root,
+            signer=signer,
+            os_lock=list(prep.locks.os_entries),
+            debs=debs,
+        )
     final = dataclasses.replace(record, build={**record.build, **records.audit_hashes(sbom_text, prov_text)})
-    records.write_set(contract.record_path(root, target.name).parent, {
-        contract.SBOM_NAME: sbom_text, contract.PROVENANCE_NAME: prov_text, contract.RECORD_NAME: final.to_json()})
+    records.write_set(
+        contract.record_path(root, target.name).parent,
+        {contract.SBOM_NAME: sbom_text, contract.PROVENANCE_NAME: prov_text, contract.RECORD_NAME: final.to_json()},
+    )
     return final
 
 
@@ -351,8 +434,10 @@ def _provenance_signer(plan: Plan):
 
     signer = provsign.signer(plan.target.signing, plan.root)
     if signer is None:
-        log.warn(f"    {plan.target.name}: the provenance will be UNSIGNED (no signing.key in the matrix); "
-                 "`build verify` reports it")
+        log.warn(
+            f"    {plan.target.name}: the provenance will be UNSIGNED (no signing.key in the matrix); "
+            "`build verify` reports it"
+        )
     return signer
 
 
@@ -363,9 +448,11 @@ def _record_holds(plan: Plan, previous: records.Record | None) -> None:
         return
     problems = records.set_problems(plan.root, plan.target.name, previous)
     if problems:
-        raise RecordError(f"{contract.record_path(plan.root, plan.target.name)}: the record set does not hold: "
-                          f"{'; '.join(problems)}; `build verify --target {plan.target.name}` explains; restore "
-                          "the files from git")
+        raise RecordError(
+            f"{contract.record_path(plan.root, plan.target.name)}: the record set does not hold: "
+            f"{'; '.join(problems)}; `build verify --target {plan.target.name}` explains; restore "
+            "the files from git"
+        )
 
 
 def up_to_date(plan: Plan, engine: Engine, previous: records.Record | None, key: str) -> bool:
@@ -392,11 +479,15 @@ def _attached_as_recorded(plan: Plan, engine: Engine, previous: records.Record) 
     from builder.records import attest
 
     annotations = {contract.OCI_CREATED: contract.created_iso(previous.source_date_epoch)}
-    for kind, path in ((attest.SBOM_TYPE, contract.sbom_path(plan.root, plan.target.name)),
-                       (attest.PROVENANCE_TYPE, contract.provenance_path(plan.root, plan.target.name))):
+    for kind, path in (
+        (attest.SBOM_TYPE, contract.sbom_path(plan.root, plan.target.name)),
+        (attest.PROVENANCE_TYPE, contract.provenance_path(plan.root, plan.target.name)),
+    ):
         engine.registry.attach(name, previous.digest, kind, path.read_bytes(), annotations)
-    log.info(f"    the registry's SBOM/provenance for {previous.digest[:19]} were not the record's (a record write "
-             "that failed after the attach): the record's attached again")
+    log.info(
+        f"    the registry's SBOM/provenance for {previous.digest[:19]} were not the record's (a record write "
+        "that failed after the attach): the record's attached again"
+    )
 
 
 @contextlib.contextmanager
@@ -422,8 +513,10 @@ def _directory_lock(directory: Path, name: str) -> Iterator[None]:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
-            raise Busy(f"{name}: another build of this target is running in this checkout (or its `build lock` "
-                       "or `prune`); wait for it to finish, then run again") from None
+            raise Busy(
+                f"{name}: another build of this target is running in this checkout (or its `build lock` "
+                "or `prune`); wait for it to finish, then run again"
+            ) from None
         for done in records.recover(directory):
             log.info(f"    {directory}: {done}")
         yield
@@ -490,12 +583,29 @@ def _build(plan: Plan, engine: Engine, options: BuildOptions) -> Outcome:
             current = up_to_date(plan, engine, previous, key)
         if current:
             log.info(f"    up to date: {previous.image} (same inputs, served by the registry; --force rebuilds)")
-            return Outcome(target.name, previous.image, previous.digest, None, time.monotonic() - started,
-                           record_path, None, changed=False, up_to_date=True)
+            return Outcome(
+                target.name,
+                previous.image,
+                previous.digest,
+                None,
+                time.monotonic() - started,
+                record_path,
+                None,
+                changed=False,
+                up_to_date=True,
+            )
     signer = _provenance_signer(plan)  # a key that cannot sign fails now (exit 2), not after the compile
     with compilecache.secret_dir() as secret_dir:  # the backend's secret lives only as long as the build
-        prep = prepare(plan, engine, options, tag=target.image.tag, dockerfile_text=dockerfile_text, locks=locks,
-                       no_cache=options.no_cache, secret_dir=Path(secret_dir))
+        prep = prepare(
+            plan,
+            engine,
+            options,
+            tag=target.image.tag,
+            dockerfile_text=dockerfile_text,
+            locks=locks,
+            no_cache=options.no_cache,
+            secret_dir=Path(secret_dir),
+        )
         result = run_engine(prep, engine)
     cache = compilecache.stats(prep.log_path.read_text(errors="replace"))
     if cache:
@@ -510,11 +620,13 @@ def _build(plan: Plan, engine: Engine, options: BuildOptions) -> Outcome:
     seconds = time.monotonic() - started
     record = _publish(prep, engine, _record(prep, result.digest, key, options.run_checks, seconds), signer)
     changed = previous is None or previous.digest != record.digest
-    return Outcome(target.name, record.image, result.digest, size, seconds, record_path, prep.log_path, changed,
-                   cache=cache)
+    return Outcome(
+        target.name, record.image, result.digest, size, seconds, record_path, prep.log_path, changed, cache=cache
+    )
 
 
 # --- test ---------------------------------------------------------------------------------------
+
 
 def test(plan: Plan, engine: Engine, image: str | None):
     """`build test`: the image checks on ``image`` (default: the recorded image), JUnit beside."""
@@ -530,8 +642,11 @@ def test(plan: Plan, engine: Engine, image: str | None):
         pinned = source.fetch(target.source)
     recorded = record is not None and ref == record.image
     build_date = dt.date.fromisoformat(record.build["finished"][:10]) if recorded else dt.date.today()
-    out_dir = contract.artifacts_path(plan.root, target.name, "test-" + dt.datetime.now(dt.timezone.utc)
-                                      .strftime("%Y%m%dT%H%M%SZ") + "-" + token_hex(3))
+    out_dir = contract.artifacts_path(
+        plan.root,
+        target.name,
+        "test-" + dt.datetime.now(dt.timezone.utc).strftime("%Y%m%dT%H%M%SZ") + "-" + token_hex(3),
+    )
     with log.step(f"{target.name}: image checks on {ref}"):
         report = imagechecks.check_target(engine, target, locks, pinned, ref, build_date, out_dir)
         report.raise_for_failures()
@@ -539,6 +654,7 @@ def test(plan: Plan, engine: Engine, image: str | None):
 
 
 # --- reproduce ----------------------------------------------------------------------------------
+
 
 @dataclass
 class Reproduction:
@@ -553,14 +669,21 @@ class Reproduction:
         return self.recorded == self.rebuilt
 
     def to_json(self) -> dict:
-        return {"target": self.target, "recorded": self.recorded, "rebuilt": self.rebuilt,
-                "reproduced": self.reproduced, "differences": self.differences,
-                "report": str(self.report) if self.report else None}
+        return {
+            "target": self.target,
+            "recorded": self.recorded,
+            "rebuilt": self.rebuilt,
+            "reproduced": self.reproduced,
+            "differences": self.differences,
+            "report": str(self.report) if self.report else None,
+        }
 
     def raise_for_difference(self) -> None:
         if not self.reproduced:
-            raise NotReproduced(f"{self.target}: rebuild gave {self.rebuilt}, image.json records {self.recorded}; "
-                                f"differences in {self.report}")
+            raise NotReproduced(
+                f"{self.target}: rebuild gave {self.rebuilt}, image.json records {self.recorded}; "
+                f"differences in {self.report}"
+            )
 
 
 def _recorded_inputs(plan: Plan) -> records.Record:
@@ -569,14 +692,21 @@ def _recorded_inputs(plan: Plan) -> records.Record:
     record = records.read(contract.record_path(plan.root, target.name))
     if record is None:
         raise RecordError(f"{contract.record_path(plan.root, target.name)}: no record to reproduce; build first")
-    for path, want in ((plan.dockerfile, record.dockerfile_sha256), (plan.locks["runtime"], record.lock_sha256),
-                       (plan.locks["build"], record.build_lock_sha256),
-                       *([(plan.locks["os"], record.os_lock_sha256)] if "os" in plan.locks else [])):
+    for path, want in (
+        (plan.dockerfile, record.dockerfile_sha256),
+        (plan.locks["runtime"], record.lock_sha256),
+        (plan.locks["build"], record.build_lock_sha256),
+        *([(plan.locks["os"], record.os_lock_sha256)] if "os" in plan.locks else []),
+    ):
         if not path.exists() or sha256_file(path) != want:
-            raise RecordError(f"{path}: differs from what image.json recorded; check out the commit that "
-                              "recorded the build (or run `build verify`)")
+            raise RecordError(
+                f"{path}: differs from what image.json recorded; check out the commit that "
+                "recorded the build (or run `build verify`)"
+            )
     if record.source.get("commit") != target.source.commit:
-        raise RecordError(f"{target.name}: the matrix pins another commit than image.json; check out the recorded commit")
+        raise RecordError(
+            f"{target.name}: the matrix pins another commit than image.json; check out the recorded commit"
+        )
     return record
 
 
@@ -585,8 +715,15 @@ def reproduce(plan: Plan, engine: Engine, options: BuildOptions) -> Reproduction
     target = plan.target
     record = _recorded_inputs(plan)
     dockerfile_text, locks = offline_checks(plan)
-    prep = prepare(plan, engine, options, tag=f"{target.image.tag}-reproduce", dockerfile_text=dockerfile_text,
-                   locks=locks, no_cache=True)
+    prep = prepare(
+        plan,
+        engine,
+        options,
+        tag=f"{target.image.tag}-reproduce",
+        dockerfile_text=dockerfile_text,
+        locks=locks,
+        no_cache=True,
+    )
     result = run_engine(prep, engine)
     recorded = engine.registry.platform_digest(target.image.name, record.digest)
     rebuilt = engine.registry.platform_digest(target.image.name, result.digest)

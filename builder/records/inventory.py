@@ -20,7 +20,6 @@ from dataclasses import dataclass
 
 from builder.engine.buildx import Engine
 
-
 # DEP-5's short names (copyright-format 1.0, "License specification") and SPDX ids of the same
 # shape, with an optional version and "+": what a fallback may take from a file in prose. Anything
 # else on a "License:" line of prose ("License: This package is free software...") is a word, not
@@ -28,7 +27,9 @@ from builder.engine.buildx import Engine
 _SHORT_NAME = re.compile(
     r"(?:public-domain|Apache|Artistic|BSD-[234]-clause|ISC|CC-BY(?:-SA|-ND|-NC(?:-SA|-ND)?)?|CC0|CDDL|CPL|EFL"
     r"|Expat|GPL|LGPL|AGPL|GFDL(?:-NIV)?|LPPL|MPL|Perl|Python|QPL|W3C|Zlib|Zope|MIT|BSL|OpenSSL|SSLeay|X11)"
-    r"(?:-\d+(?:\.\d+)*)?\+?", re.I)
+    r"(?:-\d+(?:\.\d+)*)?\+?",
+    re.I,
+)
 _SPLIT = re.compile(r"\s*,\s*(?:and\s+|or\s+)?|\s+(?:and/or|and|or)\s+", re.I)
 _LICENSE_LINE = re.compile(r"^License:[ \t]*(\S[^\n]*)$", re.M)
 _COMMON_LICENSE = re.compile(r"/usr/share/common-licenses/([A-Za-z0-9_.+-]+)")
@@ -49,8 +50,11 @@ def dep5_licenses(text: str) -> tuple[str, ...]:
         parsed = deb_copyright.Copyright(text.splitlines(), strict=False)
     except (deb_copyright.NotMachineReadableError, ValueError, KeyError):
         return prose_licenses(text)
-    found = {p.license.synopsis.strip() for p in [parsed.header, *parsed.all_files_paragraphs()]
-             if getattr(p, "license", None) is not None and p.license.synopsis.strip()}
+    found = {
+        p.license.synopsis.strip()
+        for p in [parsed.header, *parsed.all_files_paragraphs()]
+        if getattr(p, "license", None) is not None and p.license.synopsis.strip()
+    }
     return tuple(sorted(found)) or prose_licenses(text)
 
 
@@ -157,9 +161,16 @@ def parse_dpkg_status(text: str, licenses: dict[str, tuple[str, ...]] | None = N
         if name and fields.get("Status", "").endswith(" installed"):
             m = re.fullmatch(r"\s*(\S+)\s*(?:\((\S+)\))?\s*", fields.get("Source", ""))
             source, source_version = (m.group(1), m.group(2) or "") if m else ("", "")
-            debs.append(DebPackage(name, fields.get("Version", ""), fields.get("Architecture", ""),
-                                   source if source != name or source_version else "",
-                                   tuple(licenses.get(name, ())), source_version))
+            debs.append(
+                DebPackage(
+                    name,
+                    fields.get("Version", ""),
+                    fields.get("Architecture", ""),
+                    source if source != name or source_version else "",
+                    tuple(licenses.get(name, ())),
+                    source_version,
+                )
+            )
     return tuple(sorted(set(debs), key=lambda d: (d.name, d.arch, d.version)))
 
 
@@ -175,5 +186,6 @@ def read(engine: Engine, ref: str) -> Inventory:
     doc = json.loads(engine.containers.run_python(ref, _PROBE))
     distro_id, distro_version = parse_os_release(doc["os_release"])
     licenses = {k: dep5_licenses(v) for k, v in doc["copyright"].items()}
-    return Inventory(distro_id, distro_version, parse_dpkg_status(doc["dpkg_status"], licenses),
-                     parse_dists(doc["dists"]))
+    return Inventory(
+        distro_id, distro_version, parse_dpkg_status(doc["dpkg_status"], licenses), parse_dists(doc["dists"])
+    )

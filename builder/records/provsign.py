@@ -64,8 +64,10 @@ def signer(signing, root: Path):
     try:
         return Signer.from_priv_key_uri(uri, pub)
     except Exception as exc:  # noqa: BLE001 - the library raises per backend (OSError, KeyMismatchError, ...)
-        raise ConfigError(f"signing.key {signing.key}: cannot sign with it ({exc.__class__.__name__}: "
-                          f"{str(exc)[:100]}); it must be the private half of signing.public_key") from None
+        raise ConfigError(
+            f"signing.key {signing.key}: cannot sign with it ({exc.__class__.__name__}: "
+            f"{str(exc)[:100]}); it must be the private half of signing.public_key"
+        ) from None
 
 
 def envelope(statement_text: str, sign_with=None) -> str:
@@ -113,8 +115,11 @@ def signed(env, expect_key) -> Answer:
     if env.signatures:
         return Answer(True, f"{len(env.signatures)} signature(s)")
     if expect_key is None:
-        return Answer(True, "UNSIGNED (warning): the matrix names no signing.key/public_key, so nothing "
-                            "outside CI's keyless attestation vouches for this provenance")
+        return Answer(
+            True,
+            "UNSIGNED (warning): the matrix names no signing.key/public_key, so nothing "
+            "outside CI's keyless attestation vouches for this provenance",
+        )
     return Answer(False, f"no signature, but the matrix names signing.public_key (key id {expect_key.keyid[:16]})")
 
 
@@ -122,12 +127,18 @@ def signer_is(env, expect_key) -> Answer:
     if not env.signatures:
         return Answer(True, "nothing to attribute: no signature (row 'provenance signed' decides)")
     if expect_key is None:
-        return Answer(True, f"not checked (warning): signed by key id(s) {_ids(env)}, and the matrix names "
-                            "no signing.public_key to check them against")
+        return Answer(
+            True,
+            f"not checked (warning): signed by key id(s) {_ids(env)}, and the matrix names "
+            "no signing.public_key to check them against",
+        )
     others = [k for k in env.signatures if k != expect_key.keyid]
     if others:
-        return Answer(False, f"signed by key id {', '.join(k[:16] for k in others)}, not the matrix's "
-                             f"signing.public_key (key id {expect_key.keyid[:16]})")
+        return Answer(
+            False,
+            f"signed by key id {', '.join(k[:16] for k in others)}, not the matrix's "
+            f"signing.public_key (key id {expect_key.keyid[:16]})",
+        )
     return Answer(True, f"by the matrix's signing.public_key (key id {expect_key.keyid[:16]})")
 
 
@@ -140,8 +151,11 @@ def signature_holds(env, expect_key) -> Answer:
     try:
         expect_key.verify_signature(mine, env.pae())
     except (UnverifiedSignatureError, VerificationError):
-        return Answer(False, "the signature does not verify over this payload: the Statement (or the "
-                             "signature) changed after it was signed")
+        return Answer(
+            False,
+            "the signature does not verify over this payload: the Statement (or the "
+            "signature) changed after it was signed",
+        )
     return Answer(True, f"verifies over the payload ({expect_key.scheme}, offline)")
 
 

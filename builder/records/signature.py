@@ -65,7 +65,9 @@ OCI_INDEX = "application/vnd.oci.image.index.v1+json"
 DIGEST = re.compile(r"sha256:[0-9a-f]{64}")
 COSIGN_TIMEOUT_S = 180
 _DETAIL_MAX = 300
-_NO_SIGNATURE = re.compile(r"\bno signatures found\b", re.I)  # ErrNoSignaturesFound; "no matching signatures" is a rejection
+_NO_SIGNATURE = re.compile(
+    r"\bno signatures found\b", re.I
+)  # ErrNoSignaturesFound; "no matching signatures" is a rejection
 COSIGN_EXIT_NO_SIGNATURE = 10  # cosign's ImageWithoutSignature (12: NoMatchingSignature, 13: no certificate)
 
 
@@ -105,8 +107,9 @@ def signature_tag(digest: str) -> str:
     return digest.replace(":", "-", 1) + ".sig"
 
 
-def resolve_identity(identity: str | None = None, issuer: str | None = None,
-                     environ: Mapping[str, str] | None = None) -> tuple[str | None, str]:
+def resolve_identity(
+    identity: str | None = None, issuer: str | None = None, environ: Mapping[str, str] | None = None
+) -> tuple[str | None, str]:
     """The identity and issuer to verify against. Lookup order as for the matrix: the environment
     (``K3_SIGNING_IDENTITY``, ``K3_SIGNING_ISSUER``: repository variables in CI) wins over the
     values given (the matrix's ``signing:`` block); the issuer defaults to GitHub Actions'."""
@@ -169,8 +172,9 @@ def _as_referrers(found: Iterable[Referrer] | Mapping[str, bytes]) -> list[Refer
     return [r if isinstance(r, Referrer) else Referrer(*r) for r in found]
 
 
-def find_signatures(digest: str, *, tag_exists: TagExists | None = None,
-                    referrers: Referrers | None = None) -> list[str]:
+def find_signatures(
+    digest: str, *, tag_exists: TagExists | None = None, referrers: Referrers | None = None
+) -> list[str]:
     """Where signatures of ``digest`` are, as short phrases (empty: none). Raises what the probes
     raise."""
     where: list[str] = []
@@ -190,10 +194,19 @@ def _repository(image: str) -> str:
     return f"{head}{slash}{last.split(':', 1)[0]}" if slash else name
 
 
-def signature_status(image: str, digest: str, identity: str | None, issuer: str | None = GITHUB_ISSUER, *,
-                     cosign: str | None = None, tag_exists: TagExists | None = None,
-                     referrers: Referrers | None = None, run: Run = subprocess.run,
-                     timeout: float = COSIGN_TIMEOUT_S, find_cosign: bool = True) -> SignatureStatus:
+def signature_status(
+    image: str,
+    digest: str,
+    identity: str | None,
+    issuer: str | None = GITHUB_ISSUER,
+    *,
+    cosign: str | None = None,
+    tag_exists: TagExists | None = None,
+    referrers: Referrers | None = None,
+    run: Run = subprocess.run,
+    timeout: float = COSIGN_TIMEOUT_S,
+    find_cosign: bool = True,
+) -> SignatureStatus:
     """The signature state of ``image@digest`` (``image`` is the repository name, no tag).
 
     ``cosign``: the cosign executable; looked up on PATH when None and ``find_cosign`` (pass
@@ -223,10 +236,14 @@ def signature_status(image: str, digest: str, identity: str | None, issuer: str 
         except OSError as exc:
             return SignatureStatus("failed", _one_line(f"cannot run {exe}: {exc}"))
         if proc.returncode == 0:
-            return SignatureStatus("verified", _one_line(f"cosign verified {digest[:19]}: signed by {identity} ({issuer})"))
+            return SignatureStatus(
+                "verified", _one_line(f"cosign verified {digest[:19]}: signed by {identity} ({issuer})")
+            )
         lines = (proc.stderr or proc.stdout or "").strip().splitlines()
         reason = lines[-1].strip() if lines else f"exit {proc.returncode}"
-        cosign_says_none = proc.returncode == COSIGN_EXIT_NO_SIGNATURE or _NO_SIGNATURE.search(" ".join(lines)) is not None
+        cosign_says_none = (
+            proc.returncode == COSIGN_EXIT_NO_SIGNATURE or _NO_SIGNATURE.search(" ".join(lines)) is not None
+        )
         try:
             where = presence()
         except Exception as exc:  # noqa: BLE001 - any probe failure is reported, not raised
@@ -234,10 +251,15 @@ def signature_status(image: str, digest: str, identity: str | None, issuer: str 
         if cosign_says_none and not where:
             return SignatureStatus("missing", _one_line(f"no signature on {digest[:19]} (cosign: {reason})"))
         seen = f"; present: {', '.join(where)}" if where else ""
-        return SignatureStatus("failed", _one_line(
-            f"cosign did not verify a signature by {identity} ({issuer}): {reason}{seen}"))
+        return SignatureStatus(
+            "failed", _one_line(f"cosign did not verify a signature by {identity} ({issuer}): {reason}{seen}")
+        )
 
-    why = "cosign is not on PATH" if not exe else f"no signing identity configured ({IDENTITY_ENV} or matrix signing.identity)"
+    why = (
+        "cosign is not on PATH"
+        if not exe
+        else f"no signing identity configured ({IDENTITY_ENV} or matrix signing.identity)"
+    )
     try:
         where = presence()
     except Exception as exc:  # noqa: BLE001
@@ -245,11 +267,16 @@ def signature_status(image: str, digest: str, identity: str | None, issuer: str 
     if where is None:
         return SignatureStatus("failed", _one_line(f"cannot tell: {why} and no registry probe given"))
     if not where:
-        return SignatureStatus("missing", _one_line(f"no signature on {digest[:19]}: no .sig tag, no signature referrer ({why})"))
-    return SignatureStatus("present-unverified", _one_line(f"signature present ({', '.join(where)}), not verified: {why}"))
+        return SignatureStatus(
+            "missing", _one_line(f"no signature on {digest[:19]}: no .sig tag, no signature referrer ({why})")
+        )
+    return SignatureStatus(
+        "present-unverified", _one_line(f"signature present ({', '.join(where)}), not verified: {why}")
+    )
 
 
 # -- wiring to an OCI registry client -------------------------------------------------------------
+
 
 class ManifestLike(Protocol):
     """``builder.engine.registry.Manifest``: the parsed manifest or index."""
@@ -258,8 +285,12 @@ class ManifestLike(Protocol):
     def doc(self) -> dict[str, Any]: ...
 
 
-def registry_probes(manifest: Callable[[str], ManifestLike | None], blob: Callable[[str], bytes], digest: str,
-                    referrers_index: Callable[[], dict[str, Any] | None] | None = None) -> tuple[TagExists, Referrers]:
+def registry_probes(
+    manifest: Callable[[str], ManifestLike | None],
+    blob: Callable[[str], bytes],
+    digest: str,
+    referrers_index: Callable[[], dict[str, Any] | None] | None = None,
+) -> tuple[TagExists, Referrers]:
     """``tag_exists`` and ``referrers`` for ``signature_status``, from two reads of the image's
     repository: ``manifest(reference)`` (None on 404) and ``blob(digest)``. With the tool's client:
     ``manifest=lambda ref: client.raw_manifest(name, ref)``, ``blob=lambda d: client.blob(name, d)``.

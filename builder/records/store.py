@@ -65,9 +65,21 @@ class Record:
 
 
 # Field -> type a readable record must have (a record with "digest": 5 is damaged, not a digest).
-_TYPES = {"target": str, "image": str, "digest": str, "bases": dict, "source": dict, "lock_sha256": str,
-          "build_lock_sha256": str, "dockerfile_sha256": str, "source_date_epoch": int, "input_key": str,
-          "tool_version": str, "checks": str, "build": dict}
+_TYPES = {
+    "target": str,
+    "image": str,
+    "digest": str,
+    "bases": dict,
+    "source": dict,
+    "lock_sha256": str,
+    "build_lock_sha256": str,
+    "dockerfile_sha256": str,
+    "source_date_epoch": int,
+    "input_key": str,
+    "tool_version": str,
+    "checks": str,
+    "build": dict,
+}
 
 
 def read(path: Path) -> Record | None:
@@ -93,8 +105,9 @@ def read(path: Path) -> Record | None:
         raise RecordError(f"{path}: record fields of the wrong type: {', '.join(wrong)}; restore it from git")
     if not isinstance(doc.get("os_lock_sha256", ""), str):
         raise RecordError(f"{path}: record fields of the wrong type: os_lock_sha256; restore it from git")
-    return Record(**{k: doc[k] for k in contract.RECORD_FIELDS if k != "schema"},
-                  os_lock_sha256=doc.get("os_lock_sha256"))
+    return Record(
+        **{k: doc[k] for k in contract.RECORD_FIELDS if k != "schema"}, os_lock_sha256=doc.get("os_lock_sha256")
+    )
 
 
 def write_set(directory: Path, files: dict[str, str]) -> None:
@@ -110,9 +123,11 @@ def write_set(directory: Path, files: dict[str, str]) -> None:
     except OSError as exc:
         for name in order:
             (directory / (name + PENDING)).unlink(missing_ok=True)
-        raise HostResources(f"{directory}: the record set could not be written ({exc.strerror}); the old record "
-                            "stands. Free space (or make it writable) and run the build again: it puts the "
-                            "registry back in line with the record, no --force needed") from None
+        raise HostResources(
+            f"{directory}: the record set could not be written ({exc.strerror}); the old record "
+            "stands. Free space (or make it writable) and run the build again: it puts the "
+            "registry back in line with the record, no --force needed"
+        ) from None
     _roll_forward(directory)
 
 
@@ -129,12 +144,16 @@ def check_writable(directory: Path, what: str) -> None:
         os.unlink(probe)
         stat = os.statvfs(directory)
     except OSError as exc:
-        raise HostResources(f"{directory}: cannot write {what} here ({exc.strerror}); make it writable and run "
-                            "again (nothing was built)") from None
+        raise HostResources(
+            f"{directory}: cannot write {what} here ({exc.strerror}); make it writable and run "
+            "again (nothing was built)"
+        ) from None
     free = stat.f_bavail * stat.f_frsize
     if free < RECORD_ROOM:
-        raise HostResources(f"{directory}: {free // (1 << 20)} MiB free, {what} needs {RECORD_ROOM >> 20} MiB; "
-                            "free space and run again (nothing was built)")
+        raise HostResources(
+            f"{directory}: {free // (1 << 20)} MiB free, {what} needs {RECORD_ROOM >> 20} MiB; "
+            "free space and run again (nothing was built)"
+        )
 
 
 def _roll_forward(directory: Path) -> None:
@@ -171,7 +190,10 @@ def _fsync_dir(directory: Path) -> None:
 
 
 def audit_hashes(sbom_text: str, provenance_text: str) -> dict[str, str]:
-    return {"sbom_sha256": sha256_bytes(sbom_text.encode()), "provenance_sha256": sha256_bytes(provenance_text.encode())}
+    return {
+        "sbom_sha256": sha256_bytes(sbom_text.encode()),
+        "provenance_sha256": sha256_bytes(provenance_text.encode()),
+    }
 
 
 def _described_digest(path: Path, kind: str) -> str | None:
@@ -192,8 +214,10 @@ def set_problems(root: Path, target: str, record: Record) -> list[str]:
     their sha256 (any edit, a mix of old and new, a deletion) and the digest they describe (an
     edited digest in image.json)."""
     problems = []
-    for key, kind, path in (("sbom_sha256", "sbom", contract.sbom_path(root, target)),
-                            ("provenance_sha256", "provenance", contract.provenance_path(root, target))):
+    for key, kind, path in (
+        ("sbom_sha256", "sbom", contract.sbom_path(root, target)),
+        ("provenance_sha256", "provenance", contract.provenance_path(root, target)),
+    ):
         got = sha256_file(path) if path.is_file() else None
         if got != record.build.get(key):
             problems.append(f"{path.name} {'is missing' if got is None else 'differs from what image.json names'}")

@@ -8,18 +8,19 @@ from __future__ import annotations
 import json
 import os
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
 
-from builder.records import attest, provsign, store as records, signature
 from builder.config import contract
+from builder.config.matrix import Target
 from builder.deps import lock, oslock
+from builder.deps.lock import normalize
 from builder.dockerfile import render
 from builder.errors import BuilderError, VerifyFailed
 from builder.fsutil import sha256_file
-from builder.deps.lock import normalize
-from builder.config.matrix import Target
+from builder.records import attest, provsign, signature
+from builder.records import store as records
 
 
 @dataclass(frozen=True)
@@ -48,63 +49,111 @@ def _read_json(path: Path) -> dict:
     return doc
 
 
-
 # Every row `build verify` prints, in order: (row, holds when, only with --registry). The README's
 # verify table is this list (tests/unit/test_provsign.py compares them).
 ROWS: tuple[tuple[str, str, bool], ...] = (
     ("matrix <-> Dockerfile", "the committed Dockerfile is exactly what the matrix renders", False),
-    ("lock hash-pinned", "each lock matches its own body sha256 header (`k3-lock-body-sha256`: not truncated or "
-                         "hand-edited), every line is `name==version` with sha256 hashes; for a torch target, torch "
-                         "is `+cu129`", False),
-    ("image.json <-> audit files", "the SBOM and provenance files are the ones `image.json` names by sha256 "
-                                   "(`build.sbom_sha256`, `build.provenance_sha256`) and describe its digest", False),
-    ("image checks", "the recorded image passed its checks before it was recorded (`checks` is `passed`, not "
-                     "`skipped` by `--no-checks`)", False),
+    (
+        "lock hash-pinned",
+        "each lock matches its own body sha256 header (`k3-lock-body-sha256`: not truncated or "
+        "hand-edited), every line is `name==version` with sha256 hashes; for a torch target, torch "
+        "is `+cu129`",
+        False,
+    ),
+    (
+        "image.json <-> audit files",
+        "the SBOM and provenance files are the ones `image.json` names by sha256 "
+        "(`build.sbom_sha256`, `build.provenance_sha256`) and describe its digest",
+        False,
+    ),
+    (
+        "image checks",
+        "the recorded image passed its checks before it was recorded (`checks` is `passed`, not "
+        "`skipped` by `--no-checks`)",
+        False,
+    ),
     ("Dockerfile <-> image.json", "the Dockerfile's sha256 is the recorded one", False),
     ("lock <-> image.json", "both locks' sha256 are the recorded ones", False),
-    ("matrix <-> image.json", "target, image name, base digests, source URL and commit, third-party trees match the "
-                              "matrix", False),
-    ("image.json <-> SBOM", "the SBOM validates (CycloneDX 1.6, strict) and describes the recorded digest, bases, "
-                            "commit and third-party trees", False),
-    ("lock <-> SBOM", "every lock entry is in the SBOM with the same version, and its one hash (the installed "
-                      "wheel's) is one of the lock's", False),
-    ("image.json <-> provenance", "the envelope's Statement: subject and every resolved dependency match the record, "
-                                  "`externalParameters` the matrix, `buildType` and `builder.id` the expected "
-                                  "identities, `builderDependencies` name this repository", False),
-    ("provenance signed", "the DSSE envelope carries a signature; with no `signing.key`/`public_key` in the "
-                          "matrix it holds with an UNSIGNED warning; with a `public_key` an unsigned envelope fails",
-     False),
-    ("provenance signer", "every signature's key id is the matrix's `signing.public_key`'s (a wrong key fails "
-                          "here)", False),
-    ("provenance signature", "the signature by that key verifies, offline, over DSSE's pre-authentication encoding "
-                             "of the payload (an edited payload fails here)", False),
+    (
+        "matrix <-> image.json",
+        "target, image name, base digests, source URL and commit, third-party trees match the matrix",
+        False,
+    ),
+    (
+        "image.json <-> SBOM",
+        "the SBOM validates (CycloneDX 1.6, strict) and describes the recorded digest, bases, "
+        "commit and third-party trees",
+        False,
+    ),
+    (
+        "lock <-> SBOM",
+        "every lock entry is in the SBOM with the same version, and its one hash (the installed "
+        "wheel's) is one of the lock's",
+        False,
+    ),
+    (
+        "image.json <-> provenance",
+        "the envelope's Statement: subject and every resolved dependency match the record, "
+        "`externalParameters` the matrix, `buildType` and `builder.id` the expected "
+        "identities, `builderDependencies` name this repository",
+        False,
+    ),
+    (
+        "provenance signed",
+        "the DSSE envelope carries a signature; with no `signing.key`/`public_key` in the "
+        "matrix it holds with an UNSIGNED warning; with a `public_key` an unsigned envelope fails",
+        False,
+    ),
+    (
+        "provenance signer",
+        "every signature's key id is the matrix's `signing.public_key`'s (a wrong key fails here)",
+        False,
+    ),
+    (
+        "provenance signature",
+        "the signature by that key verifies, offline, over DSSE's pre-authentication encoding "
+        "of the payload (an edited payload fails here)",
+        False,
+    ),
     ("registry: image", "the registry serves the recorded digest and the tag points at it", True),
     ("registry: SBOM + provenance", "both are attached to that digest and equal the committed files", True),
-    ("registry: signature", "`verified`: cosign (on PATH) verified a keyless signature on the recorded digest by "
-                            "the identity in `K3_SIGNING_IDENTITY` or the matrix's `signing.identity`, issuer "
-                            "`K3_SIGNING_ISSUER` / `signing.issuer` (default GitHub Actions'); "
-                            "`present-unverified`: a signature is there (cosign's `.sig` tag or a signature "
-                            "referrer) but no cosign or no identity to check it (holds, and says so); `missing`: "
-                            "fails when an identity is configured, holds otherwise (local and smoke registries); "
-                            "`failed`: cosign rejected it or the registry could not be read. GitHub's provenance "
-                            "attestation is not counted as a signature", True),
+    (
+        "registry: signature",
+        "`verified`: cosign (on PATH) verified a keyless signature on the recorded digest by "
+        "the identity in `K3_SIGNING_IDENTITY` or the matrix's `signing.identity`, issuer "
+        "`K3_SIGNING_ISSUER` / `signing.issuer` (default GitHub Actions'); "
+        "`present-unverified`: a signature is there (cosign's `.sig` tag or a signature "
+        "referrer) but no cosign or no identity to check it (holds, and says so); `missing`: "
+        "fails when an identity is configured, holds otherwise (local and smoke registries); "
+        "`failed`: cosign rejected it or the registry could not be read. GitHub's provenance "
+        "attestation is not counted as a signature",
+        True,
+    ),
 )
 
 
 # Rows only a target with os_packages has (builder/deps/oslock.py), after the other offline rows.
 OS_ROWS: tuple[tuple[str, str, bool], ...] = (
-    ("OS lock hash-pinned", "(targets with `os_packages`) `os-packages.txt` matches its body sha256 header, every "
-                            "line parses, and it was made from the matrix's package list, archive and runtime base "
-                            "(inputs sha256)", False),
+    (
+        "OS lock hash-pinned",
+        "(targets with `os_packages`) `os-packages.txt` matches its body sha256 header, every "
+        "line parses, and it was made from the matrix's package list, archive and runtime base "
+        "(inputs sha256)",
+        False,
+    ),
     ("OS lock <-> image.json", "its sha256 is the recorded `os_lock_sha256`", False),
-    ("OS lock <-> SBOM", "every `.deb` of the lock is in the SBOM as `pkg:deb` with the same version, `arch` and its "
-                         "one sha256 (an edited lock or a swapped `.deb` fails here)", False),
+    (
+        "OS lock <-> SBOM",
+        "every `.deb` of the lock is in the SBOM as `pkg:deb` with the same version, `arch` and its "
+        "one sha256 (an edited lock or a swapped `.deb` fails here)",
+        False,
+    ),
 )
 
 
 def all_rows(os_packages: bool = True) -> list[tuple[str, str, bool]]:
     """ROWS with the OS lock's rows after the offline ones, for a target with os_packages."""
-    return ([r for r in ROWS if not r[2]] + (list(OS_ROWS) if os_packages else []) + [r for r in ROWS if r[2]])
+    return [r for r in ROWS if not r[2]] + (list(OS_ROWS) if os_packages else []) + [r for r in ROWS if r[2]]
 
 
 def table_markdown() -> str:
@@ -149,8 +198,10 @@ class Verifier:
         return "image.json names this SBOM and this provenance (sha256)"
 
     def checked(self) -> str:
-        _need(self.record.checks == "passed",
-              f"the image was never checked (built with --no-checks: checks {self.record.checks!r}); run `build test`")
+        _need(
+            self.record.checks == "passed",
+            f"the image was never checked (built with --no-checks: checks {self.record.checks!r}); run `build test`",
+        )
         return "the recorded image passed its checks before it was recorded"
 
     def lock_pinned(self) -> str:
@@ -174,8 +225,10 @@ class Verifier:
 
     def os_lock_record(self) -> str:
         got = sha256_file(self.os_lock) if self.os_lock.exists() else "missing"
-        _need(got == self.record.os_lock_sha256,
-              f"{self.os_lock.name} sha256 {got[:16]} != image.json {str(self.record.os_lock_sha256)[:16]}")
+        _need(
+            got == self.record.os_lock_sha256,
+            f"{self.os_lock.name} sha256 {got[:16]} != image.json {str(self.record.os_lock_sha256)[:16]}",
+        )
         return f"{self.os_lock.name} sha256 matches"
 
     def os_lock_sbom(self) -> str:
@@ -184,8 +237,11 @@ class Verifier:
         for c in doc.get("components", []):
             if c.get("purl", "").startswith("pkg:deb/"):
                 arch = re.search(r"[?&]arch=([^&]+)", c["purl"])
-                debs[c.get("name")] = (c.get("version"), arch and arch.group(1),
-                                       sorted(h["content"] for h in c.get("hashes", [])))
+                debs[c.get("name")] = (
+                    c.get("version"),
+                    arch and arch.group(1),
+                    sorted(h["content"] for h in c.get("hashes", [])),
+                )
         try:
             entries = oslock.read(self.os_lock)
         except BuilderError as exc:
@@ -199,8 +255,10 @@ class Verifier:
 
     def dockerfile_record(self) -> str:
         got = sha256_file(self.dockerfile) if self.dockerfile.exists() else "missing"
-        _need(got == self.record.dockerfile_sha256,
-              f"Dockerfile sha256 {got[:16]} != image.json {self.record.dockerfile_sha256[:16]}")
+        _need(
+            got == self.record.dockerfile_sha256,
+            f"Dockerfile sha256 {got[:16]} != image.json {self.record.dockerfile_sha256[:16]}",
+        )
         return "Dockerfile sha256 matches"
 
     def lock_record(self) -> str:
@@ -212,26 +270,35 @@ class Verifier:
     def matrix_record(self) -> str:
         r = self.record
         _need(r.target == self.t.name, f"target {r.target!r} != {self.t.name!r}")
-        _need(r.image.startswith(self.t.image.name + "@") and r.image.endswith("@" + r.digest),
-              f"image {r.image} is not {self.t.image.name}@{r.digest}")
+        _need(
+            r.image.startswith(self.t.image.name + "@") and r.image.endswith("@" + r.digest),
+            f"image {r.image} is not {self.t.image.name}@{r.digest}",
+        )
         _need(re.fullmatch(r"sha256:[0-9a-f]{64}", r.digest or "") is not None, f"digest {r.digest!r} is malformed")
         for role in ("build", "runtime"):
             want = getattr(self.t.bases, role).digest
             got = r.bases.get(role, {}).get("digest")
             _need(got == want, f"base {role} {got} != matrix {want}")
-        _need(r.source.get("commit") == self.t.source.commit,
-              f"source commit {r.source.get('commit')} != matrix {self.t.source.commit}")
+        _need(
+            r.source.get("commit") == self.t.source.commit,
+            f"source commit {r.source.get('commit')} != matrix {self.t.source.commit}",
+        )
         _need(r.source.get("url") == self.t.source.url, "source url differs from the matrix")
         recorded = r.source.get("third_party") or {}
         _need(isinstance(recorded, dict), "source.third_party in image.json is not a mapping")
-        _need(set(recorded) == set(self.t.source.third_party),
-              f"third-party sources {sorted(recorded)} != matrix {sorted(self.t.source.third_party)}")
+        _need(
+            set(recorded) == set(self.t.source.third_party),
+            f"third-party sources {sorted(recorded)} != matrix {sorted(self.t.source.third_party)}",
+        )
         for name, spec in self.t.source.third_party.items():
             got = recorded[name] if isinstance(recorded[name], dict) else {}
-            _need((got.get("url"), got.get("commit")) == (spec.url, spec.commit),
-                  f"third party {name} {got.get('url')} @ {got.get('commit')} != matrix {spec.url} @ {spec.commit}")
+            _need(
+                (got.get("url"), got.get("commit")) == (spec.url, spec.commit),
+                f"third party {name} {got.get('url')} @ {got.get('commit')} != matrix {spec.url} @ {spec.commit}",
+            )
         return f"{r.digest[:19]}, bases and commit match the matrix" + (
-            f", {len(recorded)} third-party source(s)" if recorded else "")
+            f", {len(recorded)} third-party source(s)" if recorded else ""
+        )
 
     def record_sbom(self) -> str:
         r = self.record
@@ -244,8 +311,10 @@ class Verifier:
         doc = json.loads(text)
         _need(isinstance(doc, dict), "the SBOM is not a JSON object")
         comp = doc.get("metadata", {}).get("component", {})
-        _need(comp.get("version") == r.digest and f"@{r.digest}" in comp.get("purl", ""),
-              f"SBOM describes {comp.get('version')}, image.json {r.digest}")
+        _need(
+            comp.get("version") == r.digest and f"@{r.digest}" in comp.get("purl", ""),
+            f"SBOM describes {comp.get('version')}, image.json {r.digest}",
+        )
         by_ref = {c.get("bom-ref"): c for c in doc.get("components", [])}
         for role in ("build", "runtime"):
             got = (by_ref.get(f"base:{role}") or {}).get("version")
@@ -270,8 +339,10 @@ class Verifier:
             got = pypi.get(normalize(e.name))
             _need(got is not None, f"{e.name} is in the lock but not in the SBOM")
             _need(got[0] == e.version, f"{e.name}: SBOM {got[0]} != lock {e.version}")
-            _need(len(got[1]) == 1 and got[1][0] in e.hashes,
-                  f"{e.name}: the SBOM's hash (the installed wheel's) is not one of the lock's")
+            _need(
+                len(got[1]) == 1 and got[1][0] in e.hashes,
+                f"{e.name}: the SBOM's hash (the installed wheel's) is not one of the lock's",
+            )
         return f"all {len(entries)} lock entries in the SBOM, same version, installed wheel's hash in the lock"
 
     def _envelope(self):
@@ -288,12 +359,17 @@ class Verifier:
         _need(definition.get("buildType") == want_type, f"buildType {definition.get('buildType')!r} is not {want_type}")
         got = predicate.get("runDetails", {}).get("builder", {}).get("id")
         fixed = os.environ.get(attest.BUILDER_ID_ENV) or self.t.signing.builder_id
-        _need(got == fixed if fixed else attest.builder_id_forms(self.t).fullmatch(str(got)) is not None,
-              f"builder.id {got!r} is not {fixed or 'a workflow of ' + self.t.project_url + ' or the local form'}")
-        tool = {d.get("name"): d for d in predicate.get("runDetails", {}).get("builder", {})
-                .get("builderDependencies", [])}.get("tool", {})
-        _need(str(tool.get("uri", "")).startswith(f"git+{self.t.project_url}"),
-              f"builderDependencies names no tool at {self.t.project_url}")
+        _need(
+            got == fixed if fixed else attest.builder_id_forms(self.t).fullmatch(str(got)) is not None,
+            f"builder.id {got!r} is not {fixed or 'a workflow of ' + self.t.project_url + ' or the local form'}",
+        )
+        tool = {
+            d.get("name"): d for d in predicate.get("runDetails", {}).get("builder", {}).get("builderDependencies", [])
+        }.get("tool", {})
+        _need(
+            str(tool.get("uri", "")).startswith(f"git+{self.t.project_url}"),
+            f"builderDependencies names no tool at {self.t.project_url}",
+        )
 
     def record_provenance(self) -> str:
         r = self.record
@@ -302,9 +378,10 @@ class Verifier:
         _need(doc.get("predicateType") == "https://slsa.dev/provenance/v1", "not an SLSA provenance v1 predicate")
         predicate = doc.get("predicate", {})
         definition = predicate.get("buildDefinition", {})
-        _need(definition.get("externalParameters") == {"target": self.t.name,
-                                                        "matrix": self.t.as_input()},
-              "externalParameters differ from the matrix's entry for this target")
+        _need(
+            definition.get("externalParameters") == {"target": self.t.name, "matrix": self.t.as_input()},
+            "externalParameters differ from the matrix's entry for this target",
+        )
         self._identities(predicate)
         subjects = [s.get("digest", {}).get("sha256") for s in doc.get("subject", [])]
         _need(subjects == [r.digest.removeprefix("sha256:")], f"subject {subjects} != image.json {r.digest}")
@@ -361,31 +438,42 @@ class Verifier:
         r, name = self.record, self.t.image.name
         # $K3_SIGNING_* already reached the matrix (its environment overrides, validated there).
         identity, issuer = signature.resolve_identity(self.t.signing.identity, self.t.signing.issuer, environ={})
-        tag_exists, referrers = signature.registry_probes(lambda ref: engine.registry.raw_manifest(name, ref),
-                                                          lambda d: engine.registry.blob(name, d), r.digest)
+        tag_exists, referrers = signature.registry_probes(
+            lambda ref: engine.registry.raw_manifest(name, ref), lambda d: engine.registry.blob(name, d), r.digest
+        )
         st = signature.signature_status(name, r.digest, identity, issuer, tag_exists=tag_exists, referrers=referrers)
         _need(st.ok(required=identity is not None), f"{st.state}: {st.detail}")
         return f"{st.state}: {st.detail}"
 
     def rows(self, engine=None) -> list[Row]:
         offline = {
-            "matrix <-> Dockerfile": self.matrix_dockerfile, "lock hash-pinned": self.lock_pinned,
-            "image.json <-> audit files": self.record_set, "image checks": self.checked,
-            "Dockerfile <-> image.json": self.dockerfile_record, "lock <-> image.json": self.lock_record,
-            "matrix <-> image.json": self.matrix_record, "image.json <-> SBOM": self.record_sbom,
-            "lock <-> SBOM": self.lock_sbom, "image.json <-> provenance": self.record_provenance,
-            "provenance signed": self.provenance_signed, "provenance signer": self.provenance_signer,
+            "matrix <-> Dockerfile": self.matrix_dockerfile,
+            "lock hash-pinned": self.lock_pinned,
+            "image.json <-> audit files": self.record_set,
+            "image checks": self.checked,
+            "Dockerfile <-> image.json": self.dockerfile_record,
+            "lock <-> image.json": self.lock_record,
+            "matrix <-> image.json": self.matrix_record,
+            "image.json <-> SBOM": self.record_sbom,
+            "lock <-> SBOM": self.lock_sbom,
+            "image.json <-> provenance": self.record_provenance,
+            "provenance signed": self.provenance_signed,
+            "provenance signer": self.provenance_signer,
             "provenance signature": self.provenance_signature,
-            "OS lock hash-pinned": self.os_lock_pinned, "OS lock <-> image.json": self.os_lock_record,
+            "OS lock hash-pinned": self.os_lock_pinned,
+            "OS lock <-> image.json": self.os_lock_record,
             "OS lock <-> SBOM": self.os_lock_sbom,
         }
-        online = {"registry: image": self.registry_image, "registry: SBOM + provenance": self.registry_attachments,
-                  "registry: signature": self.registry_signature}
+        online = {
+            "registry: image": self.registry_image,
+            "registry: SBOM + provenance": self.registry_attachments,
+            "registry: signature": self.registry_signature,
+        }
         rows = all_rows(bool(self.t.os_packages))
         head = [(name, offline[name]) for name, _, _ in ROWS[:2]]
         head += [(name, offline[name]) for name, _, _ in rows if name == "OS lock hash-pinned"]
         try:
-            self.record
+            _ = self.record  # reading it raises _Fail when the record is missing or corrupt
         except _Fail as exc:  # one row says so, not one per link that needs the record
             return self._run(head) + [Row("image.json", False, str(exc))]
         checks = [(name, offline[name]) for name, _, registry in rows if not registry]
@@ -416,6 +504,8 @@ def verify_targets(matrix, names: list[str], engine=None, *, explicit: bool) -> 
             continue
         rows += [(name, row) for row in Verifier(root, matrix.target(name)).rows(engine)]
     if not rows:
-        raise VerifyFailed(f"verify: nothing recorded for {', '.join(names)} (no {contract.RECORD_NAME}); "
-                           "build first, or restore the records from git")
+        raise VerifyFailed(
+            f"verify: nothing recorded for {', '.join(names)} (no {contract.RECORD_NAME}); "
+            "build first, or restore the records from git"
+        )
     return rows

@@ -14,8 +14,8 @@ from __future__ import annotations
 import ast
 from dataclasses import dataclass
 
-from builder.errors import SourceError
 from builder.config.matrix import Extensions
+from builder.errors import SourceError
 
 _CALLS = {"Extension", "CMakeExtension", "RustExtension"}
 _NAME_KEYWORDS = ("name", "target")

@@ -17,9 +17,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from builder.config.matrix import Source, ThirdParty
 from builder.errors import SourceError, Unreachable, failure_kind
 from builder.fsutil import cache_dir, clamp_mtimes
-from builder.config.matrix import Source, ThirdParty
 
 if TYPE_CHECKING:  # GitPython costs ~40 ms to import: only the commands that fetch pay it
     import git
@@ -59,6 +59,7 @@ def _archive_into(repo: git.Repo, commit: str, dest: Path) -> None:
     would need twice its size), and a hostile member (absolute or escaping link, a loop) is one
     SourceError naming it, not a traceback."""
     import git
+
     proc = repo.git.archive("--format=tar", "--end-of-options", commit, as_process=True)
     try:
         with tarfile.open(fileobj=proc.stdout, mode="r|") as tar:
@@ -70,10 +71,13 @@ def _archive_into(repo: git.Repo, commit: str, dest: Path) -> None:
     except tarfile.TarError as exc:  # FilterError (AbsoluteLinkError, ...) and ReadError
         if proc.proc.wait() != 0:  # git failed first: no (or a cut) archive; say why git failed
             err = proc.proc.stderr.read().decode("utf-8", "replace").strip().splitlines()
-            raise SourceError(f"source archive at {commit[:12]}: git archive failed: "
-                              f"{err[-1].removeprefix('fatal: ') if err else 'no output'}") from None
-        raise SourceError(f"source archive at {commit[:12]}: {exc}; refused (a tree may not point outside "
-                          "itself)") from None
+            raise SourceError(
+                f"source archive at {commit[:12]}: git archive failed: "
+                f"{err[-1].removeprefix('fatal: ') if err else 'no output'}"
+            ) from None
+        raise SourceError(
+            f"source archive at {commit[:12]}: {exc}; refused (a tree may not point outside itself)"
+        ) from None
     except git.GitCommandError as exc:
         raise SourceError(f"source archive at {commit[:12]}: git archive failed: {git_reason(exc)}") from None
     finally:
@@ -132,6 +136,7 @@ def _mirror_path(url: str) -> Path:
 def fetch(source: Source) -> PinnedSource:
     """Fetch ``refs/heads/<branch>`` into the mirror; verify the pinned commit is on it."""
     import git
+
     mirror = _mirror_path(source.url)
     repo = git.Repo(mirror) if mirror.exists() else git.Repo.init(mirror, bare=True, mkdir=True)
     ref = f"refs/heads/{source.branch}"
@@ -179,16 +184,21 @@ def commit_time(what: str, epoch: int, now: float | None = None) -> int:
     import datetime as dt
 
     from builder import log
+
     now = time.time() if now is None else now
     if epoch <= now:
         return epoch
     when = dt.datetime.fromtimestamp(epoch, dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
     clock = dt.datetime.fromtimestamp(now, dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
     if epoch > now + CLOCK_SKEW_SECONDS:
-        raise SourceError(f"{what}: the commit is dated {when}, ahead of this host's clock ({clock}) by more than "
-                          f"{CLOCK_SKEW_SECONDS}s; refused: fix the host's clock, or review the commit's date and re-pin")
-    log.warn(f"{what}: the commit is dated {when}, {epoch - now:.0f}s ahead of this host's clock ({clock}): "
-             "is the clock behind?")
+        raise SourceError(
+            f"{what}: the commit is dated {when}, ahead of this host's clock ({clock}) by more than "
+            f"{CLOCK_SKEW_SECONDS}s; refused: fix the host's clock, or review the commit's date and re-pin"
+        )
+    log.warn(
+        f"{what}: the commit is dated {when}, {epoch - now:.0f}s ahead of this host's clock ({clock}): "
+        "is the clock behind?"
+    )
     return epoch
 
 
@@ -260,10 +270,12 @@ def requirement_lines(path: str, data: bytes) -> list[ReqLine]:
         where = f"source requirement file {path}:{first}"
         if "${" in text:
             raise SourceError(f"{where}: ${{...}} expands the host's environment; refused")
-        line = ReqLine(first, last, *(_option_line(where, text) if text.startswith("-")
-                                      else _requirement_line(where, text)))
-        if line.kind == "include" and posixpath.normpath(posixpath.join(posixpath.dirname(path), line.value)) \
-                .startswith(("../", "/")):
+        line = ReqLine(
+            first, last, *(_option_line(where, text) if text.startswith("-") else _requirement_line(where, text))
+        )
+        if line.kind == "include" and posixpath.normpath(
+            posixpath.join(posixpath.dirname(path), line.value)
+        ).startswith(("../", "/")):
             raise SourceError(f"{where}: include {_shown(line.value)} points outside the source tree; refused")
         out.append(line)
     return out
@@ -280,23 +292,34 @@ def _option_line(where: str, text: str) -> tuple[str, str]:
     if name in _INDEX_OPTS:
         rule = {"--no-index": r"", "--trusted-host": r"[A-Za-z0-9.-]+(?::[0-9]{1,5})?"}.get(name, _HTTPS_VALUE)
         if not re.fullmatch(rule, value):
-            raise SourceError(f"{where}: {name} {_shown(value)} is not a plain https:// URL or host (a path or "
-                              "file: URL reads the build host's files); refused")
+            raise SourceError(
+                f"{where}: {name} {_shown(value)} is not a plain https:// URL or host (a path or "
+                "file: URL reads the build host's files); refused"
+            )
         return "index", value
-    raise SourceError(f"{where}: option {_shown(name)} is not accepted in a source requirement file "
-                      "(only -r/-c includes inside the tree; indexes come from the matrix); refused")
+    raise SourceError(
+        f"{where}: option {_shown(name)} is not accepted in a source requirement file "
+        "(only -r/-c includes inside the tree; indexes come from the matrix); refused"
+    )
 
 
 def _requirement_line(where: str, text: str) -> tuple[str, str]:
     m = _REQ_START.match(text)
     spec = text.split(";", 1)[0]
     words = text.split()
-    bad = (not m or spec[m.end():].startswith("@") or "/" in spec or "\\" in spec
-           or re.search(r"\.(whl|zip|tar\.gz|tgz|tar\.bz2)\b", spec)
-           or any(w.startswith("-") and not w.startswith("--hash=") for w in words[1:]))
+    bad = (
+        not m
+        or spec[m.end() :].startswith("@")
+        or "/" in spec
+        or "\\" in spec
+        or re.search(r"\.(whl|zip|tar\.gz|tgz|tar\.bz2)\b", spec)
+        or any(w.startswith("-") and not w.startswith("--hash=") for w in words[1:])
+    )
     if bad:
-        raise SourceError(f"{where}: {_shown(text)} is not a requirement by name and version (a path, URL, direct "
-                          "reference or per-line option reaches outside the tree); refused")
+        raise SourceError(
+            f"{where}: {_shown(text)} is not a requirement by name and version (a path, URL, direct "
+            "reference or per-line option reaches outside the tree); refused"
+        )
     return "requirement", text
 
 
@@ -323,8 +346,11 @@ class PinnedThirdParty:
     submodules: tuple[Submodule, ...]
 
     def to_json(self) -> dict:
-        return {"url": self.url, "commit": self.commit,
-                "submodules": [{"path": s.path, "url": s.url, "commit": s.commit} for s in self.submodules]}
+        return {
+            "url": self.url,
+            "commit": self.commit,
+            "submodules": [{"path": s.path, "url": s.url, "commit": s.commit} for s in self.submodules],
+        }
 
     def export(self, dest: Path) -> Path:
         """The tree as FetchContent would have checked it out (submodules included), mtimes fixed."""
@@ -342,6 +368,7 @@ class PinnedThirdParty:
 
 def _has_commit(repo: git.Repo, commit: str) -> bool:
     import git
+
     try:
         repo.git.cat_file("-e", "--end-of-options", f"{commit}^{{commit}}")
         return True
@@ -351,6 +378,7 @@ def _has_commit(repo: git.Repo, commit: str) -> bool:
 
 def _is_ancestor(repo: git.Repo, ancestor: str, head: str) -> bool:
     import git
+
     try:
         repo.git.merge_base("--is-ancestor", "--end-of-options", ancestor, head)
         return True
@@ -362,13 +390,16 @@ def _commit_repo(url: str, commit: str) -> git.Repo:
     """A mirror of ``url`` that holds ``commit``: fetched by id (GitHub serves any reachable commit),
     else every branch and tag; the commit must exist either way."""
     import git
+
     mirror = _mirror_path(url)
     repo = git.Repo(mirror) if mirror.exists() else git.Repo.init(mirror, bare=True, mkdir=True)
     if _has_commit(repo, commit):
         return repo
     # `--` first: a URL is never an option (git would run `--upload-pack=<command>` on the host).
-    attempts = (["--depth=1", "--", url, commit],
-                ["--", url, "+refs/heads/*:refs/k3/heads/*", "+refs/tags/*:refs/k3/tags/*"])
+    attempts = (
+        ["--depth=1", "--", url, commit],
+        ["--", url, "+refs/heads/*:refs/k3/heads/*", "+refs/tags/*:refs/k3/tags/*"],
+    )
     reason = ""
     for args in attempts:
         try:
@@ -383,13 +414,17 @@ def _commit_repo(url: str, commit: str) -> git.Repo:
         if _has_commit(repo, commit):
             return repo
     kind = failure_kind(reason, SourceError)
-    raise kind(f"third-party source {_shown(url)}: commit {commit} cannot be fetched"
-               + (f" ({reason})" if reason else "") + "; is the host reachable, and is the commit right?")
+    raise kind(
+        f"third-party source {_shown(url)}: commit {commit} cannot be fetched"
+        + (f" ({reason})" if reason else "")
+        + "; is the host reachable, and is the commit right?"
+    )
 
 
 def _peeled_ref(url: str, ref: str) -> str | None:
     """What a tag or branch name points at on the remote now (annotated tags peeled)."""
     import git
+
     client = git.cmd.Git()
     try:
         with client.custom_environment(**GIT_ENV):
@@ -409,13 +444,17 @@ def _peeled_ref(url: str, ref: str) -> str | None:
 def _relative_url(base: str, rel: str) -> str:
     """A relative submodule URL resolved against the superproject's URL, as git does."""
     scheme, _, rest = base.partition("://")
-    return f"{scheme}://" + posixpath.normpath(posixpath.join(rest.rstrip("/"), rel)).lstrip("/") \
-        if scheme != "file" else "file://" + posixpath.normpath(posixpath.join(rest.rstrip("/"), rel))
+    return (
+        f"{scheme}://" + posixpath.normpath(posixpath.join(rest.rstrip("/"), rel)).lstrip("/")
+        if scheme != "file"
+        else "file://" + posixpath.normpath(posixpath.join(rest.rstrip("/"), rel))
+    )
 
 
 def _gitmodules(repo: git.Repo, commit: str) -> list[dict[str, str]]:
     """The ``submodule.<name>.path/url`` entries of ``commit``'s .gitmodules (none without one)."""
     import git
+
     try:
         # -z: a value with a newline in it cannot forge a second entry.
         listing = repo.git.config("-z", f"--blob={commit}:.gitmodules", "--list")
@@ -437,19 +476,24 @@ def _tree_url(owner: str, parent_url: str, path: str, url: str) -> str:
     from pydantic import TypeAdapter, ValidationError
 
     from builder.config.matrix import GitUrl, RelPath
+
     where = f"third-party source {owner}: submodule {_shown(path)} in .gitmodules"
     try:
         TypeAdapter(RelPath).validate_python(path)
     except ValidationError:
-        raise SourceError(f"{where}: the path is not a relative path inside the tree (no '..', no leading "
-                          "'/'); refused: a tree is untrusted input") from None
+        raise SourceError(
+            f"{where}: the path is not a relative path inside the tree (no '..', no leading "
+            "'/'); refused: a tree is untrusted input"
+        ) from None
     if url.startswith("../") or url.startswith("./"):
         url = _relative_url(parent_url, url)
     try:
         TypeAdapter(GitUrl).validate_python(url)
     except ValidationError:
-        raise SourceError(f"{where}: url {_shown(url)} is not an https:// or file:// git URL without credentials, "
-                          "quotes, spaces or shell characters; refused: a tree is untrusted input") from None
+        raise SourceError(
+            f"{where}: url {_shown(url)} is not an https:// or file:// git URL without credentials, "
+            "quotes, spaces or shell characters; refused: a tree is untrusted input"
+        ) from None
     if url.startswith("file://") and not parent_url.startswith("file://"):
         raise SourceError(f"{where}: url {_shown(url)} is a host path under an https:// source; refused")
     return url
@@ -458,6 +502,7 @@ def _tree_url(owner: str, parent_url: str, path: str, url: str) -> str:
 def _shown(value: str, limit: int = 80) -> str:
     """Untrusted text in a message: redacted first (a credential is never cut in half), then cut."""
     from builder.log import shown
+
     return shown(value, limit)
 
 
@@ -490,14 +535,16 @@ def fetch_third_party(name: str, spec: ThirdParty, pinned: PinnedSource) -> Pinn
     if declared is None or spec.ref.encode() not in declared:
         raise SourceError(
             f"source at {pinned.commit[:12]}: {spec.declared_in} no longer names {spec.ref!r} for third-party "
-            f"{name!r}; the source moved this dependency: re-pin source.third_party.{name} (ref and commit)")
+            f"{name!r}; the source moved this dependency: re-pin source.third_party.{name} (ref and commit)"
+        )
     if not _HEX40.fullmatch(spec.ref):
         # A tag or branch is mutable: it must still point at the pinned commit.
         now = _peeled_ref(spec.url, spec.ref)
         if now != spec.commit:
             raise SourceError(
                 f"third-party source {spec.url}: {spec.ref!r} points at {now or 'nothing'}, the matrix pins "
-                f"{spec.commit} (source.third_party.{name}.commit); a moved tag is a new input: review and re-pin")
+                f"{spec.commit} (source.third_party.{name}.commit); a moved tag is a new input: review and re-pin"
+            )
     elif spec.ref != spec.commit:
         raise SourceError(f"source.third_party.{name}: ref {spec.ref} is a commit, so commit must equal it")
     repo = _commit_repo(spec.url, spec.commit)
@@ -507,8 +554,9 @@ def fetch_third_party(name: str, spec: ThirdParty, pinned: PinnedSource) -> Pinn
         try:
             commit.tree / spec.subdir
         except KeyError:
-            raise SourceError(f"source.third_party.{name}.subdir: {spec.subdir!r} is not in {spec.url} "
-                              f"at {spec.commit[:12]}") from None
+            raise SourceError(
+                f"source.third_party.{name}.subdir: {spec.subdir!r} is not in {spec.url} at {spec.commit[:12]}"
+            ) from None
     epoch = commit_time(f"third-party source {name} at {spec.commit[:12]}", int(commit.committed_date))
     return PinnedThirdParty(name, spec.url, spec.commit, epoch, tuple(subs))
 
@@ -518,6 +566,7 @@ def fetch_all_third_party(source: Source, pinned: PinnedSource) -> dict[str, Pin
 
 
 # --- the source as published on PyPI (for the lock rehearsal on machines without the git host) ---
+
 
 @dataclass(frozen=True)
 class SdistSource:
@@ -572,9 +621,13 @@ def sdist_source(source: Source, index_json: str = "https://pypi.org/pypi") -> S
                 if data is not None:
                     contents[posixpath.normpath(member.name.split("/", 1)[1])] = data.read()
     version_py = contents.get(f"{source.package}/_version.py", b"").decode("utf-8", "replace")
-    m = re.search(r"commit_id\s*=\s*commit_id\s*=\s*'g?([0-9a-f]{7,40})'|commit_id\s*=\s*'g?([0-9a-f]{7,40})'", version_py)
+    m = re.search(
+        r"commit_id\s*=\s*commit_id\s*=\s*'g?([0-9a-f]{7,40})'|commit_id\s*=\s*'g?([0-9a-f]{7,40})'", version_py
+    )
     sdist_commit = (m.group(1) or m.group(2)) if m else None
     if not sdist_commit or not source.commit.startswith(sdist_commit):
-        raise SourceError(f"{meta['filename']}: its _version.py names commit {sdist_commit or '(none)'}, the matrix "
-                          f"pins {source.commit}; the sdist is not the pinned source")
+        raise SourceError(
+            f"{meta['filename']}: its _version.py names commit {sdist_commit or '(none)'}, the matrix "
+            f"pins {source.commit}; the sdist is not the pinned source"
+        )
     return SdistSource(source.commit, contents, url)

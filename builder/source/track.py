@@ -12,11 +12,11 @@ from pathlib import Path
 import git
 import ruamel.yaml
 
+from builder.config.matrix import Matrix, parse
 from builder.dockerfile import render
-from builder.source import pinned as source
 from builder.errors import ConfigError, SourceError, Unreachable, is_network_failure
 from builder.fsutil import atomic_write
-from builder.config.matrix import Matrix, parse
+from builder.source import pinned as source
 
 FILE_URLS_ENV = "K3_ALLOW_FILE_URLS"  # tests and local mirrors only
 
@@ -38,9 +38,16 @@ class TrackResult:
         return self.old != self.new
 
     def to_json(self) -> dict:
-        return {"target": self.target, "branch": self.branch, "old": self.old, "new": self.new,
-                "moved": self.moved, "updated": self.updated, "subjects": self.subjects,
-                "third_party_changed": self.third_party_changed}
+        return {
+            "target": self.target,
+            "branch": self.branch,
+            "old": self.old,
+            "new": self.new,
+            "moved": self.moved,
+            "updated": self.updated,
+            "subjects": self.subjects,
+            "third_party_changed": self.third_party_changed,
+        }
 
 
 def remote_head(url: str, branch: str) -> str:
@@ -86,8 +93,10 @@ def _commit_line(text: str, target: str, old: str) -> int:
         src = doc["targets"][target]["source"]
         line = src.lc.value("commit")[0]
     except (KeyError, TypeError):
-        raise ConfigError(f"targets.{target}.source.commit: not written in the target's own entry; "
-                          "track moves only a pin the target spells out") from None
+        raise ConfigError(
+            f"targets.{target}.source.commit: not written in the target's own entry; "
+            "track moves only a pin the target spells out"
+        ) from None
     if old not in text.splitlines()[line]:
         raise ConfigError(f"targets.{target}.source.commit: the pin is not on one line; edit it by hand")
     return line
@@ -112,8 +121,10 @@ def track(matrix_path: Path, matrix: Matrix, name: str, *, check: bool) -> Track
     except git.GitCommandError:
         reachable = False
     if not reachable:
-        raise SourceError(f"source {t.source.url}: {t.source.branch} was rewritten: the pin {old[:12]} is not "
-                          f"an ancestor of the new head {new[:12]} (force-push?); review and re-pin by hand")
+        raise SourceError(
+            f"source {t.source.url}: {t.source.branch} was rewritten: the pin {old[:12]} is not "
+            f"an ancestor of the new head {new[:12]} (force-push?); review and re-pin by hand"
+        )
     result.subjects = repo.git.log("--format=%h %s", f"{old}..{new}").splitlines()
     result.third_party_changed = third_party_changes(t, repo, new)
     if check:

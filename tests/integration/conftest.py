@@ -12,8 +12,8 @@ import subprocess
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 from pathlib import Path
 
 import pytest
@@ -22,12 +22,14 @@ from tests.conftest import REPO
 
 REGISTRY = "127.0.0.1:5000"
 BUILD = str(REPO / ".venv" / "bin" / "build")
-MANIFEST_TYPES = ", ".join([
-    "application/vnd.oci.image.manifest.v1+json",
-    "application/vnd.docker.distribution.manifest.v2+json",
-    "application/vnd.oci.image.index.v1+json",
-    "application/vnd.docker.distribution.manifest.list.v2+json",
-])
+MANIFEST_TYPES = ", ".join(
+    [
+        "application/vnd.oci.image.manifest.v1+json",
+        "application/vnd.docker.distribution.manifest.v2+json",
+        "application/vnd.oci.image.index.v1+json",
+        "application/vnd.docker.distribution.manifest.list.v2+json",
+    ]
+)
 
 
 @dataclass
@@ -44,8 +46,9 @@ def cli(*args: str, cwd: Path | None = None, env: dict | None = None) -> Run:
 
 def registry_digest(repository: str, reference: str) -> str | None:
     """Ask the registry itself (HTTP API v2), independently of the tool and of buildx."""
-    req = urllib.request.Request(f"http://{REGISTRY}/v2/{repository}/manifests/{reference}", method="HEAD",
-                                 headers={"Accept": MANIFEST_TYPES})
+    req = urllib.request.Request(
+        f"http://{REGISTRY}/v2/{repository}/manifests/{reference}", method="HEAD", headers={"Accept": MANIFEST_TYPES}
+    )
     try:
         with urllib.request.urlopen(req, timeout=10) as resp:
             return resp.headers["Docker-Content-Digest"]
@@ -83,13 +86,16 @@ class LocalRegistry:
         auth = f"auth:\n  htpasswd:\n    realm: k3-test\n    path: {htpasswd}\n" if htpasswd else ""
         name = self.address.replace(":", "-")
         self.config = root / f"{name}.yml"
-        self.config.write_text(f"version: 0.1\nlog:\n  level: error\nstorage:\n  filesystem:\n    rootdirectory: "
-                               f"{root / name}\n  delete:\n    enabled: true\nhttp:\n  addr: {self.address}\n{auth}")
+        self.config.write_text(
+            f"version: 0.1\nlog:\n  level: error\nstorage:\n  filesystem:\n    rootdirectory: "
+            f"{root / name}\n  delete:\n    enabled: true\nhttp:\n  addr: {self.address}\n{auth}"
+        )
         self.proc: subprocess.Popen | None = None
 
     def start(self) -> None:
-        self.proc = subprocess.Popen(["docker-registry", "serve", str(self.config)], stdout=subprocess.DEVNULL,
-                                     stderr=subprocess.DEVNULL)
+        self.proc = subprocess.Popen(
+            ["docker-registry", "serve", str(self.config)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+        )
         for _ in range(200):
             try:
                 urllib.request.urlopen(f"http://{self.address}/v2/", timeout=1).close()
@@ -117,7 +123,7 @@ class Smoke:
     def record(self) -> Path:
         return self.root / "locks" / "smoke" / "image.json"
 
-    def copy(self, dest: Path) -> "Smoke":
+    def copy(self, dest: Path) -> Smoke:
         """An independent checkout of the same target (same source repo, registry repository)."""
         dest.mkdir(parents=True)
         shutil.copy(self.matrix, dest / "matrix.yaml")
@@ -126,7 +132,7 @@ class Smoke:
                 shutil.copytree(self.root / sub, dest / sub)
         return Smoke(dest, dest / "matrix.yaml", self.repository)
 
-    def variant(self, dest: Path, tag: str, change: Callable[[str], str] = lambda text: text) -> "Smoke":
+    def variant(self, dest: Path, tag: str, change: Callable[[str], str] = lambda text: text) -> Smoke:
         """A copy whose matrix text went through ``change``, under an image tag of its own (the
         shared ``smoke`` tag is left alone), rendered."""
         work = self.copy(dest)

@@ -23,17 +23,26 @@ from builder.config import contract
 from tests.integration.conftest import REGISTRY, cli
 from tests.integration.test_compile_cache import PASSWORD, _remote_target, redis  # noqa: F401 (fixture)
 
-GIT_ENV = {"GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@example.org", "GIT_COMMITTER_NAME": "t",
-           "GIT_COMMITTER_EMAIL": "t@example.org", "PATH": "/usr/bin:/bin"}
+GIT_ENV = {
+    "GIT_AUTHOR_NAME": "t",
+    "GIT_AUTHOR_EMAIL": "t@example.org",
+    "GIT_COMMITTER_NAME": "t",
+    "GIT_COMMITTER_EMAIL": "t@example.org",
+    "PATH": "/usr/bin:/bin",
+}
 
 
 def _commit(clone: Path, path: str, addition: str, when: str) -> str:
     file = clone / path
     file.write_text(file.read_text() + addition)
-    subprocess.run(["git", "-C", str(clone), "commit", "-qam", f"bump {path}"], check=True,
-                   env={**GIT_ENV, "GIT_COMMITTER_DATE": when, "GIT_AUTHOR_DATE": when})
-    return subprocess.run(["git", "-C", str(clone), "rev-parse", "HEAD"], capture_output=True, text=True,
-                          check=True).stdout.strip()
+    subprocess.run(
+        ["git", "-C", str(clone), "commit", "-qam", f"bump {path}"],
+        check=True,
+        env={**GIT_ENV, "GIT_COMMITTER_DATE": when, "GIT_AUTHOR_DATE": when},
+    )
+    return subprocess.run(
+        ["git", "-C", str(clone), "rev-parse", "HEAD"], capture_output=True, text=True, check=True
+    ).stdout.strip()
 
 
 def _pin(work, commit: str) -> None:
@@ -44,24 +53,39 @@ def _pin(work, commit: str) -> None:
 
 
 def _build(work, url: str) -> dict:
-    r = cli("--json", "--matrix", str(work.matrix), "--target", "smoke", "--force", "--no-cache", "--no-checks",
-            "--compile-cache", url)
+    r = cli(
+        "--json",
+        "--matrix",
+        str(work.matrix),
+        "--target",
+        "smoke",
+        "--force",
+        "--no-cache",
+        "--no-checks",
+        "--compile-cache",
+        url,
+    )
     assert r.code == 0, r.err[-3000:]
     return json.loads(r.out)["builds"][0]
 
 
 def _layers(work, image: str) -> dict[str, str]:
     """Layer name -> digest for the layers above the runtime base, in the order the image has them."""
+
     def raw(ref):
-        return json.loads(subprocess.run(["docker", "buildx", "imagetools", "inspect", "--raw", ref],
-                                         capture_output=True, text=True, check=True).stdout)["layers"]
+        return json.loads(
+            subprocess.run(
+                ["docker", "buildx", "imagetools", "inspect", "--raw", ref], capture_output=True, text=True, check=True
+            ).stdout
+        )["layers"]
+
     base = re.search(r"runtime: (\S+)", work.matrix.read_text()).group(1)
-    above = raw(image)[len(raw(base)):]
+    above = raw(image)[len(raw(base)) :]
     # The OS layer (os_packages) comes first above the runtime base, when the target has one.
     os_layer = ["os"] if "\n    os_packages:\n" in work.matrix.read_text() else []
     names = [*os_layer, "base", "cuda", "torch", "flashinfer", "deps", *contract.APP_LAYERS]
     assert len(above) == len(names), (len(above), names)
-    return dict(zip(names, (layer["digest"] for layer in above)))
+    return dict(zip(names, (layer["digest"] for layer in above), strict=False))
 
 
 def _changed(before: dict[str, str], after: dict[str, str]) -> list[str]:
@@ -102,6 +126,7 @@ def _assert_split(native: dict, python: dict) -> None:
         if found[0][:4] == importlib.util.MAGIC_NUMBER:  # source_hash is keyed by the interpreter's magic
             assert found[0][8:16] == importlib.util.source_hash(python[path])
 
+
 def test_python_only_and_c_only_bumps_each_move_one_app_layer(built, tmp_path, redis):  # noqa: F811
     smoke, _ = built
     host, port = redis
@@ -111,8 +136,12 @@ def test_python_only_and_c_only_bumps_each_move_one_app_layer(built, tmp_path, r
     clone = tmp_path / "src"
     subprocess.run(["git", "clone", "-q", source_url, str(clone)], check=True)
     work.matrix.write_text(work.matrix.read_text().replace(f"url: file://{source_url}\n", f"url: file://{clone}\n", 1))
-    _pin(work, subprocess.run(["git", "-C", str(clone), "rev-parse", "HEAD"], capture_output=True, text=True,
-                              check=True).stdout.strip())
+    _pin(
+        work,
+        subprocess.run(
+            ["git", "-C", str(clone), "rev-parse", "HEAD"], capture_output=True, text=True, check=True
+        ).stdout.strip(),
+    )
     first = _build(work, url)  # fills the cache
     assert first["compile_cache"]["misses"] > 0
 
@@ -121,8 +150,10 @@ def test_python_only_and_c_only_bumps_each_move_one_app_layer(built, tmp_path, r
     assert py_bump["compile_cache"]["misses"] == 0 and py_bump["compile_cache"]["hits"] > 0
     assert _changed(_layers(work, first["image"]), _layers(work, py_bump["image"])) == ["app-python"]
 
-    _pin(work, _commit(clone, "csrc/driver.c", 'const char k3_bump_note[] = "a C-only bump";\n',
-                       "2026-11-04T00:00:00+00:00"))
+    _pin(
+        work,
+        _commit(clone, "csrc/driver.c", 'const char k3_bump_note[] = "a C-only bump";\n', "2026-11-04T00:00:00+00:00"),
+    )
     c_bump = _build(work, url)
     assert c_bump["compile_cache"]["misses"] > 0
     layers = _layers(work, c_bump["image"])
@@ -131,8 +162,12 @@ def test_python_only_and_c_only_bumps_each_move_one_app_layer(built, tmp_path, r
 
     # The image's own user (uid 2000, PYTHONDONTWRITEBYTECODE=1) imports from that bytecode.
     run = ["docker", "run", "--rm", "--network", "none", "-e", "LD_LIBRARY_PATH=/usr/local/cuda/compat"]
-    verbose = subprocess.run([*run, "--entrypoint", "python", c_bump["image"], "-v", "-c", "import k3smoke"],
-                             capture_output=True, text=True, check=True).stderr
+    verbose = subprocess.run(
+        [*run, "--entrypoint", "python", c_bump["image"], "-v", "-c", "import k3smoke"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stderr
     assert re.search(r"k3smoke/__pycache__/__init__\.cpython-\d+\.pyc matches .*k3smoke/__init__\.py", verbose)
 
     # The C-only bump's image, rebuilt from nothing (no cache, offline compile stage): same digest.

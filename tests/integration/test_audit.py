@@ -14,17 +14,18 @@ import time
 
 import pytest
 
-from builder.pipeline import imagediff
-from builder.records import provsign
 from builder.engine.buildx import DockerEngine
 from builder.engine.registry import OCI_INDEX, Registry
+from builder.pipeline import imagediff
+from builder.records import provsign
 from tests.conftest import REPO
 from tests.integration.conftest import REGISTRY, cli
 
 
 def _rows(stderr: str) -> dict[str, bool]:
-    return {m.group(2).strip(): m.group(1) == "ok" for m in
-            re.finditer(r"^(ok|FAIL)\s+\S+\s+(.+?)\s{2,}", stderr, re.M)}
+    return {
+        m.group(2).strip(): m.group(1) == "ok" for m in re.finditer(r"^(ok|FAIL)\s+\S+\s+(.+?)\s{2,}", stderr, re.M)
+    }
 
 
 def test_sbom_and_provenance_are_recorded_and_attached(built):
@@ -48,8 +49,10 @@ def test_sbom_and_provenance_are_recorded_and_attached(built):
         assert deps[f"base:{role}"]["uri"] == by_ref[f"base:{role}"]["purl"]
         assert "&tag=" in deps[f"base:{role}"]["uri"] and ":" not in deps[f"base:{role}"]["uri"].split("/")[-1]
     wheel = _installed_hash(smoke.root)
-    assert any(d["digest"] == {"sha256": wheel} and d["uri"].startswith("pkg:pypi/nvidia-cuda-runtime-cu12@12.9.79")
-               for d in deps.values())
+    assert any(
+        d["digest"] == {"sha256": wheel} and d["uri"].startswith("pkg:pypi/nvidia-cuda-runtime-cu12@12.9.79")
+        for d in deps.values()
+    )
     assert deps["template:Dockerfile.j2"]["uri"].startswith("git+https://github.com/")
     tool = prov["predicate"]["runDetails"]["builder"]["builderDependencies"][0]
     assert re.fullmatch(r"[0-9a-f]{40}", tool["digest"]["gitCommit"])
@@ -90,30 +93,48 @@ def _installed_hash(root) -> str:
 AUDIT = "image.json <-> audit files"
 TAMPER = {
     # The installed wheel's hash, deliberately: a lock lists several wheels per package.
-    "lock": ("locks/smoke/requirements.txt", lambda t, root: t.replace(_installed_hash(root), "0" * 64),
-             {"lock hash-pinned", "lock <-> image.json", "lock <-> SBOM"}),
-    "sbom": ("locks/smoke/sbom.cdx.json",
-             lambda t, root: t.replace('"version": "12.9.79"', '"version": "12.9.80"', 1),
-             {"lock <-> SBOM", AUDIT}),
-    "record": ("locks/smoke/image.json", lambda t, root: re.sub(r'"digest": "sha256:[0-9a-f]{64}"',
-                                                               '"digest": "sha256:' + "e" * 64 + '"', t, count=1),
-               {"matrix <-> image.json", "image.json <-> SBOM", "image.json <-> provenance", AUDIT}),
+    "lock": (
+        "locks/smoke/requirements.txt",
+        lambda t, root: t.replace(_installed_hash(root), "0" * 64),
+        {"lock hash-pinned", "lock <-> image.json", "lock <-> SBOM"},
+    ),
+    "sbom": (
+        "locks/smoke/sbom.cdx.json",
+        lambda t, root: t.replace('"version": "12.9.79"', '"version": "12.9.80"', 1),
+        {"lock <-> SBOM", AUDIT},
+    ),
+    "record": (
+        "locks/smoke/image.json",
+        lambda t, root: re.sub(r'"digest": "sha256:[0-9a-f]{64}"', '"digest": "sha256:' + "e" * 64 + '"', t, count=1),
+        {"matrix <-> image.json", "image.json <-> SBOM", "image.json <-> provenance", AUDIT},
+    ),
     # Inside the signed payload: the signature no longer verifies either.
-    "provenance": ("locks/smoke/provenance.intoto.json",
-                   lambda t, root: _edit_payload(t, lambda p: re.sub(r'"gitCommit": "[0-9a-f]{40}"',
-                                                                     '"gitCommit": "' + "1" * 40 + '"', p)),
-                   {"image.json <-> provenance", "provenance signature", AUDIT}),
+    "provenance": (
+        "locks/smoke/provenance.intoto.json",
+        lambda t, root: _edit_payload(
+            t, lambda p: re.sub(r'"gitCommit": "[0-9a-f]{40}"', '"gitCommit": "' + "1" * 40 + '"', p)
+        ),
+        {"image.json <-> provenance", "provenance signature", AUDIT},
+    ),
     # A hand-edited OS lock (another version of numactl) fails its body hash and its record.
-    "os-lock": ("locks/smoke/os-packages.txt", lambda t, root: re.sub(r"^numactl \S+", "numactl 9.9-9", t, flags=re.M),
-                {"OS lock hash-pinned", "OS lock <-> image.json", "OS lock <-> SBOM"}),
+    "os-lock": (
+        "locks/smoke/os-packages.txt",
+        lambda t, root: re.sub(r"^numactl \S+", "numactl 9.9-9", t, flags=re.M),
+        {"OS lock hash-pinned", "OS lock <-> image.json", "OS lock <-> SBOM"},
+    ),
     # The SBOM naming another .deb than the lock's (a swapped package) fails the OS lock's row.
-    "swapped-deb": ("locks/smoke/sbom.cdx.json", lambda t, root: t.replace(_deb_hash(root, "numactl"), "f" * 64),
-                    {"OS lock <-> SBOM", AUDIT}),
+    "swapped-deb": (
+        "locks/smoke/sbom.cdx.json",
+        lambda t, root: t.replace(_deb_hash(root, "numactl"), "f" * 64),
+        {"OS lock <-> SBOM", AUDIT},
+    ),
 }
 
 
 def _deb_hash(root, name: str) -> str:
-    line = next(ln for ln in (root / "locks/smoke/os-packages.txt").read_text().splitlines() if ln.startswith(name + " "))
+    line = next(
+        ln for ln in (root / "locks/smoke/os-packages.txt").read_text().splitlines() if ln.startswith(name + " ")
+    )
     return line.rsplit("sha256:", 1)[1]
 
 
@@ -134,8 +155,10 @@ def _resign(text: str, key_dir) -> str:
 # The three signature faults, each with image.json's provenance_sha256 rewritten to match (an
 # attacker who edits both): exactly the fault's own row fails.
 SIGNATURE_FAULTS = {
-    "edited payload": (lambda t, d: _edit_payload(t, lambda p: p.replace('"startedOn": "', '"startedOn": "1', 1)),
-                       "provenance signature"),
+    "edited payload": (
+        lambda t, d: _edit_payload(t, lambda p: p.replace('"startedOn": "', '"startedOn": "1', 1)),
+        "provenance signature",
+    ),
     "wrong key": (_resign, "provenance signer"),
     "missing signature": (lambda t, d: json.dumps({**json.loads(t), "signatures": []}), "provenance signed"),
 }
@@ -187,8 +210,7 @@ def test_the_readme_hand_check_runs_verbatim(built, tmp_path):
     block = readme.split("<!-- hand-check:begin -->", 1)[1].split("<!-- hand-check:end -->", 1)[0]
     script = block.split("```bash\n", 1)[1].rsplit("```", 1)[0]
     env = {"PATH": os.environ["PATH"], "T": "smoke", "SCHEME": "http", "HOME": os.environ.get("HOME", "/")}
-    proc = subprocess.run(["bash", "-c", script], cwd=smoke.root, env=env, capture_output=True, text=True,
-                          timeout=300)
+    proc = subprocess.run(["bash", "-c", script], cwd=smoke.root, env=env, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert proc.stdout.strip().splitlines()[-1] == "hand check: every link holds"
     # ...and it does fail: an edited SBOM stops it at its sha256.
@@ -221,8 +243,12 @@ def test_verify_registry_catches_a_retagged_image(built, tmp_path):
     base = re.search(r"runtime: (\S+)", work.matrix.read_text()).group(1)
     try:
         # Someone pushes another image over the recorded tag.
-        subprocess.run(["docker", "buildx", "imagetools", "create", "-t", f"{name}:smoke", base],
-                       capture_output=True, text=True, check=True)
+        subprocess.run(
+            ["docker", "buildx", "imagetools", "create", "-t", f"{name}:smoke", base],
+            capture_output=True,
+            text=True,
+            check=True,
+        )
         r = cli("--matrix", str(work.matrix), "verify", "--target", "smoke", "--registry")
         assert r.code == 1
         failed = {k for k, ok in _rows(r.err).items() if not ok}
@@ -243,8 +269,13 @@ def test_imagediff_reports_files_that_differ(built, tmp_path):
     for variant in ("a", "b"):
         meta = tmp_path / f"{variant}.json"
         dockerfile = f"FROM {base}\nRUN echo {variant} > /diff-me && mkdir -p /same\n"
-        subprocess.run(["docker", "buildx", "build", "--push", "-t", f"{name}:diff-{variant}", "--metadata-file",
-                        str(meta), "-"], input=dockerfile, text=True, capture_output=True, check=True)
+        subprocess.run(
+            ["docker", "buildx", "build", "--push", "-t", f"{name}:diff-{variant}", "--metadata-file", str(meta), "-"],
+            input=dockerfile,
+            text=True,
+            capture_output=True,
+            check=True,
+        )
         digests.append(json.loads(meta.read_text())["containerimage.digest"])
     lines = imagediff.diff_images(DockerEngine(), name, digests[0], digests[1])
     text = "\n".join(lines)

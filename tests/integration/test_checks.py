@@ -24,8 +24,9 @@ SITE = "/opt/k3/venv/lib/python3.11/site-packages"
 CUDART = f"{SITE}/nvidia/cuda_runtime/lib/libcudart.so.12"
 # A real CUDA runtime of another 12.x release from PyPI (its libcudart reports 12080), copied over
 # the image's 12.9 one: the file name still says CUDA 12, only the version differs.
-CUDART_12_8 = ("nvidia-cuda-runtime-cu12==12.8.90 "
-               "--hash=sha256:adade8dcbd0edf427b7204d480d6066d33902cab2a4707dcfc48a2d0fd44ab90")
+CUDART_12_8 = (
+    "nvidia-cuda-runtime-cu12==12.8.90 --hash=sha256:adade8dcbd0edf427b7204d480d6066d33902cab2a4707dcfc48a2d0fd44ab90"
+)
 NCCL, OTHER_NCCL = "2.16.2", "2.16.5"  # a real NCCL wheel from PyPI (nvidia-nccl-cu12), and a pin the image lacks
 
 # name: (Dockerfile lines after FROM <smoke>, the checks that fail, text in one failure message)
@@ -34,45 +35,77 @@ VARIANTS = {
     "expired": ('LABEL "io.k3-cu129.expires"="2020-01-01"', {"expiry"}, "the image has expired"),
     # Every k3smoke module imports _C first (as vLLM's model code needs its ops), so its Python tree
     # and its CLI fail with it, each saying so.
-    "no-kernel": (f"USER 0\nRUN rm -f {SITE}/k3smoke/_C.*.so\nUSER 2000:2000",
-                  {"compiled_modules", "ops_registered", "python_trees", "recipe_cli"}, "k3smoke._C: ImportError"),
-    "cuda13": (f"USER 0\nRUN cp {CUDART} /usr/lib/x86_64-linux-gnu/libcudart.so.13"
-               "\nUSER 2000:2000", {"no_other_cuda_major"}, "libcudart.so.13"),
-    "cuda12.8": (f"COPY libcudart.so.12 {CUDART}", {"cuda_runtime"},
-                 f"expected cudaRuntimeGetVersion() == 12090 (CUDA 12.9), found 12080 at {CUDART}"),
-    "world-writable": (f"USER 0\nRUN chmod 0666 {SITE}/k3smoke/__init__.py\nUSER 2000:2000",
-                       {"no_world_writable"}, "k3smoke/__init__.py"),
+    "no-kernel": (
+        f"USER 0\nRUN rm -f {SITE}/k3smoke/_C.*.so\nUSER 2000:2000",
+        {"compiled_modules", "ops_registered", "python_trees", "recipe_cli"},
+        "k3smoke._C: ImportError",
+    ),
+    "cuda13": (
+        f"USER 0\nRUN cp {CUDART} /usr/lib/x86_64-linux-gnu/libcudart.so.13\nUSER 2000:2000",
+        {"no_other_cuda_major"},
+        "libcudart.so.13",
+    ),
+    "cuda12.8": (
+        f"COPY libcudart.so.12 {CUDART}",
+        {"cuda_runtime"},
+        f"expected cudaRuntimeGetVersion() == 12090 (CUDA 12.9), found 12080 at {CUDART}",
+    ),
+    "world-writable": (
+        f"USER 0\nRUN chmod 0666 {SITE}/k3smoke/__init__.py\nUSER 2000:2000",
+        {"no_world_writable"},
+        "k3smoke/__init__.py",
+    ),
     "root": ("USER 0:0", {"non_root"}, "expected a non-root default user, found 0:0"),
-    "unlocked": (f"USER 0\nRUN mkdir {SITE}/extra_pkg-1.0.dist-info && printf 'Metadata-Version: 2.1\\nName: extra-pkg"
-                 f"\\nVersion: 1.0\\n' > {SITE}/extra_pkg-1.0.dist-info/METADATA\nUSER 2000:2000",
-                 {"lock_contents"}, "extra-pkg 1.0: not in the lock"),
-    "wrong-label": ('LABEL "io.k3-cu129.owner"="someone-else@example.org"', {"labels"},
-                    "io.k3-cu129.owner: expected 'gpu-platform@example.org', found 'someone-else@example.org'"),
+    "unlocked": (
+        f"USER 0\nRUN mkdir {SITE}/extra_pkg-1.0.dist-info && printf 'Metadata-Version: 2.1\\nName: extra-pkg"
+        f"\\nVersion: 1.0\\n' > {SITE}/extra_pkg-1.0.dist-info/METADATA\nUSER 2000:2000",
+        {"lock_contents"},
+        "extra-pkg 1.0: not in the lock",
+    ),
+    "wrong-label": (
+        'LABEL "io.k3-cu129.owner"="someone-else@example.org"',
+        {"labels"},
+        "io.k3-cu129.owner: expected 'gpu-platform@example.org', found 'someone-else@example.org'",
+    ),
     # The source's package now declares a requirement its environment does not meet: a dependency
     # conflict only `pip check` sees (every name and version still equals the lock).
-    "pip-conflict": (f"USER 0\nRUN sed -i '/^Version:/a Requires-Dist: packaging>=999' "
-                     f"{SITE}/k3smoke-0.1.0+cu129.dist-info/METADATA\nUSER 2000:2000", {"pip_check"},
-                     "has requirement packaging>=999, but you have packaging"),
+    "pip-conflict": (
+        f"USER 0\nRUN sed -i '/^Version:/a Requires-Dist: packaging>=999' "
+        f"{SITE}/k3smoke-0.1.0+cu129.dist-info/METADATA\nUSER 2000:2000",
+        {"pip_check"},
+        "has requirement packaging>=999, but you have packaging",
+    ),
     # A Python file in the tree the CMake install step put into the wheel, importing a package the
     # image lacks: what FA4's cute files do when their imports are not rewritten.
-    "stray-import": (f"USER 0\nRUN printf 'from k3kernels_py.norms import rms_norm\\n' > "
-                     f"{SITE}/k3smoke/kernels_py/stray.py\nUSER 2000:2000", {"python_trees"},
-                     "k3smoke.kernels_py.stray: ModuleNotFoundError: No module named 'k3kernels_py'"),
+    "stray-import": (
+        f"USER 0\nRUN printf 'from k3kernels_py.norms import rms_norm\\n' > "
+        f"{SITE}/k3smoke/kernels_py/stray.py\nUSER 2000:2000",
+        {"python_trees"},
+        "k3smoke.kernels_py.stray: ModuleNotFoundError: No module named 'k3kernels_py'",
+    ),
     # An extension that needs the CUDA 13 runtime (PyPI's torchcodec does): linked against a stub
     # with that soname, the stub then removed, so only the NEEDED entry is left.
-    "needs-cudart13": ("USER 0\nRUN printf 'int k3_v13(void) { return 13; }\\n' > /tmp/s.c "
-                       "&& gcc -shared -fPIC -Wl,-soname,libcudart.so.13 -o /tmp/libcudart.so.13 /tmp/s.c "
-                       "&& printf 'int k3_use(void) { return 0; }\\n' > /tmp/u.c "
-                       f"&& gcc -shared -fPIC -o {SITE}/k3smoke/_uses13.so /tmp/u.c -Wl,--no-as-needed /tmp/libcudart.so.13 "
-                       "&& rm -f /tmp/s.c /tmp/u.c /tmp/libcudart.so.13\nUSER 2000:2000", {"shared_libraries"},
-                       f"{SITE}/k3smoke/_uses13.so needs libcudart.so.13, a CUDA 13 library"),
+    "needs-cudart13": (
+        "USER 0\nRUN printf 'int k3_v13(void) { return 13; }\\n' > /tmp/s.c "
+        "&& gcc -shared -fPIC -Wl,-soname,libcudart.so.13 -o /tmp/libcudart.so.13 /tmp/s.c "
+        "&& printf 'int k3_use(void) { return 0; }\\n' > /tmp/u.c "
+        f"&& gcc -shared -fPIC -o {SITE}/k3smoke/_uses13.so /tmp/u.c -Wl,--no-as-needed /tmp/libcudart.so.13 "
+        "&& rm -f /tmp/s.c /tmp/u.c /tmp/libcudart.so.13\nUSER 2000:2000",
+        {"shared_libraries"},
+        f"{SITE}/k3smoke/_uses13.so needs libcudart.so.13, a CUDA 13 library",
+    ),
     # FA4's developer-mode symlink: the third-party tree as it was mounted during the compile.
-    "dangling-link": (f"USER 0\nRUN ln -s /third_party/k3kernels/python/k3kernels_py {SITE}/k3smoke/kernels_dev"
-                      "\nUSER 2000:2000", {"image_hygiene"},
-                      f"symlink {SITE}/k3smoke/kernels_dev -> /third_party/k3kernels/python/k3kernels_py dangles"),
+    "dangling-link": (
+        f"USER 0\nRUN ln -s /third_party/k3kernels/python/k3kernels_py {SITE}/k3smoke/kernels_dev\nUSER 2000:2000",
+        {"image_hygiene"},
+        f"symlink {SITE}/k3smoke/kernels_dev -> /third_party/k3kernels/python/k3kernels_py dangles",
+    ),
     # A later layer that replaces a file of the OS layer: numactl is no longer the package's.
-    "os-layer": ("USER 0\nRUN printf '#!/bin/sh\\nexit 3\\n' > /usr/bin/numactl\nUSER 2000:2000", {"os_packages"},
-                 "numactl: /usr/bin/numactl differs from the package"),
+    "os-layer": (
+        "USER 0\nRUN printf '#!/bin/sh\\nexit 3\\n' > /usr/bin/numactl\nUSER 2000:2000",
+        {"os_packages"},
+        "numactl: /usr/bin/numactl differs from the package",
+    ),
 }
 
 
@@ -80,9 +113,30 @@ def _cudart_12_8(into: Path) -> None:
     """libcudart.so.12 out of the hash-checked 12.8.90 wheel from PyPI."""
     req = into / "req.txt"
     req.write_text(CUDART_12_8 + "\n")
-    subprocess.run([sys.executable, "-m", "pip", "download", "--quiet", "--no-deps", "--require-hashes",
-                    "--only-binary", ":all:", "--platform", "manylinux_2_17_x86_64", "--python-version", "3.11",
-                    "-r", str(req), "-d", str(into)], check=True, env=hermetic_env(), capture_output=True)
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "download",
+            "--quiet",
+            "--no-deps",
+            "--require-hashes",
+            "--only-binary",
+            ":all:",
+            "--platform",
+            "manylinux_2_17_x86_64",
+            "--python-version",
+            "3.11",
+            "-r",
+            str(req),
+            "-d",
+            str(into),
+        ],
+        check=True,
+        env=hermetic_env(),
+        capture_output=True,
+    )
     wheel = next(into.glob("nvidia_cuda_runtime_cu12-12.8.90-*.whl"))
     with zipfile.ZipFile(wheel) as z:
         (into / "libcudart.so.12").write_bytes(z.read("nvidia/cuda_runtime/lib/libcudart.so.12"))
@@ -97,8 +151,12 @@ def variants(built, tmp_path_factory):
     for name, (lines, _, _) in VARIANTS.items():
         tag = f"k3-check-variant:{name}-{smoke.repository.rsplit('-', 1)[-1]}"
         (context / "Dockerfile").write_text(f"FROM {ref}\n{lines}\n")
-        subprocess.run(["docker", "buildx", "build", "--load", "-q", "-t", tag, str(context)],
-                       text=True, capture_output=True, check=True)
+        subprocess.run(
+            ["docker", "buildx", "build", "--load", "-q", "-t", tag, str(context)],
+            text=True,
+            capture_output=True,
+            check=True,
+        )
         tags[name] = tag
     yield smoke, tags
     subprocess.run(["docker", "image", "rm", "-f", *tags.values()], capture_output=True)
@@ -140,8 +198,11 @@ def test_each_broken_variant_fails_the_right_check(variants, name):
 def test_a_recipe_naming_an_unknown_parser_fails_recipe_cli_only(built, tmp_path):
     """The image is right, the launch command is not: the CLI's own registry refuses the parser."""
     smoke, ref = built
-    work = smoke.variant(tmp_path / "recipe", "recipe",
-                         lambda text: text.replace("--tool-call-parser k3smoke", "--tool-call-parser k3smoke_k9"))
+    work = smoke.variant(
+        tmp_path / "recipe",
+        "recipe",
+        lambda text: text.replace("--tool-call-parser k3smoke", "--tool-call-parser k3smoke_k9"),
+    )
     r = cli("--matrix", str(work.matrix), "test", "--target", "smoke", "--image", ref)
     assert r.code == 1, r.err[-3000:]
     failed = _failed(r.err)
@@ -151,8 +212,11 @@ def test_a_recipe_naming_an_unknown_parser_fails_recipe_cli_only(built, tmp_path
 
 def test_a_build_whose_checks_fail_keeps_the_image_but_not_the_record(built, tmp_path):
     smoke, _ = built
-    work = smoke.variant(tmp_path / "expired", "expired",
-                         lambda text: re.sub(r"expires: '?\d{4}-\d{2}-\d{2}'?", "expires: '2021-01-31'", text))
+    work = smoke.variant(
+        tmp_path / "expired",
+        "expired",
+        lambda text: re.sub(r"expires: '?\d{4}-\d{2}-\d{2}'?", "expires: '2021-01-31'", text),
+    )
     record_before = work.record.read_bytes()
     r = cli("--matrix", str(work.matrix), "--target", "smoke")
     assert r.code == 1, r.err[-3000:]

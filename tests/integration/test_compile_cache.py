@@ -35,8 +35,11 @@ def redis():
     with socket.socket() as s:
         s.bind((host, 0))
         port = s.getsockname()[1]
-    proc = subprocess.Popen([server, "--bind", host, "--port", str(port), "--save", "", "--appendonly", "no",
-                             "--requirepass", PASSWORD], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    proc = subprocess.Popen(
+        [server, "--bind", host, "--port", str(port), "--save", "", "--appendonly", "no", "--requirepass", PASSWORD],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     try:
         for _ in range(50):
             with socket.socket() as s:
@@ -74,8 +77,18 @@ def _remote_target(smoke, dest: Path, tag: str):
 
 
 def _build(work, url: str) -> tuple[dict, str]:
-    r = cli("--json", "--matrix", str(work.matrix), "--target", "smoke", "--force", "--no-cache", "--no-checks",
-            "--compile-cache", url)
+    r = cli(
+        "--json",
+        "--matrix",
+        str(work.matrix),
+        "--target",
+        "smoke",
+        "--force",
+        "--no-cache",
+        "--no-checks",
+        "--compile-cache",
+        url,
+    )
     assert r.code == 0, r.err[-3000:]
     assert PASSWORD not in r.out + r.err
     return json.loads(r.out)["builds"][0], r.err
@@ -96,12 +109,19 @@ def test_a_rerun_compile_hits_the_remote_cache_and_the_password_stays_secret(bui
     assert stats["misses"] == 0 and stats["hits"] == cold["compile_cache"]["misses"]
     assert "compile cache" in err and f"{stats['hits']}/{stats['hits']} hits" in err
 
-    leaked = [p for p in Path(work.root / "artifacts").rglob("*") if p.is_file() and p.stat().st_size < 50_000_000
-              and PASSWORD.encode() in p.read_bytes()]
+    leaked = [
+        p
+        for p in Path(work.root / "artifacts").rglob("*")
+        if p.is_file() and p.stat().st_size < 50_000_000 and PASSWORD.encode() in p.read_bytes()
+    ]
     assert not leaked
     image = warm["image"]
-    config = subprocess.run(["docker", "buildx", "imagetools", "inspect", "--format", "{{json .Image}}", image],
-                            capture_output=True, text=True, check=True).stdout
+    config = subprocess.run(
+        ["docker", "buildx", "imagetools", "inspect", "--format", "{{json .Image}}", image],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
     assert PASSWORD not in config
 
 

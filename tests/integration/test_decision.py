@@ -14,12 +14,30 @@ SMI = REPO / "tests" / "fixtures" / "nvidia-smi"
 
 def test_the_decision_record_from_a_captured_host_and_the_demo_image(built, tmp_path):
     smoke, ref = built
-    made = cli("evidence", "--image", ref, "--out", str(tmp_path / "evidence"),
-               "--nvidia-smi-file", str(SMI / "r565-8xh100-table.txt"))
+    made = cli(
+        "evidence",
+        "--image",
+        ref,
+        "--out",
+        str(tmp_path / "evidence"),
+        "--nvidia-smi-file",
+        str(SMI / "r565-8xh100-table.txt"),
+    )
     assert made.code == 0, made.err
     archive = made.out.strip().splitlines()[-1]
-    r = cli("--matrix", str(smoke.matrix), "doctor", "--target", "smoke", "--nvidia-smi-file",
-            str(SMI / "r565-8xh100-table.txt"), "--record", str(tmp_path / "records"), "--evidence", archive)
+    r = cli(
+        "--matrix",
+        str(smoke.matrix),
+        "doctor",
+        "--target",
+        "smoke",
+        "--nvidia-smi-file",
+        str(SMI / "r565-8xh100-table.txt"),
+        "--record",
+        str(tmp_path / "records"),
+        "--evidence",
+        archive,
+    )
     assert r.code == 0, r.err
     lines = r.out.splitlines()
     assert lines[0].startswith(f"compatible: {ref}: CUDA 12.9.1 runs on driver 565.57.01 (r565)")
@@ -27,7 +45,9 @@ def test_the_decision_record_from_a_captured_host_and_the_demo_image(built, tmp_
     doc = json.loads(md_path.with_suffix(".json").read_text())
     assert doc["image"] == ref and doc["chosen"] == "the cu129 bridge"
     assert doc["fault_evidence"]["evidence_archive"] == {
-        "archive": archive.rsplit("/", 1)[-1], "sha256": hashlib.sha256(open(archive, "rb").read()).hexdigest()}
+        "archive": archive.rsplit("/", 1)[-1],
+        "sha256": hashlib.sha256(open(archive, "rb").read()).hexdigest(),
+    }
     assert doc["fault_evidence"]["host"]["gpus"] == ["NVIDIA H100 80GB HBM3"] * 8
     ver = doc["verification"]
     assert ver["checks"] == "passed" and ver["build_record"]["digest"] == ref.split("@", 1)[1]
@@ -43,15 +63,34 @@ def test_the_decision_record_from_a_captured_host_and_the_demo_image(built, tmp_
 
 def test_a_broken_host_gets_a_record_that_chooses_nothing_and_smi_L_none(built, tmp_path):
     smoke, ref = built
-    r = cli("--matrix", str(smoke.matrix), "doctor", "--target", "smoke", "--nvidia-smi-file",
-            str(SMI / "nvml-mismatch-570.txt"), "--record", str(tmp_path), "--json")
+    r = cli(
+        "--matrix",
+        str(smoke.matrix),
+        "doctor",
+        "--target",
+        "smoke",
+        "--nvidia-smi-file",
+        str(SMI / "nvml-mismatch-570.txt"),
+        "--record",
+        str(tmp_path),
+        "--json",
+    )
     assert r.code == 1, r.err
     out = json.loads(r.out)
     assert out["fault"] == "nvml-mismatch" and out["nvml_library"] == "570.124"
     assert out["route"].startswith("reboot the host") and out["save"].startswith("/proc/driver/nvidia/version")
     doc = json.loads(open(out["record_json"]).read())
     assert doc["chosen"] is None and doc["image"] == ref
-    listed = cli("--matrix", str(smoke.matrix), "doctor", "--target", "smoke", "--nvidia-smi-file",
-                 str(SMI / "r590-h100-mig-L.txt"), "--record", str(tmp_path / "none"))
+    listed = cli(
+        "--matrix",
+        str(smoke.matrix),
+        "doctor",
+        "--target",
+        "smoke",
+        "--nvidia-smi-file",
+        str(SMI / "r590-h100-mig-L.txt"),
+        "--record",
+        str(tmp_path / "none"),
+    )
     assert listed.code == 2 and "capture `nvidia-smi` or `nvidia-smi -q` instead" in listed.err
     assert not (tmp_path / "none").exists()  # refused before anything is written, the record's directory too

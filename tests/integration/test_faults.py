@@ -17,14 +17,21 @@ from tests.integration.conftest import BUILD, LocalRegistry, cli
 
 
 def _tree(root: Path) -> dict[str, str]:
-    return {str(p.relative_to(root)): hashlib.sha256(p.read_bytes()).hexdigest()
-            for p in sorted(root.rglob("*")) if p.is_file()}
+    return {
+        str(p.relative_to(root)): hashlib.sha256(p.read_bytes()).hexdigest()
+        for p in sorted(root.rglob("*"))
+        if p.is_file()
+    }
 
 
 def _start(work, *extra: str, env=None) -> subprocess.Popen:
-    return subprocess.Popen([BUILD, "--matrix", str(work.matrix), "--target", "smoke", "--force", "--no-cache",
-                             "--no-checks", *extra], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            env=env)
+    return subprocess.Popen(
+        [BUILD, "--matrix", str(work.matrix), "--target", "smoke", "--force", "--no-cache", "--no-checks", *extra],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
 
 
 def _wait_for_log(work, pattern: str, proc: subprocess.Popen, timeout: float = 60) -> Path:
@@ -56,7 +63,8 @@ def _buildx_of(work) -> list[int]:
             continue  # exited, not yet reaped: nothing runs
         program = Path(argv[0].decode(errors="replace")).name
         if (program == "docker-buildx" or (program == "docker" and b"buildx" in argv[1:3])) and any(
-                marker in arg for arg in argv):
+            marker in arg for arg in argv
+        ):
             found.append(int(entry.name))
     return found
 

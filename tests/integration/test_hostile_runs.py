@@ -29,8 +29,9 @@ def test_a_signal_during_the_checks_exits_130_and_leaves_no_container(built, tmp
     work = smoke.copy(tmp_path / "sig")
     before = work.record.read_bytes()
     err = (tmp_path / "err").open("w")
-    proc = subprocess.Popen([BUILD, "--matrix", str(work.matrix), "--target", "smoke", "--force"],
-                            stdout=subprocess.DEVNULL, stderr=err)
+    proc = subprocess.Popen(
+        [BUILD, "--matrix", str(work.matrix), "--target", "smoke", "--force"], stdout=subprocess.DEVNULL, stderr=err
+    )
     deadline = time.monotonic() + 240
     while "image checks on" not in (tmp_path / "err").read_text() and time.monotonic() < deadline:
         time.sleep(0.05)
@@ -38,16 +39,25 @@ def test_a_signal_during_the_checks_exits_130_and_leaves_no_container(built, tmp
     proc.send_signal(sig)
     code = proc.wait(timeout=120)
     assert code == 130, (tmp_path / "err").read_text()[-2000:]
-    assert not [c for c in _our_containers()
-                if subprocess.run(["docker", "inspect", "-f", f'{{{{index .Config.Labels "{LABEL}"}}}}', c],
-                                  capture_output=True, text=True).stdout.strip() == str(proc.pid)]
+    assert not [
+        c
+        for c in _our_containers()
+        if subprocess.run(
+            ["docker", "inspect", "-f", f'{{{{index .Config.Labels "{LABEL}"}}}}', c], capture_output=True, text=True
+        ).stdout.strip()
+        == str(proc.pid)
+    ]
     assert work.record.read_bytes() == before
 
 
 def test_a_check_container_a_killed_run_left_is_removed_at_the_next_run(built):
     smoke, ref = built
-    stale = subprocess.run(["docker", "run", "-d", "--label", f"{LABEL}=999999999", "--entrypoint", "sleep", ref,
-                            "infinity"], capture_output=True, text=True, check=True).stdout.strip()
+    stale = subprocess.run(
+        ["docker", "run", "-d", "--label", f"{LABEL}=999999999", "--entrypoint", "sleep", ref, "infinity"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
     try:
         r = cli("--matrix", str(smoke.matrix), "test", "--target", "smoke")
         assert r.code == 0, r.err[-2000:]
@@ -62,8 +72,15 @@ def test_two_checkouts_sharing_an_empty_cache_both_build(built, tmp_path):
     procs = []
     for name in ("one", "two"):
         work = smoke.variant(tmp_path / name, f"race-{name}")
-        procs.append(subprocess.Popen([BUILD, "--matrix", str(work.matrix), "--target", "smoke", "--no-checks"],
-                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env))
+        procs.append(
+            subprocess.Popen(
+                [BUILD, "--matrix", str(work.matrix), "--target", "smoke", "--no-checks"],
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
+                env=env,
+            )
+        )
     for p in procs:
         out, err = p.communicate(timeout=600)
         assert p.returncode == 0, err[-2000:]

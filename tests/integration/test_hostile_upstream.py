@@ -13,18 +13,23 @@ import yaml
 
 from tests.integration.conftest import Smoke, cli
 
-_ENV = {"GIT_AUTHOR_NAME": "attacker", "GIT_AUTHOR_EMAIL": "a@example.org",
-        "GIT_COMMITTER_NAME": "attacker", "GIT_COMMITTER_EMAIL": "a@example.org"}
+_ENV = {
+    "GIT_AUTHOR_NAME": "attacker",
+    "GIT_AUTHOR_EMAIL": "a@example.org",
+    "GIT_COMMITTER_NAME": "attacker",
+    "GIT_COMMITTER_EMAIL": "a@example.org",
+}
 
 
 def _git(cwd: Path, *args: str, env: dict | None = None) -> str:
     import os
-    return subprocess.run(["git", *args], cwd=cwd, check=True, capture_output=True, text=True,
-                          env={**os.environ, **_ENV, **(env or {})}).stdout.strip()
+
+    return subprocess.run(
+        ["git", *args], cwd=cwd, check=True, capture_output=True, text=True, env={**os.environ, **_ENV, **(env or {})}
+    ).stdout.strip()
 
 
-def push_commit(upstream: Path, work: Path, branch: str, change, base: str = "HEAD",
-                env: dict | None = None) -> str:
+def push_commit(upstream: Path, work: Path, branch: str, change, base: str = "HEAD", env: dict | None = None) -> str:
     """Clone ``upstream``, let ``change(checkout)`` edit it, commit, push to a new ``branch``."""
     _git(work.parent, "clone", "-q", str(upstream), str(work))
     _git(work, "checkout", "-q", base)
@@ -37,6 +42,7 @@ def push_commit(upstream: Path, work: Path, branch: str, change, base: str = "HE
 
 def repin(smoke: Smoke, dest: Path, tag: str, source: tuple[str, str], kernels: str | None = None) -> Smoke:
     """A variant of the smoke whose matrix pins the given source branch/commit (and kernels commit)."""
+
     def change(text: str) -> str:
         doc_head, _, _ = text.partition("version: 1")
         doc = yaml.safe_load(text)
@@ -45,6 +51,7 @@ def repin(smoke: Smoke, dest: Path, tag: str, source: tuple[str, str], kernels: 
         if kernels:
             src["third_party"]["k3kernels"].update(commit=kernels, ref=kernels)
         return doc_head + yaml.safe_dump(doc, sort_keys=False)
+
     return smoke.variant(dest, tag, change)
 
 
@@ -59,8 +66,11 @@ def test_a_submodule_url_that_is_a_git_option_runs_nothing_on_the_host(smoke, tm
     """The critical attack: `.gitmodules` says `url = --upload-pack=touch <canary>` in the
     third-party tree; `build` must refuse it (exit 2, one line naming the source and the path)."""
     canary = tmp_path / "PWNED"
-    kernels_repo = Path(yaml.safe_load(smoke.matrix.read_text())["targets"]["smoke"]["source"]["third_party"]
-                        ["k3kernels"]["url"].removeprefix("file://"))
+    kernels_repo = Path(
+        yaml.safe_load(smoke.matrix.read_text())["targets"]["smoke"]["source"]["third_party"]["k3kernels"][
+            "url"
+        ].removeprefix("file://")
+    )
     tag = f"hostile-{secrets.token_hex(3)}"
 
     def hostile_gitmodules(tree: Path) -> None:
@@ -84,8 +94,11 @@ def test_a_submodule_url_that_is_a_git_option_runs_nothing_on_the_host(smoke, tm
     assert not canary.exists(), "the submodule URL ran a command on the host"
     assert r.code == 2, r.err[-3000:]
     line = _one_error_line(r.err)
-    assert re.search(r"third-party source k3kernels: submodule 'third-party/evil' in \.gitmodules: url "
-                     r"'--upload-pack=.* is not an https:// or file:// git URL", line), line
+    assert re.search(
+        r"third-party source k3kernels: submodule 'third-party/evil' in \.gitmodules: url "
+        r"'--upload-pack=.* is not an https:// or file:// git URL",
+        line,
+    ), line
     assert (work.record.read_bytes() if work.record.exists() else None) == before  # nothing written
 
 
@@ -95,6 +108,7 @@ def test_a_requirements_line_naming_a_host_file_reads_nothing(smoke, tmp_path, m
     line naming the file and line, no environment value in any output."""
     import json
     import os
+
     canary = f"k3-environ-canary-{secrets.token_hex(4)}"
     doc = yaml.safe_load(smoke.matrix.read_text())["targets"]["smoke"]
     src_repo = Path(doc["source"]["url"].removeprefix("file://"))
@@ -107,19 +121,24 @@ def test_a_requirements_line_naming_a_host_file_reads_nothing(smoke, tmp_path, m
     commit = push_commit(src_repo, tmp_path / "src", tag, hostile_requirements, base=doc["source"]["commit"])
     work = repin(smoke, tmp_path / "work", tag, (tag, commit))
     lines = len((src_repo / "requirements.txt").read_text().splitlines()) + 1
-    r = cli("--json", "--matrix", str(work.matrix), "lock", "--target", "smoke",
-            env={**os.environ, "K3_CANARY": canary})
+    r = cli(
+        "--json", "--matrix", str(work.matrix), "lock", "--target", "smoke", env={**os.environ, "K3_CANARY": canary}
+    )
     assert r.code == 2, r.err[-3000:]
     assert canary not in r.out + r.err
-    assert f"source requirement file requirements.txt:{lines}: --requirement '/proc/self/environ' points " \
-           "outside the source tree" in _one_error_line(r.err)
+    assert (
+        f"source requirement file requirements.txt:{lines}: --requirement '/proc/self/environ' points "
+        "outside the source tree" in _one_error_line(r.err)
+    )
     assert json.loads(r.out)["exit_code"] == 2
 
 
 def test_build_lock_during_a_build_exits_75_and_the_record_names_the_lock_built(built, tmp_path):
     """A `build lock` landing mid-build gave an image from lock B recorded as lock A (issue 21)."""
     import json
+
     from tests.integration.test_faults import _start, _wait_for_log
+
     smoke, _ = built
     work = smoke.copy(tmp_path / "race")
     first = _start(work)
@@ -130,6 +149,7 @@ def test_build_lock_during_a_build_exits_75_and_the_record_names_the_lock_built(
     out, err = first.communicate(timeout=900)
     assert first.returncode == 0, err[-2000:]
     from builder.fsutil import sha256_file
+
     record = json.loads(work.record.read_text())
     assert record["lock_sha256"] == sha256_file(work.root / "locks" / "smoke" / "requirements.txt")
 
@@ -139,6 +159,7 @@ def test_a_setup_py_that_copies_a_build_secret_into_the_wheel_fails_the_build(sm
     installs (issue 21, defect 11): the image's own layers are scanned before the checks and the
     record; the hit names the layer and the file, and the image is not recorded."""
     import os
+
     doc = yaml.safe_load(smoke.matrix.read_text())["targets"]["smoke"]
     src_repo = Path(doc["source"]["url"].removeprefix("file://"))
     tag = f"leak-{secrets.token_hex(3)}"
@@ -148,10 +169,17 @@ def test_a_setup_py_that_copies_a_build_secret_into_the_wheel_fails_the_build(sm
         setup = tree / "setup.py"
         text = setup.read_text()
         assert "        echo_test_secrets()\n" in text
-        setup.write_text(text.replace("        echo_test_secrets()\n", (
-            "        echo_test_secrets()\n"
-            "        for p in sorted(Path('/run/secrets').glob('echo_*')):\n"
-            "            Path(self.build_lib, 'k3smoke', 'leak.txt').write_text(p.read_text())\n"), 1))
+        setup.write_text(
+            text.replace(
+                "        echo_test_secrets()\n",
+                (
+                    "        echo_test_secrets()\n"
+                    "        for p in sorted(Path('/run/secrets').glob('echo_*')):\n"
+                    "            Path(self.build_lib, 'k3smoke', 'leak.txt').write_text(p.read_text())\n"
+                ),
+                1,
+            )
+        )
 
     commit = push_commit(src_repo, tmp_path / "src", tag, hostile_setup, base=doc["source"]["commit"])
 
@@ -162,25 +190,40 @@ def test_a_setup_py_that_copies_a_build_secret_into_the_wheel_fails_the_build(sm
     work.matrix.write_text(change(work.matrix.read_text()))
     assert cli("--matrix", str(work.matrix), "render").code == 0
     token = "hf_" + secrets.token_hex(16)
-    r = cli("--matrix", str(work.matrix), "--target", "smoke", "--secret", f"id={sid},env=K3_LEAK",
-            env={**os.environ, "K3_LEAK": token})
+    r = cli(
+        "--matrix",
+        str(work.matrix),
+        "--target",
+        "smoke",
+        "--secret",
+        f"id={sid},env=K3_LEAK",
+        env={**os.environ, "K3_LEAK": token},
+    )
     assert r.code == 1, r.err[-3000:]
     line = _one_error_line(r.err)
-    assert re.search(r"a build secret is in layer \d+ \(sha256:[0-9a-f]{12}\), file /\S*k3smoke/leak\.txt: a build "
-                     r"step copied it into the image; not recorded", line), line
+    assert re.search(
+        r"a build secret is in layer \d+ \(sha256:[0-9a-f]{12}\), file /\S*k3smoke/leak\.txt: a build "
+        r"step copied it into the image; not recorded",
+        line,
+    ), line
     assert token not in r.out + r.err
     assert not work.record.exists() or json_digest(work.record) != r.out.strip()
 
 
 def json_digest(path: Path) -> str:
     import json
+
     return json.loads(path.read_text())["image"]
 
 
 def _mount_tmpfs(path: Path, size: str) -> bool:
     path.mkdir(parents=True, exist_ok=True)
-    return subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(path)],
-                          capture_output=True).returncode == 0
+    return (
+        subprocess.run(
+            ["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(path)], capture_output=True
+        ).returncode
+        == 0
+    )
 
 
 def test_a_full_or_read_only_record_directory_is_refused_before_the_engine(smoke, tmp_path):
@@ -188,6 +231,7 @@ def test_a_full_or_read_only_record_directory_is_refused_before_the_engine(smoke
     ENOSPC/EROFS traceback and left `.pending` behind (issue 21, defect 4). Now it is refused
     before the engine runs (exit 74, one line), nothing written, nothing pushed."""
     import pytest
+
     work = smoke.copy(tmp_path / "full")
     locks = work.root / "locks" / "smoke"
     saved = {p.name: p.read_bytes() for p in locks.iterdir() if p.is_file()}
@@ -198,8 +242,10 @@ def test_a_full_or_read_only_record_directory_is_refused_before_the_engine(smoke
     try:
         for name, data in saved.items():
             (locks / name).write_bytes(data)
-        for options, says in (("remount,size=1m", r"\d+ MiB free, the record set needs 32 MiB"),
-                              ("remount,ro", r"cannot write the record set here \(Read-only file system\)")):
+        for options, says in (
+            ("remount,size=1m", r"\d+ MiB free, the record set needs 32 MiB"),
+            ("remount,ro", r"cannot write the record set here \(Read-only file system\)"),
+        ):
             subprocess.run(["mount", "-o", options, str(locks)], check=True)
             r = cli("--matrix", str(work.matrix), "--target", "smoke", "--force")
             assert r.code == 74, r.err[-2000:]

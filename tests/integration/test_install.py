@@ -51,8 +51,10 @@ def _timed(seconds: dict, what: str, cmd: list[str], **kw) -> subprocess.Complet
 
 
 def _can_make_venvs(python: Path) -> bool:
-    return python.exists() and subprocess.run([str(python), "-c", "import ensurepip, venv"],
-                                              capture_output=True).returncode == 0
+    return (
+        python.exists()
+        and subprocess.run([str(python), "-c", "import ensurepip, venv"], capture_output=True).returncode == 0
+    )
 
 
 @pytest.fixture(scope="module")
@@ -67,8 +69,12 @@ def installed(tmp_path_factory) -> Installed:
     shutil.copytree(REPO / "builder", src / "builder", ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
     env = dict(os.environ, **PYPI_ONLY)
     seconds: dict[str, float] = {}
-    _timed(seconds, "wheel", [sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", str(src), "-w",
-                              str(root / "dist")], env=env)
+    _timed(
+        seconds,
+        "wheel",
+        [sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", str(src), "-w", str(root / "dist")],
+        env=env,
+    )
     wheels = list((root / "dist").glob("k3_cu129_builder-*.whl"))
     assert len(wheels) == 1, wheels
     python = SYSTEM_PYTHON if _can_make_venvs(SYSTEM_PYTHON) else Path(sys.executable)
@@ -85,25 +91,42 @@ def _run(installed: Installed, *args: str, env: dict | None = None, cwd: Path | 
 
 # -- part 1: the wheel, no extras ------------------------------------------------------------------
 
+
 def test_the_wheel_ships_the_smoke_sources_and_its_runtime_needs(installed, tmp_path):
-    site = subprocess.run([str(installed.venv / "bin" / "python"), "-c",
-                           "import builder, pathlib; print(pathlib.Path(builder.__file__).parent)"],
-                          capture_output=True, text=True, check=True, cwd=tmp_path).stdout.strip()
+    site = subprocess.run(
+        [
+            str(installed.venv / "bin" / "python"),
+            "-c",
+            "import builder, pathlib; print(pathlib.Path(builder.__file__).parent)",
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+        cwd=tmp_path,
+    ).stdout.strip()
     package = Path(site)
     assert installed.venv in package.parents, f"builder imported from {package}, not the fresh venv"
-    shipped = sorted(p.relative_to(REPO / "builder").as_posix() for p in (REPO / "builder" / "smoke_assets").rglob("*")
-                     if p.is_file() and "__pycache__" not in p.parts)
+    shipped = sorted(
+        p.relative_to(REPO / "builder").as_posix()
+        for p in (REPO / "builder" / "smoke_assets").rglob("*")
+        if p.is_file() and "__pycache__" not in p.parts
+    )
     assert shipped, "no smoke assets in the checkout?"
     missing = [f for f in shipped if not (package / f).is_file()]
     assert not missing, f"not in the installed package: {missing}"
     assert (package / "dockerfile" / "templates" / "Dockerfile.j2").is_file()
     helped = _run(installed, "smoke-init", "--help", cwd=tmp_path)
     assert helped.returncode == 0 and "--registry" in helped.stdout, helped.stderr
-    checked = subprocess.run([str(installed.venv / "bin" / "python"), "-m", "pip", "check"],
-                             capture_output=True, text=True, env=dict(os.environ, **PYPI_ONLY))
+    checked = subprocess.run(
+        [str(installed.venv / "bin" / "python"), "-m", "pip", "check"],
+        capture_output=True,
+        text=True,
+        env=dict(os.environ, **PYPI_ONLY),
+    )
     assert checked.returncode == 0, checked.stdout + checked.stderr
-    imports = subprocess.run([str(installed.venv / "bin" / "python"), "-c", "import pytest, testinfra"],
-                             capture_output=True, text=True)
+    imports = subprocess.run(
+        [str(installed.venv / "bin" / "python"), "-c", "import pytest, testinfra"], capture_output=True, text=True
+    )
     assert imports.returncode == 0, imports.stderr
 
 
@@ -118,10 +141,14 @@ def test_the_installed_tool_runs_the_image_checks_on_the_demo_image(installed, b
 
 # -- part 2: ci/setup.sh's promises -----------------------------------------------------------------
 
+
 def test_setup_installs_without_recommends_upgrades_nothing_and_leaves_python3():
     script = (REPO / "ci" / "setup.sh").read_text()
-    installs = [ln for ln in script.replace("\\\n", " ").splitlines()
-                if "apt-get install" in ln and not ln.lstrip().startswith("#")]
+    installs = [
+        ln
+        for ln in script.replace("\\\n", " ").splitlines()
+        if "apt-get install" in ln and not ln.lstrip().startswith("#")
+    ]
     assert installs
     for line in installs:
         assert "--no-install-recommends" in line, line
@@ -130,8 +157,11 @@ def test_setup_installs_without_recommends_upgrades_nothing_and_leaves_python3()
         assert not re.search(r"\bpython3(\.\d+)?(/\S+)?(\s|$)", line), line
     assert not re.search(r"apt-get\s+(-\S+\s+)*(upgrade|dist-upgrade|full-upgrade)\b", script)
     sources = " ".join(p.read_text(errors="replace") for p in Path("/etc/apt").glob("sources.list*") if p.is_file())
-    sources += " ".join(p.read_text(errors="replace") for p in Path("/etc/apt/sources.list.d").glob("*")
-                        if p.is_file() and not p.name.startswith("k3-"))
+    sources += " ".join(
+        p.read_text(errors="replace")
+        for p in Path("/etc/apt/sources.list.d").glob("*")
+        if p.is_file() and not p.name.startswith("k3-")
+    )
     if "bookworm" in sources and SYSTEM_PYTHON.exists():
         assert os.path.realpath(SYSTEM_PYTHON) == "/usr/bin/python3.11", "the default python3 of Debian 12 changed"
 
@@ -143,6 +173,7 @@ def test_setup_installs_without_recommends_upgrades_nothing_and_leaves_python3()
 # wheel itself, and reaches the smoke's source repositories (file:// URLs under pytest's tree, in
 # the matrix and so in the image's labels) through copies it owns and a git `insteadOf` rule.
 
+
 @dataclass
 class User:
     root: Path
@@ -152,8 +183,17 @@ class User:
 
     def run(self, *args: str, cwd: Path, env: dict | None = None, exe: str | None = None):
         merged = {**self.env, **(env or {})}
-        cmd = ["runuser", "-u", USER, "--", "env", "-i", *(f"{k}={v}" for k, v in merged.items()),
-               exe or str(self.build), *args]
+        cmd = [
+            "runuser",
+            "-u",
+            USER,
+            "--",
+            "env",
+            "-i",
+            *(f"{k}={v}" for k, v in merged.items()),
+            exe or str(self.build),
+            *args,
+        ]
         return subprocess.run(cmd, capture_output=True, text=True, cwd=cwd)
 
 
@@ -175,8 +215,11 @@ def user(installed, built):
     try:
         pwd.getpwnam(USER)
     except KeyError:
-        subprocess.run(["useradd", "--no-create-home", "--shell", "/usr/sbin/nologin", "--groups", "docker", USER],
-                       check=True, capture_output=True)
+        subprocess.run(
+            ["useradd", "--no-create-home", "--shell", "/usr/sbin/nologin", "--groups", "docker", USER],
+            check=True,
+            capture_output=True,
+        )
         created = True
     root = Path(tempfile.mkdtemp(prefix="k3-nonroot-"))
     try:
@@ -194,16 +237,26 @@ def user(installed, built):
         made = u.run("-m", "venv", str(root / "venv"), cwd=root, exe=str(SYSTEM_PYTHON))
         assert made.returncode == 0, made.stderr
         start = time.monotonic()
-        pip = u.run("install", "-q", str(root / installed.wheel.name), cwd=root, env=PYPI_ONLY,
-                    exe=str(root / "venv" / "bin" / "pip"))
+        pip = u.run(
+            "install",
+            "-q",
+            str(root / installed.wheel.name),
+            cwd=root,
+            env=PYPI_ONLY,
+            exe=str(root / "venv" / "bin" / "pip"),
+        )
         u.pip_seconds = round(time.monotonic() - start, 1)
         assert pip.returncode == 0, pip.stderr[-3000:]
         sys.stderr.write(f"\n[test_install] pip install as {USER}: {u.pip_seconds}s\n")
         yield u
     finally:
         # ~6000 files (the venv); unlinking them takes ~20 s on this machine's /tmp: in the background.
-        subprocess.Popen(["rm", "-rf", "--one-file-system", str(root)], start_new_session=True,
-                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        subprocess.Popen(
+            ["rm", "-rf", "--one-file-system", str(root)],
+            start_new_session=True,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
         if created:
             subprocess.run(["userdel", USER], capture_output=True)
 
@@ -255,8 +308,11 @@ def test_a_docker_group_user_builds_and_verifies_without_setup(user, user_smoke,
 
 def _remove_local_images(repository: str) -> None:
     """What the engine pulled by digest for the checks (delete_repository removes the tag only)."""
-    out = subprocess.run(["docker", "image", "ls", "--digests", "--format", "{{.Repository}}@{{.Digest}}"],
-                         capture_output=True, text=True).stdout
+    out = subprocess.run(
+        ["docker", "image", "ls", "--digests", "--format", "{{.Repository}}@{{.Digest}}"],
+        capture_output=True,
+        text=True,
+    ).stdout
     for ref in out.split():
         if ref.split("@")[0] == repository and "@sha256:" in ref:
             subprocess.run(["docker", "image", "rm", "-f", ref], capture_output=True)

@@ -21,8 +21,9 @@ SITE = "/opt/k3/venv/lib/python3.11/site-packages"
 
 
 def _run(ref: str, script: str) -> str:
-    return subprocess.run(["docker", "run", "--rm", "--entrypoint", "sh", ref, "-c", script],
-                          capture_output=True, text=True, check=True).stdout
+    return subprocess.run(
+        ["docker", "run", "--rm", "--entrypoint", "sh", ref, "-c", script], capture_output=True, text=True, check=True
+    ).stdout
 
 
 def test_the_demo_image_is_built_like_cu129(built):
@@ -39,8 +40,12 @@ def test_the_demo_image_is_built_like_cu129(built):
     # Importing it needs a driver library: the base's compat copy stands in, as on a GPU host.
     no_driver = subprocess.run(["docker", "run", "--rm", ref], capture_output=True, text=True)
     assert no_driver.returncode != 0 and "libcuda.so.1" in no_driver.stderr
-    with_driver = subprocess.run(["docker", "run", "--rm", "-e", "LD_LIBRARY_PATH=/usr/local/cuda/compat", ref],
-                                 capture_output=True, text=True, check=True).stdout
+    with_driver = subprocess.run(
+        ["docker", "run", "--rm", "-e", "LD_LIBRARY_PATH=/usr/local/cuda/compat", ref],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
     assert "k3smoke 0.1.0+cu129" in with_driver and "driver 12090" in with_driver
     # The third party and its submodule are named in the record, the SBOM and the provenance.
     tp = record["source"]["third_party"]["k3kernels"]
@@ -98,8 +103,11 @@ def test_the_third_party_tree_on_its_developer_path_fails_python_trees(built, tm
     then carries plain copies whose imports name a package the image lacks; the build fails its
     checks on exactly that, and the model that imports the tree does not resolve either."""
     smoke, _ = built
-    work = smoke.variant(tmp_path / "developer-path", "developer-path",
-                         lambda text: text.replace("fetchcontent: k3kernels", "env: K3SMOKE_KERNELS_SRC_DIR"))
+    work = smoke.variant(
+        tmp_path / "developer-path",
+        "developer-path",
+        lambda text: text.replace("fetchcontent: k3kernels", "env: K3SMOKE_KERNELS_SRC_DIR"),
+    )
     r = cli("--matrix", str(work.matrix), "--target", "smoke")
     assert r.code == 1, r.err[-2000:]
     failed = _failed(r.err)
@@ -110,8 +118,11 @@ def test_the_third_party_tree_on_its_developer_path_fails_python_trees(built, tm
 
 def test_an_op_the_matrix_expects_absent_fails_when_it_appears(built, tmp_path):
     smoke, _ = built
-    work = smoke.variant(tmp_path / "cuda13-op", "cuda13-op",
-                         lambda text: text.replace("K3SMOKE_CUDA_VERSION: 12.9.1", "K3SMOKE_CUDA_VERSION: 13.0.1"))
+    work = smoke.variant(
+        tmp_path / "cuda13-op",
+        "cuda13-op",
+        lambda text: text.replace("K3SMOKE_CUDA_VERSION: 12.9.1", "K3SMOKE_CUDA_VERSION: 13.0.1"),
+    )
     r = cli("--matrix", str(work.matrix), "--target", "smoke")
     assert r.code == 1, r.err[-2000:]
     failed = _failed(r.err)
@@ -126,15 +137,22 @@ def toolchain_variants(built):
     lines = {
         "no-compiler": "USER 0\nRUN rm -f /usr/bin/gcc* /usr/bin/cc /usr/bin/x86_64-linux-gnu-gcc*\nUSER 2000:2000",
         "no-driver": "USER 0\nRUN rm -f /usr/local/cuda/compat/libcuda.so.1\nUSER 2000:2000",
-        "nvcc-13": ("USER 0\nRUN mkdir -p /usr/local/cuda/bin && printf '#!/bin/sh\\necho \"Cuda compilation tools, "
-                    "release 13.0, V13.0.48\"\\n' > /usr/local/cuda/bin/nvcc && chmod 755 /usr/local/cuda/bin/nvcc\n"
-                    "ENV CUDA_HOME=/usr/local/cuda\nUSER 2000:2000"),
+        "nvcc-13": (
+            "USER 0\nRUN mkdir -p /usr/local/cuda/bin && printf '#!/bin/sh\\necho \"Cuda compilation tools, "
+            "release 13.0, V13.0.48\"\\n' > /usr/local/cuda/bin/nvcc && chmod 755 /usr/local/cuda/bin/nvcc\n"
+            "ENV CUDA_HOME=/usr/local/cuda\nUSER 2000:2000"
+        ),
     }
     tags = {}
     for name, body in lines.items():
         tag = f"k3-check-variant:{name}-{suffix}"
-        subprocess.run(["docker", "buildx", "build", "--load", "-q", "-t", tag, "-"], input=f"FROM {ref}\n{body}\n",
-                       text=True, capture_output=True, check=True)
+        subprocess.run(
+            ["docker", "buildx", "build", "--load", "-q", "-t", tag, "-"],
+            input=f"FROM {ref}\n{body}\n",
+            text=True,
+            capture_output=True,
+            check=True,
+        )
         tags[name] = tag
     yield smoke, tags
     subprocess.run(["docker", "image", "rm", "-f", *tags.values()], capture_output=True)

@@ -11,23 +11,27 @@ import pytest
 
 from builder.config import contract
 from builder.deps import oslock
-from builder.fsutil import cache_dir, sha256_bytes
 from builder.deps.lock import BODY_HEADER
+from builder.fsutil import cache_dir, sha256_bytes
 from tests.integration.conftest import cli
 
 
 def _in_image(ref: str, script: str) -> subprocess.CompletedProcess:
-    return subprocess.run(["docker", "run", "--rm", "--entrypoint", "sh", ref, "-c", script],
-                          capture_output=True, text=True)
+    return subprocess.run(
+        ["docker", "run", "--rm", "--entrypoint", "sh", ref, "-c", script], capture_output=True, text=True
+    )
 
 
 def test_the_image_carries_the_os_layer_as_locked(built):
     smoke, ref = built
     entries = oslock.read(smoke.root / "locks" / "smoke" / contract.OS_LOCK_NAME)
     assert {e.name for e in entries} >= {"libnuma1", "numactl"}
-    ran = _in_image(ref, "numactl --show >/dev/null && python -c 'import ctypes; ctypes.CDLL(\"libnuma.so.1\")' && "
-                         "ls /var/lib/dpkg/status.d && [ -L /lib ] && ! ls /usr/share/man/man8/numactl.8.gz "
-                         "2>/dev/null && stat -c %Y /usr/bin/numactl")
+    ran = _in_image(
+        ref,
+        "numactl --show >/dev/null && python -c 'import ctypes; ctypes.CDLL(\"libnuma.so.1\")' && "
+        "ls /var/lib/dpkg/status.d && [ -L /lib ] && ! ls /usr/share/man/man8/numactl.8.gz "
+        "2>/dev/null && stat -c %Y /usr/bin/numactl",
+    )
     assert ran.returncode == 0, ran.stderr
     listed = ran.stdout.split()
     assert {"libnuma1", "numactl", "numactl.md5sums"} <= set(listed)  # the distroless-style records
@@ -45,14 +49,25 @@ def _variant(smoke, tmp_path, name: str, change):
 
 BAD_INPUT = {
     # A package the archive does not have.
-    "missing": (lambda t: t.replace("- name: numactl", "- name: k3-no-such-package", 1), 2,
-                r"os_packages\.packages: apt cannot install .*k3-no-such-package"),
+    "missing": (
+        lambda t: t.replace("- name: numactl", "- name: k3-no-such-package", 1),
+        2,
+        r"os_packages\.packages: apt cannot install .*k3-no-such-package",
+    ),
     # trixie's numactl needs a newer libc6 than the Debian 12 base has: a conflict with the base.
-    "conflict": (lambda t: re.sub(r"suites:\n(\s+- \S+\n)+", "suites:\n      - trixie\n", t)
-                 .replace("version: 2.0.16-1", "version: 2.0.19-1"), 2, r"version conflict with the runtime base.*libc6"),
+    "conflict": (
+        lambda t: re.sub(r"suites:\n(\s+- \S+\n)+", "suites:\n      - trixie\n", t).replace(
+            "version: 2.0.16-1", "version: 2.0.19-1"
+        ),
+        2,
+        r"version conflict with the runtime base.*libc6",
+    ),
     # An archive nobody answers at: out of reach, exit 3.
-    "unreachable": (lambda t: t.replace("archive: http://deb.debian.org/debian", "archive: http://127.0.0.1:9/debian"),
-                    3, r"os_packages\.archive: http://127\.0\.0\.1:9/debian is not reachable"),
+    "unreachable": (
+        lambda t: t.replace("archive: http://deb.debian.org/debian", "archive: http://127.0.0.1:9/debian"),
+        3,
+        r"os_packages\.archive: http://127\.0\.0\.1:9/debian is not reachable",
+    ),
 }
 
 
@@ -77,14 +92,16 @@ def test_a_deb_that_does_not_match_the_lock_is_refused_and_not_cached(smoke, tmp
     work = smoke.copy(tmp_path / "swapped")
     path = work.root / "locks" / "smoke" / contract.OS_LOCK_NAME
     text = path.read_text()
-    head, body = text[:text.index(BODY_HEADER)], text[text.index(BODY_HEADER):].split("\n", 1)[1]
+    head, body = text[: text.index(BODY_HEADER)], text[text.index(BODY_HEADER) :].split("\n", 1)[1]
     body = re.sub(r"^(numactl .* sha256:)[0-9a-f]{64}$", r"\g<1>" + "0" * 64, body, flags=re.M)
     path.write_text(f"{head}{BODY_HEADER}{sha256_bytes(body.encode())}\n{body}")
     r = cli("--matrix", str(work.matrix), "--target", "smoke", "--force", "--no-checks")
     assert r.code == 2, r.err[-1500:]
     assert re.search(r"numactl_\S+\.deb from http://\S+ has sha256 [0-9a-f]{16}\.\.\., the lock says 0{16}", r.err)
-    assert not (work.root / "locks" / "smoke" / contract.RECORD_NAME).exists() or \
-        (work.root / "locks" / "smoke" / contract.RECORD_NAME).read_bytes() == \
-        (smoke.root / "locks" / "smoke" / contract.RECORD_NAME).read_bytes()
+    assert (
+        not (work.root / "locks" / "smoke" / contract.RECORD_NAME).exists()
+        or (work.root / "locks" / "smoke" / contract.RECORD_NAME).read_bytes()
+        == (smoke.root / "locks" / "smoke" / contract.RECORD_NAME).read_bytes()
+    )
     assert not (cache_dir() / "debs" / f"{'0' * 64}.deb").exists()
     assert not list((cache_dir() / "debs").glob("*.partial"))

@@ -16,8 +16,11 @@ from tests.integration.conftest import REGISTRY, cli, delete_repository, registr
 
 
 def _tree(root: Path) -> dict[str, str]:
-    return {str(p.relative_to(root)): hashlib.sha256(p.read_bytes()).hexdigest()
-            for p in sorted(root.rglob("*")) if p.is_file()}
+    return {
+        str(p.relative_to(root)): hashlib.sha256(p.read_bytes()).hexdigest()
+        for p in sorted(root.rglob("*"))
+        if p.is_file()
+    }
 
 
 def test_build_records_the_digest_the_registry_serves(built):
@@ -28,9 +31,13 @@ def test_build_records_the_digest_the_registry_serves(built):
     assert record["image"] == ref and record["digest"] == digest
     assert registry_digest(smoke.repository, digest) == digest  # served by digest
     assert registry_digest(smoke.repository, "smoke") == digest  # and the tag points at it
-    assert record["lock_sha256"] == hashlib.sha256((smoke.root / "locks/smoke/requirements.txt").read_bytes()).hexdigest()
-    assert record["dockerfile_sha256"] == hashlib.sha256(
-        (smoke.root / "dockerfiles/smoke/Dockerfile").read_bytes()).hexdigest()
+    assert (
+        record["lock_sha256"] == hashlib.sha256((smoke.root / "locks/smoke/requirements.txt").read_bytes()).hexdigest()
+    )
+    assert (
+        record["dockerfile_sha256"]
+        == hashlib.sha256((smoke.root / "dockerfiles/smoke/Dockerfile").read_bytes()).hexdigest()
+    )
     assert record["source"]["commit"] == git.Repo(smoke.root / "k3smoke-src").head.commit.hexsha
     assert record["source_date_epoch"] == git.Repo(smoke.root / "k3smoke-src").head.commit.committed_date
     assert record["bases"]["runtime"]["digest"].startswith("sha256:")
@@ -40,20 +47,42 @@ def test_build_records_the_digest_the_registry_serves(built):
 
 def test_image_runs_as_non_root_with_a_cuda_12_9_runtime(built):
     _, ref = built
-    probe = ("import ctypes, glob, os, k3smoke;"
-             "lib = glob.glob('/opt/k3/venv/lib/python3*/site-packages/nvidia/cuda_runtime/lib/libcudart.so.12')[0];"
-             "v = ctypes.c_int(); ctypes.CDLL(lib).cudaRuntimeGetVersion(ctypes.byref(v));"
-             "print(v.value, os.getuid(), k3smoke.rms([3, 4]))")
-    out = subprocess.run(["docker", "run", "--rm", "-e", "LD_LIBRARY_PATH=/usr/local/cuda/compat",
-                          "--entrypoint", "python", ref, "-c", probe],
-                         capture_output=True, text=True, check=True).stdout.split()
+    probe = (
+        "import ctypes, glob, os, k3smoke;"
+        "lib = glob.glob('/opt/k3/venv/lib/python3*/site-packages/nvidia/cuda_runtime/lib/libcudart.so.12')[0];"
+        "v = ctypes.c_int(); ctypes.CDLL(lib).cudaRuntimeGetVersion(ctypes.byref(v));"
+        "print(v.value, os.getuid(), k3smoke.rms([3, 4]))"
+    )
+    out = subprocess.run(
+        [
+            "docker",
+            "run",
+            "--rm",
+            "-e",
+            "LD_LIBRARY_PATH=/usr/local/cuda/compat",
+            "--entrypoint",
+            "python",
+            ref,
+            "-c",
+            probe,
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.split()
     assert out[0] == "12090" and out[1] == "2000" and abs(float(out[2]) - 3.5355) < 1e-3
 
 
 def test_image_labels_carry_pins_and_expiry(built):
     smoke, ref = built
-    cfg = json.loads(subprocess.run(["docker", "buildx", "imagetools", "inspect", "--format", "{{json .Image}}", ref],
-                                    capture_output=True, text=True, check=True).stdout)
+    cfg = json.loads(
+        subprocess.run(
+            ["docker", "buildx", "imagetools", "inspect", "--format", "{{json .Image}}", ref],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout
+    )
     labels = cfg["config"]["Labels"]
     record = json.loads(smoke.record.read_text())
     assert labels["org.opencontainers.image.revision"] == record["source"]["commit"]
@@ -92,10 +121,14 @@ def test_bad_input_is_exit_2_with_one_line_and_nothing_written(smoke, tmp_path):
     good = work.matrix.read_text()
     base_ref = re.search(r"build: (\S+)@sha256:[0-9a-f]{64}", good)
     cases = {
-        "tag without digest": (good.replace(base_ref.group(0), f"build: {base_ref.group(1)}"),
-                               "targets.smoke.bases.build: must be pinned by digest"),
-        "injected newline": (good.replace("version: 0.1.0", "version: \"0.1.0\\nRUN id\""),
-                             "targets.smoke.source.version: must be a PEP 440 version"),
+        "tag without digest": (
+            good.replace(base_ref.group(0), f"build: {base_ref.group(1)}"),
+            "targets.smoke.bases.build: must be pinned by digest",
+        ),
+        "injected newline": (
+            good.replace("version: 0.1.0", 'version: "0.1.0\\nRUN id"'),
+            "targets.smoke.source.version: must be a PEP 440 version",
+        ),
     }
     before = _tree(work.root)
     for name, (text, expected) in cases.items():
@@ -120,8 +153,9 @@ def test_failed_run_step_keeps_the_log_and_the_previous_record(built, tmp_path):
     kernel = Path(clone.working_dir) / "csrc" / "module.c"
     kernel.write_text(kernel.read_text() + "\nthis is not C;\n")
     clone.git.add(A=True)
-    with clone.git.custom_environment(GIT_AUTHOR_NAME="t", GIT_AUTHOR_EMAIL="t@e.org",
-                                      GIT_COMMITTER_NAME="t", GIT_COMMITTER_EMAIL="t@e.org"):
+    with clone.git.custom_environment(
+        GIT_AUTHOR_NAME="t", GIT_AUTHOR_EMAIL="t@e.org", GIT_COMMITTER_NAME="t", GIT_COMMITTER_EMAIL="t@e.org"
+    ):
         clone.git.commit("-q", "-m", "break the kernel")
     text = work.matrix.read_text()
     text = re.sub(r"url: file://\S+", f"url: file://{clone.working_dir}", text, count=1)  # the source's
@@ -144,8 +178,13 @@ def test_lock_ignores_the_machines_pip_configuration(smoke, tmp_path):
     work = smoke.copy(tmp_path / "lock")
     lock = work.root / "locks" / "smoke" / "requirements.txt"
     before = lock.read_text()
-    hostile = dict(os.environ, PIP_INDEX_URL="http://127.0.0.1:9/simple", PIP_FIND_LINKS="/nonexistent",
-                   PIP_EXTRA_INDEX_URL="http://127.0.0.1:9/extra", PIP_CONFIG_FILE="/nonexistent.conf")
+    hostile = dict(
+        os.environ,
+        PIP_INDEX_URL="http://127.0.0.1:9/simple",
+        PIP_FIND_LINKS="/nonexistent",
+        PIP_EXTRA_INDEX_URL="http://127.0.0.1:9/extra",
+        PIP_CONFIG_FILE="/nonexistent.conf",
+    )
     r = cli("--matrix", str(work.matrix), "lock", "--target", "smoke", env=hostile)
     assert r.code == 0, r.err
     text = lock.read_text()

@@ -8,8 +8,8 @@ import subprocess
 
 import pytest
 
-from builder.engine import buildlog
 from builder.config import contract
+from builder.engine import buildlog
 from tests.integration.conftest import cli
 
 
@@ -50,9 +50,14 @@ def test_expiry_change_rebuilds_only_the_last_layers(built, tmp_path):
     assert [s.stage for s in steps if s.instruction == "RUN"] and not buildlog.ran(log)  # every RUN cached
     new_ref = r.out.strip().splitlines()[-1]
     assert new_ref != ref  # a new image: only its config (the label) changed
-    layers = [json.loads(subprocess.run(["docker", "buildx", "imagetools", "inspect", "--raw", x],
-                                        capture_output=True, text=True, check=True).stdout)["layers"]
-              for x in (ref, new_ref)]
+    layers = [
+        json.loads(
+            subprocess.run(
+                ["docker", "buildx", "imagetools", "inspect", "--raw", x], capture_output=True, text=True, check=True
+            ).stdout
+        )["layers"]
+        for x in (ref, new_ref)
+    ]
     assert layers[0] == layers[1]
 
 
@@ -60,7 +65,9 @@ def test_cache_from_the_registry_after_pruning_the_engine(built, tmp_path):
     smoke, _ = built
     work = smoke.variant(tmp_path / "cache", "cached")
     image = re.search(r"registry: (\S+)", work.matrix.read_text()).group(1) + "/" + smoke.repository + ":cached"
-    first = cli("--matrix", str(work.matrix), "--target", "smoke", "--no-checks", "--force", "--cache-to", "type=inline")
+    first = cli(
+        "--matrix", str(work.matrix), "--target", "smoke", "--no-checks", "--force", "--cache-to", "type=inline"
+    )
     assert first.code == 0, first.err[-2000:]
     # An empty engine, as on a fresh runner: no build cache, no local copy of the image.
     subprocess.run(["docker", "buildx", "prune", "-af"], capture_output=True, check=True)
@@ -80,7 +87,7 @@ def test_several_targets_at_once_with_one_summary(built, tmp_path):
     smoke, _ = built
     work = smoke.copy(tmp_path / "jobs")
     text = work.matrix.read_text()
-    entry = text[text.index("  smoke:\n"):]
+    entry = text[text.index("  smoke:\n") :]
     twin = entry.replace("  smoke:\n", "  smoke-twin:\n", 1).replace("tag: smoke", "tag: twin")
     work.matrix.write_text(text + twin)
     assert cli("--matrix", str(work.matrix), "render").code == 0
@@ -89,8 +96,18 @@ def test_several_targets_at_once_with_one_summary(built, tmp_path):
     for name in ("requirements.txt", "build-requirements.txt", contract.OS_LOCK_NAME):
         if (lock_dir / "smoke" / name).exists():  # the OS lock is a function of the entry, not its name
             (lock_dir / "smoke-twin" / name).write_text((lock_dir / "smoke" / name).read_text())
-    r = cli("--matrix", str(work.matrix), "--target", "smoke", "--target", "smoke-twin", "--jobs", "2", "--force",
-            "--no-checks")
+    r = cli(
+        "--matrix",
+        str(work.matrix),
+        "--target",
+        "smoke",
+        "--target",
+        "smoke-twin",
+        "--jobs",
+        "2",
+        "--force",
+        "--no-checks",
+    )
     assert r.code == 0, r.err[-3000:]
     assert len(r.out.strip().splitlines()) == 2
     assert "build summary" in r.err and "smoke" in r.err
@@ -101,8 +118,11 @@ def test_several_targets_at_once_with_one_summary(built, tmp_path):
 
 
 def _manifest_layers(ref: str) -> list[dict]:
-    return json.loads(subprocess.run(["docker", "buildx", "imagetools", "inspect", "--raw", ref],
-                                     capture_output=True, text=True, check=True).stdout)["layers"]
+    return json.loads(
+        subprocess.run(
+            ["docker", "buildx", "imagetools", "inspect", "--raw", ref], capture_output=True, text=True, check=True
+        ).stdout
+    )["layers"]
 
 
 def test_source_only_bump_changes_exactly_the_app_layer(built, tmp_path):
@@ -112,19 +132,30 @@ def test_source_only_bump_changes_exactly_the_app_layer(built, tmp_path):
     smoke, ref = built
     work = smoke.copy(tmp_path / "bump")
     text = work.matrix.read_text()
-    url, commit = re.search(r"\n      url: file://(\S+)\n      branch: \S+\n      commit: ([0-9a-f]{40})", text).groups()
+    url, commit = re.search(
+        r"\n      url: file://(\S+)\n      branch: \S+\n      commit: ([0-9a-f]{40})", text
+    ).groups()
     clone = tmp_path / "src-clone"
     subprocess.run(["git", "clone", "-q", url, str(clone)], check=True)
     main_py = clone / "k3smoke" / "__main__.py"
     main_py.write_text(main_py.read_text() + "# a source-only bump\n")
-    env = {"GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@example.org", "GIT_COMMITTER_NAME": "t",
-           "GIT_COMMITTER_EMAIL": "t@example.org", "GIT_COMMITTER_DATE": "2026-11-03T00:00:00+00:00",
-           "PATH": "/usr/bin:/bin"}
+    env = {
+        "GIT_AUTHOR_NAME": "t",
+        "GIT_AUTHOR_EMAIL": "t@example.org",
+        "GIT_COMMITTER_NAME": "t",
+        "GIT_COMMITTER_EMAIL": "t@example.org",
+        "GIT_COMMITTER_DATE": "2026-11-03T00:00:00+00:00",
+        "PATH": "/usr/bin:/bin",
+    }
     subprocess.run(["git", "-C", str(clone), "commit", "-qam", "bump"], check=True, env=env)
-    new_commit = subprocess.run(["git", "-C", str(clone), "rev-parse", "HEAD"], capture_output=True, text=True,
-                                check=True).stdout.strip()
-    work.matrix.write_text(text.replace(f"url: file://{url}\n", f"url: file://{clone}\n", 1)
-                           .replace(f"commit: {commit}", f"commit: {new_commit}", 1))
+    new_commit = subprocess.run(
+        ["git", "-C", str(clone), "rev-parse", "HEAD"], capture_output=True, text=True, check=True
+    ).stdout.strip()
+    work.matrix.write_text(
+        text.replace(f"url: file://{url}\n", f"url: file://{clone}\n", 1).replace(
+            f"commit: {commit}", f"commit: {new_commit}", 1
+        )
+    )
     for args in (("render",), ("lock", "--target", "smoke")):
         assert cli("--matrix", str(work.matrix), *args).code == 0
     r = cli("--matrix", str(work.matrix), "--target", "smoke", "--no-checks")
@@ -133,7 +164,7 @@ def test_source_only_bump_changes_exactly_the_app_layer(built, tmp_path):
     n_base = len(_manifest_layers(base))
     before, after = _manifest_layers(ref)[n_base:], _manifest_layers(r.out.strip().splitlines()[-1])[n_base:]
     assert len(before) == len(after) >= 3
-    changed = [i for i, (a, b) in enumerate(zip(before, after)) if a["digest"] != b["digest"]]
+    changed = [i for i, (a, b) in enumerate(zip(before, after, strict=False)) if a["digest"] != b["digest"]]
     assert changed == [len(after) - 1]  # app-python is last: most changeable on top
 
 
@@ -148,9 +179,14 @@ def test_an_os_package_version_change_changes_exactly_the_os_layer(built, tmp_pa
     smoke, _ = built
     images = []
     for i, version in enumerate(WBCLIENT):
-        extra = f"      - name: libwbclient0\n        why: a package whose version moves\n        version: '{version}'\n"
-        work = smoke.variant(tmp_path / f"os{i}", f"os{i}", lambda t: t.replace("      - name: numactl\n",
-                                                                               extra + "      - name: numactl\n", 1))
+        extra = (
+            f"      - name: libwbclient0\n        why: a package whose version moves\n        version: '{version}'\n"
+        )
+        work = smoke.variant(
+            tmp_path / f"os{i}",
+            f"os{i}",
+            lambda t, extra=extra: t.replace("      - name: numactl\n", extra + "      - name: numactl\n", 1),
+        )
         locked = cli("--matrix", str(work.matrix), "lock", "--target", "smoke")
         if locked.code == 2 and "apt cannot install" in locked.err:
             pytest.skip(f"the Debian archive no longer serves libwbclient0 {version}: pick another pair")
@@ -163,5 +199,5 @@ def test_an_os_package_version_change_changes_exactly_the_os_layer(built, tmp_pa
     n_base = len(_manifest_layers(base))
     before, after = (_manifest_layers(ref)[n_base:] for ref in images)
     assert len(before) == len(after) >= 4
-    changed = [i for i, (a, b) in enumerate(zip(before, after)) if a["digest"] != b["digest"]]
+    changed = [i for i, (a, b) in enumerate(zip(before, after, strict=False)) if a["digest"] != b["digest"]]
     assert changed == [0]  # the OS layer, first above the base: least changeable at the bottom

@@ -24,8 +24,8 @@ from pathlib import Path
 
 import pytest
 
-from builder.errors import RegistryUnavailable
 from builder.engine.registry import OCI_MANIFEST, Registry, RegistryClient
+from builder.errors import RegistryUnavailable
 from tests.integration.conftest import LocalRegistry, cli
 
 USER = "k3tester"
@@ -69,8 +69,9 @@ def auth_registry(tmp_path_factory):
 
 def _remove_local_images(prefix: str) -> None:
     """Images the engine pulled or tagged from the test registry (by their own reference only)."""
-    out = subprocess.run(["docker", "image", "ls", "--digests", "--format", "{{json .}}"],
-                         capture_output=True, text=True).stdout
+    out = subprocess.run(
+        ["docker", "image", "ls", "--digests", "--format", "{{json .}}"], capture_output=True, text=True
+    ).stdout
     for line in out.splitlines():
         img = json.loads(line)
         if not img.get("Repository", "").startswith(prefix):
@@ -103,7 +104,8 @@ def _helper_setup(where: Path, registry: AuthRegistry, secret: str, install: boo
             "  store|erase) cat >/dev/null ;;\n"
             "  list) echo '{}' ;;\n"
             "  *) exit 1 ;;\n"
-            "esac\n")
+            "esac\n"
+        )
         helper.chmod(0o755)
     env = dict(os.environ, DOCKER_CONFIG=str(config_dir), PATH=f"{bin_dir}{os.pathsep}{PATH}")
     return HelperSetup(config_dir, bin_dir, env)
@@ -118,14 +120,30 @@ def _push_tiny_image(host: str, repo: str) -> tuple[str, str]:
     """A one-layer image pushed with the client's own transport: (name, manifest digest)."""
     reg = Registry(host)
     layer = b"k3 registry auth test layer " + secrets.token_bytes(8)
-    config = json.dumps({"architecture": "amd64", "os": "linux",
-                         "rootfs": {"type": "layers", "diff_ids": ["sha256:" + hashlib.sha256(layer).hexdigest()]}},
-                        sort_keys=True).encode()
-    manifest = {"schemaVersion": 2, "mediaType": OCI_MANIFEST,
-                "config": {"mediaType": "application/vnd.oci.image.config.v1+json",
-                           "digest": reg.push_blob(repo, config), "size": len(config)},
-                "layers": [{"mediaType": "application/vnd.oci.image.layer.v1.tar",
-                            "digest": reg.push_blob(repo, layer), "size": len(layer)}]}
+    config = json.dumps(
+        {
+            "architecture": "amd64",
+            "os": "linux",
+            "rootfs": {"type": "layers", "diff_ids": ["sha256:" + hashlib.sha256(layer).hexdigest()]},
+        },
+        sort_keys=True,
+    ).encode()
+    manifest = {
+        "schemaVersion": 2,
+        "mediaType": OCI_MANIFEST,
+        "config": {
+            "mediaType": "application/vnd.oci.image.config.v1+json",
+            "digest": reg.push_blob(repo, config),
+            "size": len(config),
+        },
+        "layers": [
+            {
+                "mediaType": "application/vnd.oci.image.layer.v1.tar",
+                "digest": reg.push_blob(repo, layer),
+                "size": len(layer),
+            }
+        ],
+    }
     raw = json.dumps(manifest, sort_keys=True).encode()
     return f"{host}/{repo}", reg.push_manifest(repo, "v1", raw, OCI_MANIFEST)
 
@@ -136,6 +154,7 @@ def _assert_no_secret(registry: AuthRegistry, *texts: str) -> None:
 
 
 # -- the client ------------------------------------------------------------------------------------
+
 
 def test_the_registry_really_requires_credentials(auth_registry):
     assert _status(f"http://{auth_registry.host}/v2/_catalog") == 401
@@ -158,15 +177,20 @@ def test_without_good_credentials_it_is_a_one_line_401_with_no_secret(auth_regis
     wrong = "k3-wrong-" + secrets.token_urlsafe(12)
     bad = _helper_setup(tmp_path / "bad", auth_registry, wrong, install=case == "wrong password")
     _use(bad, monkeypatch)
-    for attempt in (lambda c: c.resolve_digest(f"{name}@{digest}"),
-                    lambda c: c.attach(name, digest, ARTIFACT, b"{}", {}),
-                    lambda c: c.referrers(name, digest)):
+    for attempt in (
+        lambda c: c.resolve_digest(f"{name}@{digest}"),
+        lambda c: c.attach(name, digest, ARTIFACT, b"{}", {}),
+        lambda c: c.referrers(name, digest),
+    ):
         with pytest.raises(RegistryUnavailable) as info:
             attempt(RegistryClient())
         msg = str(info.value)
         assert "HTTP 401" in msg and "\n" not in msg, msg
-        assert ("docker-credential-k3test is not on PATH" if case == "no helper on PATH"
-                else "credentials from docker-credential-k3test: the registry refused them") in msg, msg
+        assert (
+            "docker-credential-k3test is not on PATH"
+            if case == "no helper on PATH"
+            else "credentials from docker-credential-k3test: the registry refused them"
+        ) in msg, msg
         _assert_no_secret(auth_registry, msg)
         assert wrong not in msg
 
@@ -175,9 +199,21 @@ def test_docker_login_credentials_work_too(auth_registry, tmp_path, monkeypatch)
     """The old path: `docker login` writes auths[host].auth into DOCKER_CONFIG; the client uses it."""
     config_dir = tmp_path / "login-config"
     config_dir.mkdir()
-    login = subprocess.run(["docker", "--config", str(config_dir), "login", "--username", auth_registry.user,
-                            "--password-stdin", auth_registry.host],
-                           input=auth_registry.password, capture_output=True, text=True)
+    login = subprocess.run(
+        [
+            "docker",
+            "--config",
+            str(config_dir),
+            "login",
+            "--username",
+            auth_registry.user,
+            "--password-stdin",
+            auth_registry.host,
+        ],
+        input=auth_registry.password,
+        capture_output=True,
+        text=True,
+    )
     assert login.returncode == 0, login.stderr
     assert "auth" in json.loads((config_dir / "config.json").read_text())["auths"][auth_registry.host]
     monkeypatch.setenv("DOCKER_CONFIG", str(config_dir))
@@ -186,6 +222,7 @@ def test_docker_login_credentials_work_too(auth_registry, tmp_path, monkeypatch)
 
 
 # -- the whole pipeline ----------------------------------------------------------------------------
+
 
 def _all_text(root: Path) -> str:
     return "\n".join(p.read_text(errors="replace") for p in sorted(root.rglob("*")) if p.is_file())

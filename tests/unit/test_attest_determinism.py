@@ -30,8 +30,16 @@ def _in_new_processes(*seeds: str) -> list[str]:
     for seed in seeds:
         env = {k: v for k, v in os.environ.items() if not k.startswith(("K3_", "PYTHONHASHSEED"))}
         env["PYTHONHASHSEED"] = seed
-        procs.append(subprocess.Popen([sys.executable, "-c", SCRIPT], cwd=REPO, env=env, text=True,
-                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE))
+        procs.append(
+            subprocess.Popen(
+                [sys.executable, "-c", SCRIPT],
+                cwd=REPO,
+                env=env,
+                text=True,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+            )
+        )
     outs = []
     for proc in procs:
         out, err = proc.communicate(timeout=300)
@@ -45,6 +53,9 @@ def test_sbom_and_provenance_are_the_same_bytes_under_another_hash_seed():
     assert "--provenance--" in first and len(first) > 1000
     assert second == first
     args = inputs.__wrapped__()
-    here = attest.sbom(*args) + "\n--provenance--\n" + attest.provenance(
-        args[0], args[1], {"MAX_JOBS": "2", "NVCC_THREADS": "1"}, "2026-11-29T00:00:00Z")
+    here = (
+        attest.sbom(*args)
+        + "\n--provenance--\n"
+        + attest.provenance(args[0], args[1], {"MAX_JOBS": "2", "NVCC_THREADS": "1"}, "2026-11-29T00:00:00Z")
+    )
     assert here == first

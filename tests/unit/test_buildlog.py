@@ -18,6 +18,9 @@ LOG = """#7 [build 2/4] RUN --mount=type=bind,source=wheelhouse/build,target=/ct
 def test_counts_steps_that_ran_and_that_were_cached():
     steps = buildlog.steps(LOG)
     assert [(s.stage, s.instruction, s.cached, s.ran) for s in steps] == [
-        ("build 2/4", "RUN", True, False), ("build 3/4", "RUN", False, True), ("runtime 2/2", "COPY", False, True)]
+        ("build 2/4", "RUN", True, False),
+        ("build 3/4", "RUN", False, True),
+        ("runtime 2/2", "COPY", False, True),
+    ]
     assert [s.stage for s in buildlog.ran(LOG)] == ["build 3/4"]
     assert buildlog.ran(LOG, "COPY")[0].text.startswith("--from=build")

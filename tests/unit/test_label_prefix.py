@@ -10,9 +10,9 @@ import pytest
 import yaml
 
 from builder.config import contract, matrix
-from builder.host import doctor
 from builder.dockerfile import render
 from builder.errors import ConfigError
+from builder.host import doctor
 from tests.conftest import REPO
 
 
@@ -33,27 +33,46 @@ def test_the_default_prefix_is_the_documented_one(tmp_path):
 def test_a_custom_prefix_names_every_project_label(tmp_path):
     t = _target(tmp_path, "com.example.gpu-platform")
     text = render.render(t)
-    keys = re.findall(r'"([^"]+)"=', text[text.index("\nLABEL "):])
+    keys = re.findall(r'"([^"]+)"=', text[text.index("\nLABEL ") :])
     own = [k for k in keys if not k.startswith("org.opencontainers.")]
-    assert sorted(own) == sorted(["com.example.gpu-platform." + s for s in
-                                  ("cuda-version", "expires", "owner", "target", "builder.source", "sbom",
-                                   "lock-sha256")])
+    assert sorted(own) == sorted(
+        [
+            "com.example.gpu-platform." + s
+            for s in ("cuda-version", "expires", "owner", "target", "builder.source", "sbom", "lock-sha256")
+        ]
+    )
     assert "io.k3-cu129" not in text
 
 
-@pytest.mark.parametrize("prefix", ["org.opencontainers.image", "org.label-schema.x", "Example.com", "single",
-                                    "com.example.", "com..example", "com.example.$(id)", "-com.example"])
+@pytest.mark.parametrize(
+    "prefix",
+    [
+        "org.opencontainers.image",
+        "org.label-schema.x",
+        "Example.com",
+        "single",
+        "com.example.",
+        "com..example",
+        "com.example.$(id)",
+        "-com.example",
+    ],
+)
 def test_a_prefix_that_is_not_an_owned_reverse_dns_name_is_refused(tmp_path, prefix):
     with pytest.raises(ConfigError, match=r"targets\.cu129\.label_prefix"):
         _target(tmp_path, prefix)
 
 
 def test_readers_find_the_prefix_from_the_image_labels():
-    labels = {"com.example.gpu.target": "cu129", "com.example.gpu.expires": "2027-06-30",
-              "com.example.gpu.owner": "gpu@example.com", "com.example.gpu.cuda-version": "12.9.1",
-              "org.opencontainers.image.version": "0.30.0+cu129"}
+    labels = {
+        "com.example.gpu.target": "cu129",
+        "com.example.gpu.expires": "2027-06-30",
+        "com.example.gpu.owner": "gpu@example.com",
+        "com.example.gpu.cuda-version": "12.9.1",
+        "org.opencontainers.image.version": "0.30.0+cu129",
+    }
     keys = contract.keys_in(labels)
     assert keys.prefix == "com.example.gpu"
     assert doctor._expiry(labels, dt.date(2027, 7, 1)) == (
-        "EXPIRED on 2027-06-30: this bridge build is past its exit date; ask gpu@example.com")
+        "EXPIRED on 2027-06-30: this bridge build is past its exit date; ask gpu@example.com"
+    )
     assert contract.keys_in({"x.target": "a"}).prefix == contract.DEFAULT_LABEL_PREFIX  # no .expires beside it

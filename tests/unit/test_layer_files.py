@@ -10,8 +10,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-from builder.deps import buildcontext
 from builder.config import contract
+from builder.deps import buildcontext
 
 SCRIPT = buildcontext.LAYER_SCRIPT
 SITE = "opt/k3/venv/lib/python3.11/site-packages"
@@ -19,8 +19,9 @@ SITE = "opt/k3/venv/lib/python3.11/site-packages"
 
 def _run(*args: str) -> str:
     env = dict(os.environ, PYTHONHASHSEED="0")
-    return subprocess.run([sys.executable, str(SCRIPT), *args], capture_output=True, text=True, check=True,
-                          env=env).stdout
+    return subprocess.run(
+        [sys.executable, str(SCRIPT), *args], capture_output=True, text=True, check=True, env=env
+    ).stdout
 
 
 def test_script_names_match_the_contract():
@@ -41,9 +42,11 @@ def _stage(tmp_path: Path) -> Path:
     (pkg / "__init__.py").write_text("X = 1\n")
     (stage / "opt/k3/venv/bin").mkdir(parents=True)
     (stage / "opt/k3/venv/bin/tool").write_text("#!/opt/k3/venv/bin/python\n")
-    (dist / "RECORD").write_text("pkg/_C.so,sha256=aaa,10\npkg/kernels.bin,sha256=bbb,10\n"
-                                 "pkg/fake.so,sha256=ccc,29\npkg/__init__.py,sha256=ddd,6\n"
-                                 "../../../bin/tool,sha256=eee,27\npkg-1.0.dist-info/RECORD,,\n")
+    (dist / "RECORD").write_text(
+        "pkg/_C.so,sha256=aaa,10\npkg/kernels.bin,sha256=bbb,10\n"
+        "pkg/fake.so,sha256=ccc,29\npkg/__init__.py,sha256=ddd,6\n"
+        "../../../bin/tool,sha256=eee,27\npkg-1.0.dist-info/RECORD,,\n"
+    )
     return stage
 
 
@@ -51,14 +54,27 @@ def test_split_by_elf_magic_with_the_elf_hashes_in_record_native(tmp_path):
     stage, native, py = _stage(tmp_path), tmp_path / "native", tmp_path / "py"
     _run("split", str(stage), str(native), str(py))
     files = lambda root: sorted(str(p.relative_to(root)) for p in root.rglob("*") if p.is_file())  # noqa: E731
-    assert files(native) == [f"{SITE}/pkg-1.0.dist-info/{contract.NATIVE_RECORD_NAME}", f"{SITE}/pkg/_C.so",
-                             f"{SITE}/pkg/kernels.bin"]
-    assert files(py) == ["opt/k3/venv/bin/tool", f"{SITE}/pkg-1.0.dist-info/RECORD", f"{SITE}/pkg/__init__.py",
-                         f"{SITE}/pkg/fake.so"]
+    assert files(native) == [
+        f"{SITE}/pkg-1.0.dist-info/{contract.NATIVE_RECORD_NAME}",
+        f"{SITE}/pkg/_C.so",
+        f"{SITE}/pkg/kernels.bin",
+    ]
+    assert files(py) == [
+        "opt/k3/venv/bin/tool",
+        f"{SITE}/pkg-1.0.dist-info/RECORD",
+        f"{SITE}/pkg/__init__.py",
+        f"{SITE}/pkg/fake.so",
+    ]
     assert not files(stage)
     record = (py / SITE / "pkg-1.0.dist-info/RECORD").read_text().splitlines()
-    assert record == ["pkg/_C.so,,", "pkg/kernels.bin,,", "pkg/fake.so,sha256=ccc,29", "pkg/__init__.py,sha256=ddd,6",
-                      "../../../bin/tool,sha256=eee,27", "pkg-1.0.dist-info/RECORD,,"]
+    assert record == [
+        "pkg/_C.so,,",
+        "pkg/kernels.bin,,",
+        "pkg/fake.so,sha256=ccc,29",
+        "pkg/__init__.py,sha256=ddd,6",
+        "../../../bin/tool,sha256=eee,27",
+        "pkg-1.0.dist-info/RECORD,,",
+    ]
     native_record = (native / SITE / "pkg-1.0.dist-info" / contract.NATIVE_RECORD_NAME).read_text().splitlines()
     assert native_record == ["pkg/_C.so,sha256=aaa,10", "pkg/kernels.bin,sha256=bbb,10"]
 
@@ -70,8 +86,10 @@ def test_bytecode_is_checked_hash_based_with_the_image_path_and_skips_what_does_
     (pkg / "good.py").write_text("VALUES = {'a', 'b', 'c'}\n")
     (pkg / "py2.py").write_text("print 'python 2'\n")
     out = _run("bytecode", str(root))
-    assert f"{contract.BYTECODE_MARKER} {root}: 1 compiled, 1 not compilable ({SITE}/pkg/py2.py), " \
-           "0 not deterministic" in out
+    assert (
+        f"{contract.BYTECODE_MARKER} {root}: 1 compiled, 1 not compilable ({SITE}/pkg/py2.py), "
+        "0 not deterministic" in out
+    )
     pyc = Path(importlib.util.cache_from_source(str(pkg / "good.py"), optimization=""))
     data = pyc.read_bytes()
     assert data[:4] == importlib.util.MAGIC_NUMBER and int.from_bytes(data[4:8], "little") == 0b11

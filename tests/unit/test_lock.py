@@ -20,8 +20,10 @@ torch==2.13.0+cu129 \\
     --hash=sha256:{H3}
     # via -r matrix.in
 """
-LOCK = ("# Lock for target t (runtime), made by `build lock`; do not edit.\n# k3-lock-inputs-sha256: abc\n"
-        f"{lock.BODY_HEADER}{sha256_bytes(BODY.encode())}\n" + BODY)
+LOCK = (
+    "# Lock for target t (runtime), made by `build lock`; do not edit.\n# k3-lock-inputs-sha256: abc\n"
+    f"{lock.BODY_HEADER}{sha256_bytes(BODY.encode())}\n" + BODY
+)
 
 
 def test_hermetic_env_drops_machine_pip_settings(monkeypatch):
@@ -36,10 +38,13 @@ def test_hermetic_env_drops_machine_pip_settings(monkeypatch):
 
 
 def test_source_requirement_files_lose_index_lines_and_get_rewrites():
-    data = (b"-r common.txt\n--extra-index-url https://flashinfer.ai/whl/\n-i https://x/simple\n"
-            b"nvidia-cutlass-dsl[cu13]==4.7.1\nhumming-kernels[cu13]==0.1.12 ; sys_platform == 'linux'\n")
-    out = lock._transform(data, {"nvidia-cutlass-dsl[cu13]": "nvidia-cutlass-dsl",
-                                 "humming-kernels[cu13]": "humming-kernels[cu12]"}).decode()
+    data = (
+        b"-r common.txt\n--extra-index-url https://flashinfer.ai/whl/\n-i https://x/simple\n"
+        b"nvidia-cutlass-dsl[cu13]==4.7.1\nhumming-kernels[cu13]==0.1.12 ; sys_platform == 'linux'\n"
+    )
+    out = lock._transform(
+        data, {"nvidia-cutlass-dsl[cu13]": "nvidia-cutlass-dsl", "humming-kernels[cu13]": "humming-kernels[cu12]"}
+    ).decode()
     assert "-r common.txt" in out
     assert "\n--extra-index-url" not in out and "\n-i " not in out
     assert "# dropped by build lock" in out
@@ -79,12 +84,15 @@ def test_a_truncated_lock_fails_its_body_hash_even_when_what_is_left_parses():
         lock.parse_lock(cut, Path("x"))  # ...but not with it
 
 
-@pytest.mark.parametrize("bad,message", [
-    ("requests>=2\n", "not a pinned requirement line"),
-    ("requests==2.0\n", "has no --hash"),
-    ("    --hash=sha256:1\n", "hash line without a requirement"),
-    ("requests==2.0 \\\n    --hash=sha256:abcd\n", "not a sha256"),
-])
+@pytest.mark.parametrize(
+    "bad,message",
+    [
+        ("requests>=2\n", "not a pinned requirement line"),
+        ("requests==2.0\n", "has no --hash"),
+        ("    --hash=sha256:1\n", "hash line without a requirement"),
+        ("requests==2.0 \\\n    --hash=sha256:abcd\n", "not a sha256"),
+    ],
+)
 def test_parse_lock_refuses_unpinned_or_unhashed(bad, message):
     with pytest.raises(LockError, match=message):
         lock.parse_lock(bad, Path("x"))
@@ -96,6 +104,7 @@ def test_missing_lock_says_how_to_make_one(tmp_path):
 
 
 # --- the +cu129 torch rule (lock.check_torch_build) ------------------------------------------------
+
 
 def _cu129():
     from builder.config import matrix
@@ -119,18 +128,21 @@ def test_a_correct_cu129_torch_family_passes():
     lock.check_torch_build(t, _entries(Torch="2.13.0+cu129", TorchVision="0.28.0+cu129"), Path("x"))
 
 
-@pytest.mark.parametrize("family,named", [
-    ({"torch": "2.13.0"}, "torch 2.13.0"),  # PyPI's bare build: CUDA 13
-    ({"torch": "2.13.0+cu130"}, "torch 2.13.0+cu130"),
-    ({"torch": "2.13.0+cu128"}, "torch 2.13.0+cu128"),
-    ({"torch": "2.13.0+cpu"}, "torch 2.13.0+cpu"),
-    ({"torch": "2.13.0+cu1290"}, "torch 2.13.0+cu1290"),
-    ({"torch": "2.13.0+xcu129"}, "torch 2.13.0+xcu129"),  # the whole local label, not its tail
-    ({"Torch": "2.13.0"}, "torch 2.13.0"),  # names are normalized
-    ({**CU129_FAMILY, "torchvision": "0.28.0"}, "torchvision 0.28.0"),
-    ({**CU129_FAMILY, "torchaudio": "2.11.0+cu130"}, "torchaudio 2.11.0+cu130"),
-    ({**CU129_FAMILY, "torch_audio": "2.11.0"}, None),  # not a member of the family
-])
+@pytest.mark.parametrize(
+    "family,named",
+    [
+        ({"torch": "2.13.0"}, "torch 2.13.0"),  # PyPI's bare build: CUDA 13
+        ({"torch": "2.13.0+cu130"}, "torch 2.13.0+cu130"),
+        ({"torch": "2.13.0+cu128"}, "torch 2.13.0+cu128"),
+        ({"torch": "2.13.0+cpu"}, "torch 2.13.0+cpu"),
+        ({"torch": "2.13.0+cu1290"}, "torch 2.13.0+cu1290"),
+        ({"torch": "2.13.0+xcu129"}, "torch 2.13.0+xcu129"),  # the whole local label, not its tail
+        ({"Torch": "2.13.0"}, "torch 2.13.0"),  # names are normalized
+        ({**CU129_FAMILY, "torchvision": "0.28.0"}, "torchvision 0.28.0"),
+        ({**CU129_FAMILY, "torchaudio": "2.11.0+cu130"}, "torchaudio 2.11.0+cu130"),
+        ({**CU129_FAMILY, "torch_audio": "2.11.0"}, None),  # not a member of the family
+    ],
+)
 def test_a_torch_family_member_of_another_build_is_refused(family, named):
     t = _cu129()
     if named is None:
@@ -139,22 +151,27 @@ def test_a_torch_family_member_of_another_build_is_refused(family, named):
     with pytest.raises(LockError) as info:
         lock.check_torch_build(t, _entries(**family), Path("locks/cu129/requirements.txt"))
     message = info.value.message
-    assert message.startswith("locks/cu129/requirements.txt: the torch family must be +cu129 builds for this target, "
-                              f"the lock has {named}; ")
+    assert message.startswith(
+        f"locks/cu129/requirements.txt: the torch family must be +cu129 builds for this target, the lock has {named}; "
+    )
     assert "Re-lock with the cu129 index." in message
 
 
 def test_every_wrong_member_is_named_in_order():
     with pytest.raises(LockError, match=r"the lock has torchaudio 2\.11\.0, torchvision 0\.28\.0\+cu130;"):
-        lock.check_torch_build(_cu129(), _entries(torch="2.13.0+cu129", torchvision="0.28.0+cu130",
-                                                  torchaudio="2.11.0"), Path("x"))
+        lock.check_torch_build(
+            _cu129(), _entries(torch="2.13.0+cu129", torchvision="0.28.0+cu130", torchaudio="2.11.0"), Path("x")
+        )
 
 
 def test_a_lock_without_torch_is_refused_for_a_torch_target():
     t = _cu129()
     for entries in (_entries(numpy="2.2.0"), _entries(torchvision="0.28.0+cu129"), []):
-        with pytest.raises(LockError, match=r"^x: no torch in the lock, but the target pins torch 2\.13\.0\+cu129; "
-                                            r"re-lock with the cu129 index$"):
+        with pytest.raises(
+            LockError,
+            match=r"^x: no torch in the lock, but the target pins torch 2\.13\.0\+cu129; "
+            r"re-lock with the cu129 index$",
+        ):
             lock.check_torch_build(t, entries, Path("x"))
 
 
@@ -174,6 +191,7 @@ def test_the_rule_follows_the_targets_cuda():
 
 # --- the body-hash header -------------------------------------------------------------------------
 
+
 def test_a_committed_lock_must_carry_its_body_hash_header(tmp_path):
     path = tmp_path / "t" / "requirements.txt"
     path.parent.mkdir()
@@ -191,8 +209,10 @@ def test_the_body_hash_covers_the_body_exactly():
     for edited in (LOCK.replace("2.27.3", "2.27.4"), LOCK + "\n", LOCK.replace("# via torch", "# via vllm")):
         with pytest.raises(LockError) as info:
             lock.parse_lock(edited, Path("x"))
-        assert info.value.message == ("x: the lock's body does not match its # k3-lock-body-sha256: header "
-                                      "(truncated or edited by hand); restore it from git or re-run `build lock`")
+        assert info.value.message == (
+            "x: the lock's body does not match its # k3-lock-body-sha256: header "
+            "(truncated or edited by hand); restore it from git or re-run `build lock`"
+        )
     # A comment line in the header block is not part of the body.
     lock.parse_lock("# another header line\n" + LOCK, Path("x"))
 
@@ -235,8 +255,14 @@ def test_an_override_annotation_marks_only_its_own_entry():
 
 
 def test_check_current_needs_the_inputs_header_and_the_same_inputs(tmp_path):
-    inputs = lock.LockInputs(kind="runtime", files={"matrix.in": b"torch==2.13.0+cu129\n"}, top=("matrix.in",),
-                             indexes=("https://pypi.org/simple",), python="3.12", platform="x86_64-manylinux_2_35")
+    inputs = lock.LockInputs(
+        kind="runtime",
+        files={"matrix.in": b"torch==2.13.0+cu129\n"},
+        top=("matrix.in",),
+        indexes=("https://pypi.org/simple",),
+        python="3.12",
+        platform="x86_64-manylinux_2_35",
+    )
     path = tmp_path / "t" / "requirements.txt"
     path.parent.mkdir()
     path.write_text(LOCK.replace("# k3-lock-inputs-sha256: abc", f"{lock.INPUT_HEADER}{inputs.sha256}"))
@@ -289,12 +315,17 @@ def test_the_resolvers_stderr_never_quotes_an_input_file(tmp_path, monkeypatch):
     whole environment into the error (issue 21). Run the real uv on exactly that file."""
     import subprocess
 
-    from builder.deps.hermetic import uv_binary
     from builder import log
+    from builder.deps.hermetic import uv_binary
+
     monkeypatch.setenv("K3_TEST_SECRET_VALUE", "hunter2-environ-canary")
     (tmp_path / "r.txt").write_text("foo==1\n--requirement=/proc/self/environ\n")
-    proc = subprocess.run([uv_binary(), "pip", "compile", "--no-config", "--offline", "r.txt"], cwd=tmp_path,
-                          capture_output=True, text=True)
+    proc = subprocess.run(
+        [uv_binary(), "pip", "compile", "--no-config", "--offline", "r.txt"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+    )
     assert "hunter2-environ-canary" in proc.stderr  # what uv prints: the host's environment
     monkeypatch.setattr(log, "_secrets", {"s3cr3t-registered"})
     reason = lock.resolver_reason(proc.stderr + "\nerror: token s3cr3t-registered\n", tmp_path)

@@ -70,12 +70,15 @@ def test_the_longest_value_is_redacted_first():
     assert log.redact("token-0123456789") == "***"
 
 
-@pytest.mark.parametrize("url,expected", [
-    ("https://user:pa55@pypi.internal.example/simple", "https://***@pypi.internal.example/simple"),
-    ("https://tok3n@github.com/o/r.git", "https://***@github.com/o/r.git"),
-    ("git+ssh://git:x@host/r", "git+ssh://***@host/r"),
-    ("HTTPS://U:P@HOST/x", "HTTPS://***@HOST/x"),
-])
+@pytest.mark.parametrize(
+    "url,expected",
+    [
+        ("https://user:pa55@pypi.internal.example/simple", "https://***@pypi.internal.example/simple"),
+        ("https://tok3n@github.com/o/r.git", "https://***@github.com/o/r.git"),
+        ("git+ssh://git:x@host/r", "git+ssh://***@host/r"),
+        ("HTTPS://U:P@HOST/x", "HTTPS://***@HOST/x"),
+    ],
+)
 def test_credentials_in_urls_are_redacted(url, expected):
     assert log.redact(f"fetching {url} now") == f"fetching {expected} now"
 
@@ -115,14 +118,27 @@ def test_a_long_credential_url_is_redacted_before_it_is_cut():
     assert shown.startswith("'https://***@index.example.org")
 
 
-@pytest.mark.parametrize("text", ["K3_REGISTRY=deploy:s3cretpw@registry.example.org:5000",
-                                  "registry deploy:s3cretpw@127.0.0.1:5000 refused", "'deploy:s3cretpw@host'"])
+@pytest.mark.parametrize(
+    "text",
+    [
+        "K3_REGISTRY=deploy:s3cretpw@registry.example.org:5000",
+        "registry deploy:s3cretpw@127.0.0.1:5000 refused",
+        "'deploy:s3cretpw@host'",
+    ],
+)
 def test_user_and_password_without_a_scheme_are_a_credential(text):
     assert "s3cretpw" not in log.redact(text) and "***@" in log.redact(text)
 
 
-@pytest.mark.parametrize("text", ["ubuntu:22.04@sha256:" + "a" * 64, "ghcr.io/o/r:tag@sha256:" + "b" * 64,
-                                  "mail me: smoke@example.org", "git@github.com:org/repo"])
+@pytest.mark.parametrize(
+    "text",
+    [
+        "ubuntu:22.04@sha256:" + "a" * 64,
+        "ghcr.io/o/r:tag@sha256:" + "b" * 64,
+        "mail me: smoke@example.org",
+        "git@github.com:org/repo",
+    ],
+)
 def test_image_references_and_addresses_are_not_credentials(text):
     assert log.redact(text) == text
 

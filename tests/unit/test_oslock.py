@@ -24,19 +24,42 @@ def _cu129():
 
 def _out(update=0, install=0, sim=None, log="", pkgs=None):
     """What the resolution script prints: K3-* lines, as a container of the base prints them."""
-    sim = sim if sim is not None else [
-        "Inst libnuma1 (2.0.14-3ubuntu2 Ubuntu:22.04/jammy [amd64])",
-        "Inst numactl (2.0.14-3ubuntu2 Ubuntu:22.04/jammy [amd64])"]
-    pkgs = pkgs if pkgs is not None else [
-        (n, "2.0.14-3ubuntu2", f"pool/main/n/numactl/{n}_2.0.14-3ubuntu2_amd64.deb") for n in ("libnuma1", "numactl")]
-    lines = [f"K3-UPDATE {update}", *(f"K3-LOG {ln}" for ln in log.splitlines()), "K3-ARCH amd64",
-             f"K3-INSTALL {install}", *(f"K3-SIM {ln}" for ln in sim)]
+    sim = (
+        sim
+        if sim is not None
+        else [
+            "Inst libnuma1 (2.0.14-3ubuntu2 Ubuntu:22.04/jammy [amd64])",
+            "Inst numactl (2.0.14-3ubuntu2 Ubuntu:22.04/jammy [amd64])",
+        ]
+    )
+    pkgs = (
+        pkgs
+        if pkgs is not None
+        else [
+            (n, "2.0.14-3ubuntu2", f"pool/main/n/numactl/{n}_2.0.14-3ubuntu2_amd64.deb")
+            for n in ("libnuma1", "numactl")
+        ]
+    )
+    lines = [
+        f"K3-UPDATE {update}",
+        *(f"K3-LOG {ln}" for ln in log.splitlines()),
+        "K3-ARCH amd64",
+        f"K3-INSTALL {install}",
+        *(f"K3-SIM {ln}" for ln in sim),
+    ]
     archive = _cu129().os_packages.archive
-    for name, version, filename in pkgs:
+    for _name, _version, filename in pkgs:
         lines.append(f"K3-URI '{archive}/{filename}' {filename.rsplit('/', 1)[1]} 100 MD5Sum:{'a' * 32}")
     for name, version, filename in pkgs:
-        lines += [f"K3-PKG Package: {name}", f"K3-PKG Version: {version}", "K3-PKG Architecture: amd64",
-                  f"K3-PKG Filename: {filename}", "K3-PKG Size: 100", f"K3-PKG SHA256: {SHA[name]}", "K3-PKG --"]
+        lines += [
+            f"K3-PKG Package: {name}",
+            f"K3-PKG Version: {version}",
+            "K3-PKG Architecture: amd64",
+            f"K3-PKG Filename: {filename}",
+            "K3-PKG Size: 100",
+            f"K3-PKG SHA256: {SHA[name]}",
+            "K3-PKG --",
+        ]
     return "\n".join(lines) + "\n"
 
 
@@ -47,7 +70,9 @@ def _parse(out):
 def test_the_closure_becomes_sorted_lock_lines_with_the_index_sha256():
     entries = _parse(_out())
     assert [(e.name, e.version, e.arch, e.sha256) for e in entries] == [
-        ("libnuma1", "2.0.14-3ubuntu2", "amd64", SHA["libnuma1"]), ("numactl", "2.0.14-3ubuntu2", "amd64", SHA["numactl"])]
+        ("libnuma1", "2.0.14-3ubuntu2", "amd64", SHA["libnuma1"]),
+        ("numactl", "2.0.14-3ubuntu2", "amd64", SHA["numactl"]),
+    ]
     assert entries[0].url == f"{_cu129().os_packages.archive}/pool/main/n/numactl/libnuma1_2.0.14-3ubuntu2_amd64.deb"
 
 
@@ -58,25 +83,34 @@ def test_an_updates_index_without_md5_still_resolves():
 
 
 def test_a_closure_that_replaces_a_base_package_is_a_version_conflict():
-    sim = ["Inst libc6 [2.35-0ubuntu3] (2.39-0ubuntu8 Ubuntu:24.04/noble [amd64])",
-           "Inst numactl (2.0.18-1 Ubuntu:24.04/noble [amd64])"]
-    with pytest.raises(LockError, match=r"version conflict with the runtime base: .*libc6 2\.39-0ubuntu8 \(the base "
-                                        r"has 2\.35-0ubuntu3\)") as info:
+    sim = [
+        "Inst libc6 [2.35-0ubuntu3] (2.39-0ubuntu8 Ubuntu:24.04/noble [amd64])",
+        "Inst numactl (2.0.18-1 Ubuntu:24.04/noble [amd64])",
+    ]
+    with pytest.raises(
+        LockError,
+        match=r"version conflict with the runtime base: .*libc6 2\.39-0ubuntu8 \(the base "
+        r"has 2\.35-0ubuntu3\)",
+    ) as info:
         _parse(_out(sim=sim, pkgs=[]))
     assert info.value.exit_code == 2
 
 
 def test_a_package_the_archive_lacks_is_bad_input_with_apts_reason():
-    with pytest.raises(LockError, match=r"os_packages\.packages: apt cannot install .*E: Unable to locate package "
-                                        r"k3-nope") as info:
+    with pytest.raises(
+        LockError,
+        match=r"os_packages\.packages: apt cannot install .*E: Unable to locate package "
+        r"k3-nope",
+    ) as info:
         _parse(_out(install=100, sim=["Reading package lists...", "E: Unable to locate package k3-nope"], pkgs=[]))
     assert info.value.exit_code == 2
 
 
 def test_an_archive_that_does_not_answer_is_out_of_reach():
     with pytest.raises(Unreachable, match=r"os_packages\.archive: .* not reachable") as info:
-        _parse(_out(update=100, log="W: Failed to fetch http://x/dists/jammy/InRelease  Could not resolve 'x'",
-                    pkgs=[]))
+        _parse(
+            _out(update=100, log="W: Failed to fetch http://x/dists/jammy/InRelease  Could not resolve 'x'", pkgs=[])
+        )
     assert info.value.exit_code == 3
 
 
@@ -116,10 +150,17 @@ def test_a_changed_package_list_archive_or_base_makes_the_lock_stale(tmp_path):
     path = tmp_path / "os-packages.txt"
     path.write_text(oslock.lock_text(t, _parse(_out())))
     osp = t.os_packages
-    for changed in (t.model_copy(update={"os_packages": osp.model_copy(update={"packages": osp.packages[1:]})}),
-                    t.model_copy(update={"os_packages": osp.model_copy(update={"archive": osp.archive[:-3] + "01Z"})}),
-                    t.model_copy(update={"bases": t.bases.model_copy(update={"runtime": t.bases.build.model_copy(
-                        update={"digest": "sha256:" + "9" * 64})})})):
+    for changed in (
+        t.model_copy(update={"os_packages": osp.model_copy(update={"packages": osp.packages[1:]})}),
+        t.model_copy(update={"os_packages": osp.model_copy(update={"archive": osp.archive[:-3] + "01Z"})}),
+        t.model_copy(
+            update={
+                "bases": t.bases.model_copy(
+                    update={"runtime": t.bases.build.model_copy(update={"digest": "sha256:" + "9" * 64})}
+                )
+            }
+        ),
+    ):
         with pytest.raises(LockError, match="stale"):
             oslock.check_current(path, changed)
 
@@ -130,19 +171,36 @@ def _matrix_with(tmp_path: Path, block: str) -> str:
     return text[:start] + block + text[end:]
 
 
-@pytest.mark.parametrize("block,message", [
-    ("    os_packages:\n      archive: http://deb.debian.org/debian\n      suites: [bookworm]\n"
-     "      packages: [{name: numactl, why: x}]\n", r"os_packages\.archive: .* is not a snapshot archive"),
-    ("    os_packages:\n      archive: https://snapshot.ubuntu.com/ubuntu/20261101T000000Z\n      suites: [jammy]\n"
-     "      packages: [{name: numactl, why: x}, {name: numactl, why: y}]\n", r"packages\.1\.name: numactl is listed twice"),
-    ("    os_packages:\n      archive: https://snapshot.ubuntu.com/ubuntu/20261101T000000Z\n      suites: [jammy]\n"
-     "      packages: [{name: 'numactl; rm -rf /', why: x}]\n", r"packages\.0\.name: must be a Debian package name"),
-    ("    os_packages:\n      archive: https://snapshot.ubuntu.com/ubuntu/20261101T000000Z\n      suites: [jammy]\n"
-     "      packages: [{name: numactl}]\n", r"packages\.0\.why: required key is missing"),
-    ("    os_packages:\n      archive: https://snapshot.ubuntu.com/ubuntu/20261101T000000Z\n      suites: [jammy]\n"
-     "      packages: [{name: numactl, why: x}]\n      loads: ['libnuma.so.1 && id']\n",
-     r"os_packages\.loads\.0: must be a soname"),
-])
+@pytest.mark.parametrize(
+    "block,message",
+    [
+        (
+            "    os_packages:\n      archive: http://deb.debian.org/debian\n      suites: [bookworm]\n"
+            "      packages: [{name: numactl, why: x}]\n",
+            r"os_packages\.archive: .* is not a snapshot archive",
+        ),
+        (
+            "    os_packages:\n      archive: https://snapshot.ubuntu.com/ubuntu/20261101T000000Z\n      suites: [jammy]\n"
+            "      packages: [{name: numactl, why: x}, {name: numactl, why: y}]\n",
+            r"packages\.1\.name: numactl is listed twice",
+        ),
+        (
+            "    os_packages:\n      archive: https://snapshot.ubuntu.com/ubuntu/20261101T000000Z\n      suites: [jammy]\n"
+            "      packages: [{name: 'numactl; rm -rf /', why: x}]\n",
+            r"packages\.0\.name: must be a Debian package name",
+        ),
+        (
+            "    os_packages:\n      archive: https://snapshot.ubuntu.com/ubuntu/20261101T000000Z\n      suites: [jammy]\n"
+            "      packages: [{name: numactl}]\n",
+            r"packages\.0\.why: required key is missing",
+        ),
+        (
+            "    os_packages:\n      archive: https://snapshot.ubuntu.com/ubuntu/20261101T000000Z\n      suites: [jammy]\n"
+            "      packages: [{name: numactl, why: x}]\n      loads: ['libnuma.so.1 && id']\n",
+            r"os_packages\.loads\.0: must be a soname",
+        ),
+    ],
+)
 def test_bad_os_packages_are_one_keyed_line(tmp_path, block, message):
     with pytest.raises(ConfigError, match=message) as info:
         matrix.parse(_matrix_with(tmp_path, block), tmp_path / "matrix.yaml")
@@ -151,11 +209,11 @@ def test_bad_os_packages_are_one_keyed_line(tmp_path, block, message):
 
 def test_the_os_layer_is_its_own_stage_and_one_copy_first_above_the_base():
     text = render.render(_cu129())
-    stage = text[text.index("AS os-packages"):text.index("AS build\n")]
+    stage = text[text.index("AS os-packages") : text.index("AS build\n")]
     assert "RUN --network=none --mount=type=bind,source=debs," in stage and "dpkg-deb -x" in stage
     assert "apt-get" not in stage and "ldconfig" not in stage.split("# ")[-1]
     assert 'skipped=" ibverbs-providers libibverbs1 "' in stage  # the matrix's scripts_skipped, sorted
-    final = text[text.index("AS runtime\n"):]
+    final = text[text.index("AS runtime\n") :]
     assert "\nRUN " not in final
     copies = re.findall(r"^COPY .*$", final, re.M)
     assert copies[0] == "COPY --from=os-packages /os-root/ /"  # least changeable layer lowest
@@ -169,26 +227,33 @@ def test_a_deb_is_cached_by_its_sha256_and_a_mismatch_is_refused_unwritten(tmp_p
     monkeypatch.setenv("K3_CACHE_DIR", str(tmp_path / "cache"))
     deb = tmp_path / "numactl_2.0.16-1_amd64.deb"
     deb.write_bytes(b"!<arch>\nnot really a deb\n")
-    good = oslock.DebEntry("numactl", "2.0.16-1", "amd64", deb.as_uri(), deb.stat().st_size, sha256_bytes(deb.read_bytes()))
+    good = oslock.DebEntry(
+        "numactl", "2.0.16-1", "amd64", deb.as_uri(), deb.stat().st_size, sha256_bytes(deb.read_bytes())
+    )
     cached = buildcontext._fetch_deb(good)
     assert cached == tmp_path / "cache" / "debs" / f"{good.sha256}.deb" and cached.read_bytes() == deb.read_bytes()
     cached.write_bytes(b"swapped")  # a damaged or swapped cache entry is fetched again, never used
     assert buildcontext._fetch_deb(good).read_bytes() == deb.read_bytes()
     bad = oslock.DebEntry("numactl", "2.0.16-1", "amd64", deb.as_uri(), 1, "0" * 64)
-    with pytest.raises(LockError, match=r"numactl_2\.0\.16-1_amd64\.deb from file://\S+ has sha256 [0-9a-f]{16}\.\.\., "
-                                        r"the lock says 0{16}") as info:
+    with pytest.raises(
+        LockError,
+        match=r"numactl_2\.0\.16-1_amd64\.deb from file://\S+ has sha256 [0-9a-f]{16}\.\.\., "
+        r"the lock says 0{16}",
+    ) as info:
         buildcontext._fetch_deb(bad)
     assert info.value.exit_code == 2
-    assert sorted(p.name for p in (tmp_path / "cache" / "debs").iterdir() if not p.name.endswith(".lock")) == \
-        [f"{good.sha256}.deb"]  # nothing of the refused download is left
+    assert sorted(p.name for p in (tmp_path / "cache" / "debs").iterdir() if not p.name.endswith(".lock")) == [
+        f"{good.sha256}.deb"
+    ]  # nothing of the refused download is left
     gone = oslock.DebEntry("numactl", "2.0.16-1", "amd64", "http://127.0.0.1:9/x.deb", 1, "1" * 64)
     with pytest.raises(Unreachable):
         buildcontext._fetch_deb(gone)
 
 
 def test_an_os_lock_that_is_not_utf8_is_one_line_exit_2(tmp_path):
-    from builder.errors import LockError
     from builder.deps import oslock
+    from builder.errors import LockError
+
     bad = tmp_path / "os-packages.txt"
     bad.write_bytes(b"# k3\xff\n")
     with pytest.raises(LockError, match=r"os-packages.txt: unreadable OS lock") as info:

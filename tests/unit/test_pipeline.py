@@ -6,13 +6,13 @@ import shutil
 
 import pytest
 
-from builder.deps import lock
 from builder.config import matrix
-from builder.pipeline import build as pipeline
+from builder.config.options import BuildOptions
+from builder.deps import lock
 from builder.dockerfile import render
 from builder.errors import ConfigError, DriftError, LockError
 from builder.fsutil import sha256_bytes
-from builder.config.options import BuildOptions
+from builder.pipeline import build as pipeline
 from builder.pipeline.plan import Plan, parallelism
 from tests.conftest import REPO
 
@@ -65,7 +65,9 @@ def test_cu129_refuses_a_lock_with_pypi_torch(checkout):
     locks.mkdir(parents=True)
     body = "torch==2.13.0 \\\n    --hash=sha256:" + "a" * 64 + "\n"
     for name in ("requirements.txt", "build-requirements.txt"):
-        (locks / name).write_text(f"# k3-lock-inputs-sha256: x\n{lock.BODY_HEADER}{sha256_bytes(body.encode())}\n{body}")
+        (locks / name).write_text(
+            f"# k3-lock-inputs-sha256: x\n{lock.BODY_HEADER}{sha256_bytes(body.encode())}\n{body}"
+        )
     plan = Plan.of(matrix.load(checkout / "matrix.yaml"), "cu129")
     with pytest.raises(LockError, match=r"torch family must be \+cu129 builds.*has torch 2.13.0"):
         pipeline.build(plan, _NoEngine(), BuildOptions())
@@ -84,10 +86,12 @@ def test_platform_digest_skips_attestation_manifests(monkeypatch):
 
     from builder.engine.registry import Manifest, RegistryClient
 
-    index = {"manifests": [
-        {"digest": "sha256:" + "a" * 64, "platform": {"architecture": "amd64", "os": "linux"}},
-        {"digest": "sha256:" + "b" * 64, "annotations": {"vnd.docker.reference.type": "attestation-manifest"}},
-    ]}
+    index = {
+        "manifests": [
+            {"digest": "sha256:" + "a" * 64, "platform": {"architecture": "amd64", "os": "linux"}},
+            {"digest": "sha256:" + "b" * 64, "annotations": {"vnd.docker.reference.type": "attestation-manifest"}},
+        ]
+    }
 
     def raw_manifest(self, name, reference):
         doc = index if reference == "sha256:" + "i" * 64 else {"layers": []}
@@ -113,11 +117,14 @@ def _fake_locks(checkout, torch_version="2.13.0+cu129"):
     locks.mkdir(parents=True, exist_ok=True)
     body = f"torch=={torch_version} \\\n    --hash=sha256:" + "a" * 64 + "\n"
     for name in ("requirements.txt", "build-requirements.txt"):
-        (locks / name).write_text(f"# k3-lock-inputs-sha256: x\n{lock.BODY_HEADER}{sha256_bytes(body.encode())}\n{body}")
+        (locks / name).write_text(
+            f"# k3-lock-inputs-sha256: x\n{lock.BODY_HEADER}{sha256_bytes(body.encode())}\n{body}"
+        )
     target = matrix.load(checkout / "matrix.yaml").target("cu129")
     if target.os_packages:  # cu129 carries OS packages: their (empty) lock, made for these inputs
         from builder.config import contract
         from builder.deps import oslock
+
         contract.os_lock_path(checkout, "cu129").write_text(oslock.lock_text(target, []))
     return locks
 
@@ -129,6 +136,7 @@ def test_build_lock_takes_the_targets_lock_and_exits_75_while_a_build_holds_it(c
     import os
 
     from builder.errors import Busy
+
     locks = _fake_locks(checkout)
     before = {p.name: p.read_bytes() for p in locks.iterdir()}
     monkeypatch.setattr(pipeline.source, "fetch", lambda *a: pytest.fail("fetched while another holds the lock"))
@@ -146,14 +154,16 @@ def test_build_lock_takes_the_targets_lock_and_exits_75_while_a_build_holds_it(c
 def test_a_build_uses_the_lock_bytes_it_hashed_not_the_file_again(checkout, monkeypatch, tmp_path):
     from builder.deps import buildcontext
     from builder.pipeline.plan import LockSet
+
     locks_dir = _fake_locks(checkout)
     plan = Plan.of(matrix.load(checkout / "matrix.yaml"), "cu129")
     locks = LockSet.read(plan)
     hashed = (locks_dir / "requirements.txt").read_bytes()
     _fake_locks(checkout, "2.13.1+cu129")  # a `build lock` lands between the hash and the context
     seen = {}
-    monkeypatch.setattr(buildcontext, "_wheels_into", lambda target, path, dest_for: seen.setdefault(
-        path.name, path.read_bytes()))
+    monkeypatch.setattr(
+        buildcontext, "_wheels_into", lambda target, path, dest_for: seen.setdefault(path.name, path.read_bytes())
+    )
     (tmp_path / "cpython.tar.gz").write_bytes(b"x")
     monkeypatch.setattr(buildcontext, "_standalone_python", lambda target: tmp_path / "cpython.tar.gz")
     ctx = buildcontext.assemble(plan.target, locks, tmp_path / "ctx", 1767323045, render.render(plan.target))
@@ -167,14 +177,19 @@ def test_a_registry_left_with_another_builds_sbom_gets_the_records_back(tmp_path
     provenance while the record named the old ones; `verify --registry` failed and `build` said up
     to date (issue 21). The next run re-attaches the record's own, without --force."""
     from builder.config import contract
-    from builder.records import store as records
     from builder.fsutil import sha256_bytes
+    from builder.records import store as records
     from tests.unit.test_records import _record
+
     target = matrix.load(REPO / "matrix.yaml").target("cu129")
     sbom, prov = b'{"sbom": "recorded"}\n', b'{"prov": "recorded"}\n'
     record = _record()
-    record = records.Record(**{**record.__dict__, "build": {**record.build, "sbom_sha256": sha256_bytes(sbom),
-                                                            "provenance_sha256": sha256_bytes(prov)}})
+    record = records.Record(
+        **{
+            **record.__dict__,
+            "build": {**record.build, "sbom_sha256": sha256_bytes(sbom), "provenance_sha256": sha256_bytes(prov)},
+        }
+    )
     contract.sbom_path(tmp_path, target.name).parent.mkdir(parents=True)
     contract.sbom_path(tmp_path, target.name).write_bytes(sbom)
     contract.provenance_path(tmp_path, target.name).write_bytes(prov)
@@ -192,6 +207,7 @@ def test_a_registry_left_with_another_builds_sbom_gets_the_records_back(tmp_path
         registry = Reg()
 
     from types import SimpleNamespace
+
     plan = SimpleNamespace(root=tmp_path, target=target)  # all _attached_as_recorded reads of a Plan
     pipeline._attached_as_recorded(plan, Eng(), record)
     assert {sbom, prov} <= set(Eng.registry.attached.values())

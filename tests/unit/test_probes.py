@@ -13,15 +13,20 @@ from pathlib import Path
 
 import pytest
 
-from builder.config import contract
 from builder.checks import probes
+from builder.config import contract
 
 CC = shutil.which("cc") or shutil.which("gcc")
 
 
 def run(name: str, request: dict, env: dict | None = None) -> dict:
-    proc = subprocess.run([sys.executable, "-c", probes.script(name), json.dumps(request)], capture_output=True,
-                          text=True, env={**os.environ, **(env or {})}, timeout=120)
+    proc = subprocess.run(
+        [sys.executable, "-c", probes.script(name), json.dumps(request)],
+        capture_output=True,
+        text=True,
+        env={**os.environ, **(env or {})},
+        timeout=120,
+    )
     found = probes.parse(proc.stdout)
     assert found is not None, proc.stderr
     return found
@@ -45,13 +50,18 @@ def compile_so(out: Path, *, soname: str | None = None, needs: tuple[Path, ...] 
 
 
 def elf_request(root: Path, **kw) -> dict:
-    return {"roots": [str(root)], "ld_library_path": "", "cuda_major": 12,
-            "tracking": list(contract.CUDA_TRACKING_LIBS), **kw}
+    return {
+        "roots": [str(root)],
+        "ld_library_path": "",
+        "cuda_major": 12,
+        "tracking": list(contract.CUDA_TRACKING_LIBS),
+        **kw,
+    }
 
 
 def test_marker_parsing_ignores_what_packages_print():
-    assert probes.parse("INFO vllm: hello\nK3-PROBE {\"a\": 1}\n") == {"a": 1}
-    assert probes.parse("K3-PROBE {\"a\": 1}\nK3-PROBE {\"a\": 2}") == {"a": 2}
+    assert probes.parse('INFO vllm: hello\nK3-PROBE {"a": 1}\n') == {"a": 1}
+    assert probes.parse('K3-PROBE {"a": 1}\nK3-PROBE {"a": 2}') == {"a": 2}
     assert probes.parse("Traceback ...") is None
     assert probes.parse("K3-PROBE not json") is None
     assert probes.parse("K3-PROBE [1]") is None
@@ -70,8 +80,9 @@ def test_elf_resolves_runpath_origin_and_reports_what_nothing_provides(tmp_path)
     gone.unlink()
     found = run("elf", elf_request(tmp_path / "pkg"))
     assert found["elves"] == 4 and found["preloaded"] == 1
-    assert found["unresolved"] == [{"path": str(tmp_path / "pkg" / "broken.so"), "needed": "libk3gone.so.2",
-                                    "dist": None}]
+    assert found["unresolved"] == [
+        {"path": str(tmp_path / "pkg" / "broken.so"), "needed": "libk3gone.so.2", "dist": None}
+    ]
     assert found["other_major"] == []
 
 
@@ -120,8 +131,11 @@ def test_hygiene_finds_dangling_links_links_into_build_paths_and_named_build_pat
     assert found["dangling"] == [[str(root / "lib" / "cute"), "/third_party/fa/flash_attn/cute"]]
     assert found["outside"] == [[str(root / "lib" / "into-build"), str(build)]]
     named = {Path(p).name: (r, line) for p, r, line in found["named"]}
-    assert named == {"tool": ("/build", "#!/build/venv/bin/python"), "x.pth": ("/src", "/src/k3smoke"),
-                     "direct_url.json": ("/build", '{"url": "file:///build/dist/k3smoke-0.1.0.whl"}')}
+    assert named == {
+        "tool": ("/build", "#!/build/venv/bin/python"),
+        "x.pth": ("/src", "/src/k3smoke"),
+        "direct_url.json": ("/build", '{"url": "file:///build/dist/k3smoke-0.1.0.whl"}'),
+    }
     assert found["counts"] == {"dangling": 1, "outside": 1, "named": 3}
 
 
@@ -134,25 +148,40 @@ def _package(root: Path, files: dict[str, str]) -> Path:
 
 
 def test_trees_imports_every_module_and_names_what_fails(tmp_path):
-    _package(tmp_path, {
-        "k3p/__init__.py": "",
-        "k3p/third_party/__init__.py": "",
-        "k3p/third_party/good.py": "from k3p.third_party import helper\n",
-        "k3p/third_party/helper.py": "X = 1\n",
-        "k3p/third_party/cute/bad.py": "import k3kernels_py.interface\n",  # an unrewritten FA4-style import
-        "k3p/third_party/tests/test_x.py": "import pytest_not_here\n",
-        "k3p/third_party/include/k.h": "int k;\n",  # data only: no module
-    })
-    req = {"trees": ["k3p.third_party", "k3p.missing"], "skip": ["k3p.third_party.tests.*"], "setup": ["k3p:__name__.upper"]}
+    _package(
+        tmp_path,
+        {
+            "k3p/__init__.py": "",
+            "k3p/third_party/__init__.py": "",
+            "k3p/third_party/good.py": "from k3p.third_party import helper\n",
+            "k3p/third_party/helper.py": "X = 1\n",
+            "k3p/third_party/cute/bad.py": "import k3kernels_py.interface\n",  # an unrewritten FA4-style import
+            "k3p/third_party/tests/test_x.py": "import pytest_not_here\n",
+            "k3p/third_party/include/k.h": "int k;\n",  # data only: no module
+        },
+    )
+    req = {
+        "trees": ["k3p.third_party", "k3p.missing"],
+        "skip": ["k3p.third_party.tests.*"],
+        "setup": ["k3p:__name__.upper"],
+    }
     found = run("trees", req, env={"PYTHONPATH": str(tmp_path)})
-    assert found["trees"] == {"k3p.third_party": None, "k3p.missing": "ModuleNotFoundError: no module named 'k3p.missing'"}
+    assert found["trees"] == {
+        "k3p.third_party": None,
+        "k3p.missing": "ModuleNotFoundError: no module named 'k3p.missing'",
+    }
     assert found["setup"] == {"k3p:__name__.upper": None}
     assert found["imported"] == {
-        "k3p.third_party": None, "k3p.third_party.cute": None,
+        "k3p.third_party": None,
+        "k3p.third_party.cute": None,
         "k3p.third_party.cute.bad": "ModuleNotFoundError: No module named 'k3kernels_py'",
-        "k3p.third_party.good": None, "k3p.third_party.helper": None}
-    assert found["skipped"] == {"k3p.third_party.tests": "k3p.third_party.tests.*",
-                                "k3p.third_party.tests.test_x": "k3p.third_party.tests.*"}
+        "k3p.third_party.good": None,
+        "k3p.third_party.helper": None,
+    }
+    assert found["skipped"] == {
+        "k3p.third_party.tests": "k3p.third_party.tests.*",
+        "k3p.third_party.tests.test_x": "k3p.third_party.tests.*",
+    }
 
 
 CLI = {
@@ -169,7 +198,8 @@ CLI = {
         "    return parser\n"
         "def validate(ns):\n"
         "    if ns.enable_auto_tool_choice and not ns.tool_call_parser:\n"
-        "        raise TypeError('--enable-auto-tool-choice requires --tool-call-parser')\n"),
+        "        raise TypeError('--enable-auto-tool-choice requires --tool-call-parser')\n"
+    ),
     "k3cli/registry.py": (
         "LOADERS = {'auto': 1, 'fastsafetensors': 2}\n"
         "class Tools:\n"
@@ -180,30 +210,53 @@ CLI = {
         "import logging\nlog = logging.getLogger('k3cli')\nlog.addHandler(logging.NullHandler())\n"
         "def model(arch):\n"
         "    if arch == 'K3ForConditionalGeneration':\n        return object\n"
-        "    log.warning('Error in loading model architecture %r', arch)\n    return None\n"),
+        "    log.warning('Error in loading model architecture %r', arch)\n    return None\n"
+    ),
 }
 
 
 def _recipe(argv, **kw):
-    return {"argv": argv, "parser": "k3cli.args:make", "parser_class": "k3cli.args:Parser",
-            "validator": "k3cli.args:validate",
-            "resolve": {"tool_call_parser": "k3cli.registry:Tools.get", "load_format": "k3cli.registry:LOADERS"},
-            "architecture": "K3ForConditionalGeneration", "architecture_resolver": "k3cli.registry:model", **kw}
+    return {
+        "argv": argv,
+        "parser": "k3cli.args:make",
+        "parser_class": "k3cli.args:Parser",
+        "validator": "k3cli.args:validate",
+        "resolve": {"tool_call_parser": "k3cli.registry:Tools.get", "load_format": "k3cli.registry:LOADERS"},
+        "architecture": "K3ForConditionalGeneration",
+        "architecture_resolver": "k3cli.registry:model",
+        **kw,
+    }
 
 
 def test_recipe_parses_validates_and_resolves_through_the_cli_s_own_registries(tmp_path):
     env = {"PYTHONPATH": str(_package(tmp_path, CLI))}
-    good = ["m/K3", "--tensor-parallel-size", "8", "--enable-auto-tool-choice", "--tool-call-parser", "kimi_k3",
-            "--load-format", "fastsafetensors"]
-    assert run("recipe", _recipe(good), env) == {"parse": None, "validate": None, "architecture": None,
-                                                 "options": {"load_format": None, "tool_call_parser": None}}
-    found = run("recipe", _recipe(good[:4] + ["--tool-call-parser", "kimi_k9", "--load-format", "runai"],
-                                  architecture="K9ForCausalLM"), env)
+    good = [
+        "m/K3",
+        "--tensor-parallel-size",
+        "8",
+        "--enable-auto-tool-choice",
+        "--tool-call-parser",
+        "kimi_k3",
+        "--load-format",
+        "fastsafetensors",
+    ]
+    assert run("recipe", _recipe(good), env) == {
+        "parse": None,
+        "validate": None,
+        "architecture": None,
+        "options": {"load_format": None, "tool_call_parser": None},
+    }
+    found = run(
+        "recipe",
+        _recipe(good[:4] + ["--tool-call-parser", "kimi_k9", "--load-format", "runai"], architecture="K9ForCausalLM"),
+        env,
+    )
     assert found["parse"] is None
     assert found["options"]["tool_call_parser"] == "'kimi_k9': KeyError: \"Tool parser 'kimi_k9' not found.\""
     assert found["options"]["load_format"].startswith("'runai': not one of ['auto', 'fastsafetensors']")
-    assert found["architecture"] == ("the registry returned nothing (it said: Error in loading model architecture "
-                                     "'K9ForCausalLM')")
+    assert found["architecture"] == (
+        "the registry returned nothing (it said: Error in loading model architecture 'K9ForCausalLM')"
+    )
     found = run("recipe", _recipe(["m/K3", "--reasoning-parser", "kimi_k3"]), env)
     assert found["parse"] == "ValueError: error: unrecognized arguments: --reasoning-parser kimi_k3"
     found = run("recipe", _recipe(["m/K3", "--enable-auto-tool-choice"]), env)
@@ -216,25 +269,35 @@ def test_trees_imports_each_module_in_its_own_process(tmp_path):
     ops.kda registers too, and the registry asserts on a second registration: imported one after
     the other in one process, the second would fail. Each module gets a process of its own, so
     only a module that fails on its own fails; one that crashes the interpreter or hangs is named."""
-    _package(tmp_path, {
-        "k3reg/__init__.py": "NAMES = set()\ndef register(name):\n    assert name not in NAMES, name\n    NAMES.add(name)\n",
-        "k3t/__init__.py": "",
-        "k3t/a_first.py": "import k3reg\nk3reg.register('fused_rms_norm_gated')\n",
-        "k3t/b_second.py": "import k3reg\nk3reg.register('fused_rms_norm_gated')\n",
-        "k3t/c_path.py": "import sys, os\nsys.path.insert(0, os.path.join(os.path.dirname(__file__), 'root'))\nimport hidden\n",
-        "k3t/root/hidden.py": "X = 1\n",
-        "k3t/d_needs_path.py": "import hidden\n",  # importable only after c_path ran in the same process
-        "k3t/e_crash.py": "import os, signal\nos.kill(os.getpid(), signal.SIGSEGV)\n",
-        "k3t/f_hang.py": "import time\ntime.sleep(60)\n",
-    })
-    found = run("trees", {"trees": ["k3t"], "skip": ["k3t.root.*"], "setup": ["k3reg", "json:dumps.__name__.upper"],
-                          "timeout": 3}, env={"PYTHONPATH": str(tmp_path)})
+    _package(
+        tmp_path,
+        {
+            "k3reg/__init__.py": "NAMES = set()\ndef register(name):\n    assert name not in NAMES, name\n    NAMES.add(name)\n",
+            "k3t/__init__.py": "",
+            "k3t/a_first.py": "import k3reg\nk3reg.register('fused_rms_norm_gated')\n",
+            "k3t/b_second.py": "import k3reg\nk3reg.register('fused_rms_norm_gated')\n",
+            "k3t/c_path.py": "import sys, os\nsys.path.insert(0, os.path.join(os.path.dirname(__file__), 'root'))\nimport hidden\n",
+            "k3t/root/hidden.py": "X = 1\n",
+            "k3t/d_needs_path.py": "import hidden\n",  # importable only after c_path ran in the same process
+            "k3t/e_crash.py": "import os, signal\nos.kill(os.getpid(), signal.SIGSEGV)\n",
+            "k3t/f_hang.py": "import time\ntime.sleep(60)\n",
+        },
+    )
+    found = run(
+        "trees",
+        {"trees": ["k3t"], "skip": ["k3t.root.*"], "setup": ["k3reg", "json:dumps.__name__.upper"], "timeout": 3},
+        env={"PYTHONPATH": str(tmp_path)},
+    )
     assert found["setup"] == {"k3reg": None, "json:dumps.__name__.upper": None}
     assert found["imported"] == {
-        "k3t": None, "k3t.a_first": None, "k3t.b_second": None, "k3t.c_path": None,
+        "k3t": None,
+        "k3t.a_first": None,
+        "k3t.b_second": None,
+        "k3t.c_path": None,
         "k3t.d_needs_path": "ModuleNotFoundError: No module named 'hidden'",
         "k3t.e_crash": f"the import crashed the interpreter (signal {int(__import__('signal').SIGSEGV)})",
-        "k3t.f_hang": "timed out"}
+        "k3t.f_hang": "timed out",
+    }
 
 
 def test_elf_loads_by_name_what_packages_dlopen(tmp_path):
@@ -244,10 +307,16 @@ def test_elf_loads_by_name_what_packages_dlopen(tmp_path):
 
 
 def test_trees_shows_the_error_a_package_re_raised(tmp_path):
-    _package(tmp_path, {
-        "k3fa/__init__.py": ("try:\n    import k3fa_missing_C\nexcept ImportError as e:\n"
-                             "    raise ImportError('k3fa requires its compiled extension') from e\n"),
-    })
+    _package(
+        tmp_path,
+        {
+            "k3fa/__init__.py": (
+                "try:\n    import k3fa_missing_C\nexcept ImportError as e:\n"
+                "    raise ImportError('k3fa requires its compiled extension') from e\n"
+            ),
+        },
+    )
     found = run("trees", {"trees": ["k3fa"], "skip": [], "setup": []}, env={"PYTHONPATH": str(tmp_path)})
-    assert found["imported"]["k3fa"] == ("ImportError: k3fa requires its compiled extension (from "
-                                         "ModuleNotFoundError: No module named 'k3fa_missing_C')")
+    assert found["imported"]["k3fa"] == (
+        "ImportError: k3fa requires its compiled extension (from ModuleNotFoundError: No module named 'k3fa_missing_C')"
+    )

@@ -14,14 +14,23 @@ from in_toto_attestation.predicates.provenance.v1 import provenance_pb2
 from in_toto_attestation.v1 import statement_pb2
 from in_toto_attestation.v1.statement import Statement
 
-from builder.records import attest, provsign, verify
 from builder.config import matrix
 from builder.errors import ConfigError
+from builder.records import attest, provsign, verify
 from tests.conftest import REPO
 from tests.unit.test_attest import WHEELS, inputs  # noqa: F401 - the shared fixture
 
-STATEMENT = json.dumps({"_type": "https://in-toto.io/Statement/v1", "subject": [{"name": "x", "digest": {
-    "sha256": "d" * 64}}], "predicateType": "https://slsa.dev/provenance/v1", "predicate": {"a": 1}}) + "\n"
+STATEMENT = (
+    json.dumps(
+        {
+            "_type": "https://in-toto.io/Statement/v1",
+            "subject": [{"name": "x", "digest": {"sha256": "d" * 64}}],
+            "predicateType": "https://slsa.dev/provenance/v1",
+            "predicate": {"a": 1},
+        }
+    )
+    + "\n"
+)
 
 
 class _Signing:
@@ -93,15 +102,24 @@ def test_the_matrix_names_key_and_public_key_together(tmp_path):
         matrix.load(path)
 
 
-@pytest.mark.parametrize("ref, want", [
-    ("127.0.0.1:5000/k3/smoke-devel:bookworm-1", "pkg:oci/smoke-devel@sha256:{d}?repository_url=127.0.0.1:5000/k3/"
-                                                 "smoke-devel&tag=bookworm-1"),
-    ("nvidia/cuda:12.9.1-devel-ubuntu22.04", "pkg:oci/cuda@sha256:{d}?repository_url=docker.io/nvidia/cuda"
-                                             "&tag=12.9.1-devel-ubuntu22.04"),
-    ("debian", "pkg:oci/debian@sha256:{d}?repository_url=docker.io/library/debian"),
-    ("ghcr.io/k3-cu129/vllm-openai@sha256:" + "d" * 64, "pkg:oci/vllm-openai@sha256:{d}?repository_url=ghcr.io/"
-                                                        "k3-cu129/vllm-openai"),
-])
+@pytest.mark.parametrize(
+    "ref, want",
+    [
+        (
+            "127.0.0.1:5000/k3/smoke-devel:bookworm-1",
+            "pkg:oci/smoke-devel@sha256:{d}?repository_url=127.0.0.1:5000/k3/smoke-devel&tag=bookworm-1",
+        ),
+        (
+            "nvidia/cuda:12.9.1-devel-ubuntu22.04",
+            "pkg:oci/cuda@sha256:{d}?repository_url=docker.io/nvidia/cuda&tag=12.9.1-devel-ubuntu22.04",
+        ),
+        ("debian", "pkg:oci/debian@sha256:{d}?repository_url=docker.io/library/debian"),
+        (
+            "ghcr.io/k3-cu129/vllm-openai@sha256:" + "d" * 64,
+            "pkg:oci/vllm-openai@sha256:{d}?repository_url=ghcr.io/k3-cu129/vllm-openai",
+        ),
+    ],
+)
 def test_oci_purls_follow_the_purl_spec(ref, want):
     got = attest.oci_purl(ref, "sha256:" + "d" * 64).to_string()
     assert got == want.format(d="d" * 64)
@@ -131,7 +149,8 @@ def test_provenance_parses_with_in_toto_bindings_and_pins_the_tool(inputs):  # n
         assert deps[f"wheel:{filename}"]["digest"] == {"sha256": sha}
         assert deps[f"wheel:{filename}"]["uri"].startswith("pkg:pypi/")
     assert deps["build-wheel:cmake-4.0.3-py3-none-manylinux_2_17_x86_64.whl"]["uri"] == (
-        "pkg:pypi/cmake@4.0.3?file_name=cmake-4.0.3-py3-none-manylinux_2_17_x86_64.whl")
+        "pkg:pypi/cmake@4.0.3?file_name=cmake-4.0.3-py3-none-manylinux_2_17_x86_64.whl"
+    )
     sbom = json.loads(attest.sbom(t, record, inv, lock))
     sbom_purls = {c["bom-ref"]: c["purl"] for c in sbom["components"]}
     for role in ("build", "runtime"):
@@ -144,15 +163,19 @@ def test_identities_default_documented_and_overridable(inputs):  # noqa: F811
     assert local["buildDefinition"]["buildType"] == f"{t.project_url}/blob/main/docs/buildtypes/matrix-dockerfile/v1.md"
     assert (REPO / attest.BUILD_TYPE_DOC).is_file()  # the page the URL points at exists in this repository
     assert local["runDetails"]["builder"]["id"] == attest.local_builder_id(t)
-    github = {"GITHUB_ACTIONS": "true", "GITHUB_SERVER_URL": "https://github.com",
-              "GITHUB_WORKFLOW_REF": "k3-cu129/k3-cu129-images/.github/workflows/k3-branch.yml@refs/heads/main"}
+    github = {
+        "GITHUB_ACTIONS": "true",
+        "GITHUB_SERVER_URL": "https://github.com",
+        "GITHUB_WORKFLOW_REF": "k3-cu129/k3-cu129-images/.github/workflows/k3-branch.yml@refs/heads/main",
+    }
     ci = _statement(t, record, environ=github)["predicate"]["runDetails"]["builder"]["id"]
     assert ci == "https://github.com/k3-cu129/k3-cu129-images/.github/workflows/k3-branch.yml@refs/heads/main"
     forms = attest.builder_id_forms(t)
     assert forms.fullmatch(ci) and forms.fullmatch(attest.local_builder_id(t))
     assert not forms.fullmatch("https://github.com/someone-else/fork/.github/workflows/k3-branch.yml@refs/heads/main")
-    pinned = _statement(t, record, environ={"K3_BUILDER_ID": "https://ci.example/runner",
-                                            "K3_BUILD_TYPE": "https://ci.example/type/v2"})["predicate"]
+    pinned = _statement(
+        t, record, environ={"K3_BUILDER_ID": "https://ci.example/runner", "K3_BUILD_TYPE": "https://ci.example/type/v2"}
+    )["predicate"]
     assert pinned["runDetails"]["builder"]["id"] == "https://ci.example/runner"
     assert pinned["buildDefinition"]["buildType"] == "https://ci.example/type/v2"
 

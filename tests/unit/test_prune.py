@@ -10,8 +10,8 @@ import os
 import pytest
 
 from builder.config import contract
-from builder.pipeline import build as pipeline
 from builder.errors import Busy
+from builder.pipeline import build as pipeline
 from tests.unit.test_records import _record
 
 
@@ -44,8 +44,9 @@ def test_keep_0_never_removes_the_recorded_build(tmp_path):
 
 def test_under_a_skewed_clock_the_order_is_by_what_was_written_last(tmp_path):
     # The recorded build ran with the clock behind: its name sorts first, it wrote last.
-    _builds(tmp_path, [("20300101T000000Z-failed", 100), ("20200101T000000Z-record", 300),
-                       ("20250101T000000Z-newer", 200)])
+    _builds(
+        tmp_path, [("20300101T000000Z-failed", 100), ("20200101T000000Z-record", 300), ("20250101T000000Z-newer", 200)]
+    )
     _recorded(tmp_path, "20200101T000000Z-record")
     removed = pipeline.prune(tmp_path, ["smoke"], keep=2)
     assert [p.name for p in removed] == ["20300101T000000Z-failed"]

@@ -8,23 +8,35 @@ import os
 import pytest
 
 from builder.config import contract
-from builder.records import store as records
 from builder.errors import RecordError
 from builder.fsutil import atomic_write
+from builder.records import store as records
 
 
 def _record(digest="sha256:" + "a" * 64):
     return records.Record(
-        target="t", image=f"r/x@{digest}", digest=digest, bases={}, source={"commit": "c"},
-        lock_sha256="l", build_lock_sha256="b", dockerfile_sha256="d", source_date_epoch=1, input_key="k",
-        tool_version="0", checks="passed",
+        target="t",
+        image=f"r/x@{digest}",
+        digest=digest,
+        bases={},
+        source={"commit": "c"},
+        lock_sha256="l",
+        build_lock_sha256="b",
+        dockerfile_sha256="d",
+        source_date_epoch=1,
+        input_key="k",
+        tool_version="0",
+        checks="passed",
         build={"id": "1", "sbom_sha256": "s", "provenance_sha256": "p"},
     )
 
 
 def _set(record) -> dict[str, str]:
-    return {contract.SBOM_NAME: f"sbom of {record.digest}\n", contract.PROVENANCE_NAME: f"prov of {record.digest}\n",
-            contract.RECORD_NAME: record.to_json()}
+    return {
+        contract.SBOM_NAME: f"sbom of {record.digest}\n",
+        contract.PROVENANCE_NAME: f"prov of {record.digest}\n",
+        contract.RECORD_NAME: record.to_json(),
+    }
 
 
 def test_round_trip_in_contract_order(tmp_path):
@@ -80,10 +92,12 @@ def test_no_record_is_none(tmp_path):
 
 # --- a full or read-only record directory (issue 21, defect 4) ----------------------------------
 
+
 def test_a_record_write_that_fails_leaves_the_old_set_and_no_pending_file(tmp_path, monkeypatch):
     import errno
 
     from builder.errors import HostResources
+
     old = _record()
     records.write_set(tmp_path, _set(old))
     before = {p.name: p.read_bytes() for p in tmp_path.iterdir()}
@@ -107,6 +121,7 @@ def test_the_record_directory_is_checked_for_writes_and_room(tmp_path, monkeypat
     import tempfile
 
     from builder.errors import HostResources
+
     records.check_writable(tmp_path / "locks" / "smoke", "the record set")  # fine: made, probed, removed
     assert list((tmp_path / "locks" / "smoke").iterdir()) == []
 

@@ -15,8 +15,15 @@ from pathlib import Path
 import pytest
 
 from builder import log
+from builder.engine.registry import (
+    DOCKER_HUB_SERVER,
+    Registry,
+    RegistryClient,
+    RegistryError,
+    credential_helper_get,
+    docker_credentials,
+)
 from builder.errors import RegistryUnavailable
-from builder.engine.registry import DOCKER_HUB_SERVER, Registry, RegistryClient, RegistryError, credential_helper_get, docker_credentials
 
 SECRET = "s3cr3t-Pa55word-for-k3"
 
@@ -56,6 +63,7 @@ def _answer(user: str, secret: str, server: str = "127.0.0.1:5999") -> str:
 
 # -- where credentials come from ------------------------------------------------------------------
 
+
 def test_a_cred_helper_is_asked_with_the_protocol(env):
     calls = env.helper("k3a", _answer("alice", SECRET))
     env.write_config({"credHelpers": {"127.0.0.1:5999": "k3a"}})
@@ -70,8 +78,13 @@ def test_cred_helpers_win_over_creds_store_which_wins_over_auths(env):
     env.helper("host", _answer("from-host-helper", SECRET))
     env.helper("store", _answer("from-store", SECRET))
     auth = base64.b64encode(f"from-auths:{SECRET}".encode()).decode()
-    env.write_config({"credHelpers": {"127.0.0.1:5999": "host"}, "credsStore": "store",
-                      "auths": {"127.0.0.1:5999": {"auth": auth}, "other.example:443": {"auth": auth}}})
+    env.write_config(
+        {
+            "credHelpers": {"127.0.0.1:5999": "host"},
+            "credsStore": "store",
+            "auths": {"127.0.0.1:5999": {"auth": auth}, "other.example:443": {"auth": auth}},
+        }
+    )
     assert docker_credentials("127.0.0.1:5999").credentials.username == "from-host-helper"
     assert docker_credentials("other.example:443").credentials.username == "from-store"
     env.write_config({"auths": {"https://other.example:443/v1/": {"auth": auth}}})
@@ -102,15 +115,18 @@ def test_an_identity_token_in_auths(env):
     assert creds.identity_token and creds.secret == SECRET
 
 
-@pytest.mark.parametrize("body, says", [
-    (None, "docker-credential-k3x is not on PATH"),
-    ('echo "credentials not found in native keychain"; exit 1', "has no credentials for 127.0.0.1:5999"),
-    (f'echo "boom {SECRET}" >&2; echo "{SECRET}"; exit 3', "get failed (exit 3)"),
-    (f'echo "not json {SECRET}"', "printed no JSON object"),
-    ('echo "[1, 2]"', "printed no JSON object"),
-    ('echo \'{"Username": "u", "Secret": ""}\'', "without a Username and Secret"),
-    (f'echo \'{{"Secret": "{SECRET}"}}\'', "without a Username and Secret"),
-])
+@pytest.mark.parametrize(
+    "body, says",
+    [
+        (None, "docker-credential-k3x is not on PATH"),
+        ('echo "credentials not found in native keychain"; exit 1', "has no credentials for 127.0.0.1:5999"),
+        (f'echo "boom {SECRET}" >&2; echo "{SECRET}"; exit 3', "get failed (exit 3)"),
+        (f'echo "not json {SECRET}"', "printed no JSON object"),
+        ('echo "[1, 2]"', "printed no JSON object"),
+        ('echo \'{"Username": "u", "Secret": ""}\'', "without a Username and Secret"),
+        (f'echo \'{{"Secret": "{SECRET}"}}\'', "without a Username and Secret"),
+    ],
+)
 def test_a_missing_or_failing_helper_means_anonymous_and_says_why_without_the_secret(env, body, says):
     if body is not None:
         env.helper("k3x", body)
@@ -133,8 +149,16 @@ def test_a_helper_name_that_is_not_a_name_runs_nothing(env, name):
     assert docker_credentials("127.0.0.1:5999").credentials is None
 
 
-@pytest.mark.parametrize("text", [None, "{not json", "[]", json.dumps({"auths": []}),
-                                  json.dumps({"auths": {"127.0.0.1:5999": {"auth": "%%%notbase64"}}})])
+@pytest.mark.parametrize(
+    "text",
+    [
+        None,
+        "{not json",
+        "[]",
+        json.dumps({"auths": []}),
+        json.dumps({"auths": {"127.0.0.1:5999": {"auth": "%%%notbase64"}}}),
+    ],
+)
 def test_a_missing_or_broken_config_is_anonymous(env, text):
     if text is not None:
         env.config.write_text(text)
@@ -150,6 +174,7 @@ def test_a_secret_read_is_redacted_from_every_log_line(env):
 
 
 # -- the HTTP side: basic and bearer against a stand-in registry ---------------------------------------
+
 
 class _Server:
     """/v2/... wants ``Basic alice:SECRET`` (mode basic) or a bearer token from /token (mode bearer)."""
@@ -173,11 +198,17 @@ class _Server:
                     return self._send(200, json.dumps({"token": token}).encode())
                 ok = auth == good_basic if server.mode == "basic" else auth == "Bearer tok-alice-0123456789"
                 if not ok:
-                    challenge = ('Basic realm="k3"' if server.mode == "basic" else
-                                 f'Bearer realm="http://127.0.0.1:{server.port}/token",service="k3",'
-                                 'scope="repository:k3/x:pull"')
-                    return self._send(401, b'{"errors":[{"code":"UNAUTHORIZED","message":"authentication required"}]}\n',
-                                      {"WWW-Authenticate": challenge})
+                    challenge = (
+                        'Basic realm="k3"'
+                        if server.mode == "basic"
+                        else f'Bearer realm="http://127.0.0.1:{server.port}/token",service="k3",'
+                        'scope="repository:k3/x:pull"'
+                    )
+                    return self._send(
+                        401,
+                        b'{"errors":[{"code":"UNAUTHORIZED","message":"authentication required"}]}\n',
+                        {"WWW-Authenticate": challenge},
+                    )
                 body = b'{"schemaVersion":2,"mediaType":"application/vnd.oci.image.manifest.v1+json"}'
                 return self._send(200, body, {"Content-Type": "application/vnd.oci.image.manifest.v1+json"})
 
@@ -239,8 +270,7 @@ def test_the_helper_is_asked_once_per_registry(env, server):
     assert len(calls.read_text().splitlines()) == 1
 
 
-@pytest.mark.parametrize("realm, sends", [("http://token.example/token", False),
-                                          ("https://token.example/token", True)])
+@pytest.mark.parametrize("realm, sends", [("http://token.example/token", False), ("https://token.example/token", True)])
 def test_credentials_go_to_a_token_service_elsewhere_only_over_https(env, monkeypatch, realm, sends):
     """A bearer realm on another host over plain http gets an anonymous request, not the password."""
     import io

@@ -9,8 +9,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from builder.errors import RegistryUnavailable
 from builder.engine.registry import RegistryClient
+from builder.errors import RegistryUnavailable
 
 CONFIG = "sha256:" + "c" * 64
 
@@ -35,12 +35,15 @@ def _serve(body: bytes, declared: int | None = None, ctype: str = "application/v
     return httpd, f"127.0.0.1:{httpd.server_address[1]}"
 
 
-@pytest.mark.parametrize("body,declared,says", [
-    (b'{"schemaVersion": 2, "layers": [', 4096, r"cut short or garbled \(IncompleteRead\)"),
-    (b"<html>503 from a proxy</html>", None, "is not a JSON object"),
-    (b"[1, 2, 3]", None, "is not a JSON object"),
-    (b'{"layers": "not a list"}', None, "is not a JSON object"),
-])
+@pytest.mark.parametrize(
+    "body,declared,says",
+    [
+        (b'{"schemaVersion": 2, "layers": [', 4096, r"cut short or garbled \(IncompleteRead\)"),
+        (b"<html>503 from a proxy</html>", None, "is not a JSON object"),
+        (b"[1, 2, 3]", None, "is not a JSON object"),
+        (b'{"layers": "not a list"}', None, "is not a JSON object"),
+    ],
+)
 def test_a_bad_manifest_reply_is_one_registry_line(body, declared, says):
     httpd, host = _serve(body, declared, ctype="")
     try:
@@ -52,7 +55,7 @@ def test_a_bad_manifest_reply_is_one_registry_line(body, declared, says):
 
 
 def test_an_image_config_that_is_not_json_is_one_registry_line():
-    manifest = ('{"schemaVersion": 2, "config": {"digest": "%s", "size": 3}, "layers": []}' % CONFIG).encode()
+    manifest = (f'{{"schemaVersion": 2, "config": {{"digest": "{CONFIG}", "size": 3}}, "layers": []}}').encode()
     httpd, host = _serve(manifest)
     try:
         with pytest.raises(RegistryUnavailable, match="content hashes to|not a JSON object"):

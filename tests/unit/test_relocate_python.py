@@ -46,8 +46,9 @@ def test_sysconfigdata_points_at_the_real_prefix_and_an_existing_compiler(tmp_pa
 
 def test_the_config_makefile_is_rewritten_the_same_way(tmp_path):
     makefile = tmp_path / "Makefile"
-    makefile.write_text("prefix=\t\t/install\nCC=\t\tclang -pthread\nINCLUDEPY=\t$(prefix)/include\n"
-                        "all:\n\t$(CC) -o x x.c\n")
+    makefile.write_text(
+        "prefix=\t\t/install\nCC=\t\tclang -pthread\nINCLUDEPY=\t$(prefix)/include\nall:\n\t$(CC) -o x x.c\n"
+    )
     relocate.rewrite_makefile(makefile, "/install", "/opt/k3/python")
     text = makefile.read_text()
     assert "prefix=\t\t/opt/k3/python\n" in text and "CC=\t\tcc -pthread\n" in text

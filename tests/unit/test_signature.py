@@ -38,55 +38,102 @@ def _bundle_dsse(predicate_type: str) -> bytes:
     return json.dumps({"mediaType": sig.BUNDLE_TYPE, "dsseEnvelope": {"payload": payload, "signatures": []}}).encode()
 
 
-SIGN_BUNDLE = Referrer(sig.BUNDLE_TYPE, {sig.ANNOTATION_CONTENT: "dsse-envelope",
-                                         sig.ANNOTATION_PREDICATE: sig.COSIGN_SIGN_PREDICATE})
-PROVENANCE_BUNDLE = Referrer(sig.BUNDLE_TYPE, {sig.ANNOTATION_CONTENT: "dsse-envelope",
-                                               sig.ANNOTATION_PREDICATE: "https://slsa.dev/provenance/v1"})
+SIGN_BUNDLE = Referrer(
+    sig.BUNDLE_TYPE, {sig.ANNOTATION_CONTENT: "dsse-envelope", sig.ANNOTATION_PREDICATE: sig.COSIGN_SIGN_PREDICATE}
+)
+PROVENANCE_BUNDLE = Referrer(
+    sig.BUNDLE_TYPE,
+    {sig.ANNOTATION_CONTENT: "dsse-envelope", sig.ANNOTATION_PREDICATE: "https://slsa.dev/provenance/v1"},
+)
 TOOL_SBOM = Referrer("application/vnd.cyclonedx+json", {}, b"{}")
 TOOL_PROVENANCE = Referrer("application/vnd.dsse.envelope.v1+json", {}, b"{}")  # the tool's signed provenance
 
 
 # -- verification with cosign ----------------------------------------------------------------------
 
+
 def test_verified_runs_exactly_the_documented_cosign_command():
     run = FakeRun(0)
-    st = signature_status(IMAGE + ":kimi-k3-cu129", DIGEST, IDENTITY, sig.GITHUB_ISSUER, cosign="/usr/bin/cosign", run=run)
+    st = signature_status(
+        IMAGE + ":kimi-k3-cu129", DIGEST, IDENTITY, sig.GITHUB_ISSUER, cosign="/usr/bin/cosign", run=run
+    )
     assert st == SignatureStatus("verified", st.detail) and st.state == "verified"
-    assert run.calls == [["/usr/bin/cosign", "verify", "--certificate-identity", IDENTITY,
-                          "--certificate-oidc-issuer", "https://token.actions.githubusercontent.com",
-                          f"{IMAGE}@{DIGEST}"]]
+    assert run.calls == [
+        [
+            "/usr/bin/cosign",
+            "verify",
+            "--certificate-identity",
+            IDENTITY,
+            "--certificate-oidc-issuer",
+            "https://token.actions.githubusercontent.com",
+            f"{IMAGE}@{DIGEST}",
+        ]
+    ]
     assert IDENTITY in st.detail and "\n" not in st.detail
 
 
 def test_another_identity_is_failed_not_missing():
-    run = FakeRun(12, stderr="Error: no matching signatures: none of the expected identities matched\nmain.go:74: error")
-    st = signature_status(IMAGE, DIGEST, IDENTITY, None, cosign="cosign", run=run,
-                          tag_exists=lambda tag: False, referrers=lambda: [SIGN_BUNDLE])
+    run = FakeRun(
+        12, stderr="Error: no matching signatures: none of the expected identities matched\nmain.go:74: error"
+    )
+    st = signature_status(
+        IMAGE,
+        DIGEST,
+        IDENTITY,
+        None,
+        cosign="cosign",
+        run=run,
+        tag_exists=lambda tag: False,
+        referrers=lambda: [SIGN_BUNDLE],
+    )
     assert st.state == "failed"
     assert "1 signature referrer" in st.detail and IDENTITY in st.detail
 
 
 def test_cosign_finds_nothing_and_the_registry_agrees_is_missing():
     run = FakeRun(10, stderr="Error: no signatures found")
-    st = signature_status(IMAGE, DIGEST, IDENTITY, None, cosign="cosign", run=run,
-                          tag_exists=lambda tag: False, referrers=lambda: [TOOL_SBOM, PROVENANCE_BUNDLE])
+    st = signature_status(
+        IMAGE,
+        DIGEST,
+        IDENTITY,
+        None,
+        cosign="cosign",
+        run=run,
+        tag_exists=lambda tag: False,
+        referrers=lambda: [TOOL_SBOM, PROVENANCE_BUNDLE],
+    )
     assert st.state == "missing" and "no signatures found" in st.detail
 
 
 def test_cosign_finds_nothing_without_probes_trusts_cosigns_message():
-    st = signature_status(IMAGE, DIGEST, IDENTITY, None, cosign="cosign", run=FakeRun(1, stderr="Error: no signatures found"))
+    st = signature_status(
+        IMAGE, DIGEST, IDENTITY, None, cosign="cosign", run=FakeRun(1, stderr="Error: no signatures found")
+    )
     assert st.state == "missing"
 
 
 def test_cosign_finds_nothing_but_a_sig_tag_exists_is_failed():
-    st = signature_status(IMAGE, DIGEST, IDENTITY, None, cosign="cosign", run=FakeRun(10, stderr="no signatures found"),
-                          tag_exists=lambda tag: tag == sig.signature_tag(DIGEST))
+    st = signature_status(
+        IMAGE,
+        DIGEST,
+        IDENTITY,
+        None,
+        cosign="cosign",
+        run=FakeRun(10, stderr="no signatures found"),
+        tag_exists=lambda tag: tag == sig.signature_tag(DIGEST),
+    )
     assert st.state == "failed" and "present: .sig tag" in st.detail
 
 
 def test_cosign_error_of_another_kind_is_failed():
-    st = signature_status(IMAGE, DIGEST, IDENTITY, None, cosign="cosign",
-                          run=FakeRun(1, stderr="Error: GET https://ghcr.io/v2/: UNAUTHORIZED"))
+    st = signature_status(
+        IMAGE,
+        DIGEST,
+        IDENTITY,
+        None,
+        cosign="cosign",
+        run=FakeRun(1, stderr="Error: GET https://ghcr.io/v2/: UNAUTHORIZED"),
+    )
     assert st.state == "failed" and "UNAUTHORIZED" in st.detail
 
 
@@ -98,32 +145,55 @@ def test_cosign_that_hangs_or_vanishes_is_failed(exc):
 
 # -- presence without cosign -----------------------------------------------------------------------
 
+
 def test_legacy_sig_tag_without_cosign_is_present_unverified():
     asked = []
-    st = signature_status(IMAGE, DIGEST, IDENTITY, None, find_cosign=False,
-                          tag_exists=lambda tag: asked.append(tag) or True, referrers=lambda: {})
+    st = signature_status(
+        IMAGE,
+        DIGEST,
+        IDENTITY,
+        None,
+        find_cosign=False,
+        tag_exists=lambda tag: asked.append(tag) or True,
+        referrers=lambda: {},
+    )
     assert asked == ["sha256-" + "ab" * 32 + ".sig"]
     assert st.state == "present-unverified" and "cosign is not on PATH" in st.detail
 
 
 def test_cosign3_bundle_referrer_without_cosign_is_present_unverified():
-    st = signature_status(IMAGE, DIGEST, IDENTITY, None, find_cosign=False,
-                          tag_exists=lambda tag: False, referrers=lambda: [TOOL_SBOM, TOOL_PROVENANCE, SIGN_BUNDLE])
+    st = signature_status(
+        IMAGE,
+        DIGEST,
+        IDENTITY,
+        None,
+        find_cosign=False,
+        tag_exists=lambda tag: False,
+        referrers=lambda: [TOOL_SBOM, TOOL_PROVENANCE, SIGN_BUNDLE],
+    )
     assert st.state == "present-unverified" and "1 signature referrer" in st.detail
 
 
 def test_cosign_on_path_but_no_identity_only_looks():
     run = FakeRun(0)
-    st = signature_status(IMAGE, DIGEST, None, None, cosign="cosign", run=run,
-                          tag_exists=lambda tag: True)
+    st = signature_status(IMAGE, DIGEST, None, None, cosign="cosign", run=run, tag_exists=lambda tag: True)
     assert run.calls == [] and st.state == "present-unverified" and sig.IDENTITY_ENV in st.detail
 
 
 def test_only_attestations_are_missing():
     """GitHub's provenance attestation and the tool's own SBOM/provenance are not signatures."""
-    st = signature_status(IMAGE, DIGEST, IDENTITY, None, find_cosign=False, tag_exists=lambda tag: False,
-                          referrers=lambda: {"application/vnd.cyclonedx+json": b"{}", sig.BUNDLE_TYPE: _bundle_dsse(
-                              "https://slsa.dev/provenance/v1")})
+    st = signature_status(
+        IMAGE,
+        DIGEST,
+        IDENTITY,
+        None,
+        find_cosign=False,
+        tag_exists=lambda tag: False,
+        referrers=lambda: {
+            "application/vnd.cyclonedx+json": b"{}",
+            sig.BUNDLE_TYPE: _bundle_dsse("https://slsa.dev/provenance/v1"),
+        },
+    )
     assert st.state == "missing"
 
 
@@ -148,30 +218,47 @@ def test_malformed_digest_is_failed_and_never_reaches_cosign(digest):
 
 # -- classification --------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("ref, kind", [
-    (Referrer(sig.SIMPLESIGNING_TYPE), "signature"),
-    (SIGN_BUNDLE, "signature"),
-    (PROVENANCE_BUNDLE, "attestation"),
-    (Referrer(sig.BUNDLE_TYPE, {sig.ANNOTATION_CONTENT: "message-signature"}), "signature"),
-    (Referrer(sig.BUNDLE_TYPE, {}, json.dumps({"messageSignature": {}}).encode()), "signature"),
-    (Referrer(sig.BUNDLE_TYPE, {}, _bundle_dsse(sig.COSIGN_SIGN_PREDICATE)), "signature"),
-    (Referrer(sig.BUNDLE_TYPE, {}, _bundle_dsse("https://slsa.dev/provenance/v1")), "attestation"),
-    (Referrer("application/vnd.dev.sigstore.bundle+json;version=0.2", {}, _bundle_dsse(sig.COSIGN_SIGN_PREDICATE)), "signature"),
-    (Referrer(sig.BUNDLE_TYPE, {}, b"not json"), "other"),
-    (Referrer(sig.BUNDLE_TYPE), "other"),
-    (TOOL_PROVENANCE, "other"),
-    (TOOL_SBOM, "other"),
-])
+
+@pytest.mark.parametrize(
+    "ref, kind",
+    [
+        (Referrer(sig.SIMPLESIGNING_TYPE), "signature"),
+        (SIGN_BUNDLE, "signature"),
+        (PROVENANCE_BUNDLE, "attestation"),
+        (Referrer(sig.BUNDLE_TYPE, {sig.ANNOTATION_CONTENT: "message-signature"}), "signature"),
+        (Referrer(sig.BUNDLE_TYPE, {}, json.dumps({"messageSignature": {}}).encode()), "signature"),
+        (Referrer(sig.BUNDLE_TYPE, {}, _bundle_dsse(sig.COSIGN_SIGN_PREDICATE)), "signature"),
+        (Referrer(sig.BUNDLE_TYPE, {}, _bundle_dsse("https://slsa.dev/provenance/v1")), "attestation"),
+        (
+            Referrer(
+                "application/vnd.dev.sigstore.bundle+json;version=0.2", {}, _bundle_dsse(sig.COSIGN_SIGN_PREDICATE)
+            ),
+            "signature",
+        ),
+        (Referrer(sig.BUNDLE_TYPE, {}, b"not json"), "other"),
+        (Referrer(sig.BUNDLE_TYPE), "other"),
+        (TOOL_PROVENANCE, "other"),
+        (TOOL_SBOM, "other"),
+    ],
+)
 def test_classify(ref, kind):
     assert sig.classify(ref) == kind
 
 
 # -- the row's verdict and the identity lookup ---------------------------------------------------
 
-@pytest.mark.parametrize("state, required, ok", [
-    ("verified", True, True), ("present-unverified", True, True), ("missing", True, False),
-    ("missing", False, True), ("failed", False, False), ("failed", True, False),
-])
+
+@pytest.mark.parametrize(
+    "state, required, ok",
+    [
+        ("verified", True, True),
+        ("present-unverified", True, True),
+        ("missing", True, False),
+        ("missing", False, True),
+        ("failed", False, False),
+        ("failed", True, False),
+    ],
+)
 def test_ok(state, required, ok):
     assert SignatureStatus(state, "x").ok(required=required) is ok
 
@@ -187,12 +274,15 @@ def test_status_is_frozen_and_checked():
 def test_resolve_identity_environment_wins_over_the_matrix():
     assert sig.resolve_identity("from-matrix", None, {}) == ("from-matrix", sig.GITHUB_ISSUER)
     assert sig.resolve_identity("from-matrix", "https://issuer.example", {sig.IDENTITY_ENV: "from-env"}) == (
-        "from-env", "https://issuer.example")
+        "from-env",
+        "https://issuer.example",
+    )
     assert sig.resolve_identity(None, None, {sig.ISSUER_ENV: "https://other"}) == (None, "https://other")
     assert sig.resolve_identity("  ", None, {sig.IDENTITY_ENV: ""}) == (None, sig.GITHUB_ISSUER)
 
 
 # -- wiring to a registry client -------------------------------------------------------------------
+
 
 @dataclasses.dataclass
 class FakeManifest:
@@ -230,12 +320,20 @@ def test_registry_probes_read_the_tag_schema_without_collapsing_bundles():
     """The tool's SBOM + provenance, GitHub's provenance bundle and cosign 3's signature bundle all
     sit in one referrers index; two share an artifactType and both are seen."""
     tag = DIGEST.replace(":", "-")
-    reg = FakeRegistry({tag: _index(
-        {"digest": "sha256:" + "01" * 32, "artifactType": "application/vnd.cyclonedx+json"},
-        {"digest": "sha256:" + "02" * 32, "artifactType": sig.BUNDLE_TYPE,
-         "annotations": dict(PROVENANCE_BUNDLE.annotations)},
-        {"digest": "sha256:" + "03" * 32, "artifactType": sig.BUNDLE_TYPE},  # annotations only on the manifest
-    ), "sha256:" + "03" * 32: {"annotations": dict(SIGN_BUNDLE.annotations), "layers": []}})
+    reg = FakeRegistry(
+        {
+            tag: _index(
+                {"digest": "sha256:" + "01" * 32, "artifactType": "application/vnd.cyclonedx+json"},
+                {
+                    "digest": "sha256:" + "02" * 32,
+                    "artifactType": sig.BUNDLE_TYPE,
+                    "annotations": dict(PROVENANCE_BUNDLE.annotations),
+                },
+                {"digest": "sha256:" + "03" * 32, "artifactType": sig.BUNDLE_TYPE},  # annotations only on the manifest
+            ),
+            "sha256:" + "03" * 32: {"annotations": dict(SIGN_BUNDLE.annotations), "layers": []},
+        }
+    )
     tag_exists, referrers = reg.probes()
     found = referrers()
     assert [sig.classify(r) for r in found] == ["other", "attestation", "signature"]
@@ -246,10 +344,12 @@ def test_registry_probes_read_the_tag_schema_without_collapsing_bundles():
 
 def test_registry_probes_fetch_the_bundle_only_when_nothing_else_tells():
     layer = "sha256:" + "04" * 32
-    reg = FakeRegistry({"sha256:" + "05" * 32: {"layers": [{"digest": layer}]}},
-                       {layer: _bundle_dsse(sig.COSIGN_SIGN_PREDICATE)})
-    _, referrers = reg.probes(referrers_index=lambda: _index(
-        {"digest": "sha256:" + "05" * 32, "artifactType": sig.BUNDLE_TYPE}))
+    reg = FakeRegistry(
+        {"sha256:" + "05" * 32: {"layers": [{"digest": layer}]}}, {layer: _bundle_dsse(sig.COSIGN_SIGN_PREDICATE)}
+    )
+    _, referrers = reg.probes(
+        referrers_index=lambda: _index({"digest": "sha256:" + "05" * 32, "artifactType": sig.BUNDLE_TYPE})
+    )
     assert [sig.classify(r) for r in referrers()] == ["signature"]
     assert DIGEST.replace(":", "-") not in reg.asked  # the referrers API answered; no tag-schema read
 

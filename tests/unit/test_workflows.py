@@ -99,8 +99,12 @@ BUILD_CALLS = {"k3-branch.yml": 8, "k3-promote.yml": 4, "tests.yml": 0}
 
 
 def _build_argvs(doc: dict) -> list[list[str]]:
-    return [argv for step in _steps(doc) for argv in _build_invocations(step.get("run", ""))
-            if argv and not argv[0].startswith("bash")]
+    return [
+        argv
+        for step in _steps(doc)
+        for argv in _build_invocations(step.get("run", ""))
+        if argv and not argv[0].startswith("bash")
+    ]
 
 
 @pytest.mark.parametrize("path", WORKFLOWS, ids=lambda p: p.name)
@@ -119,8 +123,10 @@ def test_every_build_command_exists_with_its_options(path):
 
 
 def test_the_build_call_finder_finds_calls_and_an_unknown_option_fails():
-    script = ('set -e\n.venv/bin/build --json plan --target "$T" | jq .\nif build verify --registry; then :; fi\n'
-              "echo rebuild nothing\n")
+    script = (
+        'set -e\n.venv/bin/build --json plan --target "$T" | jq .\nif build verify --registry; then :; fi\n'
+        "echo rebuild nothing\n"
+    )
     assert list(_build_invocations(script)) == [["--json", "plan", "--target", "$T"], ["verify", "--registry"]]
     with pytest.raises(SystemExit):
         _parser().parse_args(["verify", "--no-such-option"])
@@ -135,11 +141,16 @@ def test_the_test_workflow_runs_only_the_readme_test_command():
 def test_the_branch_workflow_runs_on_schedule_dispatch_and_manual():
     doc = _load(BRANCH)
     assert set(doc[True]) == {"schedule", "repository_dispatch", "workflow_dispatch"}
-    assert doc["jobs"]["build"]["steps"][[s.get("id") for s in doc["jobs"]["build"]["steps"]].index("buildx")][
-        "with"]["driver"] == "docker-container"
+    assert (
+        doc["jobs"]["build"]["steps"][[s.get("id") for s in doc["jobs"]["build"]["steps"]].index("buildx")]["with"][
+            "driver"
+        ]
+        == "docker-container"
+    )
 
 
 # -- least privilege ------------------------------------------------------------------------------
+
 
 @pytest.mark.parametrize("path", WORKFLOWS, ids=lambda p: p.name)
 def test_nothing_is_granted_at_the_top_level(path):
@@ -163,7 +174,7 @@ def test_every_permission_says_why(path):
     for i, line in enumerate(lines):
         if re.fullmatch(r"\s+permissions:\s*", line):
             indent = len(line) - len(line.lstrip())
-            for body in lines[i + 1:]:
+            for body in lines[i + 1 :]:
                 if len(body) - len(body.lstrip()) <= indent:
                     break
                 assert re.search(r":\s*(read|write)\s+#\s*\S", body), f"{path.name}: {body.strip()!r} needs a comment"
@@ -194,7 +205,11 @@ def test_every_job_is_named_and_times_out(path):
         assert job.get("name") and job.get("timeout-minutes"), f"{path.name}: {name}"
 
 
-COMPILE_CACHE_SECRETS = {"K3_COMPILE_CACHE", "K3_COMPILE_CACHE_AWS_ACCESS_KEY_ID", "K3_COMPILE_CACHE_AWS_SECRET_ACCESS_KEY"}
+COMPILE_CACHE_SECRETS = {
+    "K3_COMPILE_CACHE",
+    "K3_COMPILE_CACHE_AWS_ACCESS_KEY_ID",
+    "K3_COMPILE_CACHE_AWS_SECRET_ACCESS_KEY",
+}
 
 
 def test_secrets_reach_actions_only_as_inputs():
@@ -202,7 +217,7 @@ def test_secrets_reach_actions_only_as_inputs():
     # the one step that builds (it hands them to the compile step as a BuildKit secret), in a job
     # bound to its own deployment environment.
     for path in WORKFLOWS:
-        for name, job in _load(path)["jobs"].items():
+        for _name, job in _load(path)["jobs"].items():
             outside = {k: v for k, v in job.items() if k != "steps"}
             assert "secrets." not in json.dumps(outside), path.name
             for step in job["steps"]:
@@ -210,8 +225,9 @@ def test_secrets_reach_actions_only_as_inputs():
                 assert "secrets." not in json.dumps(rest), f"{path.name}: {step.get('name')}"
                 in_env = set(re.findall(r"secrets\.(\w+)", json.dumps(step.get("env", {}))))
                 if in_env:
-                    assert in_env <= COMPILE_CACHE_SECRETS and job.get("environment") == "k3-compile-cache", \
+                    assert in_env <= COMPILE_CACHE_SECRETS and job.get("environment") == "k3-compile-cache", (
                         f"{path.name}: {step.get('name')}: {in_env}"
+                    )
     text = BRANCH.read_text() + PROMOTE.read_text()
     assert set(re.findall(r"secrets\.(\w+)", text)) == {"GITHUB_TOKEN", "K3_APP_PRIVATE_KEY"} | COMPILE_CACHE_SECRETS
     assert _load(BRANCH)["jobs"]["pull-request"].get("environment")  # the App key is an environment secret
@@ -225,6 +241,7 @@ def test_every_checkout_drops_its_credentials():
 
 
 # -- candidate, sign, verify, pull request ---------------------------------------------------------
+
 
 def test_the_compile_job_takes_its_runner_from_a_variable_and_uses_the_registry_cache():
     build = _load(BRANCH)["jobs"]["build"]
@@ -251,16 +268,20 @@ def test_signing_and_provenance_happen_in_the_signing_job():
     doc = _load(BRANCH)
     assert "sigstore/cosign-installer" in _uses(doc, "sign")
     assert re.search(r'cosign sign --yes "\$IMAGE"', _run(doc, "sign"))
-    attest = [s for s in doc["jobs"]["sign"]["steps"] if s.get("uses", "").startswith(("actions/attest@",
-                                                                                         "actions/attest-build-provenance@"))]
+    attest = [
+        s
+        for s in doc["jobs"]["sign"]["steps"]
+        if s.get("uses", "").startswith(("actions/attest@", "actions/attest-build-provenance@"))
+    ]
     assert len(attest) == 1 and attest[0]["with"]["push-to-registry"] is True
     assert attest[0]["with"]["subject-digest"] == "${{ needs.build.outputs.digest }}"
     verify = doc["jobs"]["verify"]
     assert verify["needs"] == ["track", "build", "sign"]
     assert "cosign verify --certificate-identity" in _run(doc, "verify")
     # The tool's provenance: keyless in CI, the recorded predicate attested and checked back.
-    assert re.search(r'cosign attest --yes --type slsaprovenance1 --predicate predicate\.json "\$IMAGE"',
-                     _run(doc, "sign"))
+    assert re.search(
+        r'cosign attest --yes --type slsaprovenance1 --predicate predicate\.json "\$IMAGE"', _run(doc, "sign")
+    )
     assert "cosign verify-attestation --type slsaprovenance1 --certificate-identity" in _run(doc, "verify")
     assert 'grep -qxF "$recorded"' in _run(doc, "verify")
     assert any("--registry" in a for a in _build_invocations(_run(doc, "verify")))
@@ -309,8 +330,11 @@ def test_dependabot_keeps_the_action_pins_fresh():
 
 # -- the pull request body -------------------------------------------------------------------------
 
+
 def _body_script() -> str:
-    step = next(s for s in _load(BRANCH)["jobs"]["pull-request"]["steps"] if s["name"] == "compose the pull request body")
+    step = next(
+        s for s in _load(BRANCH)["jobs"]["pull-request"]["steps"] if s["name"] == "compose the pull request body"
+    )
     return re.search(r"<<'PY'\n(.*?)\nPY\n", step["run"], re.S).group(1)
 
 
@@ -318,7 +342,9 @@ def test_the_pull_request_body_is_readable_markdown(tmp_path):
     git = ["git", "-c", "user.name=t", "-c", "user.email=t@example.org"]
     locks = tmp_path / "locks" / "cu129"
     locks.mkdir(parents=True)
-    (locks / "requirements.txt").write_text("torch==2.13.0+cu129 \\\n    --hash=sha256:aa\nnumpy==2.1.0\nold-pkg==1.0\n")
+    (locks / "requirements.txt").write_text(
+        "torch==2.13.0+cu129 \\\n    --hash=sha256:aa\nnumpy==2.1.0\nold-pkg==1.0\n"
+    )
     (locks / "build-requirements.txt").write_text("cmake==4.0.0\n")
     subprocess.run(["git", "init", "-q", str(tmp_path)], check=True)
     subprocess.run([*git, "-C", str(tmp_path), "add", "-A"], check=True)
@@ -328,18 +354,39 @@ def test_the_pull_request_body_is_readable_markdown(tmp_path):
     (locks / "image.json").write_text(json.dumps({"source": {"url": "https://github.com/vllm-project/vllm.git"}}))
     run = tmp_path / "k3-run"
     (run / "artifacts" / "cu129" / "b1").mkdir(parents=True)
-    (run / "track.json").write_text(json.dumps({"subjects": [
-        "abc1234 [Kernel] K3 decode <fast> path (#4242) by @someone", "def5678 Fix `x` | y"]}))
-    (run / "build.json").write_text(json.dumps({"builds": [{"image": f"ghcr.io/a/b@{digest}", "digest": digest,
-                                                            "size": 12_300_000, "seconds": 3600.5}]}))
-    (run / "verify.json").write_text(json.dumps({"rows": [{"check": "registry: image", "ok": True, "detail": "serves"},
-                                                          {"check": "registry: signature", "ok": False, "detail": "a|b"}]}))
+    (run / "track.json").write_text(
+        json.dumps({"subjects": ["abc1234 [Kernel] K3 decode <fast> path (#4242) by @someone", "def5678 Fix `x` | y"]})
+    )
+    (run / "build.json").write_text(
+        json.dumps(
+            {"builds": [{"image": f"ghcr.io/a/b@{digest}", "digest": digest, "size": 12_300_000, "seconds": 3600.5}]}
+        )
+    )
+    (run / "verify.json").write_text(
+        json.dumps(
+            {
+                "rows": [
+                    {"check": "registry: image", "ok": True, "detail": "serves"},
+                    {"check": "registry: signature", "ok": False, "detail": "a|b"},
+                ]
+            }
+        )
+    )
     (run / "artifacts" / "cu129" / "b1" / "checks.xml").write_text(
-        '<testsuite><testcase name="cuda_runtime"/><testcase name="expiry"><failure message="x"/></testcase></testsuite>')
+        '<testsuite><testcase name="cuda_runtime"/><testcase name="expiry"><failure message="x"/></testcase></testsuite>'
+    )
     (run / "cosign-verify.json").write_text("[]")
-    env = {**os.environ, "TARGET": "cu129", "OLD": "1" * 40, "NEW": "2" * 40, "IMAGE": f"ghcr.io/a/b@{digest}",
-           "CANDIDATE_TAG": "cu129-candidate-222222222222", "RUN_URL": "https://github.com/o/r/actions/runs/1",
-           "LOG_URL": "https://github.com/o/r/actions/runs/1/artifacts/9", "ATTESTATION_URL": ""}
+    env = {
+        **os.environ,
+        "TARGET": "cu129",
+        "OLD": "1" * 40,
+        "NEW": "2" * 40,
+        "IMAGE": f"ghcr.io/a/b@{digest}",
+        "CANDIDATE_TAG": "cu129-candidate-222222222222",
+        "RUN_URL": "https://github.com/o/r/actions/runs/1",
+        "LOG_URL": "https://github.com/o/r/actions/runs/1/artifacts/9",
+        "ATTESTATION_URL": "",
+    }
     subprocess.run([sys.executable, "-c", _body_script()], cwd=tmp_path, env=env, check=True)
     body = (tmp_path / "pr-body.md").read_text()
     assert "[`abc1234`](https://github.com/vllm-project/vllm/commit/abc1234)" in body

@@ -11,7 +11,7 @@ against trees they make (tests/unit/test_probes.py).
 from __future__ import annotations
 
 import json
-from functools import lru_cache
+from functools import cache
 from pathlib import Path
 
 MARKER = "K3-PROBE "
@@ -19,7 +19,7 @@ HERE = Path(__file__).resolve().parent
 NAMES = ("facts", "trees", "elf", "hygiene", "recipe", "os")
 
 
-@lru_cache(maxsize=None)
+@cache
 def script(name: str) -> str:
     """The text to run: the shared reporting prelude (_report.py), then the probe."""
     if name not in NAMES:
@@ -29,7 +29,7 @@ def script(name: str) -> str:
 
 def parse(stdout: str) -> dict | None:
     """The facts a probe printed, or None when it printed none (it crashed or never ran)."""
-    lines = [ln[len(MARKER):] for ln in stdout.splitlines() if ln.startswith(MARKER)]
+    lines = [ln[len(MARKER) :] for ln in stdout.splitlines() if ln.startswith(MARKER)]
     if not lines:
         return None
     try:

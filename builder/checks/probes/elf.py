@@ -18,8 +18,16 @@ import struct
 import subprocess
 
 DT_NEEDED, DT_STRTAB, DT_STRSZ, DT_SONAME, DT_RPATH, DT_RUNPATH = 1, 5, 10, 14, 15, 29
-DEFAULT_DIRS = ("/lib/x86_64-linux-gnu", "/usr/lib/x86_64-linux-gnu", "/lib/aarch64-linux-gnu",
-                "/usr/lib/aarch64-linux-gnu", "/lib64", "/usr/lib64", "/lib", "/usr/lib")
+DEFAULT_DIRS = (
+    "/lib/x86_64-linux-gnu",
+    "/usr/lib/x86_64-linux-gnu",
+    "/lib/aarch64-linux-gnu",
+    "/usr/lib/aarch64-linux-gnu",
+    "/lib64",
+    "/usr/lib64",
+    "/lib",
+    "/usr/lib",
+)
 
 
 def dynamic(path):
@@ -52,7 +60,7 @@ def dynamic(path):
         raw = fh.read(dyn[1])
         size = 16 if wide else 8
         fmt = end + ("qQ" if wide else "iI")
-        entries = [struct.unpack(fmt, raw[i:i + size]) for i in range(0, len(raw) - size + 1, size)]
+        entries = [struct.unpack(fmt, raw[i : i + size]) for i in range(0, len(raw) - size + 1, size)]
 
         def offset(vaddr):
             for start, off, filesz in loads:
@@ -67,7 +75,7 @@ def dynamic(path):
         strtab = fh.read(table.get(DT_STRSZ, 1 << 20))
 
     def text(i):
-        return strtab[i:strtab.index(b"\0", i)].decode("utf-8", "replace")
+        return strtab[i : strtab.index(b"\0", i)].decode("utf-8", "replace")
 
     needed = [text(v) for t, v in entries if t == DT_NEEDED]
     soname = next((text(v) for t, v in entries if t == DT_SONAME), None)
@@ -113,6 +121,7 @@ def search(entry, needed, origin, ld_library_path, cache):
 def loads(name):
     """None when the dynamic loader finds ``name`` the way a package's dlopen(name) would."""
     import ctypes
+
     try:
         ctypes.CDLL(name)
         return None
@@ -129,6 +138,7 @@ def owners(paths):
         return found
     try:
         import importlib.metadata as md
+
         for dist in md.distributions():
             for f in dist.files or ():
                 path = os.path.normpath(str(dist.locate_file(f)))
@@ -156,7 +166,7 @@ def elves(roots):
 
 
 def main(req):
-    tracking = re.compile(r"lib(%s)\.so\.(\d+)(?:\.\d+)*$" % "|".join(map(re.escape, req["tracking"])))
+    tracking = re.compile(r"lib({})\.so\.(\d+)(?:\.\d+)*$".format("|".join(map(re.escape, req["tracking"]))))
     cache, files = ld_cache(), dict(elves(req["roots"]))
     provided = {}
     for path, entry in files.items():

@@ -15,7 +15,6 @@ import json
 import os
 
 
-
 def guarded(facts, key, fn):
     try:
         facts[key] = fn()
@@ -106,6 +105,7 @@ def torch():
         return None
     try:
         import torch as t
+
         return {"version": t.__version__, "cuda": t.version.cuda}
     except BaseException as exc:  # noqa: BLE001
         return {"error": f"{type(exc).__name__}: {exc}"}

@@ -20,7 +20,7 @@ def pattern(build_roots):
     # quote, '=', ':', ';', '(', ',', a shebang's '!', a file:// URL), so vllm/third_party/... or
     # ${ROOT}/src/... do not count.
     roots = "|".join(re.escape(r.strip("/")) for r in build_roots)
-    return re.compile(r"(?:^|[\s\"'=:;(,!]|file://)(/(?:%s))(?=/|$|[\s\"'),;])" % roots, re.M)
+    return re.compile(rf"(?:^|[\s\"'=:;(,!]|file://)(/(?:{roots}))(?=/|$|[\s\"'),;])", re.M)
 
 
 def under(path, build_roots):
@@ -72,7 +72,7 @@ def main(req):
                     if m:
                         start = text.rfind("\n", 0, m.start(1)) + 1
                         end = text.find("\n", m.end(1))
-                        out["named"].append([path, m.group(1), text[start:end if end >= 0 else None][:200]])
+                        out["named"].append([path, m.group(1), text[start : end if end >= 0 else None][:200]])
     for kind in ("dangling", "outside", "named"):
         out["counts"][kind] = len(out[kind])
         out[kind] = out[kind][:LIMIT]

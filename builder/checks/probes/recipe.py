@@ -15,7 +15,6 @@ import logging
 from collections.abc import Mapping
 
 
-
 def ref(text):
     module, _, attr = text.partition(":")
     obj = importlib.import_module(module)
@@ -45,8 +44,9 @@ def resolve(registry, value):
 def logged(stream):
     """Copy every log record, from any logger that has handlers of its own, into ``stream``."""
     handler = logging.StreamHandler(stream)
-    loggers = [logging.getLogger()] + [lg for lg in logging.Logger.manager.loggerDict.values()
-                                       if isinstance(lg, logging.Logger) and lg.handlers]
+    loggers = [logging.getLogger()] + [
+        lg for lg in logging.Logger.manager.loggerDict.values() if isinstance(lg, logging.Logger) and lg.handlers
+    ]
     for lg in loggers:
         lg.addHandler(handler)
     try:

@@ -23,7 +23,6 @@ import sys
 import time
 
 
-
 def call(ref):
     module, _, attr = ref.partition(":")
     obj = importlib.import_module(module)

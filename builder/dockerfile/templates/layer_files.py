@@ -50,8 +50,11 @@ def sources(root):
     found = []
     for top, dirs, files in os.walk(root):
         dirs[:] = sorted(d for d in dirs if d != "__pycache__")
-        found += [os.path.join(top, f) for f in sorted(files) if f.endswith(".py")
-                  and not os.path.islink(os.path.join(top, f))]
+        found += [
+            os.path.join(top, f)
+            for f in sorted(files)
+            if f.endswith(".py") and not os.path.islink(os.path.join(top, f))
+        ]
     return found
 
 
@@ -61,8 +64,12 @@ def pyc_bytes(path, root):
         data = fh.read()
     code = compile(data, "/" + os.path.relpath(path, root), "exec", dont_inherit=True, optimize=0)
     flags = 0b11  # hash-based, check_source
-    return importlib.util.MAGIC_NUMBER + flags.to_bytes(4, "little") + importlib.util.source_hash(data) \
+    return (
+        importlib.util.MAGIC_NUMBER
+        + flags.to_bytes(4, "little")
+        + importlib.util.source_hash(data)
         + marshal.dumps(code)
+    )
 
 
 def bytecode(root):
@@ -82,9 +89,11 @@ def bytecode(root):
         done += 1
     proc = subprocess.run([sys.executable, __file__, "verify", root], capture_output=True, text=True, check=True)
     unstable = proc.stdout.split()
-    print(f"{MARKER} {root}: {done - len(unstable)} compiled, {len(broken)} not compilable"
-          f"{' (' + ', '.join(broken[:5]) + (' ...' if len(broken) > 5 else '') + ')' if broken else ''}, "
-          f"{len(unstable)} not deterministic{' (' + ', '.join(unstable) + ')' if unstable else ''}")
+    print(
+        f"{MARKER} {root}: {done - len(unstable)} compiled, {len(broken)} not compilable"
+        f"{' (' + ', '.join(broken[:5]) + (' ...' if len(broken) > 5 else '') + ')' if broken else ''}, "
+        f"{len(unstable)} not deterministic{' (' + ', '.join(unstable) + ')' if unstable else ''}"
+    )
 
 
 def verify(root):
@@ -130,8 +139,10 @@ def split(stage, native, py):
         os.rename(os.path.join(stage, rel), os.path.join(dest, rel))
     for rel in [r for r in moved if r.endswith(".dist-info/RECORD")]:
         split_record(rel, {r for r, d in moved.items() if d == native}, native, py)
-    print(f"K3-APP-SPLIT native {sum(d == native for d in moved.values())} files, "
-          f"python {sum(d == py for d in moved.values())} files")
+    print(
+        f"K3-APP-SPLIT native {sum(d == native for d in moved.values())} files, "
+        f"python {sum(d == py for d in moved.values())} files"
+    )
 
 
 def split_record(rel, native_files, native, py):

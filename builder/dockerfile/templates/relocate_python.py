@@ -21,8 +21,17 @@ from pathlib import Path
 
 # Compiler variables and the command their first word becomes. Clang-only flags go too: gcc
 # rejects them.
-COMPILERS = {"CC": "cc", "CXX": "c++", "LDSHARED": "cc", "LDCXXSHARED": "c++", "BLDSHARED": "cc",
-             "LINKCC": "cc", "MAINCC": "cc", "CPP": "cc", "AR": "ar"}
+COMPILERS = {
+    "CC": "cc",
+    "CXX": "c++",
+    "LDSHARED": "cc",
+    "LDCXXSHARED": "c++",
+    "BLDSHARED": "cc",
+    "LINKCC": "cc",
+    "MAINCC": "cc",
+    "CPP": "cc",
+    "AR": "ar",
+}
 CLANG_ONLY = re.compile(r"^-fdebug-default-version=\d+$")
 
 
@@ -35,8 +44,9 @@ def _old_prefix(values: dict) -> str:
 
 def rewrite_value(key: str, value: str, old: str, new: str) -> str:
     # The old prefix as a whole path component, bare or after a flag: /install, -I/install/include.
-    value = re.sub(r"(?:^|(?<=[\s=:;,'\"])|(?<=-I)|(?<=-L)|(?<=-R))" + re.escape(old) + r"(?=/|$|[\s:;,'\"])",
-                   new, value)
+    value = re.sub(
+        r"(?:^|(?<=[\s=:;,'\"])|(?<=-I)|(?<=-L)|(?<=-R))" + re.escape(old) + r"(?=/|$|[\s:;,'\"])", new, value
+    )
     words = [w for w in value.split(" ") if not CLANG_ONLY.match(w)]
     if key in COMPILERS and words and ("clang" in os.path.basename(words[0]) or words[0].startswith("/tools/")):
         words[0] = COMPILERS[key]
@@ -49,8 +59,10 @@ def rewrite_sysconfigdata(path: Path, new: str) -> str:
     values = ast.literal_eval(assign.value)
     old = _old_prefix(values)
     fixed = {k: rewrite_value(k, v, old, new) if isinstance(v, str) else v for k, v in values.items()}
-    path.write_text("# build-time configuration, relocated to %s by relocate.py\nbuild_time_vars = %r\n"
-                    % (new, dict(sorted(fixed.items()))))
+    path.write_text(
+        f"# build-time configuration, relocated to {new} by relocate.py\n"
+        f"build_time_vars = {dict(sorted(fixed.items()))!r}\n"
+    )
     return old
 
 
@@ -79,8 +91,12 @@ def main(prefix: str) -> int:
     for pc in (root / "lib" / "pkgconfig").glob("*.pc"):
         rewrite_makefile(pc, old, str(root))
     # Check with a fresh interpreter: this one imported the old values already.
-    include = subprocess.run([sys.executable, "-c", "import sysconfig; print(sysconfig.get_config_var('INCLUDEPY'))"],
-                             capture_output=True, text=True, check=True).stdout.strip()
+    include = subprocess.run(
+        [sys.executable, "-c", "import sysconfig; print(sysconfig.get_config_var('INCLUDEPY'))"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
     if not (Path(include) / "Python.h").is_file():
         raise SystemExit(f"relocate: INCLUDEPY={include} has no Python.h after relocation")
     print(f"relocate: {old} -> {root}; INCLUDEPY={include}")
