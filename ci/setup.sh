@@ -13,7 +13,9 @@
 #     the engine's bridge, on a free port, and stop it; if installing it started the packaged
 #     service, that service is stopped and disabled again (nothing listens after setup);
 #   - python3-venv where `python3 -m venv` cannot make a venv with pip;
-#   - the project itself in a venv at .venv (pip install -e .[test]).
+#   - the tool's own environment in a venv at .venv, from the hash-locked ci/requirements.lock
+#     (pip, setuptools and every test, lint and docs tool included), then the project itself
+#     editable with no dependency resolution: two CI runs test the same code.
 # Idempotent: a second run finds everything present and running and changes nothing.
 set -euo pipefail
 
@@ -199,13 +201,19 @@ if ! python3 -c 'import ensurepip, venv' >/dev/null 2>&1; then
   DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends python3-venv >/dev/null
 fi
 
-# The project in its own venv; pip's machine config (extra indexes, caps) is ignored so the
-# install resolves from PyPI alone, like the locks do.
-if [ ! -x "$here/.venv/bin/build" ] || [ "$here/pyproject.toml" -nt "$here/.venv/.installed" ]; then
-  log "installing the project into .venv"
+# The tool's own environment, locked: every distribution by version and sha256, installed with
+# --require-hashes --no-deps from PyPI alone (pip's machine config is ignored, like the locks do).
+# `pip install .` elsewhere still resolves the ranges in pyproject.toml; ci/lock-tools.sh moves
+# the lock. The lock is for Python >= 3.11 (mkdocs-material's floor).
+lockfile="$here/ci/requirements.lock"
+if [ ! -x "$here/.venv/bin/build" ] || [ "$here/pyproject.toml" -nt "$here/.venv/.installed" ] \
+   || [ "$lockfile" -nt "$here/.venv/.installed" ]; then
+  log "installing the locked tool environment and the project into .venv"
   python3 -m venv "$here/.venv"
-  PIP_CONFIG_FILE=/dev/null "$here/.venv/bin/pip" install -q --upgrade pip
-  PIP_CONFIG_FILE=/dev/null "$here/.venv/bin/pip" install -q -e "${here}[test]"
+  PIP_CONFIG_FILE=/dev/null "$here/.venv/bin/pip" install -q --require-hashes --no-deps \
+    --index-url https://pypi.org/simple -r "$lockfile"
+  PIP_CONFIG_FILE=/dev/null "$here/.venv/bin/pip" install -q --no-deps --no-build-isolation -e "$here"
+  PIP_CONFIG_FILE=/dev/null "$here/.venv/bin/pip" check >/dev/null
   touch "$here/.venv/.installed"
 fi
 # Bytecode for the tool's own modules (an editable install leaves them as sources): where the

@@ -135,7 +135,7 @@ def test_the_build_call_finder_finds_calls_and_an_unknown_option_fails():
 
 def test_the_test_workflow_runs_only_the_readme_test_command():
     runs = [step["run"] for step in _steps(_load(TESTS)) if "run" in step]
-    assert runs == ["sudo bash -c 'ci/setup.sh && .venv/bin/python -m pytest --integration'"]
+    assert runs == ["sudo bash -c 'ci/setup.sh && ci/check.sh'"]
 
 
 def test_the_branch_workflow_runs_on_schedule_dispatch_and_manual():
