@@ -4,7 +4,7 @@ registry, then score three things, as the attack that opened issue 13 did.
 
     .venv/bin/python ci/attack.py [--only NAME ...] [--keep]
 
-- survived: the tool exited with the code the README maps the fault to, in one line without a
+- survived: the tool exited with the code docs/guarantees.md maps the fault to, in one line without a
   traceback, left no buildx process or check container behind, and the next ordinary run works;
 - consistent: afterwards the record set passes offline `build verify` (the old set or the new
   one, never a mix) and no journal or temporary file is left under locks/;

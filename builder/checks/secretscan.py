@@ -7,8 +7,8 @@ config are searched for each registered secret value in every form it was writte
 (``log.secret_values``). A hit fails the build naming the layer and the file; the image is not
 recorded, and the tool deletes the pushed manifest where the registry allows it.
 
-What this cannot see: a value the step transformed first (base64, split, encrypted). The README's
-threat model says so.
+What this cannot see: a value the step transformed first (base64, split, encrypted). The threat model
+(docs/guarantees.md) says so.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """The image-facing contract: label keys, record files and their formats, paths.
 
 Everything an auditor reads (labels on the image, files under ``locks/``, artifacts) is named
-here and nowhere else; the README's "For the auditor" section documents this module.
+here and nowhere else; docs/auditor.md ("The auditor's contract") documents this module.
 """
 
 from __future__ import annotations

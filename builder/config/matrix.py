@@ -128,7 +128,7 @@ Owner = _pattern(
     r"[A-Za-z0-9._%+-]+@[A-Za-z0-9.-]+\.[A-Za-z]{2,}", "an e-mail address (the owner who answers for this image)"
 )
 Text = _pattern(r"[A-Za-z0-9][A-Za-z0-9 ,.:;()/_+=@#-]{0,199}", "plain text (letters, digits, spaces, ,.:;()/_+=@#-)")
-# Reasons are shown by the checks and the README, never rendered into a Dockerfile.
+# Reasons are shown by the checks and the docs, never rendered into a Dockerfile.
 Reason = _pattern(
     r"[A-Za-z0-9][A-Za-z0-9 ,.:;()\[\]/_+=@#<>'-]{0,299}",
     "a reason in plain text (letters, digits, spaces, ,.:;()[]/_+=@#<>'-)",

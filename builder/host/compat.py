@@ -3,7 +3,7 @@
 Sources: the CUDA release notes' "Toolkit Driver Version" table (minimum Linux driver per CUDA
 release) and NVIDIA's "CUDA Compatibility" guide (minor-version compatibility within a major;
 forward compatibility through the cuda-compat package, data-center GPUs only). The numbers below
-are copied from that table (README, "Driver and CUDA facts"); a release not listed falls back to its family minimum
+are copied from that table (docs/r575.md, `build doctor`); a release not listed falls back to its family minimum
 with minor-version compatibility, which is what the guide promises. The same table lists Windows minimums; none
 could be confirmed from this project's sources, so a Windows/WSL driver is judged by the CUDA version it reports.
 """
@@ -96,7 +96,7 @@ def _version(text: str) -> tuple[int, ...]:
 
 
 def parse_smi(text: str) -> HostGPU:
-    """Read any nvidia-smi output doctor knows (README, "On an r575 host"): the table (R610's `KMD
+    """Read any nvidia-smi output doctor knows (docs/r575.md): the table (R610's `KMD
     Version`/`CUDA UMD Version` header too), `-q`, `--version`, a `--query-gpu ... --format=csv` with its
     header, and the messages of a broken host. Windows captures: a byte-order mark and CRLF are fine."""
     text = text.lstrip("\ufeff").replace("\r\n", "\n").replace("\r", "\n")

@@ -243,7 +243,7 @@ def paths(d: Diagnosis, bridge: bool) -> list[dict]:
 
 
 def decision(d: Diagnosis, labels: dict[str, str], built: dict | None, archive: dict | None, now: dt.datetime) -> dict:
-    """The decision record as a JSON-ready document (README, "The decision record")."""
+    """The decision record as a JSON-ready document (docs/r575.md, "The decision record")."""
     keys = contract.keys_in(labels)
     bridge = keys.expires in labels
     options = paths(d, bridge)

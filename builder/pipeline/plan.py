@@ -253,8 +253,8 @@ def input_key(plan: Plan, dockerfile_text: str, locks: LockSet) -> str:
 
     The rendered Dockerfile (bases, labels, expiry), both locks, the whole matrix entry (source
     commit, pins, compile settings, the CPython tarball's sha256) and the tool version. MAX_JOBS is
-    left out on purpose: it changes how fast the compile runs, not what it produces. The README
-    ("For the auditor") defines it exactly: sha256 of the compact, key-sorted JSON of
+    left out on purpose: it changes how fast the compile runs, not what it produces. docs/auditor.md
+    ("The record: image.json") defines it exactly: sha256 of the compact, key-sorted JSON of
     {build_lock, dockerfile, lock, target, tool}, plus os_lock (the OS lock's sha256) for a target
     with os_packages.
     """
@@ -266,5 +266,5 @@ def input_key(plan: Plan, dockerfile_text: str, locks: LockSet) -> str:
         "target": plan.target.as_input(),
         "tool": __version__,
     }
-    # Compact, keys sorted: exactly `jq -cjS` of the same object (the README's hand check recomputes it).
+    # Compact, keys sorted: exactly `jq -cjS` of the same object (the hand check in docs/auditor.md recomputes it).
     return sha256_bytes(json.dumps(doc, sort_keys=True, separators=(",", ":")).encode())

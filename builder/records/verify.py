@@ -49,8 +49,8 @@ def _read_json(path: Path) -> dict:
     return doc
 
 
-# Every row `build verify` prints, in order: (row, holds when, only with --registry). The README's
-# verify table is this list (tests/unit/test_provsign.py compares them).
+# Every row `build verify` prints, in order: (row, holds when, only with --registry). The verify
+# table of docs/auditor.md is this list (tests/unit/test_provsign.py compares them).
 ROWS: tuple[tuple[str, str, bool], ...] = (
     ("matrix <-> Dockerfile", "the committed Dockerfile is exactly what the matrix renders", False),
     (
@@ -157,7 +157,7 @@ def all_rows(os_packages: bool = True) -> list[tuple[str, str, bool]]:
 
 
 def table_markdown() -> str:
-    """The README's verify table, made from ROWS (and OS_ROWS)."""
+    """The verify table of docs/auditor.md, made from ROWS (and OS_ROWS)."""
     lines = ["| row | holds when |", "| --- | --- |"]
     lines += [f"| `{name}`{' (`--registry`)' if registry else ''} | {when} |" for name, when, registry in all_rows()]
     return "\n".join(lines) + "\n"

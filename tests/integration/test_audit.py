@@ -206,7 +206,7 @@ def test_an_unsigned_smoke_verifies_with_a_warning(built, tmp_path):
 def test_the_readme_hand_check_runs_verbatim(built, tmp_path):
     """The README's hand check, exactly as printed there, against the smoke's records and registry."""
     smoke, _ = built
-    readme = (REPO / "README.md").read_text()
+    readme = (REPO / "docs" / "auditor.md").read_text()
     block = readme.split("<!-- hand-check:begin -->", 1)[1].split("<!-- hand-check:end -->", 1)[0]
     script = block.split("```bash\n", 1)[1].rsplit("```", 1)[0]
     env = {"PATH": os.environ["PATH"], "T": "smoke", "SCHEME": "http", "HOME": os.environ.get("HOME", "/")}

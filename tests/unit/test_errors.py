@@ -10,6 +10,7 @@ import signal
 import pytest
 
 from builder import cli, errors, log
+from tests.conftest import REPO
 
 
 @pytest.fixture(autouse=True)
@@ -17,7 +18,7 @@ def no_secrets(monkeypatch):
     monkeypatch.setattr(log, "_secrets", set())
 
 
-# The README's table ("Exit codes"), class by class.
+# The docs' table (docs/guarantees.md, "Exit codes"), class by class.
 EXIT_CODES = [
     (errors.BuilderError, 1),
     (errors.ConfigError, 2),
@@ -42,6 +43,16 @@ def test_every_error_class_is_in_the_table():
     known = {cls for cls, _ in EXIT_CODES}
     defined = {obj for obj in vars(errors).values() if isinstance(obj, type) and issubclass(obj, errors.BuilderError)}
     assert defined == known
+
+
+def test_the_exit_codes_table_in_the_docs_is_the_code_s():
+    doc = (REPO / "docs" / "guarantees.md").read_text()
+    section = doc.split("\n## Exit codes\n", 1)[1].split("\n## ", 1)[0]
+    rows = [line.split("|")[1:-1] for line in section.splitlines() if line.startswith("| `")]
+    table = {
+        name.strip("` "): int(code.strip("` ")) for code, _, names in rows for name in names.split(",") if name.strip()
+    }
+    assert table == {cls.__name__: code for cls, code in EXIT_CODES}
 
 
 @pytest.mark.parametrize("cls,code", EXIT_CODES, ids=lambda v: getattr(v, "__name__", str(v)))
