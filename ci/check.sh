@@ -13,7 +13,7 @@ step "mypy";              "$bin/mypy"
 step "mkdocs --strict"
 site=$(mktemp -d)
 trap 'rm -rf "$site"' EXIT
-"$bin/mkdocs" build --strict --quiet --site-dir "$site"
+NO_MKDOCS_2_WARNING=1 "$bin/mkdocs" build --strict --quiet --site-dir "$site"
 step "pytest"
 if [ "$#" -eq 0 ]; then set -- --integration; fi
 "$bin/python" -m pytest "$@"
