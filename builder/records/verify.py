@@ -19,7 +19,7 @@ from builder.deps.lock import normalize
 from builder.dockerfile import render
 from builder.errors import BuilderError, VerifyFailed
 from builder.fsutil import sha256_file
-from builder.records import attest, provsign, signature
+from builder.records import artifacts, attest, provsign, signature, slsa
 from builder.records import store as records
 
 
@@ -320,7 +320,7 @@ class Verifier:
             got = (by_ref.get(f"base:{role}") or {}).get("version")
             _need(got == r.bases[role]["digest"], f"SBOM base {role} {got} != image.json")
         _need((by_ref.get("source") or {}).get("version") == r.source["commit"], "SBOM source commit != image.json")
-        for ref, _, url, commit in attest.third_party_trees(r):
+        for ref, _, url, commit in artifacts.third_party_trees(r):
             _need((by_ref.get(ref) or {}).get("version") == commit, f"SBOM {ref} is not {url} @ {commit}")
         return f"CycloneDX 1.6 valid, {len(by_ref)} components, describes {r.digest[:19]}"
 
@@ -355,12 +355,12 @@ class Verifier:
 
     def _identities(self, predicate: dict) -> None:
         definition = predicate.get("buildDefinition", {})
-        want_type = attest.build_type(self.t, os.environ)
+        want_type = slsa.build_type(self.t, os.environ)
         _need(definition.get("buildType") == want_type, f"buildType {definition.get('buildType')!r} is not {want_type}")
         got = predicate.get("runDetails", {}).get("builder", {}).get("id")
-        fixed = os.environ.get(attest.BUILDER_ID_ENV) or self.t.signing.builder_id
+        fixed = os.environ.get(slsa.BUILDER_ID_ENV) or self.t.signing.builder_id
         _need(
-            got == fixed if fixed else attest.builder_id_forms(self.t).fullmatch(str(got)) is not None,
+            got == fixed if fixed else slsa.builder_id_forms(self.t).fullmatch(str(got)) is not None,
             f"builder.id {got!r} is not {fixed or 'a workflow of ' + self.t.project_url + ' or the local form'}",
         )
         tool = {
@@ -396,7 +396,7 @@ class Verifier:
         }
         if self.t.os_packages:  # its .debs (deb:<name>) are the lock's: "OS lock <-> SBOM" checks those
             want["os-lock"] = {"sha256": r.os_lock_sha256}
-        for ref, _, _, commit in attest.third_party_trees(r):
+        for ref, _, _, commit in artifacts.third_party_trees(r):
             want[ref] = {"gitCommit": commit}
         for name, digest in want.items():
             _need(deps.get(name) == digest, f"resolvedDependencies {name} {deps.get(name)} != image.json {digest}")
@@ -428,7 +428,7 @@ class Verifier:
     def registry_attachments(self, engine) -> str:
         r = self.record
         found = engine.registry.referrers(self.t.image.name, r.digest)
-        for kind, path in ((attest.SBOM_TYPE, self.sbom_path), (attest.PROVENANCE_TYPE, self.prov_path)):
+        for kind, path in ((artifacts.SBOM_TYPE, self.sbom_path), (artifacts.PROVENANCE_TYPE, self.prov_path)):
             _need(kind in found, f"no {kind} attached to {r.digest[:19]}")
             local = path.read_bytes() if path.exists() else b""
             _need(found[kind] == local, f"the attached {path.name} differs from the committed one")
