@@ -16,7 +16,7 @@ from in_toto_attestation.v1.statement import Statement
 
 from builder.config import matrix
 from builder.errors import ConfigError
-from builder.records import artifacts, attest, provsign, slsa, verify
+from builder.records import artifacts, attest, chain, provsign, slsa
 from tests.conftest import REPO
 from tests.unit.test_attest import WHEELS, inputs  # noqa: F401 - the shared fixture
 
@@ -182,6 +182,6 @@ def test_identities_default_documented_and_overridable(inputs):  # noqa: F811
 
 def test_the_readme_verify_table_is_the_code_s_row_list():
     readme = (REPO / "README.md").read_text()
-    assert verify.table_markdown() in readme
-    names = [name for name, _, _ in verify.ROWS]
+    assert chain.table_markdown() in readme
+    names = [name for name, _, _ in chain.ROWS]
     assert len(names) == len(set(names)) and all(len(n) < 28 for n in names)  # the CLI's column
