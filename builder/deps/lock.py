@@ -28,7 +28,8 @@ from builder.config.names import normalize
 from builder.deps.hermetic import hermetic_env, uv_binary
 from builder.errors import LockError, failure_kind
 from builder.fsutil import atomic_write, sha256_bytes
-from builder.source.pinned import PinnedSource, requirement_lines, resolve_includes
+from builder.source.pinned import PinnedSource
+from builder.source.requirements import requirement_lines, resolve_includes
 
 _REQ_NAME = re.compile(r"^\s*([A-Za-z0-9][A-Za-z0-9._-]*(?:\[[A-Za-z0-9._,-]+\])?)")
 INPUT_HEADER = "# k3-lock-inputs-sha256: "
