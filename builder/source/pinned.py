@@ -17,7 +17,7 @@ import tarfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, cast
 
 from builder.config.matrix import Source, ThirdParty
 from builder.errors import SourceError, failure_kind
@@ -98,7 +98,7 @@ def _data_members(tar: tarfile.TarFile, dest: Path):
             raise SourceError(f"source archive: {member.name!r} is a symlink loop") from None
         if member.name.startswith("/") or not path.is_relative_to(root):
             raise SourceError(f"source archive: {member.name!r} points outside the source tree")
-        if member.issym() or member.islnk():
+        if target is not None:  # a link (symbolic or hard): where it points must stay inside too
             if member.linkname.startswith("/") or not target.is_relative_to(root):
                 raise SourceError(f"source archive: link {member.name!r} points outside the source tree")
         elif not (member.isfile() or member.isdir()):
@@ -108,6 +108,7 @@ def _data_members(tar: tarfile.TarFile, dest: Path):
 
 
 def _member_paths(root: Path, member: tarfile.TarInfo) -> tuple[Path, Path | None]:
+    """Where a member lands under ``root``, and where a link points (None: not a link)."""
     path = (root / member.name).resolve()
     if not (member.issym() or member.islnk()):
         return path, None
@@ -309,13 +310,17 @@ def _peeled_ref(url: str, ref: str) -> str | None:
     client = git.cmd.Git()
     try:
         with client.custom_environment(**GIT_ENV):
-            out = client.ls_remote("--", url, f"refs/tags/{ref}", f"refs/tags/{ref}^{{}}", f"refs/heads/{ref}")
+            # GitPython types a command's result as every form it can take; called so, it is str.
+            out = cast(
+                str, client.ls_remote("--", url, f"refs/tags/{ref}", f"refs/tags/{ref}^{{}}", f"refs/heads/{ref}")
+            )
     except git.UnsafeOptionError as exc:  # GitPython's own guard, behind `--` and the URL rule
         raise SourceError(f"third-party source {_shown(url)}: cannot resolve {ref!r}: {exc}") from None
     except git.GitCommandError as exc:
         kind = failure_kind(exc.stderr or "", SourceError)
         raise kind(f"third-party source {url}: cannot resolve {ref!r}: {git_reason(exc)}") from None
-    found = dict(reversed(line.split("\t", 1)) for line in out.splitlines() if "\t" in line)
+    pairs = (line.split("\t", 1) for line in out.splitlines() if "\t" in line)  # "<sha>\t<ref name>"
+    found = {name: sha for sha, name in pairs}
     for name in (f"refs/tags/{ref}^{{}}", f"refs/tags/{ref}", f"refs/heads/{ref}"):
         if name in found:
             return found[name]

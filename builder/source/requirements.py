@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import posixpath
 import re
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -65,9 +66,9 @@ _REQ_START = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*\s*(?:\[[A-Za-z0-9._,\s-]*\]
 _HTTPS_VALUE = r"https://[A-Za-z0-9.-]+(?::[0-9]{1,5})?(?:/[A-Za-z0-9._~%+/-]*)?"
 
 
-def _logical_lines(data: bytes):
+def _logical_lines(data: bytes) -> Iterator[tuple[int, int, str]]:
     """(first line, last line, text) with pip's joining of backslash-continued lines and its comments."""
-    first, parts = None, []
+    first, parts = 0, []  # 0: no line begun (line numbers start at 1)
     for lineno, raw in enumerate(data.decode("utf-8", "replace").splitlines(), 1):
         first = first or lineno
         if raw.endswith("\\"):
@@ -76,7 +77,7 @@ def _logical_lines(data: bytes):
         parts.append(raw)
         text = re.sub(r"(^|\s+)#.*$", "", "".join(parts)).strip()
         yield first, lineno, text
-        first, parts = None, []
+        first, parts = 0, []
     if parts:
         yield first, first + len(parts) - 1, re.sub(r"(^|\s+)#.*$", "", "".join(parts)).strip()
 
