@@ -262,7 +262,8 @@ def decision(d: Diagnosis, labels: dict[str, str], built: dict | None, archive: 
         contract.OCI_BASE_NAME,
         contract.OCI_BASE_DIGEST,
     )
-    same = built is not None and built["image"] == d.facts["image"]
+    # The build record counts only when it is of this very image.
+    recorded = built if built is not None and built["image"] == d.facts["image"] else None
     return {
         "schema": DECISION_SCHEMA,
         "created": now.strftime(contract.TIME_FORMAT),
@@ -282,8 +283,8 @@ def decision(d: Diagnosis, labels: dict[str, str], built: dict | None, archive: 
             "compatible": d.compatible,
             "image_cuda": d.facts["image_cuda"],
             "labels": {k: labels.get(k) for k in label_keys},
-            "build_record": built if same else None,
-            "checks": built["checks"] if same else None,
+            "build_record": recorded,
+            "checks": recorded["checks"] if recorded else None,
         },
         "exit_conditions": _exit_conditions(labels, keys, d.expiry),
         "rollback": _rollback(chosen, d),
