@@ -18,7 +18,7 @@ import itertools
 import re
 import threading
 import uuid
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from cyclonedx import spdx
@@ -159,11 +159,11 @@ def python_licenses(dist: PythonDist) -> list[AnyLicense]:
         parts = [p.strip() for p in classifier.split("::")]
         if len(parts) < 2 or parts[1:] == ["OSI Approved"]:
             continue
-        found = _CLASSIFIERS.get(parts[-1])
-        key = ("id", found) if found else ("name", parts[-1])
+        spdx_id = _CLASSIFIERS.get(parts[-1])
+        key = ("id", spdx_id) if spdx_id else ("name", parts[-1])
         out[key] = (
-            DisjunctiveLicense(id=found, acknowledgement=_DECLARED)
-            if found
+            DisjunctiveLicense(id=spdx_id, acknowledgement=_DECLARED)
+            if spdx_id
             else DisjunctiveLicense(name=parts[-1], acknowledgement=_DECLARED)
         )
     return [out[k] for k in sorted(out)]
@@ -237,7 +237,7 @@ def _os_lock_facts(entry: DebEntry, files: Mapping[str, str] | None) -> tuple[li
 
 
 def _deb_components(
-    inv: Inventory, os_lock: list[DebEntry] = (), debs: Mapping[str, str] | None = None
+    inv: Inventory, os_lock: Sequence[DebEntry] = (), debs: Mapping[str, str] | None = None
 ) -> list[Component]:
     out = []
     distro = f"{inv.distro_id}-{inv.distro_version}"
@@ -283,7 +283,7 @@ def _python_components(inv: Inventory, lock: list[LockEntry], wheels: Mapping[st
         hashes = []
         if entry and wheels is None:
             hashes = [HashType(alg=HashAlgorithm.SHA_256, content=h) for h in entry.hashes]
-        elif entry:
+        elif entry and wheels is not None:
             wheel = installed_wheel(dist, wheels)
             if wheel is None:
                 raise ValueError(
@@ -377,7 +377,7 @@ def sbom(
     inv: Inventory,
     lock: list[LockEntry],
     wheels: Mapping[str, str] | None = None,
-    os_lock: list[DebEntry] = (),
+    os_lock: Sequence[DebEntry] = (),
     debs: Mapping[str, str] | None = None,
 ) -> str:
     """The SBOM as CycloneDX 1.6 JSON text (`validate_sbom` checks it). ``wheels``: file name ->
@@ -427,7 +427,7 @@ def publish(
     build_wheels: Mapping[str, str] | None = None,
     root: Path | None = None,
     signer=None,
-    os_lock: list[DebEntry] = (),
+    os_lock: Sequence[DebEntry] = (),
     debs: Mapping[str, str] | None = None,
 ) -> tuple[str, str]:
     """Make the SBOM (from the image's own inventory; ``wheels`` as for `sbom`) and the provenance

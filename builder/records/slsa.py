@@ -53,8 +53,9 @@ def builder_id(target: Target, environ: Mapping[str, str]) -> str:
     """$K3_BUILDER_ID, else signing.builder_id, else on GitHub Actions the workflow identity
     (``https://github.com/<owner>/<repo>/.github/workflows/<file>@<ref>``, the same string a
     keyless signature's certificate carries), else the local form."""
-    if environ.get(BUILDER_ID_ENV) or target.signing.builder_id:
-        return environ.get(BUILDER_ID_ENV) or target.signing.builder_id
+    fixed = environ.get(BUILDER_ID_ENV) or target.signing.builder_id
+    if fixed:
+        return fixed
     if environ.get("GITHUB_ACTIONS") == "true" and environ.get("GITHUB_WORKFLOW_REF"):
         return f"{environ.get('GITHUB_SERVER_URL', 'https://github.com')}/{environ['GITHUB_WORKFLOW_REF']}"
     return local_builder_id(target)

@@ -12,6 +12,7 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TypeVar
 
 from builder.config import contract
 from builder.config.matrix import Target
@@ -23,6 +24,8 @@ from builder.fsutil import sha256_file
 from builder.records import artifacts, attest, provsign, signature, slsa
 from builder.records import store as records
 from builder.records.chain import ROWS, all_rows
+
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -39,6 +42,13 @@ class _Fail(Exception):
 def _need(cond: bool, message: str) -> None:
     if not cond:
         raise _Fail(message)
+
+
+def _found(value: T | None, message: str) -> T:
+    """``value``; the row fails with ``message`` when it is None."""
+    if value is None:
+        raise _Fail(message)
+    return value
 
 
 def _read_json(path: Path) -> dict:
@@ -70,8 +80,7 @@ class Verifier:
                 rec = records.read(contract.record_path(self.root, self.t.name))
             except BuilderError as exc:
                 raise _Fail(exc.message) from None
-            _need(rec is not None, "image.json is missing (never built?)")
-            self._record = rec
+            self._record = _found(rec, "image.json is missing (never built?)")
         return self._record
 
     # -- rows -----------------------------------------------------------------------------------
@@ -135,8 +144,7 @@ class Verifier:
         except BuilderError as exc:
             raise _Fail(exc.message) from None
         for e in entries:
-            got = debs.get(e.name)
-            _need(got is not None, f"{e.name} is in {self.os_lock.name} but not in the SBOM as pkg:deb")
+            got = _found(debs.get(e.name), f"{e.name} is in {self.os_lock.name} but not in the SBOM as pkg:deb")
             _need(got[:2] == (e.version, e.arch), f"{e.name}: SBOM {got[0]} {got[1]} != OS lock {e.version} {e.arch}")
             _need(got[2] == [e.sha256], f"{e.name}: the SBOM's sha256 (the unpacked .deb's) is not the OS lock's")
         return f"all {len(entries)} .deb(s) in the SBOM as pkg:deb, same version, arch and sha256"
@@ -179,10 +187,10 @@ class Verifier:
             f"third-party sources {sorted(recorded)} != matrix {sorted(self.t.source.third_party)}",
         )
         for name, spec in self.t.source.third_party.items():
-            got = recorded[name] if isinstance(recorded[name], dict) else {}
+            tp = recorded[name] if isinstance(recorded[name], dict) else {}
             _need(
-                (got.get("url"), got.get("commit")) == (spec.url, spec.commit),
-                f"third party {name} {got.get('url')} @ {got.get('commit')} != matrix {spec.url} @ {spec.commit}",
+                (tp.get("url"), tp.get("commit")) == (spec.url, spec.commit),
+                f"third party {name} {tp.get('url')} @ {tp.get('commit')} != matrix {spec.url} @ {spec.commit}",
             )
         return f"{r.digest[:19]}, bases and commit match the matrix" + (
             f", {len(recorded)} third-party source(s)" if recorded else ""
@@ -190,8 +198,9 @@ class Verifier:
 
     def record_sbom(self) -> str:
         r = self.record
-        text = self.sbom_path.read_text() if self.sbom_path.exists() else None
-        _need(text is not None, f"{self.sbom_path.name} is missing")
+        text = _found(
+            self.sbom_path.read_text() if self.sbom_path.exists() else None, f"{self.sbom_path.name} is missing"
+        )
         try:
             attest.validate_sbom(text)
         except ValueError as exc:
@@ -224,8 +233,7 @@ class Verifier:
         except BuilderError as exc:
             raise _Fail(exc.message) from None
         for e in entries:
-            got = pypi.get(normalize(e.name))
-            _need(got is not None, f"{e.name} is in the lock but not in the SBOM")
+            got = _found(pypi.get(normalize(e.name)), f"{e.name} is in the lock but not in the SBOM")
             _need(got[0] == e.version, f"{e.name}: SBOM {got[0]} != lock {e.version}")
             _need(
                 len(got[1]) == 1 and got[1][0] in e.hashes,
