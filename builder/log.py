@@ -15,13 +15,17 @@ import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from rich.console import Console
 
 
 class _LazyConsole:
     """rich's Console, made on first use: importing rich costs ~30 ms that commands printing
     nothing (a no-op build's fast path prints little) should not pay up front."""
 
-    _real = None
+    _real: Console | None = None
 
     def __getattr__(self, name: str):
         if _LazyConsole._real is None:

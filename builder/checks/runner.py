@@ -93,7 +93,9 @@ class Expectations:
 
     @property
     def cuda_major_minor(self) -> str:
-        return major_minor(self.cuda_version)
+        found = major_minor(self.cuda_version)
+        assert found is not None, "cuda_version is the target's validated CUDA version, never empty"
+        return found
 
     @property
     def cudart_version(self) -> int:  # what cudaRuntimeGetVersion returns: 12.9 -> 12090
@@ -336,9 +338,10 @@ def _parse_junit(path: Path) -> list[CheckResult]:
             message = (problem.get("message") or problem.text or "").strip()
             message = message.splitlines()[0] if message else "failed"
             message = re.sub(r"^(AssertionError|Failed): ", "", message)
-        skipped = case.find("skipped") is not None and problem is None  # an error after a skip is a failure
-        if skipped:
-            message = (case.find("skipped").get("message") or "").strip()
+        skip = case.find("skipped") if problem is None else None  # an error after a skip is a failure
+        skipped = skip is not None
+        if skip is not None:
+            message = (skip.get("message") or "").strip()
         results.append(CheckResult(name, problem is None and not skipped, message, skipped))
     if {r.name for r in results} != set(contract.CHECKS):
         missing = sorted(set(contract.CHECKS) - {r.name for r in results})

@@ -21,6 +21,7 @@ import subprocess
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from builder.config import contract
 from builder.config.matrix import Target
@@ -28,7 +29,7 @@ from builder.config.names import normalize
 from builder.deps.hermetic import hermetic_env, uv_binary
 from builder.errors import LockError, failure_kind
 from builder.fsutil import atomic_write, sha256_bytes
-from builder.source.pinned import PinnedSource, requirement_lines, resolve_includes
+from builder.source.requirements import SourceTree, requirement_lines, resolve_includes
 
 _REQ_NAME = re.compile(r"^\s*([A-Za-z0-9][A-Za-z0-9._-]*(?:\[[A-Za-z0-9._,-]+\])?)")
 INPUT_HEADER = "# k3-lock-inputs-sha256: "
@@ -84,7 +85,7 @@ def nccl_pin(target: Target) -> str | None:
     return f"nvidia-nccl-cu{target.cuda.major}=={target.nccl.version}"
 
 
-def inputs(target: Target, pinned: PinnedSource, kind: str) -> LockInputs:
+def inputs(target: Target, pinned: SourceTree, kind: str) -> LockInputs:
     paths = target.source.requirements if kind == "runtime" else target.source.build_requirements
     files = {
         f"source/{path}": _transform(data, target.source.rewrites, path)
@@ -95,8 +96,9 @@ def inputs(target: Target, pinned: PinnedSource, kind: str) -> LockInputs:
         # The build stage compiles against torch: it must be the same CUDA build as the runtime's.
         pins.append(f"torch=={target.torch.version}")
     overrides = list(target.overrides)
-    if kind == "runtime" and target.nccl:
-        overrides.append(nccl_pin(target))  # wins over torch's own nvidia-nccl pin, as in vLLM's image
+    nccl = nccl_pin(target) if kind == "runtime" else None  # None: the target pins no NCCL
+    if nccl:
+        overrides.append(nccl)  # wins over torch's own nvidia-nccl pin, as in vLLM's image
     files[PINS_FILE] = ("".join(f"{p}\n" for p in sorted(set(pins)))).encode()
     files[OVERRIDES_FILE] = ("".join(f"{p}\n" for p in sorted(set(overrides)))).encode()
     top = (PINS_FILE,) + tuple(f"source/{p}" for p in paths)
@@ -215,8 +217,9 @@ def parse_lock(text: str, path: Path) -> tuple[str | None, list[LockEntry]]:
             f"{path}: the lock's body does not match its {BODY_HEADER.strip()} header (truncated or "
             "edited by hand); restore it from git or re-run `build lock`"
         )
-    entries: list[LockEntry] = []
-    current: list | None = None
+    # [name, version, hashes, override] while its lines are read; LockEntry once the lock is read.
+    entries: list[list[Any]] = []
+    current: list[Any] | None = None
     for lineno, line in enumerate(text.splitlines(), 1):
         if line.startswith(INPUT_HEADER) or line.startswith(BODY_HEADER):
             continue
@@ -240,15 +243,15 @@ def parse_lock(text: str, path: Path) -> tuple[str | None, list[LockEntry]]:
         # A marker (`; python_version > "3.11"`) may follow the version; the lock was resolved for
         # one Python and platform, so every entry applies.
         current = [m.group("name"), m.group("version").rstrip(" \\;"), [], False]
-        entries.append(current)  # type: ignore[arg-type]
-    result = [LockEntry(n, v, tuple(h), o) for n, v, h, o in entries]  # type: ignore[misc]
+        entries.append(current)
+    result = [LockEntry(n, v, tuple(h), o) for n, v, h, o in entries]
     for e in result:
         if not e.hashes:
             raise LockError(f"{path}: {e.name}=={e.version} has no --hash; re-run `build lock`")
     return input_sha, result
 
 
-def write(root: Path, target: Target, pinned: PinnedSource) -> dict[str, Path]:
+def write(root: Path, target: Target, pinned: SourceTree) -> dict[str, Path]:
     """Compute both locks, then write them atomically (both computed before either is written)."""
     texts = {
         contract.LOCK_NAME: compile_lock(target, inputs(target, pinned, "runtime")),

@@ -161,7 +161,8 @@ _INST = re.compile(r"Inst (\S+) (?:\[(\S+)\] )?\((\S+) ")
 
 
 def _blocks(lines: list[str]) -> list[dict[str, str]]:
-    out, cur = [], {}
+    out: list[dict[str, str]] = []
+    cur: dict[str, str] = {}
     for ln in lines:
         if ln == "--":
             if cur:
@@ -251,6 +252,7 @@ def resolve(engine, target: Target, file: str = "") -> str:
     docstring). Nothing is written here: the caller writes every lock of a target together.
     ``file`` prefixes every message (the matrix's path), so the line names the file and the key."""
     where = f"{file}targets.{target.name}.os_packages"
+    assert target.os_packages is not None, "only a target with os_packages has an OS lock"
     entries = _resolve(engine, target.bases.runtime.ref, target.os_packages, where)
     if not entries:
         raise LockError(

@@ -27,6 +27,7 @@ from builder.deps.lock import LockInputs, normalize
 from builder.errors import SourceError, Unreachable
 from builder.fsutil import atomic_write
 from builder.source import pinned as source
+from builder.source.sdist import sdist_source
 
 PYPI = "https://pypi.org/simple"
 _PIN = re.compile(
@@ -168,7 +169,7 @@ def _readable(target: Target):
     try:
         return source.fetch(target.source), f"git {target.source.url} @ {target.source.commit}"
     except (SourceError, Unreachable) as exc:
-        sdist = source.sdist_source(target.source)
+        sdist = sdist_source(target.source)
         return (
             sdist,
             f"PyPI sdist {target.source.package}=={target.source.version} (git unreachable: {exc.message[:80]})",

@@ -19,7 +19,7 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Protocol, cast
 
 from builder.config import contract
 from builder.engine.containers import ContainerSeam, DockerContainers, docker_errors
@@ -45,8 +45,8 @@ MIN_BUILDX = (0, 13)
 class EngineInfo:
     server_version: str
     buildx_version: str
-    builder: str
-    driver: str
+    builder: str | None  # as `buildx inspect` names them (None when it does not)
+    driver: str | None
     cpus: int
     memory_bytes: int
 
@@ -185,12 +185,10 @@ class DockerEngine:
 
         try:  # three CLI round trips, side by side
             with ThreadPoolExecutor(3) as pool:
-                calls = [
-                    pool.submit(self.docker.system.info),
-                    pool.submit(self.docker.buildx.version),
-                    pool.submit(self.docker.buildx.inspect, builder),
-                ]
-                info, bx, b = (c.result() for c in calls)
+                info_call = pool.submit(self.docker.system.info)
+                bx_call = pool.submit(self.docker.buildx.version)
+                b_call = pool.submit(self.docker.buildx.inspect, builder)
+                info, bx, b = info_call.result(), bx_call.result(), b_call.result()
         except DockerException as exc:
             first = (exc.stderr or str(exc)).strip().splitlines()
             if any(m in (exc.stderr or str(exc)) for m in _HOST_LIMITS):
@@ -229,27 +227,7 @@ class DockerEngine:
         log_path.parent.mkdir(parents=True, exist_ok=True)
         with log_path.open("a", encoding="utf-8") as log:
             try:
-                first, stream = _start_stream(
-                    lambda: self.docker.buildx.build(
-                        req.context,
-                        file=req.dockerfile,
-                        tags=list(req.tags),
-                        build_args=dict(req.build_args),
-                        build_contexts={k: str(v) for k, v in req.build_contexts.items()},
-                        push=req.push,
-                        cache=not req.no_cache,
-                        builder=req.builder,
-                        secrets=list(req.secrets),
-                        metadata_file=metadata_file,
-                        provenance={"mode": "max"} if req.attest else None,
-                        sbom=True if req.attest else None,
-                        cache_from=[_cache_spec(spec) for spec in req.cache_from] or None,
-                        cache_to=_cache_spec(req.cache_to) if req.cache_to else None,
-                        progress="plain",
-                        stream_logs=True,
-                    ),
-                    env,
-                )
+                first, stream = _start_stream(lambda: self._buildx_lines(req, metadata_file), env)
                 for line in itertools.chain([first] if first is not None else [], stream):
                     line = redact(line)
                     log.write(line)
@@ -276,6 +254,30 @@ class DockerEngine:
         if not digest or not re.fullmatch(r"sha256:[0-9a-f]{64}", digest):
             raise BuildError(f"buildx metadata has no image digest: {sorted(metadata)}", str(log_path))
         return BuildResult(digest=digest)
+
+    def _buildx_lines(self, req: BuildRequest, metadata_file: Path) -> Iterator[str]:
+        """`docker buildx build` of ``req``, its plain progress log line by line (lazily: the first
+        line read spawns the child)."""
+        lines = self.docker.buildx.build(
+            req.context,
+            file=req.dockerfile,
+            tags=list(req.tags),
+            build_args=dict(req.build_args),
+            build_contexts={k: str(v) for k, v in req.build_contexts.items()},
+            push=req.push,
+            cache=not req.no_cache,
+            builder=req.builder,
+            secrets=list(req.secrets),
+            metadata_file=metadata_file,
+            provenance={"mode": "max"} if req.attest else None,
+            sbom=True if req.attest else None,
+            cache_from=[_cache_spec(spec) for spec in req.cache_from] or None,
+            cache_to=_cache_spec(req.cache_to) if req.cache_to else None,
+            progress="plain",
+            stream_logs=True,
+        )
+        # With stream_logs=True it returns the log's lines (its annotation is every mode's result).
+        return cast("Iterator[str]", lines)
 
     def import_and_push(self, rootfs_tar: Path, ref: str) -> str:
         """Import a root filesystem tarball as an image, push it, return the registry's digest."""
@@ -321,7 +323,7 @@ class DockerEngine:
 def _run(args: list[str]) -> str:
     from python_on_whales.utils import run
 
-    return run(args)
+    return run(args, return_stderr=False)
 
 
 def _stop_children(name: str, grace: float = 10.0) -> list[int]:
@@ -401,8 +403,8 @@ def _registry_failure(error: str, tags: tuple[str, ...] | list[str]) -> str | No
         host = next(h for h in hosts if h in error)
         return f"registry {host} answered {server.group().strip()} during the push (a server error, out of our hands)"
     if is_network_failure(error):
-        host = next((h for h in hosts if h in error), None)
-        return f"registry {host} out of reach during the build" if host else None
+        named = next((h for h in hosts if h in error), None)
+        return f"registry {named} out of reach during the build" if named else None
     if hosts and any(marker in error.lower() for marker in _AUTH):
         return (
             f"registry {hosts[0]} refused the build's credentials (docker login {hosts[0]}, or a "

@@ -105,7 +105,7 @@ class DockerContainers:
         """Remove every container an earlier run of this tool left behind when it was killed."""
         with docker_errors("cannot list containers", unreachable=True):
             ours = self.docker.container.list(all=True, filters={"label": contract.CONTAINER_LABEL})
-        stale = [c for c in ours if not _alive(c.config.labels.get(contract.CONTAINER_LABEL, ""))]
+        stale = [c for c in ours if not _alive((c.config.labels or {}).get(contract.CONTAINER_LABEL, ""))]
         for container in stale:
             self.remove(container.id)
         return len(stale)

@@ -7,39 +7,26 @@ is the image, and an image index tagged ``sha256-<hex of the image digest>`` lis
 (the "referrers tag schema"). ``RegistryClient`` is the seam the rest of the tool uses: references
 in, typed answers or ``RegistryUnavailable``/``BuildError`` out; ``Registry`` is its HTTP transport.
 
-Credentials come from the Docker config (``$DOCKER_CONFIG/config.json``, else ~/.docker/config.json)
-the way the Docker CLI finds them: ``credHelpers[host]`` wins over ``credsStore``, which wins over
-``auths`` (``auth``, ``identitytoken``). A helper is ``docker-credential-<name>`` on PATH, asked with
-the credential-helper protocol (``get``, the server URL on stdin, ``{"ServerURL", "Username",
-"Secret"}`` on stdout); one that is missing, fails or answers nonsense means no credentials
-(anonymous). They are sent as basic credentials or exchanged for a bearer token where the registry
-asks for one. Every secret is registered with ``builder.log.register_secret`` as soon as it is
-read, and never appears in logs or errors: a refusal says where the credentials came from, not
-what they are.
+Credentials and the answer to a registry's 401 challenge are builder/engine/auth.py's.
 """
 
 from __future__ import annotations
 
-import base64
 import contextlib
 import hashlib
 import http.client
 import json
-import os
-import re
-import shutil
-import signal
-import subprocess
 import time
 import urllib.error
 import urllib.parse
 import urllib.request
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
-from builder import log
+from builder.engine import auth
+from builder.engine.auth import CredentialLookup
 from builder.errors import BuildError, RegistryUnavailable
 
 OCI_MANIFEST = "application/vnd.oci.image.manifest.v1+json"
@@ -76,181 +63,10 @@ def split_ref(name: str) -> tuple[str, str]:
     return host, repo
 
 
-def _insecure(host: str) -> bool:
-    bare = host.rsplit(":", 1)[0]
-    extra = {h.strip() for h in os.environ.get("K3_INSECURE_REGISTRIES", "").split(",") if h.strip()}
-    return bare in ("localhost", "127.0.0.1", "::1") or host in extra
-
-
-# --- credentials (the Docker config and the credential-helper protocol) ---------------------------
-
-DOCKER_HUB_HOSTS = ("registry-1.docker.io", "index.docker.io", "docker.io")
-DOCKER_HUB_SERVER = "https://index.docker.io/v1/"
-HELPER_TIMEOUT = 60  # seconds; ECR/GCR helpers call their cloud's API
-_HELPER_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$")
-
-
-@dataclass(frozen=True)
-class Credentials:
-    username: str
-    secret: str = field(repr=False)
-    source: str  # where they came from, for messages: never the secret itself
-
-    @property
-    def identity_token(self) -> bool:
-        """A helper's ``<token>`` user (or an ``identitytoken``): the secret is an OAuth2 refresh token."""
-        return self.username == "<token>"
-
-    def basic(self) -> str:
-        return base64.b64encode(f"{self.username}:{self.secret}".encode()).decode()
-
-
-@dataclass(frozen=True)
-class CredentialLookup:
-    credentials: Credentials | None
-    note: str  # one line, no secret: where the credentials came from, or why there are none
-
-
-def docker_config_path() -> Path:
-    return Path(os.environ.get("DOCKER_CONFIG") or Path.home() / ".docker") / "config.json"
-
-
-def _hostname(key: str) -> str:
-    """A config key ('https://host/v1/', 'host:port', 'http://host') -> 'host[:port]', like the CLI's
-    ConvertToHostname."""
-    key = re.sub(r"^[a-zA-Z][a-zA-Z0-9+.-]*://", "", key)
-    return key.split("/", 1)[0]
-
-
-def _same_registry(key: str, host: str) -> bool:
-    name = _hostname(key)
-    if host in DOCKER_HUB_HOSTS:
-        return name in DOCKER_HUB_HOSTS
-    return name == host
-
-
-def _server_url(host: str) -> str:
-    """What the Docker CLI passes to a helper for this registry: the host, or Docker Hub's URL."""
-    return DOCKER_HUB_SERVER if host in DOCKER_HUB_HOSTS else host
-
-
-def _remember(creds: Credentials) -> Credentials:
-    log.register_secret(creds.secret)
-    log.register_secret(creds.basic())
-    return creds
-
-
-def credential_helper_get(helper: str, server_url: str, timeout: float = HELPER_TIMEOUT) -> CredentialLookup:
-    """``docker-credential-<helper> get`` for ``server_url``; any failure means no credentials.
-
-    Nothing the helper prints is ever repeated (it may hold the secret): a failure is described by
-    the helper's name, the server and the exit status only."""
-    if not isinstance(helper, str) or not _HELPER_NAME.match(helper):
-        return CredentialLookup(None, f"the credential helper name {helper!r} is not valid; sent none")
-    program = f"docker-credential-{helper}"
-    exe = shutil.which(program)
-    if exe is None:
-        return CredentialLookup(None, f"{program} is not on PATH; sent none")
-    try:
-        # Its own process group: on a timeout the helper and anything it started go, pipes and all.
-        proc = subprocess.Popen(
-            [exe, "get"], stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True
-        )
-    except OSError as exc:
-        return CredentialLookup(None, f"{program} cannot run ({exc.strerror}); sent none")
-    try:
-        stdout, stderr = proc.communicate(server_url.encode(), timeout=timeout)
-    except subprocess.TimeoutExpired:
-        with contextlib.suppress(OSError):
-            os.killpg(proc.pid, signal.SIGKILL)
-        proc.kill()
-        proc.communicate()
-        return CredentialLookup(None, f"{program} get did not answer within {timeout:g} s; sent none")
-    if proc.returncode != 0:
-        if b"credentials not found" in (stdout + stderr).lower():
-            return CredentialLookup(None, f"{program} has no credentials for {server_url}; sent none")
-        return CredentialLookup(None, f"{program} get failed (exit {proc.returncode}); sent none")
-    try:
-        doc = json.loads(stdout)
-    except ValueError:
-        doc = None
-    if not isinstance(doc, dict):
-        return CredentialLookup(None, f"{program} get printed no JSON object; sent none")
-    username, secret = doc.get("Username"), doc.get("Secret")
-    if not isinstance(secret, str) or not secret or not isinstance(username, str):
-        # Register whatever secret-looking value there was before saying anything else.
-        if isinstance(secret, str) and secret:
-            log.register_secret(secret)
-        return CredentialLookup(None, f"{program} get answered without a Username and Secret; sent none")
-    creds = _remember(Credentials(username, secret, program))
-    return CredentialLookup(creds, f"credentials from {program}")
-
-
-def _from_auths(auths: object, host: str, where: str) -> CredentialLookup:
-    if not isinstance(auths, dict):
-        return CredentialLookup(None, f"no credentials for {host} in {where}; sent none")
-    for key, entry in auths.items():
-        if not isinstance(key, str) or not isinstance(entry, dict) or not _same_registry(key, host):
-            continue
-        username, password = entry.get("username") or "", entry.get("password") or ""
-        encoded = entry.get("auth")
-        if isinstance(encoded, str) and encoded:
-            log.register_secret(encoded)
-            try:
-                username, _, password = base64.b64decode(encoded, validate=False).decode().partition(":")
-            except (ValueError, UnicodeDecodeError):
-                return CredentialLookup(
-                    None, f"auths[{key!r}].auth in {where} is not base64 'user:password'; sent none"
-                )
-        token = entry.get("identitytoken")
-        if isinstance(token, str) and token:
-            return CredentialLookup(
-                _remember(Credentials("<token>", token, f"auths in {where}")), f"the identity token in auths in {where}"
-            )
-        if isinstance(password, str) and password:
-            return CredentialLookup(
-                _remember(Credentials(str(username), password, f"auths in {where}")),
-                f"credentials from auths in {where}",
-            )
-    return CredentialLookup(None, f"no credentials for {host} in {where}; sent none")
-
-
-def docker_credentials(host: str) -> CredentialLookup:
-    """The credentials the Docker CLI would use for ``host``: credHelpers[host], else credsStore,
-    else auths. Never raises; a missing or unreadable config means anonymous."""
-    path = docker_config_path()
-    try:
-        config = json.loads(path.read_text())
-    except FileNotFoundError:
-        return CredentialLookup(None, f"no Docker config at {path}; sent none")
-    except (OSError, ValueError) as exc:
-        reason = exc.strerror if isinstance(exc, OSError) else "not JSON"
-        return CredentialLookup(None, f"cannot read {path} ({reason}); sent none")
-    if not isinstance(config, dict):
-        return CredentialLookup(None, f"{path} is not a JSON object; sent none")
-    helpers = config.get("credHelpers")
-    if isinstance(helpers, dict):
-        for key, helper in helpers.items():
-            if isinstance(key, str) and _same_registry(key, host):
-                found = credential_helper_get(helper, _server_url(host))
-                return CredentialLookup(found.credentials, f"credHelpers in {path}: {found.note}")
-    store = config.get("credsStore")
-    if store:
-        found = credential_helper_get(store, _server_url(host))
-        return CredentialLookup(found.credentials, f"credsStore in {path}: {found.note}")
-    return _from_auths(config.get("auths"), host, str(path))
-
-
-def _docker_auth(host: str) -> str | None:
-    """Base64 'user:secret' for a basic Authorization header, or None (anonymous)."""
-    creds = docker_credentials(host).credentials
-    return creds.basic() if creds and not creds.identity_token else None
-
-
 class Registry:
     def __init__(self, host: str) -> None:
         self.host = host
-        self.base = f"{'http' if _insecure(host) else 'https'}://{host}"
+        self.base = f"{'http' if auth.insecure(host) else 'https'}://{host}"
         self._token: str | None = None
         self._lookup: CredentialLookup | None = None  # the Docker config is read once per host
         self._auth_note = ""  # why the last authentication gave nothing (one line, no secret)
@@ -285,91 +101,17 @@ class Registry:
 
     def _credentials(self) -> CredentialLookup:
         if self._lookup is None:
-            self._lookup = docker_credentials(self.host)
+            self._lookup = auth.docker_credentials(self.host)
         return self._lookup
 
     def _authenticate(self, challenge: str) -> bool:
         """Answer a 401's challenge with the Docker config's credentials for this host. False (and
         ``_auth_note`` says why, without the secret) when there is nothing better to send."""
-        lookup = self._credentials()
-        creds = lookup.credentials
-        scheme = challenge.split(" ", 1)[0].lower()
-        if scheme == "basic":
-            if creds is None or creds.identity_token:
-                self._auth_note = (
-                    lookup.note
-                    if creds is None
-                    else (f"{lookup.note}: an identity token, but the registry asks for basic credentials; sent none")
-                )
-                return False
-            if self._token == f"Basic {creds.basic()}":  # already sent and refused
-                self._auth_note = f"{lookup.note}: the registry refused them"
-                return False
-            self._token = f"Basic {creds.basic()}"
-            self._auth_note = f"{lookup.note}: the registry refused them"
-            return True
-        if scheme != "bearer":
-            self._auth_note = f"unsupported authentication challenge {scheme!r}"
+        answer = auth.answer_challenge(challenge, self._credentials(), self.host, self._token)
+        self._auth_note = answer.note
+        if answer.header is None:
             return False
-        return self._bearer(challenge, lookup)
-
-    def _bearer(self, challenge: str, lookup: CredentialLookup) -> bool:
-        """A token from the challenge's realm: anonymous, with basic credentials, or (an identity
-        token) by OAuth2 refresh-token grant, as the Docker CLI does."""
-        creds = lookup.credentials
-        params = dict(re.findall(r'(\w+)="([^"]*)"', challenge))
-        realm = params.pop("realm", None)
-        if not realm:
-            self._auth_note = "the registry's bearer challenge names no realm"
-            return False
-        realm_parts = urllib.parse.urlsplit(realm)
-        if realm_parts.scheme not in ("http", "https"):
-            self._auth_note = f"the registry's token realm is not http(s): {realm_parts.scheme!r}"
-            return False
-        # Credentials go to the token service only over https, or to this very (insecure) registry.
-        may_send = creds is not None and (
-            realm_parts.scheme == "https" or realm_parts.netloc == self.host or _insecure(realm_parts.netloc)
-        )
-        sent = creds if may_send else None
-        if sent is not None and sent.identity_token:
-            form = {"grant_type": "refresh_token", "refresh_token": sent.secret, "client_id": "k3-builder"}
-            form.update({k: v for k, v in params.items() if k in ("service", "scope")})
-            req = urllib.request.Request(
-                realm,
-                data=urllib.parse.urlencode(form).encode(),
-                method="POST",
-                headers={"Content-Type": "application/x-www-form-urlencoded"},
-            )
-        else:
-            req = urllib.request.Request(f"{realm}?{urllib.parse.urlencode(params)}")
-            if sent is not None:
-                req.add_header("Authorization", f"Basic {sent.basic()}")
-        if creds is None:
-            note = lookup.note
-        elif sent is None:
-            note = f"{lookup.note}: not sent to the token service {realm_parts.netloc} over plain http; sent none"
-        else:
-            note = f"{lookup.note}: the registry refused them"
-        try:
-            with urllib.request.urlopen(req, timeout=60) as resp:  # noqa: S310 - the registry's realm
-                doc = json.load(resp)
-        except urllib.error.HTTPError as exc:
-            self._auth_note = (
-                f"{lookup.note}: the token service {realm_parts.netloc} refused them (HTTP {exc.code})"
-                if sent is not None
-                else note
-            )
-            return False
-        except (OSError, ValueError):
-            self._auth_note = f"the token service {realm_parts.netloc} gave no token"
-            return False
-        token = doc.get("token") or doc.get("access_token") if isinstance(doc, dict) else None
-        if not isinstance(token, str) or not token:
-            self._auth_note = f"the token service {realm_parts.netloc} gave no token"
-            return False
-        log.register_secret(token)
-        self._token = f"Bearer {token}"
-        self._auth_note = note
+        self._token = answer.header
         return True
 
     # -- reads ----------------------------------------------------------------------------------
@@ -535,6 +277,7 @@ class RegistrySeam(Protocol):
     def image_size(self, ref: str) -> int | None: ...
     def blob_to(self, name: str, digest: str, dest: Path) -> None: ...
     def delete_manifest(self, name: str, digest: str) -> bool: ...
+    def image_config(self, ref: str) -> dict | None: ...
 
 
 def split_reference(ref: str) -> tuple[str, str]:

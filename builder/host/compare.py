@@ -11,7 +11,7 @@ from builder.host import compat
 from builder.records import inventory
 
 
-def _diff(ours: dict[str, str], theirs: dict[str, str]) -> dict[str, list]:
+def _diff(ours: dict[str, str], theirs: dict[str, str]) -> dict[str, list | int]:
     return {
         "only_ours": sorted([k, ours[k]] for k in set(ours) - set(theirs)),
         "only_reference": sorted([k, theirs[k]] for k in set(theirs) - set(ours)),

@@ -207,8 +207,8 @@ def _parse_csv(text: str) -> HostGPU | None:
     lines = [line for line in text.splitlines() if line.strip()]
     head = next((i for i, line in enumerate(lines) if re.search(r"(^|,)\s*driver_version\s*(,|$)", line)), None)
     if head is None:
-        rows = [re.fullmatch(r"\s*(\d{3}\.\d+(?:\.\d+)?)\s*,\s*([^,]+?)\s*", line) for line in lines]
-        if rows and all(rows):
+        rows = [m for line in lines if (m := re.fullmatch(r"\s*(\d{3}\.\d+(?:\.\d+)?)\s*,\s*([^,]+?)\s*", line))]
+        if lines and len(rows) == len(lines):
             return HostGPU(_version(rows[0].group(1)), None, tuple(r.group(2) for r in rows), form="csv")
         if lines and all(line.count(",") >= 2 for line in lines):
             raise SmiParseError(
@@ -218,8 +218,8 @@ def _parse_csv(text: str) -> HostGPU | None:
             )
         return None
     table = list(csv.DictReader(lines[head:], skipinitialspace=True))
-    versions = [_csv_driver(row) for row in table]
-    if not table or not all(versions):
+    versions = [v for row in table if (v := _csv_driver(row))]
+    if not table or len(versions) != len(table):
         raise SmiParseError("the --query-gpu CSV has a driver_version column but a row without a version")
     names = tuple((row.get("name") or row.get("gpu_name") or "").strip() for row in table)
     models = " ".join(row.get("driver_model.current") or "" for row in table)
@@ -333,7 +333,7 @@ def decide(cuda: str, host: HostGPU) -> Verdict:
         )
     if host.platform != "linux":
         return _windows(cuda, (major, minor), host)
-    return _linux(cuda, (major, minor, update), host)
+    return _linux(cuda, (major, minor, update), host, host.driver)
 
 
 def _windows(cuda: str, need: tuple[int, int], host: HostGPU) -> Verdict:
@@ -363,11 +363,11 @@ def _windows(cuda: str, need: tuple[int, int], host: HostGPU) -> Verdict:
     return Verdict(False, reason, route + "; forward compatibility (cuda-compat) is not assessed for this driver")
 
 
-def _linux(cuda: str, version: tuple[int, int, int], host: HostGPU) -> Verdict:
+def _linux(cuda: str, version: tuple[int, int, int], host: HostGPU, drv: tuple[int, ...]) -> Verdict:
+    """``drv``: the host's driver version (``host.driver``, known to be there)."""
     major, minor, update = version
     full = MIN_DRIVER.get(version) or MIN_DRIVER.get((major, minor, 0))
     family = FAMILY_MIN.get(major)
-    drv = host.driver
     if full and drv >= full:
         return Verdict(
             True,

@@ -262,7 +262,8 @@ def decision(d: Diagnosis, labels: dict[str, str], built: dict | None, archive: 
         contract.OCI_BASE_NAME,
         contract.OCI_BASE_DIGEST,
     )
-    same = built is not None and built["image"] == d.facts["image"]
+    # The build record counts only when it is of this very image.
+    recorded = built if built is not None and built["image"] == d.facts["image"] else None
     return {
         "schema": DECISION_SCHEMA,
         "created": now.strftime(contract.TIME_FORMAT),
@@ -282,8 +283,8 @@ def decision(d: Diagnosis, labels: dict[str, str], built: dict | None, archive: 
             "compatible": d.compatible,
             "image_cuda": d.facts["image_cuda"],
             "labels": {k: labels.get(k) for k in label_keys},
-            "build_record": built if same else None,
-            "checks": built["checks"] if same else None,
+            "build_record": recorded,
+            "checks": recorded["checks"] if recorded else None,
         },
         "exit_conditions": _exit_conditions(labels, keys, d.expiry),
         "rollback": _rollback(chosen, d),
@@ -380,15 +381,46 @@ def _blank(value, name: str) -> str:
 
 
 def decision_markdown(doc: dict) -> str:
-    ev, ver, ex = doc["fault_evidence"], doc["verification"], doc["exit_conditions"]
-    host = ev["host"]
-    archive = ev["evidence_archive"]
     lines = [
         f"# Decision record: {doc['image']}",
         "",
         f"Created {doc['created']} by `build doctor --record`. "
         f"Lines marked **{TO_FILL}** are for a person to complete.",
         "",
+        *_evidence_lines(doc["fault_evidence"]),
+        "",
+        "## Paths",
+        "",
+    ]
+    lines += [f"- {'**chosen**' if o['chosen'] else 'not chosen'}: {o['path']}: {o['why']}" for o in doc["paths"]]
+    lines += [
+        "",
+        f"Chosen: {doc['chosen']} (doctor's recommendation; **{TO_FILL}: confirm or change it**)"
+        if doc["chosen"]
+        else f"Chosen: none yet: {doc['chosen_why']}",
+        "",
+        *_verification_lines(doc["verification"]),
+        "",
+        *_exit_lines(doc["exit_conditions"]),
+        "",
+        "## Rollback",
+        "",
+        f"- {doc['rollback']}",
+        "",
+        "## Next review",
+        "",
+        f"- {doc['next_review']}",
+        "",
+        "## For a person",
+        "",
+    ]
+    lines += [f"- {BLANKS[name]}: {_blank(value, name)}" for name, value in doc["to_fill"].items()]
+    return "\n".join(lines) + "\n"
+
+
+def _evidence_lines(ev: dict) -> list[str]:
+    host, archive = ev["host"], ev["evidence_archive"]
+    return [
         "## Fault evidence",
         "",
         f"- verdict: {ev['verdict']}",
@@ -405,17 +437,11 @@ def decision_markdown(doc: dict) -> str:
             if archive
             else f"**{TO_FILL}: run `build evidence --out DIR` and name its archive**"
         ),
-        "",
-        "## Paths",
-        "",
     ]
-    lines += [f"- {'**chosen**' if o['chosen'] else 'not chosen'}: {o['path']}: {o['why']}" for o in doc["paths"]]
-    lines += [
-        "",
-        f"Chosen: {doc['chosen']} (doctor's recommendation; **{TO_FILL}: confirm or change it**)"
-        if doc["chosen"]
-        else f"Chosen: none yet: {doc['chosen_why']}",
-        "",
+
+
+def _verification_lines(ver: dict) -> list[str]:
+    lines = [
         "## Verification",
         "",
         f"- doctor: {'compatible' if ver['compatible'] else 'INCOMPATIBLE'} (image CUDA {ver['image_cuda']})",
@@ -426,9 +452,11 @@ def decision_markdown(doc: dict) -> str:
             else "unknown: no build record names this image (run `build test --image REF`)"
         ),
     ]
-    lines += [f"- label {k}: {v if v is not None else '(absent)'}" for k, v in ver["labels"].items()]
-    lines += [
-        "",
+    return lines + [f"- label {k}: {v if v is not None else '(absent)'}" for k, v in ver["labels"].items()]
+
+
+def _exit_lines(ex: dict) -> list[str]:
+    return [
         "## Exit conditions",
         "",
         f"- bridge: {'yes' if ex['bridge'] else 'no'}",
@@ -436,17 +464,4 @@ def decision_markdown(doc: dict) -> str:
         f"- expires: {ex['expires'] or '(no expiry label)'}",
         f"- status: {ex['status']}",
         *([f"- exit when: {ex['exit_when']}"] if ex.get("exit_when") else []),
-        "",
-        "## Rollback",
-        "",
-        f"- {doc['rollback']}",
-        "",
-        "## Next review",
-        "",
-        f"- {doc['next_review']}",
-        "",
-        "## For a person",
-        "",
     ]
-    lines += [f"- {BLANKS[name]}: {_blank(value, name)}" for name, value in doc["to_fill"].items()]
-    return "\n".join(lines) + "\n"

@@ -1,13 +1,13 @@
-"""The audit trail of one image: a CycloneDX 1.6 SBOM and an in-toto SLSA v1 provenance.
+"""The audit trail of one image: a CycloneDX 1.6 SBOM, and `publish`, which makes it and the
+provenance (builder/records/slsa.py) and attaches both to the image.
 
-Both are built here from what the pipeline already knows (matrix target, record, locks) plus an
+The SBOM is built here from what the pipeline already knows (matrix target, record, locks) plus an
 inventory read out of the image itself (dpkg status, os-release, Python distributions, the licenses
-they declare). The SBOM is a pure function of the image and the wheels it was installed from:
+they declare). It is a pure function of the image and the wheels it was installed from:
 explicit bom-refs, a serial number derived from the digest and the timestamp from
 SOURCE_DATE_EPOCH, so the same image always gives the same bytes. Each locked Python distribution
 carries one hash, the sha256 of the wheel file that was installed (the lock lists every file of
-that version, one per platform). The provenance describes one build (its id and times), so it
-changes with every build.
+that version, one per platform).
 """
 
 from __future__ import annotations
@@ -15,13 +15,10 @@ from __future__ import annotations
 import datetime as dt
 import functools
 import itertools
-import json
-import os
 import re
-import subprocess
 import threading
 import uuid
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from cyclonedx import spdx
@@ -39,37 +36,12 @@ from builder.config.matrix import Target
 from builder.deps.lock import LockEntry, normalize
 from builder.deps.oslock import DebEntry
 from builder.engine.buildx import Engine
-from builder.fsutil import sha256_bytes, sha256_file
+from builder.fsutil import sha256_file
 from builder.records import inventory
+from builder.records.artifacts import PROVENANCE_TYPE, SBOM_TYPE, WHEEL_NAME, oci_purl, third_party_trees
 from builder.records.inventory import Inventory, PythonDist
+from builder.records.slsa import provenance
 from builder.records.store import Record
-
-SBOM_TYPE = "application/vnd.cyclonedx+json"
-# The provenance file is a DSSE envelope (payloadType application/vnd.in-toto+json): its artifact
-# type in the registry is the envelope's media type, as sigstore and in-toto attach them.
-PROVENANCE_TYPE = "application/vnd.dsse.envelope.v1+json"
-
-
-def oci_purl(ref: str, digest: str) -> PackageURL:
-    """The purl of an image by digest, as the purl spec's ``oci`` type writes it: the name is the
-    last path segment, ``repository_url`` the repository without tag, the tag a ``tag`` qualifier
-    (``pkg:oci/debian@sha256:...?repository_url=docker.io/library/debian&tag=12``). Docker Hub's
-    short names get their ``docker.io/`` (and ``library/``) written out. The SBOM and the
-    provenance both use this one function, so the same image has the same purl in both."""
-    repo = ref.split("@", 1)[0]
-    head, _, last = repo.rpartition("/")
-    tag = None
-    if ":" in last:
-        last, tag = last.split(":", 1)
-    repo = f"{head}/{last}" if head else last
-    first = repo.split("/", 1)[0]
-    if "/" not in repo:
-        repo = f"docker.io/library/{repo}"
-    elif not ("." in first or ":" in first or first == "localhost"):
-        repo = f"docker.io/{repo}"
-    qualifiers = {"repository_url": repo, **({"tag": tag} if tag else {})}
-    return PackageURL(type="oci", name=last.lower(), version=digest, qualifiers=qualifiers)
-
 
 # --- licenses ------------------------------------------------------------------------------------
 # What each package declares, mapped to SPDX only where the mapping is exact; anything else is
@@ -187,21 +159,17 @@ def python_licenses(dist: PythonDist) -> list[AnyLicense]:
         parts = [p.strip() for p in classifier.split("::")]
         if len(parts) < 2 or parts[1:] == ["OSI Approved"]:
             continue
-        found = _CLASSIFIERS.get(parts[-1])
-        key = ("id", found) if found else ("name", parts[-1])
+        spdx_id = _CLASSIFIERS.get(parts[-1])
+        key = ("id", spdx_id) if spdx_id else ("name", parts[-1])
         out[key] = (
-            DisjunctiveLicense(id=found, acknowledgement=_DECLARED)
-            if found
+            DisjunctiveLicense(id=spdx_id, acknowledgement=_DECLARED)
+            if spdx_id
             else DisjunctiveLicense(name=parts[-1], acknowledgement=_DECLARED)
         )
     return [out[k] for k in sorted(out)]
 
 
 # --- the installed wheels --------------------------------------------------------------------------
-
-_WHEEL_NAME = re.compile(  # name-version[-build]-python-abi-platform.whl (the wheel spec's file name)
-    r"(?P<name>[^-]+)-(?P<version>[^-]+)(?:-\d[^-]*)?-(?P<py>[^-]+)-(?P<abi>[^-]+)-(?P<plat>[^-]+)\.whl"
-)
 
 
 def wheel_files(*directories: Path) -> dict[str, str]:
@@ -232,7 +200,7 @@ def installed_wheel(dist: PythonDist, wheels: Mapping[str, str]) -> tuple[str, s
     image). None when no file has its name and version; ValueError when the image cannot tell."""
     found = []
     for filename, sha in sorted(wheels.items()):
-        m = _WHEEL_NAME.fullmatch(filename)
+        m = WHEEL_NAME.fullmatch(filename)
         if m and normalize(m["name"]) == normalize(dist.name) and _same_version(m["version"], dist.version):
             tags = {"-".join(t) for t in itertools.product(*(m[k].split(".") for k in ("py", "abi", "plat")))}
             found.append((filename, sha, tags))
@@ -269,7 +237,7 @@ def _os_lock_facts(entry: DebEntry, files: Mapping[str, str] | None) -> tuple[li
 
 
 def _deb_components(
-    inv: Inventory, os_lock: list[DebEntry] = (), debs: Mapping[str, str] | None = None
+    inv: Inventory, os_lock: Sequence[DebEntry] = (), debs: Mapping[str, str] | None = None
 ) -> list[Component]:
     out = []
     distro = f"{inv.distro_id}-{inv.distro_version}"
@@ -315,7 +283,7 @@ def _python_components(inv: Inventory, lock: list[LockEntry], wheels: Mapping[st
         hashes = []
         if entry and wheels is None:
             hashes = [HashType(alg=HashAlgorithm.SHA_256, content=h) for h in entry.hashes]
-        elif entry:
+        elif entry and wheels is not None:
             wheel = installed_wheel(dist, wheels)
             if wheel is None:
                 raise ValueError(
@@ -409,7 +377,7 @@ def sbom(
     inv: Inventory,
     lock: list[LockEntry],
     wheels: Mapping[str, str] | None = None,
-    os_lock: list[DebEntry] = (),
+    os_lock: Sequence[DebEntry] = (),
     debs: Mapping[str, str] | None = None,
 ) -> str:
     """The SBOM as CycloneDX 1.6 JSON text (`validate_sbom` checks it). ``wheels``: file name ->
@@ -459,7 +427,7 @@ def publish(
     build_wheels: Mapping[str, str] | None = None,
     root: Path | None = None,
     signer=None,
-    os_lock: list[DebEntry] = (),
+    os_lock: Sequence[DebEntry] = (),
     debs: Mapping[str, str] | None = None,
 ) -> tuple[str, str]:
     """Make the SBOM (from the image's own inventory; ``wheels`` as for `sbom`) and the provenance
@@ -487,16 +455,6 @@ def publish(
     return sbom_text, prov_text
 
 
-def third_party_trees(record: Record) -> list[tuple[str, str, str, str]]:
-    """(bom-ref, name, url, commit) of every third-party tree and submodule the compile used."""
-    out = []
-    for name, tp in sorted((record.source.get("third_party") or {}).items()):
-        out.append((f"third_party:{name}", name, tp["url"], tp["commit"]))
-        for sub in tp.get("submodules", []):
-            out.append((f"third_party:{name}/{sub['path']}", f"{name}/{sub['path']}", sub["url"], sub["commit"]))
-    return out
-
-
 def validate_sbom(text: str) -> None:
     # Imported here: jsonschema's format checkers take most of a second to import, and the
     # "up to date" path must stay fast.
@@ -505,225 +463,3 @@ def validate_sbom(text: str) -> None:
     error = JsonStrictValidator(SchemaVersion.V1_6).validate_str(text)
     if error is not None:
         raise ValueError(f"SBOM does not validate against CycloneDX 1.6: {error}")
-
-
-# --- identities and the tool itself --------------------------------------------------------------
-# SLSA asks for a buildType that documents its parameters and a builder.id that names who ran the
-# build. Defaults (docs/buildtypes/matrix-dockerfile/v1.md): the buildType page in this repository;
-# on GitHub Actions the workflow's identity, elsewhere the documented local form.
-
-BUILD_TYPE_DOC = "docs/buildtypes/matrix-dockerfile/v1.md"
-BUILDER_ID_ENV, BUILD_TYPE_ENV = "K3_BUILDER_ID", "K3_BUILD_TYPE"
-TOOL_ROOT = Path(__file__).resolve().parents[2]  # this repository, when run from a checkout
-TEMPLATES = Path(__file__).resolve().parents[1] / "dockerfile" / "templates"
-
-
-def build_type(target: Target, environ: Mapping[str, str]) -> str:
-    """$K3_BUILD_TYPE, else the matrix's signing.build_type, else this repository's page."""
-    return (
-        environ.get(BUILD_TYPE_ENV) or target.signing.build_type or f"{target.project_url}/blob/main/{BUILD_TYPE_DOC}"
-    )
-
-
-def local_builder_id(target: Target) -> str:
-    """The builder.id of a build that is not a CI workflow run: the page that says what that means."""
-    return f"{target.project_url}/blob/main/{BUILD_TYPE_DOC}#local-builder"
-
-
-def builder_id(target: Target, environ: Mapping[str, str]) -> str:
-    """$K3_BUILDER_ID, else signing.builder_id, else on GitHub Actions the workflow identity
-    (``https://github.com/<owner>/<repo>/.github/workflows/<file>@<ref>``, the same string a
-    keyless signature's certificate carries), else the local form."""
-    if environ.get(BUILDER_ID_ENV) or target.signing.builder_id:
-        return environ.get(BUILDER_ID_ENV) or target.signing.builder_id
-    if environ.get("GITHUB_ACTIONS") == "true" and environ.get("GITHUB_WORKFLOW_REF"):
-        return f"{environ.get('GITHUB_SERVER_URL', 'https://github.com')}/{environ['GITHUB_WORKFLOW_REF']}"
-    return local_builder_id(target)
-
-
-def builder_id_forms(target: Target) -> re.Pattern:
-    """What verify accepts as builder.id when neither matrix nor environment fixes one."""
-    workflow = re.escape(target.project_url) + r"/\.github/workflows/[A-Za-z0-9._-]+\.ya?ml@\S+"
-    return re.compile(f"{workflow}|{re.escape(local_builder_id(target))}")
-
-
-@functools.cache
-def tool_checkout() -> tuple[str | None, bool]:
-    """(commit, dirty) of the checkout this tool runs from; (None, False) when it is installed
-    without one (or its directory belongs to another repository)."""
-
-    def git(*args: str) -> str | None:
-        try:
-            proc = subprocess.run(["git", "-C", str(TOOL_ROOT), *args], capture_output=True, text=True, timeout=60)
-        except (OSError, subprocess.TimeoutExpired):
-            return None
-        return proc.stdout if proc.returncode == 0 else None
-
-    top = git("rev-parse", "--show-toplevel")
-    if top is None or Path(top.strip()).resolve() != TOOL_ROOT:
-        return None, False
-    commit, status = git("rev-parse", "HEAD"), git("status", "--porcelain")
-    return (commit.strip() if commit else None), bool(status and status.strip())
-
-
-def _repo_uri(target: Target, path: Path) -> tuple[str, dict]:
-    """An absolute URI of a file: ``git+<project_url>@<commit>#<path>`` inside this repository's
-    checkout (annotated when the tree was dirty), ``file://`` outside it (the smoke's directory)."""
-    commit, dirty = tool_checkout()
-    path = path.resolve()
-    if commit and path.is_relative_to(TOOL_ROOT):
-        return f"git+{target.project_url}@{commit}#{path.relative_to(TOOL_ROOT).as_posix()}", (
-            {"dirty": True} if dirty else {}
-        )
-    return path.as_uri(), {}
-
-
-def _dep(name: str, uri: str, digest: dict, annotations: dict | None = None) -> dict:
-    return {"name": name, "uri": uri, "digest": digest, **({"annotations": annotations} if annotations else {})}
-
-
-def tool_dependencies(target: Target) -> list[dict]:
-    """This repository at its commit (and whether the tree was dirty): the builderDependencies."""
-    commit, dirty = tool_checkout()
-    if commit is None:
-        return [
-            {
-                "name": "tool",
-                "uri": f"git+{target.project_url}",
-                "annotations": {"version": __version__, "commit": "unknown: not run from a git checkout"},
-            }
-        ]
-    return [
-        _dep(
-            "tool",
-            f"git+{target.project_url}@{commit}",
-            {"gitCommit": commit},
-            {"version": __version__, "dirty": dirty},
-        )
-    ]
-
-
-def _wheel_deps(prefix: str, wheels: Mapping[str, str]) -> list[dict]:
-    out = []
-    for filename, sha in sorted(wheels.items()):
-        m = _WHEEL_NAME.fullmatch(filename)
-        if m is None:
-            continue
-        purl = PackageURL(
-            type="pypi", name=normalize(m["name"]), version=m["version"], qualifiers={"file_name": filename}
-        )
-        out.append(_dep(f"{prefix}:{filename}", purl.to_string(), {"sha256": sha}))
-    return out
-
-
-def resolved_dependencies(
-    target: Target,
-    record: Record,
-    root: Path,
-    wheels: Mapping[str, str],
-    build_wheels: Mapping[str, str],
-    os_lock: list[DebEntry] = (),
-) -> list[dict]:
-    """Everything the build read, each with an absolute URI and a digest (docs/buildtypes)."""
-    deps = [
-        _dep(
-            f"base:{role}",
-            oci_purl(info["name"], info["digest"]).to_string(),
-            {"sha256": info["digest"].removeprefix("sha256:")},
-        )
-        for role, info in sorted(record.bases.items())
-    ]
-    deps.append(
-        _dep(
-            "source",
-            f"git+{record.source['url']}@refs/heads/{record.source['branch']}",
-            {"gitCommit": record.source["commit"]},
-        )
-    )
-    for ref, _, url, commit in third_party_trees(record):
-        deps.append(_dep(ref, f"git+{url}@{commit}", {"gitCommit": commit}))
-    for name, path, sha in (
-        ("lock", contract.lock_path(root, target.name), record.lock_sha256),
-        ("build-lock", contract.build_lock_path(root, target.name), record.build_lock_sha256),
-        ("dockerfile", contract.dockerfile_path(root, target.name), record.dockerfile_sha256),
-    ):
-        uri, notes = _repo_uri(target, path)
-        deps.append(_dep(name, uri, {"sha256": sha}, notes))
-    if record.os_lock_sha256:
-        uri, notes = _repo_uri(target, contract.os_lock_path(root, target.name))
-        deps.append(_dep("os-lock", uri, {"sha256": record.os_lock_sha256}, notes))
-    for e in os_lock:  # each .deb unpacked into the OS layer, as fetched on the host
-        deps.append(_dep(f"deb:{e.name}", e.url, {"sha256": e.sha256}, {"version": e.version, "arch": e.arch}))
-    for template in sorted(TEMPLATES.iterdir()):
-        if template.is_file() and template.suffix in (".j2", ".py"):
-            uri, notes = _repo_uri(target, template)
-            deps.append(_dep(f"template:{template.name}", uri, {"sha256": sha256_file(template)}, notes))
-    return deps + _wheel_deps("wheel", wheels) + _wheel_deps("build-wheel", build_wheels)
-
-
-def provenance(
-    target: Target,
-    record: Record,
-    build_args: dict[str, str],
-    started: str,
-    *,
-    root: Path | None = None,
-    wheels: Mapping[str, str] | None = None,
-    build_wheels: Mapping[str, str] | None = None,
-    sbom_text: str | None = None,
-    environ: Mapping[str, str] | None = None,
-    os_lock: list[DebEntry] = (),
-) -> str:
-    """An in-toto v1 Statement with an SLSA provenance v1 predicate for one build (`publish` wraps
-    it in a DSSE envelope). ``root``: the matrix's directory (default this repository)."""
-    b, environ = record.build, os.environ if environ is None else environ
-    byproducts = (
-        []
-        if sbom_text is None
-        else [
-            {
-                "name": "sbom",
-                "uri": _repo_uri(target, contract.sbom_path(root or TOOL_ROOT, target.name))[0],
-                "digest": {"sha256": sha256_bytes(sbom_text.encode())},
-                "mediaType": SBOM_TYPE,
-            }
-        ]
-    )
-    statement = {
-        "_type": "https://in-toto.io/Statement/v1",
-        "subject": [{"name": record.image.split("@")[0], "digest": {"sha256": record.digest.removeprefix("sha256:")}}],
-        "predicateType": "https://slsa.dev/provenance/v1",
-        "predicate": {
-            "buildDefinition": {
-                "buildType": build_type(target, environ),
-                "externalParameters": {"target": target.name, "matrix": target.as_input()},
-                "internalParameters": {
-                    "buildArgs": dict(sorted(build_args.items())),
-                    "sourceDateEpoch": record.source_date_epoch,
-                    "inputKey": record.input_key,
-                },
-                "resolvedDependencies": resolved_dependencies(
-                    target, record, root or TOOL_ROOT, wheels or {}, build_wheels or {}, os_lock
-                ),
-            },
-            "runDetails": {
-                "builder": {
-                    "id": builder_id(target, environ),
-                    "version": {
-                        "k3-cu129-builder": record.tool_version,
-                        "docker-engine": b.get("engine", ""),
-                        "buildx": b.get("buildx", ""),
-                        "driver": b.get("driver", ""),
-                    },
-                    "builderDependencies": tool_dependencies(target),
-                },
-                "metadata": {
-                    "invocationId": b.get("id", ""),
-                    "startedOn": started,
-                    "finishedOn": b.get("finished", ""),
-                },
-                **({"byproducts": byproducts} if byproducts else {}),
-            },
-        },
-    }
-    return json.dumps(statement, indent=2, sort_keys=True) + "\n"

@@ -50,11 +50,8 @@ def dep5_licenses(text: str) -> tuple[str, ...]:
         parsed = deb_copyright.Copyright(text.splitlines(), strict=False)
     except (deb_copyright.NotMachineReadableError, ValueError, KeyError):
         return prose_licenses(text)
-    found = {
-        p.license.synopsis.strip()
-        for p in [parsed.header, *parsed.all_files_paragraphs()]
-        if getattr(p, "license", None) is not None and p.license.synopsis.strip()
-    }
+    declared = (getattr(p, "license", None) for p in [parsed.header, *parsed.all_files_paragraphs()])
+    found = {lic.synopsis.strip() for lic in declared if lic is not None and lic.synopsis.strip()}
     return tuple(sorted(found)) or prose_licenses(text)
 
 

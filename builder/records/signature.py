@@ -217,7 +217,6 @@ def signature_status(
     """
     if not DIGEST.fullmatch(digest or ""):
         return SignatureStatus("failed", _one_line(f"digest {digest!r} is not sha256:<64 hex>"))
-    ref = f"{_repository(image)}@{digest}"
     issuer = issuer or GITHUB_ISSUER
     exe = cosign if cosign is not None else (shutil.which("cosign") if find_cosign else None)
 
@@ -228,38 +227,55 @@ def signature_status(
         return find_signatures(digest, tag_exists=tag_exists, referrers=referrers)
 
     if exe and identity:
-        cmd = [exe, "verify", "--certificate-identity", identity, "--certificate-oidc-issuer", issuer, ref]
-        try:
-            proc = run(cmd, capture_output=True, text=True, timeout=timeout, check=False)
-        except subprocess.TimeoutExpired:
-            return SignatureStatus("failed", f"cosign verify timed out after {timeout:.0f} s")
-        except OSError as exc:
-            return SignatureStatus("failed", _one_line(f"cannot run {exe}: {exc}"))
-        if proc.returncode == 0:
-            return SignatureStatus(
-                "verified", _one_line(f"cosign verified {digest[:19]}: signed by {identity} ({issuer})")
-            )
-        lines = (proc.stderr or proc.stdout or "").strip().splitlines()
-        reason = lines[-1].strip() if lines else f"exit {proc.returncode}"
-        cosign_says_none = (
-            proc.returncode == COSIGN_EXIT_NO_SIGNATURE or _NO_SIGNATURE.search(" ".join(lines)) is not None
-        )
-        try:
-            where = presence()
-        except Exception as exc:  # noqa: BLE001 - any probe failure is reported, not raised
-            where, reason = None, f"{reason}; registry probe failed: {exc}"
-        if cosign_says_none and not where:
-            return SignatureStatus("missing", _one_line(f"no signature on {digest[:19]} (cosign: {reason})"))
-        seen = f"; present: {', '.join(where)}" if where else ""
-        return SignatureStatus(
-            "failed", _one_line(f"cosign did not verify a signature by {identity} ({issuer}): {reason}{seen}")
-        )
-
+        return _cosign_status(exe, image, digest, identity, issuer, presence=presence, run=run, timeout=timeout)
     why = (
         "cosign is not on PATH"
         if not exe
         else f"no signing identity configured ({IDENTITY_ENV} or matrix signing.identity)"
     )
+    return _presence_status(digest, why, presence)
+
+
+def _cosign_status(
+    exe: str,
+    image: str,
+    digest: str,
+    identity: str,
+    issuer: str,
+    *,
+    presence: Callable[[], list[str] | None],
+    run: Run,
+    timeout: float,
+) -> SignatureStatus:
+    """What ``cosign verify`` says of ``image@digest``; when it rejects, the probes tell a missing
+    signature from one that failed to verify."""
+    ref = f"{_repository(image)}@{digest}"
+    cmd = [exe, "verify", "--certificate-identity", identity, "--certificate-oidc-issuer", issuer, ref]
+    try:
+        proc = run(cmd, capture_output=True, text=True, timeout=timeout, check=False)
+    except subprocess.TimeoutExpired:
+        return SignatureStatus("failed", f"cosign verify timed out after {timeout:.0f} s")
+    except OSError as exc:
+        return SignatureStatus("failed", _one_line(f"cannot run {exe}: {exc}"))
+    if proc.returncode == 0:
+        return SignatureStatus("verified", _one_line(f"cosign verified {digest[:19]}: signed by {identity} ({issuer})"))
+    lines = (proc.stderr or proc.stdout or "").strip().splitlines()
+    reason = lines[-1].strip() if lines else f"exit {proc.returncode}"
+    cosign_says_none = proc.returncode == COSIGN_EXIT_NO_SIGNATURE or _NO_SIGNATURE.search(" ".join(lines)) is not None
+    try:
+        where = presence()
+    except Exception as exc:  # noqa: BLE001 - any probe failure is reported, not raised
+        where, reason = None, f"{reason}; registry probe failed: {exc}"
+    if cosign_says_none and not where:
+        return SignatureStatus("missing", _one_line(f"no signature on {digest[:19]} (cosign: {reason})"))
+    seen = f"; present: {', '.join(where)}" if where else ""
+    return SignatureStatus(
+        "failed", _one_line(f"cosign did not verify a signature by {identity} ({issuer}): {reason}{seen}")
+    )
+
+
+def _presence_status(digest: str, why: str, presence: Callable[[], list[str] | None]) -> SignatureStatus:
+    """Without cosign (or an identity to check): whether the probes find a signature at all."""
     try:
         where = presence()
     except Exception as exc:  # noqa: BLE001

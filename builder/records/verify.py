@@ -1,6 +1,7 @@
 """`build verify`: the auditor's command. Each row is one link in the chain
 matrix <-> Dockerfile <-> lock <-> image.json <-> SBOM <-> provenance (<-> registry), checked from
-the repository alone (and, with --registry, the registry alone). Offline by default.
+the repository alone (and, with --registry, the registry alone). Offline by default. The rows,
+in order, and when each holds are builder/records/chain.py's.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TypeVar
 
 from builder.config import contract
 from builder.config.matrix import Target
@@ -19,8 +21,11 @@ from builder.deps.lock import normalize
 from builder.dockerfile import render
 from builder.errors import BuilderError, VerifyFailed
 from builder.fsutil import sha256_file
-from builder.records import attest, provsign, signature
+from builder.records import artifacts, attest, provsign, signature, slsa
 from builder.records import store as records
+from builder.records.chain import ROWS, all_rows
+
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -39,6 +44,13 @@ def _need(cond: bool, message: str) -> None:
         raise _Fail(message)
 
 
+def _found(value: T | None, message: str) -> T:
+    """``value``; the row fails with ``message`` when it is None."""
+    if value is None:
+        raise _Fail(message)
+    return value
+
+
 def _read_json(path: Path) -> dict:
     _need(path.is_file(), f"{path.name} is missing")
     try:
@@ -47,120 +59,6 @@ def _read_json(path: Path) -> dict:
         raise _Fail(f"{path.name} is not JSON: {str(exc)[:80]}") from None
     _need(isinstance(doc, dict), f"{path.name} is not a JSON object")
     return doc
-
-
-# Every row `build verify` prints, in order: (row, holds when, only with --registry). The verify
-# table of docs/auditor.md is this list (tests/unit/test_provsign.py compares them).
-ROWS: tuple[tuple[str, str, bool], ...] = (
-    ("matrix <-> Dockerfile", "the committed Dockerfile is exactly what the matrix renders", False),
-    (
-        "lock hash-pinned",
-        "each lock matches its own body sha256 header (`k3-lock-body-sha256`: not truncated or "
-        "hand-edited), every line is `name==version` with sha256 hashes; for a torch target, torch "
-        "is `+cu129`",
-        False,
-    ),
-    (
-        "image.json <-> audit files",
-        "the SBOM and provenance files are the ones `image.json` names by sha256 "
-        "(`build.sbom_sha256`, `build.provenance_sha256`) and describe its digest",
-        False,
-    ),
-    (
-        "image checks",
-        "the recorded image passed its checks before it was recorded (`checks` is `passed`, not "
-        "`skipped` by `--no-checks`)",
-        False,
-    ),
-    ("Dockerfile <-> image.json", "the Dockerfile's sha256 is the recorded one", False),
-    ("lock <-> image.json", "both locks' sha256 are the recorded ones", False),
-    (
-        "matrix <-> image.json",
-        "target, image name, base digests, source URL and commit, third-party trees match the matrix",
-        False,
-    ),
-    (
-        "image.json <-> SBOM",
-        "the SBOM validates (CycloneDX 1.6, strict) and describes the recorded digest, bases, "
-        "commit and third-party trees",
-        False,
-    ),
-    (
-        "lock <-> SBOM",
-        "every lock entry is in the SBOM with the same version, and its one hash (the installed "
-        "wheel's) is one of the lock's",
-        False,
-    ),
-    (
-        "image.json <-> provenance",
-        "the envelope's Statement: subject and every resolved dependency match the record, "
-        "`externalParameters` the matrix, `buildType` and `builder.id` the expected "
-        "identities, `builderDependencies` name this repository",
-        False,
-    ),
-    (
-        "provenance signed",
-        "the DSSE envelope carries a signature; with no `signing.key`/`public_key` in the "
-        "matrix it holds with an UNSIGNED warning; with a `public_key` an unsigned envelope fails",
-        False,
-    ),
-    (
-        "provenance signer",
-        "every signature's key id is the matrix's `signing.public_key`'s (a wrong key fails here)",
-        False,
-    ),
-    (
-        "provenance signature",
-        "the signature by that key verifies, offline, over DSSE's pre-authentication encoding "
-        "of the payload (an edited payload fails here)",
-        False,
-    ),
-    ("registry: image", "the registry serves the recorded digest and the tag points at it", True),
-    ("registry: SBOM + provenance", "both are attached to that digest and equal the committed files", True),
-    (
-        "registry: signature",
-        "`verified`: cosign (on PATH) verified a keyless signature on the recorded digest by "
-        "the identity in `K3_SIGNING_IDENTITY` or the matrix's `signing.identity`, issuer "
-        "`K3_SIGNING_ISSUER` / `signing.issuer` (default GitHub Actions'); "
-        "`present-unverified`: a signature is there (cosign's `.sig` tag or a signature "
-        "referrer) but no cosign or no identity to check it (holds, and says so); `missing`: "
-        "fails when an identity is configured, holds otherwise (local and smoke registries); "
-        "`failed`: cosign rejected it or the registry could not be read. GitHub's provenance "
-        "attestation is not counted as a signature",
-        True,
-    ),
-)
-
-
-# Rows only a target with os_packages has (builder/deps/oslock.py), after the other offline rows.
-OS_ROWS: tuple[tuple[str, str, bool], ...] = (
-    (
-        "OS lock hash-pinned",
-        "(targets with `os_packages`) `os-packages.txt` matches its body sha256 header, every "
-        "line parses, and it was made from the matrix's package list, archive and runtime base "
-        "(inputs sha256)",
-        False,
-    ),
-    ("OS lock <-> image.json", "its sha256 is the recorded `os_lock_sha256`", False),
-    (
-        "OS lock <-> SBOM",
-        "every `.deb` of the lock is in the SBOM as `pkg:deb` with the same version, `arch` and its "
-        "one sha256 (an edited lock or a swapped `.deb` fails here)",
-        False,
-    ),
-)
-
-
-def all_rows(os_packages: bool = True) -> list[tuple[str, str, bool]]:
-    """ROWS with the OS lock's rows after the offline ones, for a target with os_packages."""
-    return [r for r in ROWS if not r[2]] + (list(OS_ROWS) if os_packages else []) + [r for r in ROWS if r[2]]
-
-
-def table_markdown() -> str:
-    """The verify table of docs/auditor.md, made from ROWS (and OS_ROWS)."""
-    lines = ["| row | holds when |", "| --- | --- |"]
-    lines += [f"| `{name}`{' (`--registry`)' if registry else ''} | {when} |" for name, when, registry in all_rows()]
-    return "\n".join(lines) + "\n"
 
 
 class Verifier:
@@ -182,8 +80,7 @@ class Verifier:
                 rec = records.read(contract.record_path(self.root, self.t.name))
             except BuilderError as exc:
                 raise _Fail(exc.message) from None
-            _need(rec is not None, "image.json is missing (never built?)")
-            self._record = rec
+            self._record = _found(rec, "image.json is missing (never built?)")
         return self._record
 
     # -- rows -----------------------------------------------------------------------------------
@@ -247,8 +144,7 @@ class Verifier:
         except BuilderError as exc:
             raise _Fail(exc.message) from None
         for e in entries:
-            got = debs.get(e.name)
-            _need(got is not None, f"{e.name} is in {self.os_lock.name} but not in the SBOM as pkg:deb")
+            got = _found(debs.get(e.name), f"{e.name} is in {self.os_lock.name} but not in the SBOM as pkg:deb")
             _need(got[:2] == (e.version, e.arch), f"{e.name}: SBOM {got[0]} {got[1]} != OS lock {e.version} {e.arch}")
             _need(got[2] == [e.sha256], f"{e.name}: the SBOM's sha256 (the unpacked .deb's) is not the OS lock's")
         return f"all {len(entries)} .deb(s) in the SBOM as pkg:deb, same version, arch and sha256"
@@ -291,10 +187,10 @@ class Verifier:
             f"third-party sources {sorted(recorded)} != matrix {sorted(self.t.source.third_party)}",
         )
         for name, spec in self.t.source.third_party.items():
-            got = recorded[name] if isinstance(recorded[name], dict) else {}
+            tp = recorded[name] if isinstance(recorded[name], dict) else {}
             _need(
-                (got.get("url"), got.get("commit")) == (spec.url, spec.commit),
-                f"third party {name} {got.get('url')} @ {got.get('commit')} != matrix {spec.url} @ {spec.commit}",
+                (tp.get("url"), tp.get("commit")) == (spec.url, spec.commit),
+                f"third party {name} {tp.get('url')} @ {tp.get('commit')} != matrix {spec.url} @ {spec.commit}",
             )
         return f"{r.digest[:19]}, bases and commit match the matrix" + (
             f", {len(recorded)} third-party source(s)" if recorded else ""
@@ -302,8 +198,9 @@ class Verifier:
 
     def record_sbom(self) -> str:
         r = self.record
-        text = self.sbom_path.read_text() if self.sbom_path.exists() else None
-        _need(text is not None, f"{self.sbom_path.name} is missing")
+        text = _found(
+            self.sbom_path.read_text() if self.sbom_path.exists() else None, f"{self.sbom_path.name} is missing"
+        )
         try:
             attest.validate_sbom(text)
         except ValueError as exc:
@@ -320,7 +217,7 @@ class Verifier:
             got = (by_ref.get(f"base:{role}") or {}).get("version")
             _need(got == r.bases[role]["digest"], f"SBOM base {role} {got} != image.json")
         _need((by_ref.get("source") or {}).get("version") == r.source["commit"], "SBOM source commit != image.json")
-        for ref, _, url, commit in attest.third_party_trees(r):
+        for ref, _, url, commit in artifacts.third_party_trees(r):
             _need((by_ref.get(ref) or {}).get("version") == commit, f"SBOM {ref} is not {url} @ {commit}")
         return f"CycloneDX 1.6 valid, {len(by_ref)} components, describes {r.digest[:19]}"
 
@@ -336,8 +233,7 @@ class Verifier:
         except BuilderError as exc:
             raise _Fail(exc.message) from None
         for e in entries:
-            got = pypi.get(normalize(e.name))
-            _need(got is not None, f"{e.name} is in the lock but not in the SBOM")
+            got = _found(pypi.get(normalize(e.name)), f"{e.name} is in the lock but not in the SBOM")
             _need(got[0] == e.version, f"{e.name}: SBOM {got[0]} != lock {e.version}")
             _need(
                 len(got[1]) == 1 and got[1][0] in e.hashes,
@@ -355,12 +251,12 @@ class Verifier:
 
     def _identities(self, predicate: dict) -> None:
         definition = predicate.get("buildDefinition", {})
-        want_type = attest.build_type(self.t, os.environ)
+        want_type = slsa.build_type(self.t, os.environ)
         _need(definition.get("buildType") == want_type, f"buildType {definition.get('buildType')!r} is not {want_type}")
         got = predicate.get("runDetails", {}).get("builder", {}).get("id")
-        fixed = os.environ.get(attest.BUILDER_ID_ENV) or self.t.signing.builder_id
+        fixed = os.environ.get(slsa.BUILDER_ID_ENV) or self.t.signing.builder_id
         _need(
-            got == fixed if fixed else attest.builder_id_forms(self.t).fullmatch(str(got)) is not None,
+            got == fixed if fixed else slsa.builder_id_forms(self.t).fullmatch(str(got)) is not None,
             f"builder.id {got!r} is not {fixed or 'a workflow of ' + self.t.project_url + ' or the local form'}",
         )
         tool = {
@@ -396,7 +292,7 @@ class Verifier:
         }
         if self.t.os_packages:  # its .debs (deb:<name>) are the lock's: "OS lock <-> SBOM" checks those
             want["os-lock"] = {"sha256": r.os_lock_sha256}
-        for ref, _, _, commit in attest.third_party_trees(r):
+        for ref, _, _, commit in artifacts.third_party_trees(r):
             want[ref] = {"gitCommit": commit}
         for name, digest in want.items():
             _need(deps.get(name) == digest, f"resolvedDependencies {name} {deps.get(name)} != image.json {digest}")
@@ -428,7 +324,7 @@ class Verifier:
     def registry_attachments(self, engine) -> str:
         r = self.record
         found = engine.registry.referrers(self.t.image.name, r.digest)
-        for kind, path in ((attest.SBOM_TYPE, self.sbom_path), (attest.PROVENANCE_TYPE, self.prov_path)):
+        for kind, path in ((artifacts.SBOM_TYPE, self.sbom_path), (artifacts.PROVENANCE_TYPE, self.prov_path)):
             _need(kind in found, f"no {kind} attached to {r.digest[:19]}")
             local = path.read_bytes() if path.exists() else b""
             _need(found[kind] == local, f"the attached {path.name} differs from the committed one")

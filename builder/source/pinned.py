@@ -1,4 +1,6 @@
-"""The pinned source: fetched with GitPython into a local mirror, verified, exported.
+"""The pinned source and its pinned third-party sources (with their submodules): fetched with
+GitPython into local mirrors, verified, exported. Its requirement files are
+builder/source/requirements.py's to read; its PyPI sdist, builder/source/sdist.py's.
 
 The build never sees a live checkout: it gets ``git archive`` of the pinned commit, extracted
 with every mtime set to the commit's time (which is also SOURCE_DATE_EPOCH), so the context is
@@ -15,10 +17,10 @@ import tarfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, cast
 
 from builder.config.matrix import Source, ThirdParty
-from builder.errors import SourceError, Unreachable, failure_kind
+from builder.errors import SourceError, failure_kind
 from builder.fsutil import cache_dir, clamp_mtimes
 
 if TYPE_CHECKING:  # GitPython costs ~40 ms to import: only the commands that fetch pay it
@@ -96,7 +98,7 @@ def _data_members(tar: tarfile.TarFile, dest: Path):
             raise SourceError(f"source archive: {member.name!r} is a symlink loop") from None
         if member.name.startswith("/") or not path.is_relative_to(root):
             raise SourceError(f"source archive: {member.name!r} points outside the source tree")
-        if member.issym() or member.islnk():
+        if target is not None:  # a link (symbolic or hard): where it points must stay inside too
             if member.linkname.startswith("/") or not target.is_relative_to(root):
                 raise SourceError(f"source archive: link {member.name!r} points outside the source tree")
         elif not (member.isfile() or member.isdir()):
@@ -106,6 +108,7 @@ def _data_members(tar: tarfile.TarFile, dest: Path):
 
 
 def _member_paths(root: Path, member: tarfile.TarInfo) -> tuple[Path, Path | None]:
+    """Where a member lands under ``root``, and where a link points (None: not a link)."""
     path = (root / member.name).resolve()
     if not (member.issym() or member.islnk()):
         return path, None
@@ -200,127 +203,6 @@ def commit_time(what: str, epoch: int, now: float | None = None) -> int:
         "is the clock behind?"
     )
     return epoch
-
-
-def resolve_includes(pinned: PinnedSource, paths: tuple[str, ...]) -> dict[str, bytes]:
-    """The named requirement files plus every ``-r``/``-c`` file they include, by path; every line
-    checked (``requirement_lines``) so nothing in them reaches outside the tree."""
-    found: dict[str, bytes] = {}
-    queue = list(paths)
-    while queue:
-        path = posixpath.normpath(queue.pop(0))
-        if path in found:
-            continue
-        if path.startswith("../") or path.startswith("/") or path == "..":
-            raise SourceError(f"source: requirement include {_shown(path)} points outside the source tree")
-        data = pinned.read(path)
-        if data is None:
-            raise SourceError(f"source at {pinned.commit[:12]}: requirement file {_shown(path)} does not exist")
-        found[path] = data
-        for line in requirement_lines(path, data):
-            if line.kind == "include":
-                queue.append(posixpath.join(posixpath.dirname(path), line.value))
-    return found
-
-
-@dataclass(frozen=True)
-class ReqLine:
-    """One logical line of a requirements file (continuations joined, comment stripped)."""
-
-    lineno: int  # of its first physical line
-    last: int  # its last physical line (a `\` continuation spans several)
-    kind: str  # "include" (-r/-c, value: the path as written), "index" (dropped), "requirement"
-    value: str
-
-
-# pip and uv read these in a requirements file; -r/-c include (inside the tree only), the index
-# family is dropped (indexes come from the matrix), everything else (-e, --pre, -Z, abbreviations
-# that optparse would expand, ...) is refused: a source tree is untrusted input.
-_INCLUDE_OPTS = ("--requirement", "--constraint", "-r", "-c")
-_INDEX_OPTS = ("--index-url", "--extra-index-url", "--find-links", "--trusted-host", "--no-index", "-i", "-f")
-_OPTION = re.compile(r"(--[A-Za-z][A-Za-z0-9-]*|-[A-Za-z])(?:(?:=|\s+)?(.*))?")
-_REQ_START = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*\s*(?:\[[A-Za-z0-9._,\s-]*\])?\s*")
-_HTTPS_VALUE = r"https://[A-Za-z0-9.-]+(?::[0-9]{1,5})?(?:/[A-Za-z0-9._~%+/-]*)?"
-
-
-def _logical_lines(data: bytes):
-    """(first line, last line, text) with pip's joining of backslash-continued lines and its comments."""
-    first, parts = None, []
-    for lineno, raw in enumerate(data.decode("utf-8", "replace").splitlines(), 1):
-        first = first or lineno
-        if raw.endswith("\\"):
-            parts.append(raw[:-1])
-            continue
-        parts.append(raw)
-        text = re.sub(r"(^|\s+)#.*$", "", "".join(parts)).strip()
-        yield first, lineno, text
-        first, parts = None, []
-    if parts:
-        yield first, first + len(parts) - 1, re.sub(r"(^|\s+)#.*$", "", "".join(parts)).strip()
-
-
-def requirement_lines(path: str, data: bytes) -> list[ReqLine]:
-    """Every meaningful line of a source requirements file; SourceError (file and line) for any
-    that would leave the tree: a path or URL, an include outside it, -e, ${VAR} expansion, an
-    index that is not a plain https:// URL, an option we do not know."""
-    out = []
-    for first, last, text in _logical_lines(data):
-        if not text:
-            continue
-        where = f"source requirement file {path}:{first}"
-        if "${" in text:
-            raise SourceError(f"{where}: ${{...}} expands the host's environment; refused")
-        line = ReqLine(
-            first, last, *(_option_line(where, text) if text.startswith("-") else _requirement_line(where, text))
-        )
-        if line.kind == "include" and posixpath.normpath(
-            posixpath.join(posixpath.dirname(path), line.value)
-        ).startswith(("../", "/")):
-            raise SourceError(f"{where}: include {_shown(line.value)} points outside the source tree; refused")
-        out.append(line)
-    return out
-
-
-def _option_line(where: str, text: str) -> tuple[str, str]:
-    # -rX, -r X, -r=X (uv's spelling), --requirement=X, --requirement X: one name, one value.
-    m = _OPTION.fullmatch(text)
-    name, value = (m.group(1), (m.group(2) or "").strip()) if m else (text.split()[0], "")
-    if name in _INCLUDE_OPTS:
-        if not value or "://" in value or value.startswith(("/", "~", "file:")) or "\\" in value:
-            raise SourceError(f"{where}: {name} {_shown(value)} points outside the source tree; refused")
-        return "include", value
-    if name in _INDEX_OPTS:
-        rule = {"--no-index": r"", "--trusted-host": r"[A-Za-z0-9.-]+(?::[0-9]{1,5})?"}.get(name, _HTTPS_VALUE)
-        if not re.fullmatch(rule, value):
-            raise SourceError(
-                f"{where}: {name} {_shown(value)} is not a plain https:// URL or host (a path or "
-                "file: URL reads the build host's files); refused"
-            )
-        return "index", value
-    raise SourceError(
-        f"{where}: option {_shown(name)} is not accepted in a source requirement file "
-        "(only -r/-c includes inside the tree; indexes come from the matrix); refused"
-    )
-
-
-def _requirement_line(where: str, text: str) -> tuple[str, str]:
-    m = _REQ_START.match(text)
-    spec = text.split(";", 1)[0]
-    words = text.split()
-    bad = (
-        not m
-        or spec[m.end() :].startswith("@")
-        or "/" in spec
-        or "\\" in spec
-        or re.search(r"\.(whl|zip|tar\.gz|tgz|tar\.bz2)\b", spec)
-        or any(w.startswith("-") and not w.startswith("--hash=") for w in words[1:])
-    )
-    if bad:
-        raise SourceError(
-            f"{where}: {_shown(text)} is not a requirement by name and version (a path, URL, direct "
-            "reference or per-line option reaches outside the tree); refused"
-        )
-    return "requirement", text
 
 
 # --- third-party sources -------------------------------------------------------------------------
@@ -428,13 +310,17 @@ def _peeled_ref(url: str, ref: str) -> str | None:
     client = git.cmd.Git()
     try:
         with client.custom_environment(**GIT_ENV):
-            out = client.ls_remote("--", url, f"refs/tags/{ref}", f"refs/tags/{ref}^{{}}", f"refs/heads/{ref}")
+            # GitPython types a command's result as every form it can take; called so, it is str.
+            out = cast(
+                str, client.ls_remote("--", url, f"refs/tags/{ref}", f"refs/tags/{ref}^{{}}", f"refs/heads/{ref}")
+            )
     except git.UnsafeOptionError as exc:  # GitPython's own guard, behind `--` and the URL rule
         raise SourceError(f"third-party source {_shown(url)}: cannot resolve {ref!r}: {exc}") from None
     except git.GitCommandError as exc:
         kind = failure_kind(exc.stderr or "", SourceError)
         raise kind(f"third-party source {url}: cannot resolve {ref!r}: {git_reason(exc)}") from None
-    found = dict(reversed(line.split("\t", 1)) for line in out.splitlines() if "\t" in line)
+    pairs = (line.split("\t", 1) for line in out.splitlines() if "\t" in line)  # "<sha>\t<ref name>"
+    found = {name: sha for sha, name in pairs}
     for name in (f"refs/tags/{ref}^{{}}", f"refs/tags/{ref}", f"refs/heads/{ref}"):
         if name in found:
             return found[name]
@@ -563,71 +449,3 @@ def fetch_third_party(name: str, spec: ThirdParty, pinned: PinnedSource) -> Pinn
 
 def fetch_all_third_party(source: Source, pinned: PinnedSource) -> dict[str, PinnedThirdParty]:
     return {name: fetch_third_party(name, spec, pinned) for name, spec in sorted(source.third_party.items())}
-
-
-# --- the source as published on PyPI (for the lock rehearsal on machines without the git host) ---
-
-
-@dataclass(frozen=True)
-class SdistSource:
-    """The files of ``package==version``'s PyPI sdist, tied to the pinned commit by its _version.py.
-
-    Offers ``read`` and ``commit`` like PinnedSource, so lock inputs can be computed from it.
-    """
-
-    commit: str
-    files: dict[str, bytes]
-    url: str
-
-    def read(self, path: str) -> bytes | None:
-        return self.files.get(posixpath.normpath(path))
-
-
-def sdist_source(source: Source, index_json: str = "https://pypi.org/pypi") -> SdistSource:
-    import json
-    import urllib.parse
-    import urllib.request
-
-    from builder.fsutil import atomic_write, sha256_file
-
-    page = f"{index_json}/{source.package}/json"
-    try:
-        with urllib.request.urlopen(page, timeout=60) as resp:  # noqa: S310 - fixed https URL
-            doc = json.load(resp)
-    except OSError as exc:
-        raise Unreachable(f"source {source.package}=={source.version}: cannot read {page}: {exc}") from None
-    except ValueError as exc:
-        raise SourceError(f"source {source.package}=={source.version}: {page} is not JSON: {exc}") from None
-    files = [f for f in doc.get("releases", {}).get(source.version, []) if f.get("packagetype") == "sdist"]
-    if not files:
-        raise SourceError(f"source {source.package}=={source.version}: PyPI has no sdist of this version")
-    meta = files[0]
-    url = urllib.parse.urljoin(page, meta["url"])
-    dest = cache_dir() / "sdist" / meta["filename"]
-    if not dest.exists() or sha256_file(dest) != meta["digests"]["sha256"]:
-        try:
-            with urllib.request.urlopen(url, timeout=300) as resp:  # noqa: S310
-                atomic_write(dest, resp.read())
-        except OSError as exc:
-            raise Unreachable(f"source {source.package}=={source.version}: cannot download {url}: {exc}") from None
-        if sha256_file(dest) != meta["digests"]["sha256"]:
-            dest.unlink()
-            raise SourceError(f"{url}: sha256 differs from what PyPI lists for it")
-    contents: dict[str, bytes] = {}
-    with tarfile.open(dest) as tar:
-        for member in tar.getmembers():
-            if member.isfile() and "/" in member.name:
-                data = tar.extractfile(member)
-                if data is not None:
-                    contents[posixpath.normpath(member.name.split("/", 1)[1])] = data.read()
-    version_py = contents.get(f"{source.package}/_version.py", b"").decode("utf-8", "replace")
-    m = re.search(
-        r"commit_id\s*=\s*commit_id\s*=\s*'g?([0-9a-f]{7,40})'|commit_id\s*=\s*'g?([0-9a-f]{7,40})'", version_py
-    )
-    sdist_commit = (m.group(1) or m.group(2)) if m else None
-    if not sdist_commit or not source.commit.startswith(sdist_commit):
-        raise SourceError(
-            f"{meta['filename']}: its _version.py names commit {sdist_commit or '(none)'}, the matrix "
-            f"pins {source.commit}; the sdist is not the pinned source"
-        )
-    return SdistSource(source.commit, contents, url)

@@ -8,6 +8,7 @@ import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import cast
 
 import git
 import ruamel.yaml
@@ -58,7 +59,7 @@ def remote_head(url: str, branch: str) -> str:
     client = git.cmd.Git()
     try:
         with client.custom_environment(**source.GIT_ENV):
-            out = client.ls_remote(url, ref)
+            out = cast(str, client.ls_remote(url, ref))  # GitPython's union of result forms; called so, str
     except git.GitCommandError as exc:
         kind = Unreachable if is_network_failure(exc.stderr or "") else SourceError
         raise kind(f"source {url}: cannot reach the remote: {source.git_reason(exc)}") from None
@@ -117,7 +118,8 @@ def track(matrix_path: Path, matrix: Matrix, name: str, *, check: bool) -> Track
     repo = pinned.repo
     try:
         repo.git.cat_file("-e", f"{old}^{{commit}}")
-        reachable = repo.is_ancestor(old, new)
+        # GitPython types the revs as Commit objects; it hands them to merge-base, which takes any rev.
+        reachable = repo.is_ancestor(old, new)  # type: ignore[arg-type]
     except git.GitCommandError:
         reachable = False
     if not reachable:

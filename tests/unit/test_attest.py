@@ -12,7 +12,7 @@ import pytest
 
 from builder.config import matrix
 from builder.deps.lock import LockEntry
-from builder.records import attest, inventory
+from builder.records import attest, inventory, slsa
 from builder.records.store import Record
 from tests.conftest import REPO
 
@@ -368,7 +368,7 @@ def test_sbom_refuses_a_wheelhouse_that_does_not_match(inputs):
 
 def test_provenance_names_every_input(inputs):
     t, record, _, _ = inputs
-    doc = json.loads(attest.provenance(t, record, {"MAX_JOBS": "2"}, "2026-11-29T00:00:00Z"))
+    doc = json.loads(slsa.provenance(t, record, {"MAX_JOBS": "2"}, "2026-11-29T00:00:00Z"))
     assert doc["predicateType"] == "https://slsa.dev/provenance/v1"
     deps = {d["name"]: d["digest"] for d in doc["predicate"]["buildDefinition"]["resolvedDependencies"]}
     assert deps["source"] == {"gitCommit": t.source.commit}

@@ -8,19 +8,19 @@ import os
 import subprocess
 import sys
 
-from builder.records import attest
+from builder.records import attest, slsa
 from tests.conftest import REPO
 from tests.unit.test_attest import inputs
 
 # The same fixed inputs as test_attest.py, made and serialized in a fresh interpreter.
 SCRIPT = """
 import sys
-from builder.records import attest
+from builder.records import attest, slsa
 from tests.unit.test_attest import inputs
 args = inputs.__wrapped__()
 sys.stdout.write(attest.sbom(*args))
 sys.stdout.write("\\n--provenance--\\n")
-sys.stdout.write(attest.provenance(args[0], args[1], {"MAX_JOBS": "2", "NVCC_THREADS": "1"}, "2026-11-29T00:00:00Z"))
+sys.stdout.write(slsa.provenance(args[0], args[1], {"MAX_JOBS": "2", "NVCC_THREADS": "1"}, "2026-11-29T00:00:00Z"))
 """
 
 
@@ -56,6 +56,6 @@ def test_sbom_and_provenance_are_the_same_bytes_under_another_hash_seed():
     here = (
         attest.sbom(*args)
         + "\n--provenance--\n"
-        + attest.provenance(args[0], args[1], {"MAX_JOBS": "2", "NVCC_THREADS": "1"}, "2026-11-29T00:00:00Z")
+        + slsa.provenance(args[0], args[1], {"MAX_JOBS": "2", "NVCC_THREADS": "1"}, "2026-11-29T00:00:00Z")
     )
     assert here == first

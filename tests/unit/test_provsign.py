@@ -16,7 +16,7 @@ from in_toto_attestation.v1.statement import Statement
 
 from builder.config import matrix
 from builder.errors import ConfigError
-from builder.records import attest, provsign, verify
+from builder.records import artifacts, attest, chain, provsign, slsa
 from tests.conftest import REPO
 from tests.unit.test_attest import WHEELS, inputs  # noqa: F401 - the shared fixture
 
@@ -121,12 +121,12 @@ def test_the_matrix_names_key_and_public_key_together(tmp_path):
     ],
 )
 def test_oci_purls_follow_the_purl_spec(ref, want):
-    got = attest.oci_purl(ref, "sha256:" + "d" * 64).to_string()
+    got = artifacts.oci_purl(ref, "sha256:" + "d" * 64).to_string()
     assert got == want.format(d="d" * 64)
 
 
 def _statement(t, record, **kw) -> dict:
-    return json.loads(attest.provenance(t, record, {"MAX_JOBS": "2"}, "2026-11-29T00:00:00Z", **kw))
+    return json.loads(slsa.provenance(t, record, {"MAX_JOBS": "2"}, "2026-11-29T00:00:00Z", **kw))
 
 
 def test_provenance_parses_with_in_toto_bindings_and_pins_the_tool(inputs):  # noqa: F811
@@ -136,14 +136,14 @@ def test_provenance_parses_with_in_toto_bindings_and_pins_the_tool(inputs):  # n
     Statement.copy_from_pb(json_format.ParseDict(doc, statement_pb2.Statement())).validate()
     json_format.ParseDict(doc["predicate"], provenance_pb2.Provenance())  # strict: unknown fields fail
     deps = {d["name"]: d for d in doc["predicate"]["buildDefinition"]["resolvedDependencies"]}
-    commit, dirty = attest.tool_checkout()
+    commit, dirty = slsa.tool_checkout()
     assert commit is not None and re.fullmatch(r"[0-9a-f]{40}", commit)  # the tests run from a checkout
     tool = doc["predicate"]["runDetails"]["builder"]["builderDependencies"][0]
     assert tool["uri"] == f"git+{t.project_url}@{commit}" and tool["digest"] == {"gitCommit": commit}
     assert tool["annotations"]["dirty"] is dirty
     template = deps["template:Dockerfile.j2"]
     assert template["uri"] == f"git+{t.project_url}@{commit}#builder/dockerfile/templates/Dockerfile.j2"
-    assert template["digest"]["sha256"] == attest.sha256_file(attest.TEMPLATES / "Dockerfile.j2")
+    assert template["digest"]["sha256"] == slsa.sha256_file(slsa.TEMPLATES / "Dockerfile.j2")
     assert deps["lock"]["uri"] == f"git+{t.project_url}@{commit}#locks/cu129/requirements.txt"
     for filename, sha in WHEELS.items():
         assert deps[f"wheel:{filename}"]["digest"] == {"sha256": sha}
@@ -161,8 +161,8 @@ def test_identities_default_documented_and_overridable(inputs):  # noqa: F811
     t, record, _, _ = inputs
     local = _statement(t, record, environ={})["predicate"]
     assert local["buildDefinition"]["buildType"] == f"{t.project_url}/blob/main/docs/buildtypes/matrix-dockerfile/v1.md"
-    assert (REPO / attest.BUILD_TYPE_DOC).is_file()  # the page the URL points at exists in this repository
-    assert local["runDetails"]["builder"]["id"] == attest.local_builder_id(t)
+    assert (REPO / slsa.BUILD_TYPE_DOC).is_file()  # the page the URL points at exists in this repository
+    assert local["runDetails"]["builder"]["id"] == slsa.local_builder_id(t)
     github = {
         "GITHUB_ACTIONS": "true",
         "GITHUB_SERVER_URL": "https://github.com",
@@ -170,8 +170,8 @@ def test_identities_default_documented_and_overridable(inputs):  # noqa: F811
     }
     ci = _statement(t, record, environ=github)["predicate"]["runDetails"]["builder"]["id"]
     assert ci == "https://github.com/k3-cu129/k3-cu129-images/.github/workflows/k3-branch.yml@refs/heads/main"
-    forms = attest.builder_id_forms(t)
-    assert forms.fullmatch(ci) and forms.fullmatch(attest.local_builder_id(t))
+    forms = slsa.builder_id_forms(t)
+    assert forms.fullmatch(ci) and forms.fullmatch(slsa.local_builder_id(t))
     assert not forms.fullmatch("https://github.com/someone-else/fork/.github/workflows/k3-branch.yml@refs/heads/main")
     pinned = _statement(
         t, record, environ={"K3_BUILDER_ID": "https://ci.example/runner", "K3_BUILD_TYPE": "https://ci.example/type/v2"}
@@ -182,6 +182,6 @@ def test_identities_default_documented_and_overridable(inputs):  # noqa: F811
 
 def test_the_docs_verify_table_is_the_code_s_row_list():
     auditor = (REPO / "docs" / "auditor.md").read_text()
-    assert verify.table_markdown() in auditor
-    names = [name for name, _, _ in verify.ROWS]
+    assert chain.table_markdown() in auditor
+    names = [name for name, _, _ in chain.ROWS]
     assert len(names) == len(set(names)) and all(len(n) < 28 for n in names)  # the CLI's column

@@ -1,4 +1,4 @@
-"""builder.engine.registry's credentials: the Docker config's credHelpers, credsStore and auths, the
+"""builder.engine.auth's credentials: the Docker config's credHelpers, credsStore and auths, the
 credential-helper protocol, and what a refusal says (never the secret). Fake helpers are shell
 scripts on a temporary PATH; the HTTP side is a tiny registry stand-in on 127.0.0.1."""
 
@@ -15,14 +15,8 @@ from pathlib import Path
 import pytest
 
 from builder import log
-from builder.engine.registry import (
-    DOCKER_HUB_SERVER,
-    Registry,
-    RegistryClient,
-    RegistryError,
-    credential_helper_get,
-    docker_credentials,
-)
+from builder.engine.auth import DOCKER_HUB_SERVER, credential_helper_get, docker_credentials
+from builder.engine.registry import Registry, RegistryClient, RegistryError
 from builder.errors import RegistryUnavailable
 
 SECRET = "s3cr3t-Pa55word-for-k3"

@@ -13,6 +13,7 @@ import pytest
 from builder.config.matrix import Source
 from builder.errors import SourceError
 from builder.source import pinned as source
+from builder.source import requirements
 
 
 @pytest.fixture()
@@ -56,7 +57,7 @@ def test_fetch_verifies_and_exports_with_fixed_mtimes(upstream, tmp_path):
 
 
 def test_requirement_includes_are_followed_at_the_commit(upstream):
-    files = source.resolve_includes(source.fetch(_src(upstream)), ("req.txt",))
+    files = requirements.resolve_includes(source.fetch(_src(upstream)), ("req.txt",))
     assert sorted(files) == ["req.txt", "sub/common.txt"]
 
 
@@ -434,7 +435,7 @@ def test_every_git_command_ends_its_options_before_a_positional(third, upstream,
 def test_a_requirement_line_that_reaches_outside_the_tree_is_refused_with_file_and_line(line):
     data = f"packaging>=23\n# fine\n{line}\n".encode()
     with pytest.raises(SourceError, match=r"^source requirement file req/x\.txt:3: .*refused") as err:
-        source.requirement_lines("req/x.txt", data)
+        requirements.requirement_lines("req/x.txt", data)
     assert "\n" not in str(err.value)
 
 
@@ -445,7 +446,7 @@ def test_every_include_spelling_is_followed_and_index_options_are_kept_apart():
         b"--no-index\nnumba == 0.65.0 # comment\nsix>=1.16.0; python_version > '3.11'\nfoo[a,b] >= 1, < 2 \\\n"
         b"  ; sys_platform == 'linux'\npkg==1 --hash=sha256:" + b"0" * 64 + b"\n"
     )
-    lines = source.requirement_lines("x.txt", data)
+    lines = requirements.requirement_lines("x.txt", data)
     assert [ln.value for ln in lines if ln.kind == "include"] == [f"{c}.txt" for c in "abcdefg"]
     assert [ln.lineno for ln in lines if ln.kind == "index"] == [8, 9, 10, 11]
     req = [ln for ln in lines if ln.kind == "requirement"]
@@ -461,9 +462,9 @@ def test_includes_in_every_spelling_are_read_and_checked(upstream):
     with upstream.git.custom_environment(**_ENV):
         upstream.git.commit("-q", "-m", "spellings")
     pinned = source.fetch(_src(upstream))
-    assert sorted(source.resolve_includes(pinned, ("req.txt",))) == ["req.txt", "sub/common.txt", "sub/pins.txt"]
+    assert sorted(requirements.resolve_includes(pinned, ("req.txt",))) == ["req.txt", "sub/common.txt", "sub/pins.txt"]
     with pytest.raises(SourceError, match=r"evil\.txt:2: --requirement '/proc/self/environ' points outside"):
-        source.resolve_includes(pinned, ("evil.txt",))
+        requirements.resolve_includes(pinned, ("evil.txt",))
 
 
 # --- commit time: SOURCE_DATE_EPOCH from the future ---------------------------------------------

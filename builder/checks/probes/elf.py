@@ -16,6 +16,10 @@ import os
 import re
 import struct
 import subprocess
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # at run time builder/checks/probes/_report.py is prepended: report() is defined
+    from builder.checks.probes._report import report
 
 DT_NEEDED, DT_STRTAB, DT_STRSZ, DT_SONAME, DT_RPATH, DT_RUNPATH = 1, 5, 10, 14, 15, 29
 DEFAULT_DIRS = (
@@ -91,7 +95,7 @@ def ld_cache():
             out = subprocess.run([exe, "-p"], capture_output=True, text=True, timeout=60).stdout
         except (OSError, subprocess.SubprocessError):
             continue
-        found = {}
+        found: dict[str, str] = {}
         for line in out.splitlines():
             m = re.match(r"\s+(\S+) \(([^)]*)\) => (\S+)", line)
             if m:
@@ -133,7 +137,7 @@ def owners(paths):
     """Path -> "name version" of the distribution that installed it, for the given paths only
     (resolving every file of every distribution takes the better part of a minute)."""
     wanted = {os.path.normpath(p) for p in paths}
-    found = {}
+    found: dict[str, str] = {}
     if not wanted:
         return found
     try:
@@ -168,11 +172,17 @@ def elves(roots):
 def main(req):
     tracking = re.compile(r"lib({})\.so\.(\d+)(?:\.\d+)*$".format("|".join(map(re.escape, req["tracking"]))))
     cache, files = ld_cache(), dict(elves(req["roots"]))
-    provided = {}
+    provided: dict[str, str] = {}
     for path, entry in files.items():
         provided.setdefault(entry[1] or os.path.basename(path), path)
         provided.setdefault(os.path.basename(path), path)
-    out = {"elves": len(files), "unresolved": [], "other_major": [], "preloaded": 0, "ld_cache": len(cache)}
+    out: dict[str, Any] = {
+        "elves": len(files),
+        "unresolved": [],
+        "other_major": [],
+        "preloaded": 0,
+        "ld_cache": len(cache),
+    }
     for path, entry in sorted(files.items()):
         origin = os.path.dirname(path)
         for needed in entry[0]:
@@ -193,4 +203,4 @@ def main(req):
 
 
 if __name__ == "__main__":
-    report(main)  # noqa: F821 - builder/checks/probes/_report.py, prepended
+    report(main)

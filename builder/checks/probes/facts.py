@@ -13,6 +13,10 @@ import importlib.metadata as md
 import importlib.util
 import json
 import os
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # at run time builder/checks/probes/_report.py is prepended: report() is defined
+    from builder.checks.probes._report import report
 
 
 def guarded(facts, key, fn):
@@ -90,7 +94,7 @@ def resolve(path):
 
 
 def imports(names):
-    out = {}
+    out: dict[str, str | None] = {}
     for name in names:
         try:
             importlib.import_module(name)
@@ -125,4 +129,4 @@ def main(req):
 
 
 if __name__ == "__main__":
-    report(main)  # noqa: F821 - builder/checks/probes/_report.py, prepended
+    report(main)

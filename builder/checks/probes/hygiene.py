@@ -9,6 +9,10 @@ wheels and layer roots). Request: {"roots": [...], "build_roots": [...]}.
 
 import os
 import re
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # at run time builder/checks/probes/_report.py is prepended: report() is defined
+    from builder.checks.probes._report import report
 
 NAMED_FILES = ("RECORD", "direct_url.json")
 SUFFIXES = (".pth", ".cmake", ".pc")
@@ -47,7 +51,7 @@ def text_of(path, name):
 
 def main(req):
     rx, roots = pattern(req["build_roots"]), req["build_roots"]
-    out = {"links": 0, "files": 0, "dangling": [], "outside": [], "named": [], "counts": {}}
+    out: dict[str, Any] = {"links": 0, "files": 0, "dangling": [], "outside": [], "named": [], "counts": {}}
     for root in req["roots"]:
         for top, dirs, files in os.walk(root):
             dirs.sort()
@@ -80,4 +84,4 @@ def main(req):
 
 
 if __name__ == "__main__":
-    report(main)  # noqa: F821 - builder/checks/probes/_report.py, prepended
+    report(main)

@@ -13,6 +13,10 @@ import importlib
 import io
 import logging
 from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # at run time builder/checks/probes/_report.py is prepended: report() is defined
+    from builder.checks.probes._report import report
 
 
 def ref(text):
@@ -70,7 +74,7 @@ def parse(req):
 
 
 def main(req):
-    out = {"parse": None, "validate": None, "options": {}, "architecture": None}
+    out: dict[str, Any] = {"parse": None, "validate": None, "options": {}, "architecture": None}
     try:
         namespace = parse(req)
     except BaseException as exc:  # noqa: BLE001
@@ -108,4 +112,4 @@ def main(req):
 
 
 if __name__ == "__main__":
-    report(main)  # noqa: F821 - builder/checks/probes/_report.py, prepended
+    report(main)

@@ -21,11 +21,15 @@ import select
 import signal
 import sys
 import time
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # at run time builder/checks/probes/_report.py is prepended: report() is defined
+    from builder.checks.probes._report import report
 
 
 def call(ref):
     module, _, attr = ref.partition(":")
-    obj = importlib.import_module(module)
+    obj: Any = importlib.import_module(module)
     if not attr:
         return obj
     for part in attr.split("."):
@@ -80,7 +84,9 @@ def finish(pid, read, killed=False):
 
 def import_each(names, timeout, workers):
     """{name: None or why} with every import in its own forked child, ``workers`` at a time."""
-    results, queue, running = {}, list(names), {}
+    results: dict[str, Any] = {}
+    queue = list(names)
+    running: dict[int, tuple[str, int, float]] = {}  # the pipe it reports on -> (name, pid, started)
     while queue or running:
         while queue and len(running) < workers:
             name = queue.pop(0)
@@ -128,7 +134,7 @@ def skipped(name, pattern):
 
 
 def main(req):
-    out = {"setup": {}, "trees": {}, "imported": {}, "skipped": {}}
+    out: dict[str, dict[str, Any]] = {"setup": {}, "trees": {}, "imported": {}, "skipped": {}}
     for ref in req["setup"]:
         try:
             call(ref)
@@ -157,4 +163,4 @@ def main(req):
 
 
 if __name__ == "__main__":
-    report(main)  # noqa: F821 - builder/checks/probes/_report.py, prepended
+    report(main)
