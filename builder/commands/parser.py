@@ -17,6 +17,7 @@ from builder.commands import (
     prune,
     render,
     reproduce,
+    schema,
     smoke_init,
     test,
     track,
@@ -50,6 +51,7 @@ MODULES = (
     compare,
     prune,
     smoke_init,
+    schema,
 )
 DEFAULT = build.NAME  # `build --target T` with no command
 
