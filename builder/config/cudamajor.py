@@ -4,6 +4,7 @@ rehearsal, so what the rehearsal flags on PyPI is exactly what the image check w
 from __future__ import annotations
 
 import re
+from typing import overload
 
 from builder.config.names import normalize
 
@@ -23,6 +24,10 @@ _CUDA13_ONLY = re.compile(
 _SUFFIX = re.compile(r"-cu(\d+)(?:-|$)")
 
 
+@overload
+def major_minor(version: str) -> str: ...
+@overload
+def major_minor(version: None) -> None: ...
 def major_minor(version: str | None) -> str | None:
     """12.9.1 -> 12.9: the one place a CUDA version is cut to major.minor."""
     return ".".join(version.split(".")[:2]) if version else None

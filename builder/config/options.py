@@ -1,6 +1,7 @@
-"""How one build runs, parsed once: a frozen ``BuildOptions`` made by the CLI and carried through
-``pipeline.build`` and ``pipeline.reproduce`` (cibuildwheel's pattern: one options object, not
-loose keyword arguments that a second entry point can forget).
+"""How one build runs, parsed once: a frozen ``BuildOptions`` made from the command line by the
+options cascade (``cascade.build_options``: flags > environment > the built-in defaults below) and
+carried through ``pipeline.build`` and ``pipeline.reproduce`` (cibuildwheel's pattern: one options
+object, not loose keyword arguments that a second entry point can forget). It checks its ranges.
 
 What the build is (targets, pins) lives in the matrix; this is only how it runs this time.
 """

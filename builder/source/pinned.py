@@ -361,7 +361,7 @@ def _tree_url(owner: str, parent_url: str, path: str, url: str) -> str:
     https:// source may not name a file:// one (that would copy a host repository into the build)."""
     from pydantic import TypeAdapter, ValidationError
 
-    from builder.config.matrix import GitUrl, RelPath
+    from builder.config.patterns import GitUrl, RelPath
 
     where = f"third-party source {owner}: submodule {_shown(path)} in .gitmodules"
     try:

@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
+from typing import Annotated
 
 import pydantic
 import pytest
+from pydantic import StrictStr
 
-from builder.config import matrix
+from builder.config import cascade, matrix, patterns, schema
 from builder.errors import ConfigError
 from tests.conftest import REPO
 
@@ -188,7 +190,7 @@ def _accepts(annotated, value) -> bool:
     ],
 )
 def test_relpath_refuses_parent_references_and_absolute_paths(value, ok):
-    assert _accepts(matrix.RelPath, value) is ok
+    assert _accepts(patterns.RelPath, value) is ok
 
 
 @pytest.mark.parametrize(
@@ -213,28 +215,28 @@ def test_relpath_refuses_parent_references_and_absolute_paths(value, ok):
     ],
 )
 def test_arg_refuses_spaces_quotes_and_shell_characters(value, ok):
-    assert _accepts(matrix.Arg, value) is ok
+    assert _accepts(patterns.Arg, value) is ok
 
 
 @pytest.mark.parametrize(
     "annotated,good,bad",
     [
-        (matrix.Commit, "a" * 40, ["A" * 40, "a" * 39, "a" * 41, "g" * 40]),
-        (matrix.Version, "2.13.0+cu129", ["2.13.0+CU129", "v2.13", "2.13.0 ", "2.13.0+", "2.13.0;x"]),
-        (matrix.Branch, "releases/v0.30.0", ["a..b", "/a", "a/", "a//b", "x.lock", "-a", "a b"]),
-        (matrix.Tag, "kimi-k3-cu129", [".x", "-x", "a" * 129, "a:b"]),
-        (matrix.EnvName, "VLLM_CUTLASS_SRC_DIR", ["lower", "1X", "A-B", "A" * 64]),
-        (matrix.EnvValue, "/usr/local/cuda/bin/ptxas", ["", "a b", "a'b", "$X", "a" * 201]),
+        (patterns.Commit, "a" * 40, ["A" * 40, "a" * 39, "a" * 41, "g" * 40]),
+        (patterns.Version, "2.13.0+cu129", ["2.13.0+CU129", "v2.13", "2.13.0 ", "2.13.0+", "2.13.0;x"]),
+        (patterns.Branch, "releases/v0.30.0", ["a..b", "/a", "a/", "a//b", "x.lock", "-a", "a b"]),
+        (patterns.Tag, "kimi-k3-cu129", [".x", "-x", "a" * 129, "a:b"]),
+        (patterns.EnvName, "VLLM_CUTLASS_SRC_DIR", ["lower", "1X", "A-B", "A" * 64]),
+        (patterns.EnvValue, "/usr/local/cuda/bin/ptxas", ["", "a b", "a'b", "$X", "a" * 201]),
         (
-            matrix.HttpsUrl,
+            patterns.HttpsUrl,
             "https://download.pytorch.org/whl/cu129",
             ["http://x.org", "https://u:p@x.org/", "https://x.org/a b", 'https://x.org/"x'],
         ),
-        (matrix.GitUrl, "file:///tmp/k3smoke-src", ["ext::sh -c x", "ssh://git@h/r", "file://", "https://h"]),
-        (matrix.Owner, "gpu-platform@example.org", ["nobody", "a@b", "a b@c.org"]),
-        (matrix.AbsPath, "/usr/local/cuda", ["usr/local", "/", "/a b", "/a/$x"]),
-        (matrix.SecretId, "hf_token", ["HF", "1tok", "a-b", ""]),
-        (matrix.Requirement, "packaging==24.1", ["packaging", "packaging == 24.1", "x==1; os_name=='nt'", "-r x"]),
+        (patterns.GitUrl, "file:///tmp/k3smoke-src", ["ext::sh -c x", "ssh://git@h/r", "file://", "https://h"]),
+        (patterns.Owner, "gpu-platform@example.org", ["nobody", "a@b", "a b@c.org"]),
+        (patterns.AbsPath, "/usr/local/cuda", ["usr/local", "/", "/a b", "/a/$x"]),
+        (patterns.SecretId, "hf_token", ["HF", "1tok", "a-b", ""]),
+        (patterns.Requirement, "packaging==24.1", ["packaging", "packaging == 24.1", "x==1; os_name=='nt'", "-r x"]),
     ],
 )
 def test_patterns_take_the_documented_shape_only(annotated, good, bad):
@@ -355,7 +357,7 @@ def test_environment_overrides_win_and_are_named_in_errors(monkeypatch):
     monkeypatch.setenv("K3_REPOSITORY", "Bad Repo")
     assert "targets.cu129.image.repository (from $K3_REPOSITORY): must be an image repository path" in _error(SRC)
     monkeypatch.setenv("K3_REPOSITORY", "")
-    assert matrix.environment_overrides() == {
+    assert cascade.environment_overrides() == {
         "image": {"registry": "registry.example.org:5000", "tag": "cu129-candidate-abc"}
     }
 
@@ -375,13 +377,13 @@ def test_too_large_too_deep_and_not_utf8(tmp_path):
 
 
 def test_did_you_mean_only_for_close_words():
-    assert matrix._did_you_mean("cu128", ["cu129", "smoke"]) == " (did you mean 'cu129'?)"
-    assert matrix._did_you_mean("zzzzz", ["cu129", "smoke"]) == ""
+    assert patterns.did_you_mean("cu128", ["cu129", "smoke"]) == " (did you mean 'cu129'?)"
+    assert patterns.did_you_mean("zzzzz", ["cu129", "smoke"]) == ""
 
 
 def test_deep_merge_merges_mappings_and_replaces_the_rest():
     base = {"a": {"x": 1, "y": 2}, "b": [1, 2], "c": 1}
-    assert matrix._deep_merge(base, {"a": {"y": 3, "z": 4}, "b": [3], "d": 5}) == {
+    assert cascade.deep_merge(base, {"a": {"y": 3, "z": 4}, "b": [3], "d": 5}) == {
         "a": {"x": 1, "y": 3, "z": 4},
         "b": [3],
         "c": 1,
@@ -396,8 +398,8 @@ def test_keys_are_printed_plain_or_quoted():
 
 
 def test_values_are_shown_short():
-    assert matrix._show("abc") == "'abc'"
-    long = matrix._show("x" * 100)
+    assert patterns.show("abc") == "'abc'"
+    long = patterns.show("x" * 100)
     assert len(long) == 60 and long.endswith("...")
 
 
@@ -551,7 +553,7 @@ def test_an_environment_value_that_lands_on_a_default_is_named_there(monkeypatch
 
 
 def test_pattern_builds_a_strict_full_match_validator():
-    Letters = matrix._pattern(r"[a-z]+", "lowercase letters")
+    Letters = Annotated[StrictStr, patterns.Pattern(r"[a-z]+", "lowercase letters")]
     assert pydantic.TypeAdapter(Letters).validate_python("abc") == "abc"
     for bad in ("abc1", "ABC", "abc\n", ""):
         with pytest.raises(pydantic.ValidationError) as info:
@@ -563,24 +565,24 @@ def test_pattern_builds_a_strict_full_match_validator():
 
 def test_glibc_message_names_the_value():
     with pytest.raises(ValueError, match=r'^must be a glibc version such as "2.35" \(got \'3.1\'\)$'):
-        matrix._glibc("3.1")
-    assert matrix._glibc("2.36") == "2.36"
+        patterns._glibc("3.1")
+    assert patterns._glibc("2.36") == "2.36"
 
 
 def test_show_cuts_only_what_is_too_long():
-    assert matrix._show("x" * 58) == repr("x" * 58)  # exactly 60 characters shown: kept whole
-    assert matrix._show("x" * 59) == repr("x" * 59)[:57] + "..."
+    assert patterns.show("x" * 58) == repr("x" * 58)  # exactly 60 characters shown: kept whole
+    assert patterns.show("x" * 59) == repr("x" * 59)[:57] + "..."
 
 
 def test_has_walks_mappings_and_lists():
     doc = {"a": {"b": [10, {"c": 1}]}}
-    assert matrix._has(doc, ("a", "b", 1, "c"))
-    assert matrix._has(doc, ("a", "b", 0)) and matrix._has(doc, ())
-    assert not matrix._has(doc, ("a", "b", 2))
-    assert not matrix._has(doc, ("a", "x"))
-    assert not matrix._has(doc, ("a", "b", "0"))  # a list takes integer positions only
-    assert not matrix._has(doc, ("a", "b", 0, "c"))  # 10 has nothing below it
-    assert not matrix._has([1], ("a",))
+    assert cascade.has(doc, ("a", "b", 1, "c"))
+    assert cascade.has(doc, ("a", "b", 0)) and cascade.has(doc, ())
+    assert not cascade.has(doc, ("a", "b", 2))
+    assert not cascade.has(doc, ("a", "x"))
+    assert not cascade.has(doc, ("a", "b", "0"))  # a list takes integer positions only
+    assert not cascade.has(doc, ("a", "b", 0, "c"))  # 10 has nothing below it
+    assert not cascade.has([1], ("a",))
 
 
 def test_legacy_manylinux_tags_follow_their_glibc():
@@ -603,7 +605,7 @@ def test_model_at_finds_the_model_that_owns_a_key():
     assert matrix._model_at(("targets", "cu129", "source", "extensions")) is matrix.Extensions
     assert matrix._model_at(("targets", "cu129", "description")) is None  # a string owns nothing
     assert matrix._model_at(("nope",)) is None
-    assert matrix._model_at(()) is matrix._RawMatrix
+    assert matrix._model_at(()) is schema.RawMatrix
 
 
 @pytest.mark.parametrize(
@@ -745,10 +747,10 @@ def test_a_timestamp_is_not_a_date():
     import datetime as dt
 
     with pytest.raises(ValueError) as info:
-        matrix._strict_date(dt.datetime(2027, 6, 30, 12, 0))
+        patterns._strict_date(dt.datetime(2027, 6, 30, 12, 0))
     assert str(info.value) == "must be a date YYYY-MM-DD, not a timestamp (got datetime.datetime(2027, 6, 30, 12, 0))"
-    assert matrix._strict_date(dt.date(2027, 6, 30)) == dt.date(2027, 6, 30)
-    assert matrix._strict_date("2027-06-30") == dt.date(2027, 6, 30)
+    assert patterns._strict_date(dt.date(2027, 6, 30)) == dt.date(2027, 6, 30)
+    assert patterns._strict_date("2027-06-30") == dt.date(2027, 6, 30)
 
 
 def test_upper_case_keys_print_plain():

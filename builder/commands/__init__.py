@@ -1,0 +1,8 @@
+"""The subcommands of ``build``, one module each: each registers its own subparser (``register``)
+and runs it (``run(args, out)``, returning the exit code or raising a BuilderError). ``parser``
+puts them together in their order; ``_common`` holds what several share (the global and build
+options, --target handling, the stdout document); ``reference`` writes the commands reference
+(docs/reference/commands.md) from the parser. ``builder.cli`` parses with them and dispatches.
+
+May import: config, engine, dockerfile, source, deps, checks, records, host, pipeline.
+"""

@@ -1,0 +1,94 @@
+"""`build build` (and `build` with no command): build, push and record --target, several at once
+with --jobs, and one summary table."""
+
+from __future__ import annotations
+
+import argparse
+from typing import TYPE_CHECKING
+
+from builder import log
+from builder.commands._common import Output, add_build_options, add_globals, build_options, docker_engine, targets
+from builder.config.matrix import load
+from builder.errors import BuilderError
+
+if TYPE_CHECKING:
+    from builder.pipeline.build import Outcome
+
+NAME = "build"
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        NAME,
+        help="build, push and record --target (the default command)",
+        description="Check the committed Dockerfile and locks, fetch the pinned source, "
+        "assemble a hermetic context, build and push with buildx, confirm the "
+        "registry serves the digest, and record it in locks/<target>/image.json.",
+    )
+    add_globals(p)
+    add_build_options(p)
+
+
+def run(args: argparse.Namespace, out: Output) -> int:
+    from concurrent.futures import ThreadPoolExecutor
+
+    from builder.pipeline.build import build
+    from builder.pipeline.plan import Plan
+
+    matrix = load(args.matrix)
+    plans = [Plan.of(matrix, name) for name in targets(matrix, args.target)]
+    options = build_options(args, plans)
+    engine = docker_engine()
+    outcomes: list[Outcome] = []
+    errors: list[tuple[str, BuilderError]] = []
+    if len(plans) == 1:
+        outcomes.append(build(plans[0], engine, options))
+    else:
+        # Several targets: per-target logs under artifacts/<target>/<build-id>/, one summary.
+        log.quiet_build_output(True)
+        with ThreadPoolExecutor(max_workers=options.jobs) as pool:
+            futures = [(p.target.name, pool.submit(build, p, engine, options)) for p in plans]
+        for name, future in futures:
+            try:
+                outcomes.append(future.result())
+            except BuilderError as exc:
+                errors.append((name, exc))
+    summarize(outcomes, errors, out)
+    if errors:
+        raise max((e for _, e in errors), key=lambda e: e.exit_code)
+    return 0
+
+
+def summarize(outcomes: list[Outcome], errors: list[tuple[str, BuilderError]], out: Output) -> None:
+    """The summary table on stderr, each image on stdout, and the builds in the JSON document."""
+    rows = []
+    for o in outcomes:
+        status = "up to date" if o.up_to_date else "pushed" if o.changed else "pushed (same digest)"
+        if o.cache and o.cache.hit_rate is not None:
+            status += f", compile cache {o.cache.hits}/{o.cache.hits + o.cache.misses} hits"
+        if o.cache and o.cache.backend_unreachable:
+            status += " (cache backend unreachable)"
+        size = f"{o.size / 1e6:.1f} MB" if o.size else "-"
+        rows.append(log.SummaryRow(o.image.split("@")[0], o.digest, size, o.seconds, status))
+        if o.log:
+            log.info(f"{o.target}: recorded in {o.record}; log in {o.log}")
+    for name, exc in errors:
+        rows.append(log.SummaryRow(name, "-", "-", 0.0, f"FAILED: {exc.message[:80]}"))
+    log.summary(rows)
+    for o in outcomes:
+        out.line(o.image)
+    out.data["builds"] = [_build_doc(o) for o in outcomes]
+    out.data["errors"] = [{"target": name, "error": log.redact(exc.message)} for name, exc in errors]
+
+
+def _build_doc(o: Outcome) -> dict:
+    return {
+        "target": o.target,
+        "image": o.image,
+        "digest": o.digest,
+        "size": o.size,
+        "seconds": round(o.seconds, 2),
+        "status": "up to date" if o.up_to_date else "pushed",
+        "compile_cache": o.cache.__dict__ if o.cache else None,
+        "log": str(o.log) if o.log else None,
+    }

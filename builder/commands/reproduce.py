@@ -1,0 +1,41 @@
+"""`build reproduce`: rebuild the recorded image with no cache and compare the digests."""
+
+from __future__ import annotations
+
+import argparse
+from typing import TYPE_CHECKING
+
+from builder.commands._common import Output, add_build_options, add_globals, build_options, docker_engine, per_target
+
+if TYPE_CHECKING:
+    from builder.pipeline.plan import Plan
+
+NAME = "reproduce"
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        NAME,
+        help="rebuild the recorded image with no cache and compare digests",
+        description="Rebuild --target from the committed records with no cache, push it as "
+        "<tag>-reproduce and compare with the recorded digest. On a difference, "
+        "report config fields, then layer by layer and file by file. Takes the build "
+        "options (--secret for targets that need one, --builder, ...).",
+    )
+    add_globals(p)
+    add_build_options(p)
+
+
+def run(args: argparse.Namespace, out: Output) -> int:
+    from builder.pipeline.build import reproduce
+
+    engine = docker_engine()
+
+    def one(plan: Plan, o: Output) -> int:
+        result = reproduce(plan, engine, build_options(args, [plan]))
+        o.data.update(result.to_json())
+        result.raise_for_difference()
+        o.line(f"{plan.target.image.name}@{result.rebuilt}")
+        return 0
+
+    return per_target(args, out, one)

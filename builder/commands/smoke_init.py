@@ -1,0 +1,32 @@
+"""`build smoke-init`: the smoke target's bases, source repository and matrix on this machine."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from builder.commands._common import Output, docker_engine
+
+NAME = "smoke-init"
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        NAME,
+        help="make the smoke target's bases, source repo and matrix (demo/tests)",
+        description="Create the smoke target on this machine: Debian 12 base images "
+        "(debootstrap) pushed to --registry and pinned by digest, a git "
+        "repository of the stand-in source, and OUT/matrix.yaml.",
+    )
+    p.add_argument("--out", type=Path, default=Path("smoke"), help="where to write (default: ./smoke)")
+    p.add_argument("--registry", default="127.0.0.1:5000", help="registry for the bases and the image")
+    p.add_argument("--repository", default="k3/smoke", help="repository of the smoke image (default: k3/smoke)")
+
+
+def run(args: argparse.Namespace, out: Output) -> int:
+    from builder.pipeline import smoke
+
+    matrix_path = smoke.init(args.out, args.registry, docker_engine(), repository=args.repository)
+    out.line(str(matrix_path))
+    out.data["matrix"] = str(matrix_path)
+    return 0
