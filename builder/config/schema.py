@@ -322,7 +322,7 @@ class Signing(Frozen):
     # committed beside the matrix. Neither: explicitly unsigned, and `verify` says so.
     key: KeyRef | None = None
     public_key: KeyPath | None = None
-    # SLSA identities (builder/records/attest.py); None: the documented defaults ($K3_BUILDER_ID and
+    # SLSA identities (builder/records/slsa.py); None: the documented defaults ($K3_BUILDER_ID and
     # $K3_BUILD_TYPE win over both).
     builder_id: HttpsUrl | None = None
     build_type: HttpsUrl | None = None
