@@ -110,7 +110,7 @@ def lock_target(plan: Plan, engine_factory=None) -> dict[str, Path]:
     in a container of the runtime base, when the target has os_packages); write them only once
     every one of them resolved, under the target's lock (a build reading them meanwhile makes
     this one exit 75)."""
-    plan.locks["runtime"].parent.mkdir(parents=True, exist_ok=True)
+    plan.lock_paths.runtime.parent.mkdir(parents=True, exist_ok=True)
     with target_lock(plan):
         return _lock_target(plan, engine_factory)
 
@@ -498,7 +498,7 @@ def target_lock(plan: Plan) -> Iterator[None]:
     the kernel drops it when the process dies however it dies. Under it, an interrupted record
     write is finished or discarded first.
     """
-    with _directory_lock(plan.locks["runtime"].parent, plan.target.name):
+    with _directory_lock(plan.lock_paths.runtime.parent, plan.target.name):
         yield
 
 
@@ -694,9 +694,9 @@ def _recorded_inputs(plan: Plan) -> records.Record:
         raise RecordError(f"{contract.record_path(plan.root, target.name)}: no record to reproduce; build first")
     for path, want in (
         (plan.dockerfile, record.dockerfile_sha256),
-        (plan.locks["runtime"], record.lock_sha256),
-        (plan.locks["build"], record.build_lock_sha256),
-        *([(plan.locks["os"], record.os_lock_sha256)] if "os" in plan.locks else []),
+        (plan.lock_paths.runtime, record.lock_sha256),
+        (plan.lock_paths.build, record.build_lock_sha256),
+        *([(plan.lock_paths.os, record.os_lock_sha256)] if plan.lock_paths.os else []),
     ):
         if not path.exists() or sha256_file(path) != want:
             raise RecordError(
