@@ -54,19 +54,61 @@ class Outcome:
 
 
 @dataclass(frozen=True)
-class Prepared:
-    """Everything checked and assembled for one engine build of a plan."""
+class BuildContext:
+    """One engine build of one target, made once when the offline checks have passed: what it reads
+    (the plan; the Dockerfile text and the locks as read and hashed, and their input key), how (the
+    options, the tag it pushes, whether BuildKit's cache is skipped) and with what (the engine).
+    Each step of the build takes this, not its pieces one by one."""
 
     plan: Plan
+    engine: Engine
+    options: BuildOptions
+    dockerfile_text: str
+    locks: LockSet
+    input_key: str
+    tag: str
+    no_cache: bool
+
+    @classmethod
+    def checked(
+        cls, plan: Plan, engine: Engine, options: BuildOptions, *, tag: str | None = None, no_cache: bool | None = None
+    ) -> BuildContext:
+        """The offline checks (`plan.offline_checks`), then the context of a build of the bytes they
+        read. ``tag``: the target's unless given; ``no_cache``: --no-cache unless given."""
+        dockerfile_text, locks = offline_checks(plan)
+        return cls(
+            plan=plan,
+            engine=engine,
+            options=options,
+            dockerfile_text=dockerfile_text,
+            locks=locks,
+            input_key=input_key(plan, dockerfile_text, locks),
+            tag=plan.target.image.tag if tag is None else tag,
+            no_cache=options.no_cache if no_cache is None else no_cache,
+        )
+
+    @property
+    def target(self) -> Target:
+        return self.plan.target
+
+
+@dataclass(frozen=True)
+class Prepared:
+    """A build context checked against the engine and the source, its inputs assembled into what
+    the engine is asked to build (``request``); nothing pushed or recorded yet."""
+
+    ctx: BuildContext
     info: EngineInfo
     pinned: PinnedSource
     third_party: dict  # name -> source.PinnedThirdParty
-    dockerfile_text: str
-    locks: LockSet
     build_id: str
     workdir: Path
     request: BuildRequest
     started_iso: str
+
+    @property
+    def target(self) -> Target:
+        return self.ctx.plan.target
 
     @property
     def log_path(self) -> Path:
@@ -153,8 +195,8 @@ def rehearse_lock(plan: Plan):
 # --- build --------------------------------------------------------------------------------------
 
 
-def _fetch_inputs(plan: Plan, locks: LockSet) -> tuple[PinnedSource, dict]:
-    target = plan.target
+def _fetch_inputs(ctx: BuildContext) -> tuple[PinnedSource, dict]:
+    target, locks = ctx.target, ctx.locks
     with log.step(f"{target.name}: fetch source {target.source.branch} @ {target.source.commit[:12]}", long=True):
         pinned = source.fetch(target.source)
         if pinned.branch_head != target.source.commit:
@@ -177,9 +219,10 @@ def _fetch_inputs(plan: Plan, locks: LockSet) -> tuple[PinnedSource, dict]:
     return pinned, third
 
 
-def _preflight(engine: Engine, options: BuildOptions, target: Target) -> EngineInfo:
+def _preflight(ctx: BuildContext) -> EngineInfo:
+    target = ctx.target
     with log.step(f"{target.name}: engine preflight"):
-        info = engine.preflight(options.builder)
+        info = ctx.engine.preflight(ctx.options.builder)
         log.info(
             f"    engine {info.server_version}, buildx {info.buildx_version}, builder {info.builder} ({info.driver})"
         )
@@ -192,37 +235,29 @@ def _preflight(engine: Engine, options: BuildOptions, target: Target) -> EngineI
 
 
 def _request(
-    plan: Plan,
-    options: BuildOptions,
-    info: EngineInfo,
-    contexts: dict[str, Path],
-    epoch: int,
-    locks: LockSet,
-    tag: str,
-    no_cache: bool,
-    secrets: tuple[str, ...],
+    ctx: BuildContext, info: EngineInfo, contexts: dict[str, Path], *, epoch: int, secrets: tuple[str, ...]
 ) -> BuildRequest:
     """``secrets``: the compile cache's, if any (it selects the compile stage that reaches it)."""
-    target = plan.target
+    target, options = ctx.target, ctx.options
     par = parallelism(target, info.cpus, info.memory_bytes, options.max_jobs)
     log.info(f"    {par.describe()}")
     return BuildRequest(
         context=contexts.pop("default"),
         dockerfile=contexts.pop("dockerfile"),
-        tags=(f"{target.image.name}:{tag}",),
+        tags=(f"{target.image.name}:{ctx.tag}",),
         build_args={
             "SOURCE_DATE_EPOCH": str(epoch),
             "MAX_JOBS": str(par.max_jobs),
             "NVCC_THREADS": str(target.compile.nvcc_threads),
             "K3_CREATED": contract.created_iso(epoch),
-            "K3_LOCK_SHA256": locks.runtime_sha256,
+            "K3_LOCK_SHA256": ctx.locks.runtime_sha256,
             # The compile stage with the shared cache, only when there is a backend to reach.
             **({contract.COMPILE_MODE_ARG: contract.COMPILE_MODE_REMOTE} if secrets else {}),
         },
         build_contexts=contexts,
         source_date_epoch=epoch,
         push=True,
-        no_cache=no_cache,
+        no_cache=ctx.no_cache,
         builder=options.builder,
         attest=info.driver in _ATTEST_DRIVERS,
         cache_from=options.cache_from,
@@ -252,49 +287,47 @@ def _cache_secret(target: Target, options: BuildOptions, secret_dir: Path | None
     return (compilecache.secret(url, secret_dir),)
 
 
-def prepare(
-    plan: Plan,
-    engine: Engine,
-    options: BuildOptions,
-    *,
-    tag: str,
-    dockerfile_text: str,
-    locks: LockSet,
-    no_cache: bool,
-    secret_dir: Path | None = None,
-) -> Prepared:
+def prepare(ctx: BuildContext, secret_dir: Path | None = None) -> Prepared:
     """Engine and source checks, then the context: nothing here pushes or records anything."""
-    target = plan.target
-    extra_secrets = _cache_secret(target, options, secret_dir)
+    target, plan = ctx.target, ctx.plan
+    extra_secrets = _cache_secret(target, ctx.options, secret_dir)
     # Room for what the build writes after the push (the record set) and along the way (the log):
     # refused now, not after the image is pushed and attached.
     records.check_writable(contract.record_path(plan.root, target.name).parent, "the record set")
     records.check_writable(contract.artifacts_path(plan.root, target.name, "x").parent, "the build's artifacts")
-    info = _preflight(engine, options, target)
+    info = _preflight(ctx)
     build_id = dt.datetime.now(dt.timezone.utc).strftime("%Y%m%dT%H%M%SZ") + "-" + token_hex(3)
     workdir = contract.artifacts_path(plan.root, target.name, build_id)
     workdir.mkdir(parents=True)
     log_path = workdir / contract.BUILD_LOG_NAME
     log_path.write_text(f"[k3-builder] build {build_id} of target {target.name}, tool {__version__}\n")
     started = contract.now_iso()
-    pinned, third = _fetch_inputs(plan, locks)
+    pinned, third = _fetch_inputs(ctx)
     epoch = pinned.source_date_epoch
-    with log.step(f"{target.name}: assemble the build context (download and hash-check the wheels)", long=True):
+    contexts = _assemble(ctx, workdir, pinned, third)
+    request = _request(ctx, info, contexts, epoch=epoch, secrets=extra_secrets)
+    with log_path.open("a") as fh:
+        fh.write(f"[k3-builder] source {target.source.url} @ {target.source.commit}, SOURCE_DATE_EPOCH={epoch}\n")
+        fh.writelines(f"[k3-builder] third party {tp.name}: {tp.url} @ {tp.commit}\n" for tp in third.values())
+        fh.write(f"[k3-builder] {parallelism(target, info.cpus, info.memory_bytes, ctx.options.max_jobs).describe()}\n")
+    return Prepared(ctx, info, pinned, third, build_id, workdir, request, started)
+
+
+def _assemble(ctx: BuildContext, workdir: Path, pinned: PinnedSource, third: dict) -> dict[str, Path]:
+    """The engine's inputs under ``workdir``: the default context, the Dockerfile, the source and
+    each third-party tree (build context name -> directory)."""
+    epoch = pinned.source_date_epoch
+    with log.step(f"{ctx.target.name}: assemble the build context (download and hash-check the wheels)", long=True):
         # The Dockerfile as checked and hashed, not the file again (which could change meanwhile).
-        (workdir / "Dockerfile").write_text(dockerfile_text, encoding="utf-8")
+        (workdir / "Dockerfile").write_text(ctx.dockerfile_text, encoding="utf-8")
         contexts = {
-            "default": assemble(target, locks, workdir / "context", epoch, dockerfile_text),
+            "default": assemble(ctx.target, ctx.locks, workdir / "context", epoch, ctx.dockerfile_text),
             "dockerfile": workdir / "Dockerfile",
             "source": pinned.export(workdir / "source"),
         }
         for name, tp in third.items():
             contexts[contract.third_party_context(name)] = tp.export(workdir / "third_party" / name)
-    request = _request(plan, options, info, contexts, epoch, locks, tag, no_cache, extra_secrets)
-    with log_path.open("a") as fh:
-        fh.write(f"[k3-builder] source {target.source.url} @ {target.source.commit}, SOURCE_DATE_EPOCH={epoch}\n")
-        fh.writelines(f"[k3-builder] third party {tp.name}: {tp.url} @ {tp.commit}\n" for tp in third.values())
-        fh.write(f"[k3-builder] {parallelism(target, info.cpus, info.memory_bytes, options.max_jobs).describe()}\n")
-    return Prepared(plan, info, pinned, third, dockerfile_text, locks, build_id, workdir, request, started)
+    return contexts
 
 
 def record_source(target: Target, third: dict) -> dict:
@@ -305,9 +338,9 @@ def record_source(target: Target, third: dict) -> dict:
     return doc
 
 
-def run_engine(prep: Prepared, engine: Engine) -> BuildResult:
+def run_engine(prep: Prepared) -> BuildResult:
     """Build and push, then make sure the registry serves the digest buildx reported."""
-    target = prep.plan.target
+    target, engine = prep.target, prep.ctx.engine
     with log.step(f"{target.name}: buildx build and push {prep.request.tags[0]} (log: {prep.log_path})"):
         result = engine.build(prep.request, prep.log_path, log.raw)
     with log.step(f"{target.name}: confirm the registry serves {result.digest[:19]}"):
@@ -323,9 +356,9 @@ def run_engine(prep: Prepared, engine: Engine) -> BuildResult:
     return result
 
 
-def _record(prep: Prepared, digest: str, key: str, checked: bool, seconds: float) -> records.Record:
+def _record(prep: Prepared, digest: str, checked: bool, seconds: float) -> records.Record:
     """The record of a pushed image, its audit hashes still empty (the SBOM describes the record)."""
-    target = prep.plan.target
+    target, locks = prep.target, prep.ctx.locks
     return records.Record(
         target=target.name,
         image=f"{target.image.name}@{digest}",
@@ -335,12 +368,12 @@ def _record(prep: Prepared, digest: str, key: str, checked: bool, seconds: float
             for role in ("build", "runtime")
         },
         source=record_source(target, prep.third_party),
-        lock_sha256=prep.locks.runtime_sha256,
-        build_lock_sha256=prep.locks.build_sha256,
-        os_lock_sha256=prep.locks.os_sha256,
-        dockerfile_sha256=sha256_bytes(prep.dockerfile_text.encode()),
+        lock_sha256=locks.runtime_sha256,
+        build_lock_sha256=locks.build_sha256,
+        os_lock_sha256=locks.os_sha256,
+        dockerfile_sha256=sha256_bytes(prep.ctx.dockerfile_text.encode()),
         source_date_epoch=prep.pinned.source_date_epoch,
-        input_key=key,
+        input_key=prep.ctx.input_key,
         tool_version=__version__,
         checks="passed" if checked else "skipped",
         build={
@@ -354,14 +387,14 @@ def _record(prep: Prepared, digest: str, key: str, checked: bool, seconds: float
     )
 
 
-def _scan_for_secrets(prep: Prepared, engine: Engine, digest: str) -> None:
+def _scan_for_secrets(prep: Prepared, digest: str) -> None:
     """Before the checks and the record: no registered secret (in any written form) in a layer the
     build added. A hit fails the build; the pushed manifest is withdrawn where the registry lets us."""
     from builder.checks import secretscan
 
     if not secretscan.needles():
         return  # no secret given to this build: nothing to look for
-    target = prep.plan.target
+    target, engine = prep.target, prep.ctx.engine
     with log.step(f"{target.name}: scan the image's own layers for the build's secrets"):
         try:
             secretscan.scan(engine.registry, target.image.name, digest, _base_layers(engine, target))
@@ -384,40 +417,40 @@ def _base_layers(engine: Engine, target: Target) -> frozenset[str]:
     return frozenset(layer.get("digest") for layer in manifest.doc.get("layers") or []) if manifest else frozenset()
 
 
-def _check(prep: Prepared, engine: Engine, pushed: str) -> None:
+def _check(prep: Prepared, pushed: str) -> None:
     """Before the record: image.json only names an image that passed its checks. A failing check
     fails the command; the image stays in the registry and the JUnit report beside the log."""
     from builder.checks import runner as imagechecks
 
-    target = prep.plan.target
+    target, today = prep.target, dt.datetime.now(dt.timezone.utc).date()
     with log.step(f"{target.name}: image checks on {pushed}"):
         report = imagechecks.check_target(
-            engine, target, prep.locks, prep.pinned, pushed, dt.datetime.now(dt.timezone.utc).date(), prep.workdir
+            prep.ctx.engine, target, prep.ctx.locks, prep.pinned, pushed, today, prep.workdir
         )
         report.raise_for_failures()
 
 
-def _publish(prep: Prepared, engine: Engine, record: records.Record, signer) -> records.Record:
+def _publish(prep: Prepared, record: records.Record, signer) -> records.Record:
     """Attach the SBOM and provenance in the registry, then write the record set as one unit."""
     from builder.records import attest
 
-    target, root = prep.plan.target, prep.plan.root
+    target, root, locks = prep.target, prep.ctx.plan.root, prep.ctx.locks
     with log.step(f"{target.name}: SBOM and provenance, attached to {record.image[-19:]}"):
         wheels = attest.wheel_files(prep.request.context / "wheelhouse" / "layers")  # what was installed
         build_wheels = attest.wheel_files(prep.request.context / "wheelhouse" / "build")  # what compiled it
-        debs = attest.deb_files(prep.request.context / "debs") if prep.locks.os_entries else None
+        debs = attest.deb_files(prep.request.context / "debs") if locks.os_entries else None
         sbom_text, prov_text = attest.publish(
-            engine,
+            prep.ctx.engine,
             target,
             record,
-            list(prep.locks.runtime_entries),
+            list(locks.runtime_entries),
             prep.request.build_args,
             prep.started_iso,
             wheels=wheels,
             build_wheels=build_wheels,
             root=root,
             signer=signer,
-            os_lock=list(prep.locks.os_entries),
+            os_lock=list(locks.os_entries),
             debs=debs,
         )
     final = dataclasses.replace(record, build={**record.build, **records.audit_hashes(sbom_text, prov_text)})
@@ -455,16 +488,16 @@ def _record_holds(plan: Plan, previous: records.Record | None) -> None:
         )
 
 
-def up_to_date(plan: Plan, engine: Engine, previous: records.Record | None, key: str) -> bool:
+def up_to_date(ctx: BuildContext, previous: records.Record) -> bool:
     """The recorded build had these exact inputs and the registry still serves it under the tag."""
-    if previous is None or previous.input_key != key:
+    if previous.input_key != ctx.input_key:
         return False
-    target = plan.target
+    target, engine = ctx.target, ctx.engine
     if not engine.registry.serves(target.image.name, previous.digest):
         return False
     if engine.registry.resolve_digest(target.image.tagged) != previous.digest:
         return False
-    _attached_as_recorded(plan, engine, previous)
+    _attached_as_recorded(ctx.plan, engine, previous)
     return True
 
 
@@ -576,12 +609,11 @@ def _build(plan: Plan, engine: Engine, options: BuildOptions) -> Outcome:
     record_path = contract.record_path(plan.root, target.name)
     previous = records.read(record_path)  # a damaged record stops the build before anything runs
     _record_holds(plan, previous)
-    dockerfile_text, locks = offline_checks(plan)
-    key = input_key(plan, dockerfile_text, locks)
+    ctx = BuildContext.checked(plan, engine, options)
     if not options.force and not options.no_cache:
         with log.step(f"{target.name}: compare inputs with the record"):
-            current = up_to_date(plan, engine, previous, key)
-        if current:
+            current = previous is not None and up_to_date(ctx, previous)
+        if previous is not None and current:
             log.info(f"    up to date: {previous.image} (same inputs, served by the registry; --force rebuilds)")
             return Outcome(
                 target.name,
@@ -596,33 +628,30 @@ def _build(plan: Plan, engine: Engine, options: BuildOptions) -> Outcome:
             )
     signer = _provenance_signer(plan)  # a key that cannot sign fails now (exit 2), not after the compile
     with compilecache.secret_dir() as secret_dir:  # the backend's secret lives only as long as the build
-        prep = prepare(
-            plan,
-            engine,
-            options,
-            tag=target.image.tag,
-            dockerfile_text=dockerfile_text,
-            locks=locks,
-            no_cache=options.no_cache,
-            secret_dir=Path(secret_dir),
-        )
-        result = run_engine(prep, engine)
+        prep = prepare(ctx, Path(secret_dir))
+        result = run_engine(prep)
+    cache = _cache_stats(prep)
+    pushed = f"{target.image.name}@{result.digest}"
+    _scan_for_secrets(prep, result.digest)
+    size = engine.registry.image_size(pushed)
+    if options.run_checks:
+        _check(prep, pushed)
+    seconds = time.monotonic() - started
+    record = _publish(prep, _record(prep, result.digest, options.run_checks, seconds), signer)
+    changed = previous is None or previous.digest != record.digest
+    return Outcome(
+        target.name, record.image, result.digest, size, seconds, record_path, prep.log_path, changed, cache=cache
+    )
+
+
+def _cache_stats(prep: Prepared) -> compilecache.Stats | None:
+    """What the compile cache did, from the build log: shown, and kept at the end of the log."""
     cache = compilecache.stats(prep.log_path.read_text(errors="replace"))
     if cache:
         (log.warn if cache.backend_unreachable else log.info)(f"    {cache.line()}")
         with prep.log_path.open("a") as fh:
             fh.write(f"[k3-builder] {cache.line()}\n")
-    pushed = f"{target.image.name}@{result.digest}"
-    _scan_for_secrets(prep, engine, result.digest)
-    size = engine.registry.image_size(pushed)
-    if options.run_checks:
-        _check(prep, engine, pushed)
-    seconds = time.monotonic() - started
-    record = _publish(prep, engine, _record(prep, result.digest, key, options.run_checks, seconds), signer)
-    changed = previous is None or previous.digest != record.digest
-    return Outcome(
-        target.name, record.image, result.digest, size, seconds, record_path, prep.log_path, changed, cache=cache
-    )
+    return cache
 
 
 # --- test ---------------------------------------------------------------------------------------
@@ -641,7 +670,7 @@ def test(plan: Plan, engine: Engine, image: str | None):
     with log.step(f"{target.name}: fetch source {target.source.branch} @ {target.source.commit[:12]}"):
         pinned = source.fetch(target.source)
     recorded = record is not None and ref == record.image
-    build_date = dt.date.fromisoformat(record.build["finished"][:10]) if recorded else dt.date.today()
+    build_date = dt.date.fromisoformat(record.build["finished"][:10]) if record and recorded else dt.date.today()
     out_dir = contract.artifacts_path(
         plan.root,
         target.name,
@@ -714,17 +743,9 @@ def reproduce(plan: Plan, engine: Engine, options: BuildOptions) -> Reproduction
     """Rebuild the recorded image with no cache and compare: same digest, or what differs."""
     target = plan.target
     record = _recorded_inputs(plan)
-    dockerfile_text, locks = offline_checks(plan)
-    prep = prepare(
-        plan,
-        engine,
-        options,
-        tag=f"{target.image.tag}-reproduce",
-        dockerfile_text=dockerfile_text,
-        locks=locks,
-        no_cache=True,
-    )
-    result = run_engine(prep, engine)
+    ctx = BuildContext.checked(plan, engine, options, tag=f"{target.image.tag}-reproduce", no_cache=True)
+    prep = prepare(ctx)
+    result = run_engine(prep)
     recorded = engine.registry.platform_digest(target.image.name, record.digest)
     rebuilt = engine.registry.platform_digest(target.image.name, result.digest)
     if rebuilt == recorded:
