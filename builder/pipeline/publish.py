@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
+from typing import Any
 
 from builder import __version__, log
 from builder.config import contract
@@ -95,7 +96,7 @@ def record_of(prep: Prepared, digest: str, checked: bool, seconds: float) -> rec
 
 def record_source(target: Target, third: dict) -> dict:
     """The record's ``source``: the pinned commit plus every third-party tree the compile used."""
-    doc = {"url": target.source.url, "branch": target.source.branch, "commit": target.source.commit}
+    doc: dict[str, Any] = {"url": target.source.url, "branch": target.source.branch, "commit": target.source.commit}
     if third:
         doc["third_party"] = {name: tp.to_json() for name, tp in sorted(third.items())}
     return doc
