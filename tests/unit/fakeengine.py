@@ -134,13 +134,9 @@ class FakeRegistry:
             del self.tags[key]
         return True
 
-    # --- for the tests -----------------------------------------------------------------------------
-
-    def config(self, ref: str) -> dict:
+    def image_config(self, ref: str) -> dict | None:
         manifest = self.raw_manifest(*split_reference(ref))
-        if manifest is None:
-            raise BuildError(f"{ref}: not served by the fake registry")
-        return json.loads(self.blobs[manifest.doc["config"]["digest"]])
+        return json.loads(self.blobs[manifest.doc["config"]["digest"]]) if manifest else None
 
 
 class FakeContainers:
@@ -245,7 +241,7 @@ class FakeEngine:
         )
 
     def image_config(self, ref: str) -> ImageConfig:
-        config = self.fake_registry.config(ref)
+        config = self._config(ref)
         inner = config.get("config") or {}
         return ImageConfig(
             ref, _sha256(json.dumps(config, sort_keys=True).encode()), inner.get("Labels") or {}, {}, "", ()
@@ -255,7 +251,13 @@ class FakeEngine:
         return {"engine": "fake", "buildx": "fake"}
 
     def image_inspect(self, ref: str) -> str:
-        return json.dumps(self.fake_registry.config(ref))
+        return json.dumps(self._config(ref))
+
+    def _config(self, ref: str) -> dict:
+        config = self.fake_registry.image_config(ref)
+        if config is None:
+            raise BuildError(f"{ref}: not served by the fake registry")
+        return config
 
     def builds(self) -> int:
         return len(self.requests)
