@@ -64,13 +64,27 @@ def parallelism(target: Target, cpus: int, memory_bytes: int, override: int | No
 
 
 @dataclass(frozen=True)
+class LockPaths:
+    """Where a target's committed locks are: the runtime and build locks, and the OS package lock
+    for a target with os_packages (None otherwise)."""
+
+    runtime: Path
+    build: Path
+    os: Path | None = None
+
+    def named(self) -> list[tuple[str, Path]]:
+        """(kind, path) of each lock the target has, in the order `build plan` shows them."""
+        return [("runtime", self.runtime), ("build", self.build), *([("os", self.os)] if self.os else [])]
+
+
+@dataclass(frozen=True)
 class Plan:
     """What a build of one target will read and produce; computed without network."""
 
     target: Target
     root: Path
     dockerfile: Path
-    locks: dict[str, Path]
+    lock_paths: LockPaths
     output: str
     matrix_path: Path | None = None  # the file the target came from, for messages that name a key
 
@@ -82,11 +96,11 @@ class Plan:
             target=target,
             root=root,
             dockerfile=contract.dockerfile_path(root, name),
-            locks={
-                "runtime": contract.lock_path(root, name),
-                "build": contract.build_lock_path(root, name),
-                **({"os": contract.os_lock_path(root, name)} if target.os_packages else {}),
-            },
+            lock_paths=LockPaths(
+                runtime=contract.lock_path(root, name),
+                build=contract.build_lock_path(root, name),
+                os=contract.os_lock_path(root, name) if target.os_packages else None,
+            ),
             output=target.image.tagged,
             matrix_path=matrix.path,
         )
@@ -127,7 +141,7 @@ class Plan:
                 "memory_per_job_gib": t.compile.memory_per_job_gib,
             },
             "dockerfile": {"path": str(self.dockerfile), "present": self.dockerfile.exists()},
-            "locks": {k: {"path": str(p), "present": p.exists()} for k, p in self.locks.items()},
+            "locks": {k: {"path": str(p), "present": p.exists()} for k, p in self.lock_paths.named()},
             "output": self.output,
             "record": str(contract.record_path(self.root, t.name)),
         }
@@ -187,7 +201,7 @@ class Plan:
             ),
             ("dockerfile", f"{self.dockerfile} ({'present' if self.dockerfile.exists() else 'not rendered'})"),
         ]
-        for kind, path in self.locks.items():
+        for kind, path in self.lock_paths.named():
             rows.append((f"{kind} lock", f"{path} ({'present' if path.exists() else 'missing: run build lock'})"))
         rows += [("output", f"{self.output} -> recorded in {contract.record_path(self.root, t.name)}")]
         return rows
@@ -213,30 +227,31 @@ class LockSet:
 
     @classmethod
     def read(cls, plan: Plan) -> LockSet:
-        runtime, build = plan.locks["runtime"], plan.locks["build"]
-        r_text, b_text = lock.read_text(runtime), lock.read_text(build)
-        r_entries, b_entries = lock.entries_of(r_text, runtime), lock.entries_of(b_text, build)
-        for path, entries in ((runtime, r_entries), (build, b_entries)):
+        paths = plan.lock_paths
+        r_text, b_text = lock.read_text(paths.runtime), lock.read_text(paths.build)
+        r_entries, b_entries = lock.entries_of(r_text, paths.runtime), lock.entries_of(b_text, paths.build)
+        for path, entries in ((paths.runtime, r_entries), (paths.build, b_entries)):
             # The build stage compiles against torch: it must be the same CUDA build as the runtime's.
             lock.check_torch_build(plan.target, entries, path)
-        os_path, os_entries, os_sha256 = plan.locks.get("os"), (), None
-        if os_path:  # read once, like the Python locks: these bytes are hashed and used
-            os_text = oslock.read_text(os_path)
-            inputs, entries = oslock.parse(os_text, os_path)
-            oslock.check_inputs(inputs, os_path, plan.target)  # all in the matrix: checked offline
-            os_entries, os_sha256 = tuple(entries), sha256_bytes(os_text.encode())
+        os_entries: tuple[DebEntry, ...] = ()
+        os_sha256 = None
+        if paths.os:  # read once, like the Python locks: these bytes are hashed and used
+            os_text = oslock.read_text(paths.os)
+            inputs, debs = oslock.parse(os_text, paths.os)
+            oslock.check_inputs(inputs, paths.os, plan.target)  # all in the matrix: checked offline
+            os_entries, os_sha256 = tuple(debs), sha256_bytes(os_text.encode())
         return cls(
-            runtime,
-            build,
-            tuple(r_entries),
-            tuple(b_entries),
-            sha256_bytes(r_text.encode()),
-            sha256_bytes(b_text.encode()),
-            r_text,
-            b_text,
-            os_path,
-            os_entries,
-            os_sha256,
+            runtime=paths.runtime,
+            build=paths.build,
+            runtime_entries=tuple(r_entries),
+            build_entries=tuple(b_entries),
+            runtime_sha256=sha256_bytes(r_text.encode()),
+            build_sha256=sha256_bytes(b_text.encode()),
+            runtime_text=r_text,
+            build_text=b_text,
+            os=paths.os,
+            os_entries=os_entries,
+            os_sha256=os_sha256,
         )
 
 

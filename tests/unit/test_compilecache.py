@@ -156,7 +156,7 @@ def _target(tmp_path, **compile_keys):
 
 def test_which_backend_a_build_uses(tmp_path):
     from builder.config.options import BuildOptions
-    from builder.pipeline.build import _cache_secret
+    from builder.pipeline.context import _cache_secret
 
     offline = _target(tmp_path, remote_cache=False)
     assert _cache_secret(offline, BuildOptions(), tmp_path) == ()

@@ -1,0 +1,243 @@
+"""The per-build context and what happens before the push is confirmed: one ``BuildContext`` per
+engine build of a target (made once the offline checks pass), checked against the engine and the
+source and assembled into the engine's request (``prepare`` -> ``Prepared``), then built, pushed and
+confirmed served by the registry (``run_engine``). Nothing here records anything.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from dataclasses import dataclass
+from pathlib import Path
+from secrets import token_hex
+
+from builder import __version__, log
+from builder.config import contract
+from builder.config.matrix import Target
+from builder.config.options import BuildOptions
+from builder.deps import lock
+from builder.deps.buildcontext import assemble
+from builder.dockerfile import compilecache
+from builder.engine.buildx import BuildRequest, BuildResult, Engine, EngineInfo
+from builder.errors import BuildError, ConfigError
+from builder.pipeline.plan import LockSet, Plan, input_key, offline_checks, parallelism
+from builder.records import store as records
+from builder.source import pinned as source
+from builder.source.pinned import PinnedSource
+
+_ATTEST_DRIVERS = ("docker-container", "remote", "kubernetes")
+
+
+@dataclass(frozen=True)
+class BuildContext:
+    """One engine build of one target, made once when the offline checks have passed: what it reads
+    (the plan; the Dockerfile text and the locks as read and hashed, and their input key), how (the
+    options, the tag it pushes, whether BuildKit's cache is skipped) and with what (the engine).
+    Each step of the build takes this, not its pieces one by one."""
+
+    plan: Plan
+    engine: Engine
+    options: BuildOptions
+    dockerfile_text: str
+    locks: LockSet
+    input_key: str
+    tag: str
+    no_cache: bool
+
+    @classmethod
+    def checked(
+        cls, plan: Plan, engine: Engine, options: BuildOptions, *, tag: str | None = None, no_cache: bool | None = None
+    ) -> BuildContext:
+        """The offline checks (`plan.offline_checks`), then the context of a build of the bytes they
+        read. ``tag``: the target's unless given; ``no_cache``: --no-cache unless given."""
+        dockerfile_text, locks = offline_checks(plan)
+        return cls(
+            plan=plan,
+            engine=engine,
+            options=options,
+            dockerfile_text=dockerfile_text,
+            locks=locks,
+            input_key=input_key(plan, dockerfile_text, locks),
+            tag=plan.target.image.tag if tag is None else tag,
+            no_cache=options.no_cache if no_cache is None else no_cache,
+        )
+
+    @property
+    def target(self) -> Target:
+        return self.plan.target
+
+
+@dataclass(frozen=True)
+class Prepared:
+    """A build context checked against the engine and the source, its inputs assembled into what
+    the engine is asked to build (``request``); nothing pushed or recorded yet."""
+
+    ctx: BuildContext
+    info: EngineInfo
+    pinned: PinnedSource
+    third_party: dict  # name -> source.PinnedThirdParty
+    build_id: str
+    workdir: Path
+    request: BuildRequest
+    started_iso: str
+
+    @property
+    def target(self) -> Target:
+        return self.ctx.plan.target
+
+    @property
+    def log_path(self) -> Path:
+        return self.workdir / contract.BUILD_LOG_NAME
+
+
+def prepare(ctx: BuildContext, secret_dir: Path | None = None) -> Prepared:
+    """Engine and source checks, then the context: nothing here pushes or records anything."""
+    target, plan = ctx.target, ctx.plan
+    extra_secrets = _cache_secret(target, ctx.options, secret_dir)
+    # Room for what the build writes after the push (the record set) and along the way (the log):
+    # refused now, not after the image is pushed and attached.
+    records.check_writable(contract.record_path(plan.root, target.name).parent, "the record set")
+    records.check_writable(contract.artifacts_path(plan.root, target.name, "x").parent, "the build's artifacts")
+    info = _preflight(ctx)
+    build_id = dt.datetime.now(dt.timezone.utc).strftime("%Y%m%dT%H%M%SZ") + "-" + token_hex(3)
+    workdir = contract.artifacts_path(plan.root, target.name, build_id)
+    workdir.mkdir(parents=True)
+    log_path = workdir / contract.BUILD_LOG_NAME
+    log_path.write_text(f"[k3-builder] build {build_id} of target {target.name}, tool {__version__}\n")
+    started = contract.now_iso()
+    pinned, third = _fetch_inputs(ctx)
+    epoch = pinned.source_date_epoch
+    contexts = _assemble(ctx, workdir, pinned, third)
+    request = _request(ctx, info, contexts, epoch=epoch, secrets=extra_secrets)
+    with log_path.open("a") as fh:
+        fh.write(f"[k3-builder] source {target.source.url} @ {target.source.commit}, SOURCE_DATE_EPOCH={epoch}\n")
+        fh.writelines(f"[k3-builder] third party {tp.name}: {tp.url} @ {tp.commit}\n" for tp in third.values())
+        fh.write(f"[k3-builder] {parallelism(target, info.cpus, info.memory_bytes, ctx.options.max_jobs).describe()}\n")
+    return Prepared(ctx, info, pinned, third, build_id, workdir, request, started)
+
+
+def _assemble(ctx: BuildContext, workdir: Path, pinned: PinnedSource, third: dict) -> dict[str, Path]:
+    """The engine's inputs under ``workdir``: the default context, the Dockerfile, the source and
+    each third-party tree (build context name -> directory)."""
+    epoch = pinned.source_date_epoch
+    with log.step(f"{ctx.target.name}: assemble the build context (download and hash-check the wheels)", long=True):
+        # The Dockerfile as checked and hashed, not the file again (which could change meanwhile).
+        (workdir / "Dockerfile").write_text(ctx.dockerfile_text, encoding="utf-8")
+        contexts = {
+            "default": assemble(ctx.target, ctx.locks, workdir / "context", epoch, ctx.dockerfile_text),
+            "dockerfile": workdir / "Dockerfile",
+            "source": pinned.export(workdir / "source"),
+        }
+        for name, tp in third.items():
+            contexts[contract.third_party_context(name)] = tp.export(workdir / "third_party" / name)
+    return contexts
+
+
+def _fetch_inputs(ctx: BuildContext) -> tuple[PinnedSource, dict]:
+    target, locks = ctx.target, ctx.locks
+    with log.step(f"{target.name}: fetch source {target.source.branch} @ {target.source.commit[:12]}", long=True):
+        pinned = source.fetch(target.source)
+        if pinned.branch_head != target.source.commit:
+            log.warn(
+                f"{target.source.branch} has moved to {pinned.branch_head[:12]}; building the pin "
+                f"{target.source.commit[:12]} (run `build track` to move it)"
+            )
+    third = {}
+    if target.source.third_party:
+        with log.step(f"{target.name}: fetch {len(target.source.third_party)} pinned third-party source(s)", long=True):
+            third = source.fetch_all_third_party(target.source, pinned)
+            for tp in third.values():
+                log.info(
+                    f"    {tp.name}: {tp.url} @ {tp.commit[:12]}"
+                    + (f" + {len(tp.submodules)} submodule(s)" if tp.submodules else "")
+                )
+    with log.step(f"{target.name}: check the locks were made from these inputs"):
+        lock.check_current(locks.runtime, lock.inputs(target, pinned, "runtime"), locks.runtime_text)
+        lock.check_current(locks.build, lock.inputs(target, pinned, "build"), locks.build_text)
+    return pinned, third
+
+
+def _preflight(ctx: BuildContext) -> EngineInfo:
+    target = ctx.target
+    with log.step(f"{target.name}: engine preflight"):
+        info = ctx.engine.preflight(ctx.options.builder)
+        log.info(
+            f"    engine {info.server_version}, buildx {info.buildx_version}, builder {info.builder} ({info.driver})"
+        )
+    if info.driver not in _ATTEST_DRIVERS:
+        log.info(
+            f"    note: the {info.driver} driver cannot make BuildKit attestations; the tool's own SBOM "
+            f"and provenance (locks/{target.name}/) are the record, attached to the image in the registry"
+        )
+    return info
+
+
+def _request(
+    ctx: BuildContext, info: EngineInfo, contexts: dict[str, Path], *, epoch: int, secrets: tuple[str, ...]
+) -> BuildRequest:
+    """``secrets``: the compile cache's, if any (it selects the compile stage that reaches it)."""
+    target, options = ctx.target, ctx.options
+    par = parallelism(target, info.cpus, info.memory_bytes, options.max_jobs)
+    log.info(f"    {par.describe()}")
+    return BuildRequest(
+        context=contexts.pop("default"),
+        dockerfile=contexts.pop("dockerfile"),
+        tags=(f"{target.image.name}:{ctx.tag}",),
+        build_args={
+            "SOURCE_DATE_EPOCH": str(epoch),
+            "MAX_JOBS": str(par.max_jobs),
+            "NVCC_THREADS": str(target.compile.nvcc_threads),
+            "K3_CREATED": contract.created_iso(epoch),
+            "K3_LOCK_SHA256": ctx.locks.runtime_sha256,
+            # The compile stage with the shared cache, only when there is a backend to reach.
+            **({contract.COMPILE_MODE_ARG: contract.COMPILE_MODE_REMOTE} if secrets else {}),
+        },
+        build_contexts=contexts,
+        source_date_epoch=epoch,
+        push=True,
+        no_cache=ctx.no_cache,
+        builder=options.builder,
+        attest=info.driver in _ATTEST_DRIVERS,
+        cache_from=options.cache_from,
+        cache_to=options.cache_to,
+        secrets=options.secrets + secrets,
+    )
+
+
+def _cache_secret(target: Target, options: BuildOptions, secret_dir: Path | None) -> tuple[str, ...]:
+    """The remote compile cache's BuildKit secret: the command line's backend, else the matrix's."""
+    url = options.compile_cache or target.compile.cache_url
+    if not url:
+        return ()
+    if not target.compile.remote and options.compile_cache_from_env:
+        # A CI-wide variable meets a target that compiles with the network off: that target wins.
+        log.info(
+            f"    compile cache: $K3_COMPILE_CACHE not used: targets.{target.name}.compile.remote_cache is "
+            "false (the compile keeps --network=none)"
+        )
+        return ()
+    if not target.compile.remote or secret_dir is None:
+        raise ConfigError(
+            f"--compile-cache: target {target.name} compiles with the network off; set "
+            f"targets.{target.name}.compile.remote_cache: true (and re-render) to use a remote cache"
+        )
+    log.info(f"    compile cache: {compilecache.describe(url)} (as a BuildKit secret)")
+    return (compilecache.secret(url, secret_dir),)
+
+
+def run_engine(prep: Prepared) -> BuildResult:
+    """Build and push, then make sure the registry serves the digest buildx reported."""
+    target, engine = prep.target, prep.ctx.engine
+    with log.step(f"{target.name}: buildx build and push {prep.request.tags[0]} (log: {prep.log_path})"):
+        result = engine.build(prep.request, prep.log_path, log.raw)
+    with log.step(f"{target.name}: confirm the registry serves {result.digest[:19]}"):
+        try:
+            served = engine.registry.serves(target.image.name, result.digest)
+        except BuildError as exc:  # unreachable registry included: name the kept log
+            raise type(exc)(f"{exc.message}; the build log is kept: {prep.log_path}") from None
+        if not served:
+            raise BuildError(
+                f"the registry does not serve {target.image.name}@{result.digest} after the push; "
+                f"the build log is kept: {prep.log_path}"
+            )
+    return result

@@ -1,0 +1,146 @@
+"""What a build does with a pushed image, in this order: the secret scan of its own layers, the
+image checks, then the SBOM and provenance attached in the registry and the record set written as
+one unit. Nothing is recorded unless each step before it passed.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+from typing import Any
+
+from builder import __version__, log
+from builder.config import contract
+from builder.config.matrix import Target
+from builder.engine.buildx import Engine
+from builder.errors import BuilderError, BuildError
+from builder.fsutil import sha256_bytes
+from builder.pipeline.context import Prepared
+from builder.pipeline.plan import Plan
+from builder.records import store as records
+
+
+def scan_for_secrets(prep: Prepared, digest: str) -> None:
+    """Before the checks and the record: no registered secret (in any written form) in a layer the
+    build added. A hit fails the build; the pushed manifest is withdrawn where the registry lets us."""
+    from builder.checks import secretscan
+
+    if not secretscan.needles():
+        return  # no secret given to this build: nothing to look for
+    target, engine = prep.target, prep.ctx.engine
+    with log.step(f"{target.name}: scan the image's own layers for the build's secrets"):
+        try:
+            secretscan.scan(engine.registry, target.image.name, digest, _base_layers(engine, target))
+        except BuildError as exc:
+            withdrawn = engine.registry.delete_manifest(target.image.name, digest)
+            then = "the pushed manifest was deleted" if withdrawn else f"delete {target.image.tagged} by hand"
+            raise BuildError(f"{exc.message}; {then}", str(prep.log_path)) from None
+
+
+def _base_layers(engine: Engine, target: Target) -> frozenset[str]:
+    """The runtime base's layer digests (pinned, not built by us), when its registry answers."""
+    base = target.bases.runtime
+    first = base.name.split("/", 1)[0]
+    if "/" not in base.name or not ("." in first or ":" in first or first == "localhost"):
+        return frozenset()
+    try:
+        manifest = engine.registry.raw_manifest(base.name, engine.registry.platform_digest(base.name, base.digest))
+    except BuilderError:
+        return frozenset()
+    return frozenset(layer.get("digest") for layer in manifest.doc.get("layers") or []) if manifest else frozenset()
+
+
+def check_image(prep: Prepared, pushed: str) -> None:
+    """Before the record: image.json only names an image that passed its checks. A failing check
+    fails the command; the image stays in the registry and the JUnit report beside the log."""
+    from builder.checks import runner as imagechecks
+
+    target, today = prep.target, dt.datetime.now(dt.timezone.utc).date()
+    with log.step(f"{target.name}: image checks on {pushed}"):
+        report = imagechecks.check_target(
+            prep.ctx.engine, target, prep.ctx.locks, prep.pinned, pushed, today, prep.workdir
+        )
+        report.raise_for_failures()
+
+
+def record_of(prep: Prepared, digest: str, checked: bool, seconds: float) -> records.Record:
+    """The record of a pushed image, its audit hashes still empty (the SBOM describes the record)."""
+    target, locks = prep.target, prep.ctx.locks
+    return records.Record(
+        target=target.name,
+        image=f"{target.image.name}@{digest}",
+        digest=digest,
+        bases={
+            role: {"name": getattr(target.bases, role).display_name, "digest": getattr(target.bases, role).digest}
+            for role in ("build", "runtime")
+        },
+        source=record_source(target, prep.third_party),
+        lock_sha256=locks.runtime_sha256,
+        build_lock_sha256=locks.build_sha256,
+        os_lock_sha256=locks.os_sha256,
+        dockerfile_sha256=sha256_bytes(prep.ctx.dockerfile_text.encode()),
+        source_date_epoch=prep.pinned.source_date_epoch,
+        input_key=prep.ctx.input_key,
+        tool_version=__version__,
+        checks="passed" if checked else "skipped",
+        build={
+            "id": prep.build_id,
+            "finished": contract.now_iso(),
+            "duration_seconds": round(seconds, 1),
+            "engine": prep.info.server_version,
+            "buildx": prep.info.buildx_version,
+            "driver": prep.info.driver,
+        },
+    )
+
+
+def record_source(target: Target, third: dict) -> dict:
+    """The record's ``source``: the pinned commit plus every third-party tree the compile used."""
+    doc: dict[str, Any] = {"url": target.source.url, "branch": target.source.branch, "commit": target.source.commit}
+    if third:
+        doc["third_party"] = {name: tp.to_json() for name, tp in sorted(third.items())}
+    return doc
+
+
+def attach_and_write(prep: Prepared, record: records.Record, signer) -> records.Record:
+    """Attach the SBOM and provenance in the registry, then write the record set as one unit."""
+    from builder.records import attest
+
+    target, root, locks = prep.target, prep.ctx.plan.root, prep.ctx.locks
+    with log.step(f"{target.name}: SBOM and provenance, attached to {record.image[-19:]}"):
+        wheels = attest.wheel_files(prep.request.context / "wheelhouse" / "layers")  # what was installed
+        build_wheels = attest.wheel_files(prep.request.context / "wheelhouse" / "build")  # what compiled it
+        debs = attest.deb_files(prep.request.context / "debs") if locks.os_entries else None
+        sbom_text, prov_text = attest.publish(
+            prep.ctx.engine,
+            target,
+            record,
+            list(locks.runtime_entries),
+            prep.request.build_args,
+            prep.started_iso,
+            wheels=wheels,
+            build_wheels=build_wheels,
+            root=root,
+            signer=signer,
+            os_lock=list(locks.os_entries),
+            debs=debs,
+        )
+    final = dataclasses.replace(record, build={**record.build, **records.audit_hashes(sbom_text, prov_text)})
+    records.write_set(
+        contract.record_path(root, target.name).parent,
+        {contract.SBOM_NAME: sbom_text, contract.PROVENANCE_NAME: prov_text, contract.RECORD_NAME: final.to_json()},
+    )
+    return final
+
+
+def provenance_signer(plan: Plan):
+    """The matrix's provenance signer (builder/records/provsign.py), or None with a warning: unsigned."""
+    from builder.records import provsign
+
+    signer = provsign.signer(plan.target.signing, plan.root)
+    if signer is None:
+        log.warn(
+            f"    {plan.target.name}: the provenance will be UNSIGNED (no signing.key in the matrix); "
+            "`build verify` reports it"
+        )
+    return signer

@@ -1,0 +1,96 @@
+"""`build reproduce`: rebuild the recorded image from the recorded inputs with no cache, and
+compare the two platform manifests; the same digest, or every difference (builder/pipeline/imagediff.py)
+in a report beside the rebuild's log.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from builder import log
+from builder.config import contract
+from builder.config.options import BuildOptions
+from builder.engine.buildx import Engine
+from builder.errors import NotReproduced, RecordError
+from builder.fsutil import sha256_file
+from builder.pipeline.context import BuildContext, prepare, run_engine
+from builder.pipeline.plan import Plan
+from builder.records import store as records
+
+
+@dataclass
+class Reproduction:
+    target: str
+    recorded: str
+    rebuilt: str
+    differences: list[str]
+    report: Path | None
+
+    @property
+    def reproduced(self) -> bool:
+        return self.recorded == self.rebuilt
+
+    def to_json(self) -> dict:
+        return {
+            "target": self.target,
+            "recorded": self.recorded,
+            "rebuilt": self.rebuilt,
+            "reproduced": self.reproduced,
+            "differences": self.differences,
+            "report": str(self.report) if self.report else None,
+        }
+
+    def raise_for_difference(self) -> None:
+        if not self.reproduced:
+            raise NotReproduced(
+                f"{self.target}: rebuild gave {self.rebuilt}, image.json records {self.recorded}; "
+                f"differences in {self.report}"
+            )
+
+
+def _recorded_inputs(plan: Plan) -> records.Record:
+    """The record to reproduce; refuses when the files say something else now."""
+    target = plan.target
+    record = records.read(contract.record_path(plan.root, target.name))
+    if record is None:
+        raise RecordError(f"{contract.record_path(plan.root, target.name)}: no record to reproduce; build first")
+    for path, want in (
+        (plan.dockerfile, record.dockerfile_sha256),
+        (plan.lock_paths.runtime, record.lock_sha256),
+        (plan.lock_paths.build, record.build_lock_sha256),
+        *([(plan.lock_paths.os, record.os_lock_sha256)] if plan.lock_paths.os else []),
+    ):
+        if not path.exists() or sha256_file(path) != want:
+            raise RecordError(
+                f"{path}: differs from what image.json recorded; check out the commit that "
+                "recorded the build (or run `build verify`)"
+            )
+    if record.source.get("commit") != target.source.commit:
+        raise RecordError(
+            f"{target.name}: the matrix pins another commit than image.json; check out the recorded commit"
+        )
+    return record
+
+
+def reproduce(plan: Plan, engine: Engine, options: BuildOptions) -> Reproduction:
+    """Rebuild the recorded image with no cache and compare: same digest, or what differs."""
+    target = plan.target
+    record = _recorded_inputs(plan)
+    ctx = BuildContext.checked(plan, engine, options, tag=f"{target.image.tag}-reproduce", no_cache=True)
+    prep = prepare(ctx)
+    result = run_engine(prep)
+    recorded = engine.registry.platform_digest(target.image.name, record.digest)
+    rebuilt = engine.registry.platform_digest(target.image.name, result.digest)
+    if rebuilt == recorded:
+        log.info(f"    reproduced: {recorded} (recorded {record.build.get('finished')}, rebuilt now)")
+        return Reproduction(target.name, recorded, rebuilt, [], None)
+    from builder.pipeline import imagediff
+
+    with log.step(f"{target.name}: compare {recorded[:19]} with the rebuild {rebuilt[:19]}"):
+        lines = imagediff.diff_images(engine, target.image.name, recorded, rebuilt)
+    report = prep.workdir / "reproduce-diff.txt"
+    report.write_text("\n".join(lines) + "\n")
+    for line in lines:
+        log.info(f"    {line}")
+    return Reproduction(target.name, recorded, rebuilt, lines, report)
