@@ -11,6 +11,12 @@
 - **defaults**: the matrix's ``defaults:`` block, merged key by key under each target;
 - **built-in**: the defaults written in the models (``schema``) and in ``BuildOptions``.
 
+Settings that meet the matrix after parsing have their order here too: ``max_jobs`` (--max-jobs >
+compile.max_jobs > derived from the builder), ``compile_cache`` (--compile-cache or
+$K3_COMPILE_CACHE > compile.cache_url), and ``environment_or_target`` for the attestation's
+identities ($K3_BUILDER_ID > signing.builder_id, $K3_BUILD_TYPE > signing.build_type,
+$K3_SIGNING_IDENTITY/$K3_SIGNING_ISSUER > signing.identity/issuer).
+
 Environment values go through the same validation as the file, and an error names the variable
 (``(from $K3_REGISTRY)``). The layers below the flags meet in ``target_entry`` before the schema
 reads the file; the flags and ``$K3_COMPILE_CACHE`` meet in ``build_options``. Past those two the
@@ -25,6 +31,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from builder.config.options import BuildOptions, parse_secrets
+from builder.config.schema import Target
 
 ORDER = ("flags", "environment", "target", "defaults", "built-in")
 
@@ -147,3 +154,40 @@ def build_options(
         compile_cache=cache.value,
         compile_cache_from_env=cache.layer == "environment",
     )
+
+
+# --- settings read after parsing: flags > environment > target (the pipeline and the records) ----
+
+
+def max_jobs(flag: int | None, target: Target) -> Setting:
+    """MAX_JOBS: --max-jobs (``flag``, BuildOptions.max_jobs), else compile.max_jobs, else None (the
+    pipeline derives it from the builder's cores and memory: built-in)."""
+    if flag:
+        return Setting(flag, "flags", "--max-jobs")
+    if target.compile.max_jobs:
+        return Setting(target.compile.max_jobs, "target", "compile.max_jobs")
+    return Setting(None, "built-in")
+
+
+def compile_cache(options: BuildOptions, target: Target) -> Setting:
+    """The remote compile cache's backend: --compile-cache or $K3_COMPILE_CACHE (build_options
+    resolved those two), else the target's compile.cache_url, else none."""
+    if options.compile_cache:
+        layer = "environment" if options.compile_cache_from_env else "flags"
+        return Setting(
+            options.compile_cache, layer, "$K3_COMPILE_CACHE" if layer == "environment" else "--compile-cache"
+        )
+    if target.compile.cache_url:
+        return Setting(target.compile.cache_url, "target", "compile.cache_url")
+    return Setting(None, "built-in")
+
+
+def environment_or_target(var: str, value: str | None, environ: Mapping[str, str] | None = None) -> Setting:
+    """A variable's value (an empty one counts as unset), else the target's ``value``, else None
+    (the caller's built-in default). Values are returned as given: the caller trims if it must."""
+    found = _environ(environ).get(var)
+    if found:
+        return Setting(found, "environment", f"${var}")
+    if value:
+        return Setting(value, "target")
+    return Setting(None, "built-in")

@@ -12,7 +12,7 @@ from pathlib import Path
 from secrets import token_hex
 
 from builder import __version__, log
-from builder.config import contract
+from builder.config import cascade, contract
 from builder.config.matrix import Target
 from builder.config.options import BuildOptions
 from builder.deps import lock
@@ -206,7 +206,7 @@ def _request(
 
 def _cache_secret(target: Target, options: BuildOptions, secret_dir: Path | None) -> tuple[str, ...]:
     """The remote compile cache's BuildKit secret: the command line's backend, else the matrix's."""
-    url = options.compile_cache or target.compile.cache_url
+    url = cascade.compile_cache(options, target).value
     if not url:
         return ()
     if not target.compile.remote and options.compile_cache_from_env:

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from builder import __version__, log
-from builder.config import contract
+from builder.config import cascade, contract
 from builder.config.matrix import Matrix, Target
 from builder.deps import lock, oslock
 from builder.deps.lock import LockEntry
@@ -43,17 +43,17 @@ class Parallelism:
 
 
 def parallelism(target: Target, cpus: int, memory_bytes: int, override: int | None = None) -> Parallelism:
-    """MAX_JOBS for the compile: --max-jobs, else compile.max_jobs, else derived from the builder.
+    """MAX_JOBS for the compile: --max-jobs, else compile.max_jobs (the order: config/cascade.py),
+    else derived from the builder.
 
     Derived: jobs = min(cpus / NVCC_THREADS, memory / (memory_per_job_gib x NVCC_THREADS)), at least
     one; each nvcc thread needs ``memory_per_job_gib`` and OOM-killed compiles are vLLM's most
     reported build failure, so memory bounds the jobs before cores do. MAX_JOBS = jobs x threads.
     """
     threads = target.compile.nvcc_threads
-    if override:
-        return Parallelism(override, threads, "--max-jobs")
-    if target.compile.max_jobs:
-        return Parallelism(target.compile.max_jobs, threads, "compile.max_jobs")
+    given = cascade.max_jobs(override, target)
+    if given.value:
+        return Parallelism(given.value, threads, given.name)
     per_job = target.compile.memory_per_job_gib * threads * GIB
     jobs = max(1, min(cpus // threads, memory_bytes // per_job if memory_bytes else 1))
     why = (

@@ -39,13 +39,14 @@ from __future__ import annotations
 import base64
 import binascii
 import json
-import os
 import re
 import shutil
 import subprocess
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
+
+from builder.config import cascade
 
 State = Literal["verified", "present-unverified", "missing", "failed"]
 STATES: tuple[State, ...] = ("verified", "present-unverified", "missing", "failed")
@@ -113,9 +114,8 @@ def resolve_identity(
     """The identity and issuer to verify against. Lookup order as for the matrix: the environment
     (``K3_SIGNING_IDENTITY``, ``K3_SIGNING_ISSUER``: repository variables in CI) wins over the
     values given (the matrix's ``signing:`` block); the issuer defaults to GitHub Actions'."""
-    env = os.environ if environ is None else environ
-    ident = (env.get(IDENTITY_ENV) or identity or "").strip() or None
-    iss = (env.get(ISSUER_ENV) or issuer or "").strip() or GITHUB_ISSUER
+    ident = (cascade.environment_or_target(IDENTITY_ENV, identity, environ).value or "").strip() or None
+    iss = (cascade.environment_or_target(ISSUER_ENV, issuer, environ).value or "").strip() or GITHUB_ISSUER
     return ident, iss
 
 

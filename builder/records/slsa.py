@@ -18,7 +18,7 @@ from pathlib import Path
 from packageurl import PackageURL
 
 from builder import __version__
-from builder.config import contract
+from builder.config import cascade, contract
 from builder.config.matrix import Target
 from builder.deps.lock import normalize
 from builder.deps.oslock import DebEntry
@@ -39,9 +39,8 @@ TEMPLATES = Path(__file__).resolve().parents[1] / "dockerfile" / "templates"
 
 def build_type(target: Target, environ: Mapping[str, str]) -> str:
     """$K3_BUILD_TYPE, else the matrix's signing.build_type, else this repository's page."""
-    return (
-        environ.get(BUILD_TYPE_ENV) or target.signing.build_type or f"{target.project_url}/blob/main/{BUILD_TYPE_DOC}"
-    )
+    given = cascade.environment_or_target(BUILD_TYPE_ENV, target.signing.build_type, environ).value
+    return given or f"{target.project_url}/blob/main/{BUILD_TYPE_DOC}"
 
 
 def local_builder_id(target: Target) -> str:
@@ -53,7 +52,7 @@ def builder_id(target: Target, environ: Mapping[str, str]) -> str:
     """$K3_BUILDER_ID, else signing.builder_id, else on GitHub Actions the workflow identity
     (``https://github.com/<owner>/<repo>/.github/workflows/<file>@<ref>``, the same string a
     keyless signature's certificate carries), else the local form."""
-    fixed = environ.get(BUILDER_ID_ENV) or target.signing.builder_id
+    fixed = cascade.environment_or_target(BUILDER_ID_ENV, target.signing.builder_id, environ).value
     if fixed:
         return fixed
     if environ.get("GITHUB_ACTIONS") == "true" and environ.get("GITHUB_WORKFLOW_REF"):

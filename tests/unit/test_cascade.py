@@ -71,3 +71,36 @@ def test_the_layers_meet_in_the_parsed_matrix(monkeypatch):
     t = matrix.parse(text, Path("matrix.yaml")).target("cu129")
     # environment, defaults:, built-in
     assert (t.image.tag, t.vendor, t.cuda.compat_dir) == ("from-env", "From defaults", "/usr/local/cuda/compat")
+
+
+def _cu129(**compile_keys) -> matrix.Target:
+    t = matrix.parse(SRC, Path("matrix.yaml")).target("cu129")
+    return t.model_copy(update={"compile": t.compile.model_copy(update=compile_keys)})
+
+
+def test_max_jobs_is_the_flag_then_the_target_then_derived():
+    t = _cu129(max_jobs=12)
+    assert cascade.max_jobs(4, t) == cascade.Setting(4, "flags", "--max-jobs")
+    assert cascade.max_jobs(None, t) == cascade.Setting(12, "target", "compile.max_jobs")
+    assert cascade.max_jobs(None, _cu129(max_jobs=None)) == cascade.Setting(None, "built-in")
+
+
+def test_the_compile_cache_is_the_flag_or_its_variable_then_the_target():
+    t = _cu129(cache_url="redis://matrix:6379")
+    flag = cascade.build_options(_flags("--compile-cache", "redis://flag:1"), set(), environ={})
+    env = cascade.build_options(_flags(), set(), environ={"K3_COMPILE_CACHE": "redis://env:2"})
+    none = cascade.build_options(_flags(), set(), environ={})
+    assert cascade.compile_cache(flag, t) == cascade.Setting("redis://flag:1", "flags", "--compile-cache")
+    assert cascade.compile_cache(env, t) == cascade.Setting("redis://env:2", "environment", "$K3_COMPILE_CACHE")
+    assert cascade.compile_cache(none, t) == cascade.Setting("redis://matrix:6379", "target", "compile.cache_url")
+    assert cascade.compile_cache(none, _cu129(cache_url=None)).value is None
+
+
+def test_the_attestation_identities_are_the_environment_then_the_target():
+    env = {"K3_BUILDER_ID": "https://ci.example/runner"}
+    got = cascade.environment_or_target("K3_BUILDER_ID", "https://matrix.example/b", env)
+    assert got == cascade.Setting("https://ci.example/runner", "environment", "$K3_BUILDER_ID")
+    assert cascade.environment_or_target("K3_BUILDER_ID", "https://matrix.example/b", {"K3_BUILDER_ID": ""}).layer == (
+        "target"
+    )
+    assert cascade.environment_or_target("K3_BUILDER_ID", None, {}) == cascade.Setting(None, "built-in")
