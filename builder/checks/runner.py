@@ -17,6 +17,7 @@ import tempfile
 import xml.etree.ElementTree as ET
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Protocol
 
 import pip
 import pytest
@@ -25,7 +26,8 @@ from builder import log
 from builder.config import contract
 from builder.config.cudamajor import major_minor
 from builder.config.matrix import Target
-from builder.deps.lock import normalize
+from builder.deps.lock import LockEntry, normalize
+from builder.deps.oslock import DebEntry
 from builder.dockerfile import render
 from builder.engine import interrupts
 from builder.engine.buildx import Engine, ImageConfig
@@ -103,8 +105,20 @@ class Expectations:
         return major * 1000 + minor * 10
 
 
+class BuiltFrom(Protocol):
+    """What the checks read of the locks an image was built from (pipeline.plan.LockSet is one):
+    the bytes the build hashed, never the files again."""
+
+    @property
+    def runtime_entries(self) -> tuple[LockEntry, ...]: ...
+    @property
+    def runtime_sha256(self) -> str: ...
+    @property
+    def os_entries(self) -> tuple[DebEntry, ...]: ...
+
+
 def expectations(
-    target: Target, pinned: PinnedSource, locks, build_date: dt.date, today: dt.date | None = None
+    target: Target, pinned: PinnedSource, locks: BuiltFrom, build_date: dt.date, today: dt.date | None = None
 ) -> Expectations:
     """What the image must hold, from the matrix, the source and ``locks`` (a plan.LockSet: the
     lock bytes the build read, hashed and built from, never the files again)."""
@@ -350,10 +364,18 @@ def _parse_junit(path: Path) -> list[CheckResult]:
 
 
 def check_target(
-    engine: Engine, target: Target, locks, pinned: PinnedSource, ref: str, build_date: dt.date, out_dir: Path
+    engine: Engine,
+    ref: str,
+    *,
+    target: Target,
+    locks: BuiltFrom,
+    pinned: PinnedSource,
+    build_date: dt.date,
+    out_dir: Path,
 ) -> Report:
-    """Run every check on ``ref`` for ``target`` (``locks``: the plan.LockSet it was built from) and
-    log a table; the caller decides what a failure means."""
+    """Run every check on ``ref`` for ``target`` (built from ``locks`` and ``pinned`` on
+    ``build_date``), the report under ``out_dir``, and log a table; the caller decides what a
+    failure means."""
     expect = expectations(target, pinned, locks, build_date)
     report = run(engine, ref, expect, out_dir / contract.CHECK_REPORT_NAME)
     for r in report.results:

@@ -84,10 +84,14 @@ class BuildResult:
 
 
 class Engine(Protocol):
-    """The seam: what the pipeline asks of Docker. Fakes in the unit tests implement this."""
+    """The seam: what the pipeline asks of Docker. Fakes in the unit tests implement this
+    (tests/unit/fakeengine.py). The two sub-seams are read-only, so an implementation may hold
+    its own registry or container type as long as it provides what the seam names."""
 
-    containers: ContainerSeam
-    registry: RegistrySeam
+    @property
+    def containers(self) -> ContainerSeam: ...
+    @property
+    def registry(self) -> RegistrySeam: ...
 
     def preflight(self, builder: str | None = None) -> EngineInfo: ...
     def build(self, req: BuildRequest, log_path: Path, echo: Callable[[str], None]) -> BuildResult: ...

@@ -287,6 +287,8 @@ def test(plan: Plan, engine: Engine, image: str | None):
         "test-" + dt.datetime.now(dt.timezone.utc).strftime("%Y%m%dT%H%M%SZ") + "-" + token_hex(3),
     )
     with log.step(f"{target.name}: image checks on {ref}"):
-        report = imagechecks.check_target(engine, target, locks, pinned, ref, build_date, out_dir)
+        report = imagechecks.check_target(
+            engine, ref, target=target, locks=locks, pinned=pinned, build_date=build_date, out_dir=out_dir
+        )
         report.raise_for_failures()
     return report

@@ -58,7 +58,13 @@ def check_image(prep: Prepared, pushed: str) -> None:
     target, today = prep.target, dt.datetime.now(dt.timezone.utc).date()
     with log.step(f"{target.name}: image checks on {pushed}"):
         report = imagechecks.check_target(
-            prep.ctx.engine, target, prep.ctx.locks, prep.pinned, pushed, today, prep.workdir
+            prep.ctx.engine,
+            pushed,
+            target=target,
+            locks=prep.ctx.locks,
+            pinned=prep.pinned,
+            build_date=today,
+            out_dir=prep.workdir,
         )
         report.raise_for_failures()
 

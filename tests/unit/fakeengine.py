@@ -32,8 +32,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from builder.engine.buildx import BuildRequest, BuildResult, EngineInfo, ImageConfig
-from builder.engine.containers import ContainerSeam
-from builder.engine.registry import Manifest, RegistrySeam, split_reference
+from builder.engine.registry import Manifest, split_reference
 from builder.errors import BuildError, RegistryUnavailable
 
 if TYPE_CHECKING:
@@ -186,17 +185,13 @@ class FakeContainers:
 
 
 class FakeEngine:
-    """Engine: builds are recorded (``requests``) and pushed to the in-memory ``registry``
-    (``fake_registry`` is the same object, typed as the fake for its test-only knobs)."""
-
-    # As the Protocol declares them: its attributes are mutable, so their types must match exactly.
-    registry: RegistrySeam
-    containers: ContainerSeam
+    """Engine: builds are recorded (``requests``) and pushed to the in-memory ``registry``, whose
+    test-only knobs (``serve_pushes``...) the tests set directly: the Protocol's sub-seams are
+    read-only, so the fake keeps its own types."""
 
     def __init__(self, *, reproducible: bool = True, driver: str = "docker-container") -> None:
         self.events: list[tuple] = []
-        self.fake_registry = FakeRegistry(self.events)
-        self.registry = self.fake_registry
+        self.registry = FakeRegistry(self.events)
         self.containers = FakeContainers(self)
         self.reproducible = reproducible
         self.driver = driver
@@ -226,7 +221,7 @@ class FakeEngine:
             "rootfs": {"type": "layers", "diff_ids": [_sha256(gzip.decompress(layer))]},
         }
         name, tag = split_reference(req.tags[0])
-        digest = self.fake_registry.push(name, tag, config, [layer])
+        digest = self.registry.push(name, tag, config, [layer])
         self.installed[digest] = _wheels(req.context)
         with open(log_path, "a") as fh:
             fh.write(f"#1 pushing {req.tags[0]}@{digest}\n")
@@ -236,9 +231,7 @@ class FakeEngine:
     def import_and_push(self, rootfs_tar: Path, ref: str) -> str:
         data = Path(rootfs_tar).read_bytes()
         name, tag = split_reference(ref)
-        return self.fake_registry.push(
-            name, tag, {"architecture": "amd64", "os": "linux"}, [gzip.compress(data, mtime=0)]
-        )
+        return self.registry.push(name, tag, {"architecture": "amd64", "os": "linux"}, [gzip.compress(data, mtime=0)])
 
     def image_config(self, ref: str) -> ImageConfig:
         config = self._config(ref)
@@ -254,7 +247,7 @@ class FakeEngine:
         return json.dumps(self._config(ref))
 
     def _config(self, ref: str) -> dict:
-        config = self.fake_registry.image_config(ref)
+        config = self.registry.image_config(ref)
         if config is None:
             raise BuildError(f"{ref}: not served by the fake registry")
         return config

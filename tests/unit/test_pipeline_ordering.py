@@ -163,7 +163,7 @@ def test_a_build_pushes_checks_attaches_and_records_in_that_order(plan, checks):
     req = engine.requests[0]
     assert req.tags == (f"{REGISTRY}/k3/smoke:smoke",) and not req.no_cache
     assert req.build_args["K3_LOCK_SHA256"] == record.lock_sha256
-    attached = engine.fake_registry.referrers(f"{REGISTRY}/k3/smoke", record.digest)
+    attached = engine.registry.referrers(f"{REGISTRY}/k3/smoke", record.digest)
     assert {sha256_bytes(v) for v in attached.values()} == {
         record.build["sbom_sha256"],
         record.build["provenance_sha256"],
@@ -175,7 +175,7 @@ def test_a_build_pushes_checks_attaches_and_records_in_that_order(plan, checks):
 
 def test_a_push_the_registry_does_not_serve_is_never_checked_or_recorded(plan, checks):
     engine = FakeEngine()
-    engine.fake_registry.serve_pushes = False  # accepted, then not served (a registry that lost it)
+    engine.registry.serve_pushes = False  # accepted, then not served (a registry that lost it)
     with pytest.raises(BuildError, match=r"the registry does not serve .*after the push; the build log is kept"):
         pipeline.build(plan, engine, BuildOptions())
     assert engine.builds() == 1
@@ -188,14 +188,14 @@ def test_a_failing_check_records_nothing_and_the_old_record_stands(plan, checks)
     engine = FakeEngine(reproducible=False)
     pipeline.build(plan, engine, BuildOptions())
     before = _record_set(plan)
-    attached = {k: dict(v) for k, v in engine.fake_registry.attached.items()}
+    attached = {k: dict(v) for k, v in engine.registry.attached.items()}
     checks.failing = "cuda_runtime"
     with pytest.raises(CheckFailed, match="image checks failed: cuda_runtime"):
         pipeline.build(plan, engine, BuildOptions(force=True))
     assert engine.builds() == 2 and len(checks.images) == 2  # built, pushed and checked again...
     assert checks.images[1] != checks.images[0]
     assert _record_set(plan) == before  # ...and the record set is the old one, byte for byte
-    assert engine.fake_registry.attached == attached  # no SBOM or provenance for the failed image
+    assert engine.registry.attached == attached  # no SBOM or provenance for the failed image
 
 
 def test_an_image_carrying_a_secret_of_the_build_is_withdrawn_unchecked_and_unrecorded(plan, checks):
@@ -230,7 +230,7 @@ def test_the_shortcut_needs_the_registry_to_serve_the_recorded_image_under_the_t
     engine = FakeEngine()
     first = pipeline.build(plan, engine, BuildOptions())
     name = f"{REGISTRY}/k3/smoke"
-    engine.fake_registry.tags[(name, "smoke")] = "sha256:" + "e" * 64  # the tag moved to another image
+    engine.registry.tags[(name, "smoke")] = "sha256:" + "e" * 64  # the tag moved to another image
     again = pipeline.build(plan, engine, BuildOptions())
     assert (again.up_to_date, engine.builds(), again.digest) == (False, 2, first.digest)
 
@@ -270,7 +270,7 @@ def test_a_record_write_killed_past_its_commit_point_is_finished_at_the_next_sta
     journal = _record_set(plan)
     assert store.COMMIT_MARKER in journal and contract.RECORD_NAME + store.PENDING in journal
     assert _recorded(plan).digest == old.digest  # the old record is still in place...
-    new_digest = engine.fake_registry.tags[(f"{REGISTRY}/k3/smoke", "smoke")]
+    new_digest = engine.registry.tags[(f"{REGISTRY}/k3/smoke", "smoke")]
     assert new_digest != old.digest
     said = _said(monkeypatch)
     again = pipeline.build(plan, engine, BuildOptions())  # ...until the next start rolls it forward
@@ -369,4 +369,6 @@ def test_the_fake_keeps_to_the_engine_seam():
             if callable(member) and not name.startswith("_"):
                 want = list(inspect.signature(member).parameters)
                 assert list(inspect.signature(getattr(fake, name)).parameters) == want, (fake.__name__, name)
-    assert {"registry", "containers"} <= set(Engine.__annotations__)
+    assert all(isinstance(vars(Engine).get(seam), property) for seam in ("registry", "containers"))
+    fake = FakeEngine()
+    assert isinstance(fake.registry, FakeRegistry) and isinstance(fake.containers, FakeContainers)
