@@ -134,7 +134,8 @@ class NotReproduced(BuilderError):
 
 
 class DriftError(BuilderError):
-    """A committed Dockerfile differs from what the matrix renders."""
+    """A committed generated file differs from what its source makes now: a Dockerfile from the
+    matrix (`build render --check`), the matrix schema from the models (`build schema --check`)."""
 
     exit_code = 1
 

@@ -197,12 +197,6 @@ def docker_credentials(host: str) -> CredentialLookup:
     return _from_auths(config.get("auths"), host, str(path))
 
 
-def _docker_auth(host: str) -> str | None:
-    """Base64 'user:secret' for a basic Authorization header, or None (anonymous)."""
-    creds = docker_credentials(host).credentials
-    return creds.basic() if creds and not creds.identity_token else None
-
-
 # --- a 401's challenge ----------------------------------------------------------------------------
 
 

@@ -25,18 +25,23 @@ REPO = Path(__file__).resolve().parents[2]
 MUTMUT = Path(sys.executable).with_name("mutmut")
 
 # Module -> the functions whose mutants count (None: every function and method in the module).
-# lock.py: the two rules the build relies on; log.py: redaction; cli.py: the exit mapping.
+# Modules are named below builder/ (config.matrix is builder/config/matrix.py). deps.lock: the two
+# rules the build relies on; log: redaction; cli and commands._common: the exit mapping.
 SCOPE: dict[str, tuple[str, ...] | None] = {
-    "matrix": None,
-    "lock": ("check_torch_build", "parse_lock", "_split_header", "entries_of"),
-    "render": None,
-    "checklist": None,
-    "compat": None,
-    "doctor": None,
+    "config.matrix": None,
+    "config.schema": None,
+    "config.patterns": None,
+    "config.cascade": None,
+    "deps.lock": ("check_torch_build", "parse_lock", "_split_header", "entries_of"),
+    "dockerfile.render": None,
+    "checks.checklist": None,
+    "host.compat": None,
+    "host.doctor": None,
     "log": ("register_secret", "redact"),
     "errors": None,
-    "cli": ("main", "_terminate", "xǁOutputǁfinish"),
-    "cudamajor": None,
+    "cli": ("main", "_terminate"),
+    "commands._common": ("xǁOutputǁfinish",),
+    "config.cudamajor": None,
 }
 
 KILLED = {1, 3, 36, 24, -24, 152, 255, 37}  # a failing test, pytest's internal error, a timeout, a type check
@@ -59,7 +64,7 @@ def _in_scope(module: str, name: str) -> bool:
 
 
 def results(module: str) -> dict[str, int | None]:
-    meta = REPO / "mutants" / "builder" / f"{module}.py.meta"
+    meta = REPO / "mutants" / "builder" / f"{module.replace('.', '/')}.py.meta"
     if not meta.exists():
         return {}
     codes = json.loads(meta.read_text())["exit_code_by_key"]
@@ -69,7 +74,7 @@ def results(module: str) -> dict[str, int | None]:
 def report(modules: list[str], threshold: float) -> int:
     total_killed = total_checked = 0
     survivors: list[str] = []
-    print(f"{'module':<12} {'killed':>7} {'checked':>8} {'ratio':>7}  not run")
+    print(f"{'module':<18} {'killed':>7} {'checked':>8} {'ratio':>7}  not run")
     for module in modules:
         codes = results(module)
         # Not run: no result yet (None) or skipped (34). A mutant no test reaches (33, 5) counts: it survives.
@@ -77,11 +82,11 @@ def report(modules: list[str], threshold: float) -> int:
         killed = sum(c in KILLED for c in checked.values())
         survivors += sorted(n for n, c in checked.items() if c not in KILLED)
         ratio = killed / len(checked) if checked else 0.0
-        print(f"{module:<12} {killed:>7} {len(checked):>8} {ratio:>7.1%}  {len(codes) - len(checked)}")
+        print(f"{module:<18} {killed:>7} {len(checked):>8} {ratio:>7.1%}  {len(codes) - len(checked)}")
         total_killed += killed
         total_checked += len(checked)
     ratio = total_killed / total_checked if total_checked else 0.0
-    print(f"{'total':<12} {total_killed:>7} {total_checked:>8} {ratio:>7.1%}")
+    print(f"{'total':<18} {total_killed:>7} {total_checked:>8} {ratio:>7.1%}")
     if survivors:
         print("\nsurviving mutants (.venv/bin/mutmut show NAME):")
         for name in survivors:
