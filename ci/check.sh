@@ -9,7 +9,9 @@ bin=.venv/bin
 step() { printf '== %s\n' "$*" >&2; }
 step "ruff check";        "$bin/ruff" check --quiet .
 step "ruff format";       "$bin/ruff" format --check --quiet .
-step "mypy";              "$bin/mypy" && "$bin/mypy" tests/unit/fakeengine.py  # the package; the fake held to the seam
+step "mypy";              "$bin/mypy"
+step "mypy (the fake)";   "$bin/mypy" tests/unit/fakeengine.py  # the unit tests' FakeEngine held to the seam
+step "render --check";    "$bin/build" render --check >/dev/null
 step "mkdocs --strict"
 site=$(mktemp -d)
 trap 'rm -rf "$site"' EXIT

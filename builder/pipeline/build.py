@@ -269,7 +269,7 @@ def _attached_as_recorded(plan: Plan, engine: Engine, previous: records.Record) 
 
 def test(plan: Plan, engine: Engine, image: str | None):
     """`build test`: the image checks on ``image`` (default: the recorded image), JUnit beside."""
-    from builder.checks import runner as imagechecks
+    from builder.checks import runner
 
     target = plan.target
     record = records.read(contract.record_path(plan.root, target.name))
@@ -287,7 +287,7 @@ def test(plan: Plan, engine: Engine, image: str | None):
         "test-" + dt.datetime.now(dt.timezone.utc).strftime("%Y%m%dT%H%M%SZ") + "-" + token_hex(3),
     )
     with log.step(f"{target.name}: image checks on {ref}"):
-        report = imagechecks.check_target(
+        report = runner.check_target(
             engine, ref, target=target, locks=locks, pinned=pinned, build_date=build_date, out_dir=out_dir
         )
         report.raise_for_failures()

@@ -53,11 +53,11 @@ def _base_layers(engine: Engine, target: Target) -> frozenset[str]:
 def check_image(prep: Prepared, pushed: str) -> None:
     """Before the record: image.json only names an image that passed its checks. A failing check
     fails the command; the image stays in the registry and the JUnit report beside the log."""
-    from builder.checks import runner as imagechecks
+    from builder.checks import runner
 
     target, today = prep.target, dt.datetime.now(dt.timezone.utc).date()
     with log.step(f"{target.name}: image checks on {pushed}"):
-        report = imagechecks.check_target(
+        report = runner.check_target(
             prep.ctx.engine,
             pushed,
             target=target,

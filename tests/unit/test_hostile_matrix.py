@@ -79,7 +79,7 @@ NASTY = [
     "😀",
 ]
 
-# Characters no pattern in builder/config/matrix.py accepts anywhere: each breaks a line, quotes, expands or
+# Characters no pattern in builder/config/patterns.py accepts anywhere: each breaks a line, quotes, expands or
 # escapes in a Dockerfile or a shell. A value holding one is refused at every leaf, whatever its key.
 FORBIDDEN = ["\n", "\r", '"', "`", "$", "\\", "\x00", "\u2028", "{", "}"]
 NASTY = [

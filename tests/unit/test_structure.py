@@ -1,4 +1,4 @@
-"""The shape of the package, asserted rather than kept by hand (CONTRIBUTING.md, "Layout"):
+"""The shape of the package, asserted rather than kept by hand (CONTRIBUTING.md, "The structure rules"):
 
 - each subpackage's docstring says what it owns and, on a ``May import:`` line, which other
   subpackages it may import; those declarations form a layering with no cycle, and the code keeps
