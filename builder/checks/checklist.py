@@ -422,6 +422,26 @@ def test_image_hygiene(image_host, expect):
     )
 
 
+def test_package_files(image_host, expect):
+    # A release built from a checkout ships every tracked file under the package (setuptools-scm's
+    # file finder); PyPI's vLLM 0.30.0 wheel holds all 3,088 files of its sdist's vllm/. A build
+    # from an export without VCS metadata drops the non-Python ones silently, and nothing imports
+    # a shell wrapper or a tuning config until a user's flag needs it.
+    if not expect.package_files:
+        pytest.skip(f"the source carries no {expect.package}/ directory at the pinned commit")
+    request = {"distribution": expect.source_package[0], "package": expect.package}
+    found = run_probe(image_host, "files", request)
+    assert "error" not in found, f"expected the files probe to list {expect.package}/, found {found.get('error')}"
+    installed = found["files"]
+    missing = sorted(path for path in expect.package_files if path not in installed)
+    not_exec = sorted(p for p, x in expect.package_files.items() if x and p in installed and not installed[p])
+    problems = [f"{p} missing" for p in missing] + [f"{p} not executable" for p in not_exec]
+    assert not problems, (
+        f"expected every file of {expect.package}/ at the pinned commit ({len(expect.package_files)}) in "
+        f"{found['root']}, found {len(missing)} missing and {len(not_exec)} not executable: " + _listing(problems)
+    )
+
+
 def test_recipe_cli(image_host, expect):
     recipe = expect.recipe
     if not recipe:

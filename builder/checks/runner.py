@@ -88,6 +88,8 @@ class Expectations:
     optional_libraries: dict[str, str] = field(default_factory=dict)  # ELF path pattern -> why
     dlopen: dict[str, str] = field(default_factory=dict)  # library loaded by name at run time -> by whom
     os_packages: OsExpectations | None = None  # None: the target has no os_packages
+    package: str = ""  # the source's top-level package directory (vllm)
+    package_files: dict[str, bool] = field(default_factory=dict)  # its files at the pin -> executable
 
     @property
     def cuda_major(self) -> int:
@@ -133,6 +135,7 @@ def expectations(
     labels = render.static_labels(target)
     labels[contract.OCI_CREATED] = contract.created_iso(pinned.source_date_epoch)
     labels[target.labels.lock_sha256] = locks.runtime_sha256
+    package = normalize(target.source.package).replace("-", "_")  # vllm -> vllm/, the import name
     return Expectations(
         target=target.name,
         cuda_version=target.cuda.version,
@@ -161,6 +164,8 @@ def expectations(
         optional_libraries=dict(target.runtime.optional_libraries),
         dlopen=dict(target.runtime.dlopen),
         os_packages=os_expectations(target, locks.os_entries),
+        package=package,
+        package_files=pinned.files_under(package),
     )
 
 

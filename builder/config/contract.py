@@ -310,6 +310,9 @@ CHECKS = {
     "image_hygiene": "no symlink under the application prefix dangles or points into a build-only path, and no "
     ".pth, RECORD, direct_url.json, shebang, *.cmake or *.pc file names a build-only path "
     "(/third_party, /src, /build, /ctx, /layers)",
+    "package_files": "every file the source carries under its package directory at the pinned commit (vllm/: "
+    "configs, shell wrappers, templates, not only .py) is installed in the image's package, executable "
+    "where git records it executable, as a release built from a checkout ships it",
     "recipe_cli": "the matrix's launch command (runtime.recipe) parses with the image's own CLI parser, passes "
     "its validation, every option the matrix names resolves through the CLI's registry, and the "
     "model architecture resolves through the model registry; nothing is started",

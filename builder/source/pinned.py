@@ -27,6 +27,17 @@ if TYPE_CHECKING:  # GitPython costs ~40 ms to import: only the commands that fe
     import git
 
 
+# A checkout's package data is what its VCS tracks: setuptools includes the files setuptools-scm's
+# file finder lists (include_package_data, on by default for a pyproject project), and the finder
+# asks git. An export has no .git, so the finder lists nothing and every non-Python file under the
+# package (vLLM 0.30.0: numa_wrapper.sh, which --numa-bind execs, and 42 tuning configs and
+# READMEs) silently drops out of the wheel. With .git_archival.txt naming a commit (as `git archive`
+# writes it for a repository that asks for export-subst), the finder lists every file of the
+# archive instead: an archive holds exactly the tracked files. It is written by the tool from the
+# pin (replacing any the tree carries), and the package_files check holds the result.
+ARCHIVAL_NAME = ".git_archival.txt"
+
+
 @dataclass(frozen=True)
 class PinnedSource:
     """A verified commit in the local mirror."""
@@ -46,12 +57,32 @@ class PinnedSource:
             return None
         return blob.data_stream.read()
 
+    def files_under(self, directory: str) -> dict[str, bool]:
+        """Every regular file the commit carries under ``directory`` (a path relative to the root),
+        with whether git records it as executable; symlinks and submodules are not files."""
+        try:
+            tree = self.repo.commit(self.commit).tree / directory
+        except KeyError:
+            return {}
+        if tree.type != "tree":
+            return {}
+        files = {}
+        for item in tree.traverse():
+            # traverse() yields blobs, trees and submodules (typed as a union with tuples): keep the
+            # regular files, 100644 or 100755; a symlink (120000) or a submodule is not one.
+            mode = getattr(item, "mode", 0)
+            if getattr(item, "type", None) == "blob" and mode & 0o170000 == 0o100000:
+                files[str(getattr(item, "path"))] = bool(mode & 0o111)  # noqa: B009 - the union has no .path
+        return files
+
     def export(self, dest: Path) -> Path:
-        """Extract ``git archive <commit>`` into dest (replaced), mtimes fixed to the commit time."""
+        """Extract ``git archive <commit>`` into dest (replaced), mtimes fixed to the commit time,
+        with a ``.git_archival.txt`` naming the commit (ARCHIVAL_NAME: why)."""
         if dest.exists():
             shutil.rmtree(dest)
         dest.mkdir(parents=True)
         _archive_into(self.repo, self.commit, dest)
+        (dest / ARCHIVAL_NAME).write_text(f"node: {self.commit}\n")
         clamp_mtimes(dest, self.source_date_epoch)
         return dest
 

@@ -100,6 +100,18 @@ VARIANTS = {
         {"image_hygiene"},
         f"symlink {SITE}/k3smoke/kernels_dev -> /third_party/k3kernels/python/k3kernels_py dangles",
     ),
+    # Package data a wheel built without VCS metadata drops (vLLM: its tuning configs), and a shell
+    # wrapper that lost its execute bit (vLLM: numa_wrapper.sh, which --numa-bind execs).
+    "dropped-package-data": (
+        f"USER 0\nRUN rm -f {SITE}/k3smoke/configs/*.json\nUSER 2000:2000",
+        {"package_files"},
+        "k3smoke/configs/E=8,N=128,device_name=K3-Smoke.json missing",
+    ),
+    "wrapper-not-executable": (
+        f"USER 0\nRUN chmod a-x {SITE}/k3smoke/utils/numa_wrapper.sh\nUSER 2000:2000",
+        {"package_files"},
+        "k3smoke/utils/numa_wrapper.sh not executable",
+    ),
     # A later layer that replaces a file of the OS layer: numactl is no longer the package's.
     "os-layer": (
         "USER 0\nRUN printf '#!/bin/sh\\nexit 3\\n' > /usr/bin/numactl\nUSER 2000:2000",

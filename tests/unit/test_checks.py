@@ -100,6 +100,13 @@ TREES_OK = {
     "skipped": {"vllm.third_party.fmha_sm100.cute.test_x": "vllm.third_party.fmha_sm100.cute.*"},
 }
 ELF_OK = {"elves": 3, "unresolved": [], "other_major": [], "preloaded": 12, "ld_cache": 40}
+# The files probe's answer for an image that holds the source's vllm/ (data files included).
+SITE = "/opt/k3/venv/lib/python3.12/site-packages"
+FILES_OK = {
+    "root": f"{SITE}/vllm",
+    "files": {"vllm/__init__.py": False, "vllm/utils/numa_wrapper.sh": True, "vllm/configs/E=8.json": False},
+}
+
 HYGIENE_OK = {
     "links": 2,
     "files": 40,
@@ -141,7 +148,9 @@ class FakeHost:
 
     def __init__(self, pip=(0, ""), find="", toolchain=(0, TOOLCHAIN_OK), probe=None, os_probe=None, **probes):
         self.pip, self.find, self.toolchain, self.probe = pip, find, toolchain, probe
-        self.probes = copy.deepcopy({"trees": TREES_OK, "elf": ELF_OK, "hygiene": HYGIENE_OK, "recipe": RECIPE_OK})
+        self.probes = copy.deepcopy(
+            {"trees": TREES_OK, "elf": ELF_OK, "hygiene": HYGIENE_OK, "recipe": RECIPE_OK, "files": FILES_OK}
+        )
         self.probes.update(probes)
         self.os_probe = os_probe if os_probe is not None else {"problems": [], "checked": len(OS_OK.locked)}
         self.calls: list[tuple[str, tuple]] = []
@@ -187,6 +196,8 @@ def _correct():
         python_skip={"vllm.third_party.fmha_sm100.cute.*": "own root"},
         recipe=dict(RECIPE),
         os_packages=OS_OK,
+        package="vllm",
+        package_files={"vllm/__init__.py": False, "vllm/utils/numa_wrapper.sh": True, "vllm/configs/E=8.json": False},
     )
     image = _image(labels=dict(LABELS), env={"CUDA_VERSION": "12.9.1", "CUDA_HOME": "/usr/local/cuda"})
     return _facts(), e, image, FakeHost(probe=_facts())
@@ -217,7 +228,7 @@ def _run_all(f, e, image, host) -> tuple[list[str], list[str]]:
 def test_a_correct_cu129_image_passes():
     f, e, image, host = _correct()
     ran, warnings = _run_all(f, e, image, host)
-    assert ran == list(contract.CHECKS) and len(ran) == 17  # every check ran, none skipped
+    assert ran == list(contract.CHECKS) and len(ran) == 18  # every check ran, none skipped
     assert warnings == ["python_trees: skipped 1 module(s) matching vllm.third_party.fmha_sm100.cute.*: own root"]
     commands = " ".join(c for c, _ in host.calls)
     assert "pip check" in commands and "find / " in commands and "sh -c %s" in commands
@@ -271,6 +282,7 @@ def test_each_check_can_fail_on_an_otherwise_correct_image(name):
                 "counts": {"dangling": 1, "outside": 0, "named": 0},
             }
         ),
+        "package_files": lambda: host.probes["files"]["files"].pop("vllm/configs/E=8.json"),
         "recipe_cli": lambda: host.probes.update(
             recipe={
                 **RECIPE_OK,
@@ -920,6 +932,9 @@ class _Pinned:
     def read(self, path):
         return self.files.get(path)
 
+    def files_under(self, directory):
+        return {p: p.endswith(".sh") for p in self.files if p.startswith(directory + "/")}
+
 
 def test_expectations_come_from_the_matrix_the_lock_and_the_source(tmp_path):
     t = matrix.load(REPO / "matrix.yaml").target("cu129")
@@ -931,6 +946,7 @@ def test_expectations_come_from_the_matrix_the_lock_and_the_source(tmp_path):
     lock_path.write_text(f"{lock.BODY_HEADER}{sha256_bytes(body.encode())}\n{body}")
     setup = b'ext_modules.append(CMakeExtension(name="vllm._C"))\n'
     files = {p: (setup if p == "setup.py" else b"") for p in t.source.extensions.declared_in}
+    files.update({"vllm/utils/numa_wrapper.sh": b"", "vllm/__init__.py": b"", "vllmx/other.py": b""})
     deb = oslock.DebEntry(
         "libnuma1", "2.0.14-3ubuntu2", "amd64", "https://snapshot.ubuntu.com/x/libnuma1.deb", 1, "c" * 64
     )
@@ -954,6 +970,8 @@ def test_expectations_come_from_the_matrix_the_lock_and_the_source(tmp_path):
         270,
     )
     assert e.source_package == ("vllm", "0.30.0+cu129")
+    assert e.package == "vllm"
+    assert e.package_files == {"vllm/utils/numa_wrapper.sh": True, "vllm/__init__.py": False}
     assert e.nvcc_arch == "sm_" + t.cuda.arch_list[0].split("+")[0].replace(".", "")
     assert set(t.source.extensions.add) <= set(e.modules.required) and e.cuda_home == t.runtime.cuda_home
     bare = t.model_copy(update={"flashinfer": None, "nccl": None})
@@ -1225,3 +1243,23 @@ def test_the_recipe_probe_gets_its_own_environment_and_stale_skips_are_reported(
     ((command, _),) = [c for c in host.calls if c[1][0] == probes.script("recipe")]
     assert command.startswith("LD_LIBRARY_PATH=") and " VLLM_TARGET_DEVICE=cpu python -c %s %s" in command
     assert "python_trees: skip pattern vllm.gone.* matches no module: drop it from python_skip" in warnings
+
+
+def test_package_files_names_what_the_wheel_dropped_and_what_lost_its_execute_bit():
+    f, e, image, host = _correct()
+    host.probes["files"]["files"].pop("vllm/configs/E=8.json")
+    host.probes["files"]["files"]["vllm/utils/numa_wrapper.sh"] = False
+    with pytest.raises(AssertionError) as failed:
+        _run_one("package_files", f, e, image, host)
+    message = str(failed.value)
+    assert "vllm/configs/E=8.json missing" in message and "vllm/utils/numa_wrapper.sh not executable" in message
+    assert "found 1 missing and 1 not executable" in message
+    request = next(json.loads(args[1]) for _, args in host.calls if args and args[0] == probes.script("files"))
+    assert request == {"distribution": "vllm", "package": "vllm"}
+
+
+def test_package_files_skips_a_source_without_the_package_directory():
+    f, e, image, host = _correct()
+    e = dataclasses.replace(e, package_files={})
+    with pytest.raises(AssertionError, match="skipped: the source carries no vllm/ directory"):
+        _run_one("package_files", f, e, image, host)

@@ -320,3 +320,24 @@ def test_trees_shows_the_error_a_package_re_raised(tmp_path):
     assert found["imported"]["k3fa"] == (
         "ImportError: k3fa requires its compiled extension (from ModuleNotFoundError: No module named 'k3fa_missing_C')"
     )
+
+
+def test_files_lists_the_installed_package_with_execute_bits_and_without_bytecode(tmp_path):
+    site = tmp_path / "site"
+    pkg = site / "k3smoke"
+    (pkg / "utils").mkdir(parents=True)
+    (pkg / "__pycache__").mkdir()
+    (pkg / "__init__.py").write_text("")
+    (pkg / "__pycache__" / "__init__.cpython-312.pyc").write_bytes(b"")
+    wrapper = pkg / "utils" / "numa_wrapper.sh"
+    wrapper.write_text('#!/bin/sh\nexec "$@"\n')
+    wrapper.chmod(0o755)
+    os.symlink("numa_wrapper.sh", pkg / "utils" / "link.sh")  # a link is not a file the source carries
+    info = site / "k3smoke-0.1.0.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: k3smoke\nVersion: 0.1.0\n")
+    found = run("files", {"distribution": "k3smoke", "package": "k3smoke"}, env={"PYTHONPATH": str(site)})
+    assert found["root"] == str(pkg.resolve())
+    assert found["files"] == {"k3smoke/__init__.py": False, "k3smoke/utils/numa_wrapper.sh": True}
+    missing = run("files", {"distribution": "k3smoke", "package": "nothere"}, env={"PYTHONPATH": str(site)})
+    assert "no such directory" in missing["error"]

@@ -602,3 +602,31 @@ def test_the_archive_is_streamed_not_held_in_memory(upstream, tmp_path):
     (tmp_path / "out" / "large.bin").unlink()  # 200 MB: not kept among pytest's last runs
     assert size == 200 << 20
     assert grown_kib < 50 * 1024, f"the export grew the process by {grown_kib // 1024} MiB"
+
+
+def test_the_export_names_its_commit_for_setuptools_scm_and_replaces_any_archival_file(upstream, tmp_path):
+    # Without VCS metadata setuptools-scm's file finder lists nothing and a wheel built from the
+    # export drops its package data; .git_archival.txt with the node makes it list every file.
+    (Path(upstream.working_dir) / ".git_archival.txt").write_text("node: $Format:%H$\n")
+    upstream.git.add(A=True)
+    with upstream.git.custom_environment(**_ENV):
+        upstream.git.commit("-q", "-m", "archival")
+    pinned = source.fetch(_src(upstream))
+    out = pinned.export(tmp_path / "export")
+    assert (out / ".git_archival.txt").read_text() == f"node: {pinned.commit}\n"
+    assert os.lstat(out / ".git_archival.txt").st_mtime == pinned.source_date_epoch
+
+
+def test_files_under_a_directory_come_with_their_execute_bit(upstream):
+    root = Path(upstream.working_dir)
+    (root / "p" / "utils").mkdir(parents=True)
+    (root / "p" / "__init__.py").write_text("")
+    (root / "p" / "utils" / "wrap.sh").write_text("#!/bin/sh\n")
+    (root / "p" / "utils" / "wrap.sh").chmod(0o755)
+    os.symlink("wrap.sh", root / "p" / "utils" / "link.sh")
+    upstream.git.add(A=True)
+    with upstream.git.custom_environment(**_ENV):
+        upstream.git.commit("-q", "-m", "package")
+    pinned = source.fetch(_src(upstream))
+    assert pinned.files_under("p") == {"p/__init__.py": False, "p/utils/wrap.sh": True}
+    assert pinned.files_under("absent") == {} and pinned.files_under("p/__init__.py") == {}

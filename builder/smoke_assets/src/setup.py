@@ -77,8 +77,12 @@ def echo_test_secrets() -> None:
 
 
 def get_version() -> str:
-    # The pipeline chooses the whole version, local label included (e.g. 0.1.0+cu129).
-    return os.environ.get("K3SMOKE_VERSION_OVERRIDE") or "0.1.0"
+    # The pipeline chooses the whole version, local label included (e.g. 0.1.0+cu129). As vLLM's
+    # get_vllm_version does with VLLM_VERSION_OVERRIDE, it is handed to setuptools-scm too, which
+    # [tool.setuptools_scm] in pyproject.toml switches on (its file finder lists the package data).
+    version = os.environ.get("K3SMOKE_VERSION_OVERRIDE") or "0.1.0"
+    os.environ["SETUPTOOLS_SCM_PRETEND_VERSION"] = version
+    return version
 
 
 ext_modules = [CMakeExtension(name="k3smoke._C")]

@@ -1,0 +1,1 @@
+"""Utilities; numa_wrapper.sh beside this file is package data (vLLM: vllm/utils/)."""
