@@ -311,8 +311,9 @@ CHECKS = {
     ".pth, RECORD, direct_url.json, shebang, *.cmake or *.pc file names a build-only path "
     "(/third_party, /src, /build, /ctx, /layers)",
     "package_files": "every file the source carries under its package directory at the pinned commit (vllm/: "
-    "configs, shell wrappers, templates, not only .py) is installed in the image's package, executable "
-    "where git records it executable, as a release built from a checkout ships it",
+    "configs, shell wrappers, templates, not only .py) is installed in the image's package, and every "
+    "data file git records executable is executable (modules are not: setuptools drops their mode), as "
+    "a release built from a checkout ships it",
     "recipe_cli": "the matrix's launch command (runtime.recipe) parses with the image's own CLI parser, passes "
     "its validation, every option the matrix names resolves through the CLI's registry, and the "
     "model architecture resolves through the model registry; nothing is started",

@@ -1254,6 +1254,12 @@ def test_package_files_names_what_the_wheel_dropped_and_what_lost_its_execute_bi
     message = str(failed.value)
     assert "vllm/configs/E=8.json missing" in message and "vllm/utils/numa_wrapper.sh not executable" in message
     assert "found 1 missing and 1 not executable" in message
+    # A module git records executable is not expected to stay so (setuptools drops modules' modes).
+    e = dataclasses.replace(e, package_files={**e.package_files, "vllm/envs.py": True})
+    host.probes["files"]["files"]["vllm/envs.py"] = False
+    with pytest.raises(AssertionError) as failed:
+        _run_one("package_files", f, e, image, host)
+    assert "vllm/envs.py" not in str(failed.value)
     request = next(json.loads(args[1]) for _, args in host.calls if args and args[0] == probes.script("files"))
     assert request == {"distribution": "vllm", "package": "vllm"}
 

@@ -1,4 +1,7 @@
-"""The stand-in for vllm/entrypoints/launchers/cli_args.py: the `serve` arguments."""
+"""The stand-in for vllm/entrypoints/launchers/cli_args.py: the `serve` arguments.
+
+Executable in git, as vLLM's envs.py is: setuptools copies modules into the wheel without their
+mode, so the package_files check must not expect the bit on a module."""
 
 import argparse
 
