@@ -173,10 +173,9 @@ def compile_cache(options: BuildOptions, target: Target) -> Setting:
     """The remote compile cache's backend: --compile-cache or $K3_COMPILE_CACHE (build_options
     resolved those two), else the target's compile.cache_url, else none."""
     if options.compile_cache:
-        layer = "environment" if options.compile_cache_from_env else "flags"
-        return Setting(
-            options.compile_cache, layer, "$K3_COMPILE_CACHE" if layer == "environment" else "--compile-cache"
-        )
+        if options.compile_cache_from_env:
+            return Setting(options.compile_cache, "environment", f"${FLAG_ENV['--compile-cache']}")
+        return Setting(options.compile_cache, "flags", "--compile-cache")
     if target.compile.cache_url:
         return Setting(target.compile.cache_url, "target", "compile.cache_url")
     return Setting(None, "built-in")

@@ -48,11 +48,17 @@ def local_builder_id(target: Target) -> str:
     return f"{target.project_url}/blob/main/{BUILD_TYPE_DOC}#local-builder"
 
 
+def fixed_builder_id(target: Target, environ: Mapping[str, str]) -> str | None:
+    """The builder.id the environment or the matrix fixes ($K3_BUILDER_ID > signing.builder_id),
+    or None: then the build's own identity stands (builder_id) and verify accepts its forms."""
+    return cascade.environment_or_target(BUILDER_ID_ENV, target.signing.builder_id, environ).value
+
+
 def builder_id(target: Target, environ: Mapping[str, str]) -> str:
     """$K3_BUILDER_ID, else signing.builder_id, else on GitHub Actions the workflow identity
     (``https://github.com/<owner>/<repo>/.github/workflows/<file>@<ref>``, the same string a
     keyless signature's certificate carries), else the local form."""
-    fixed = cascade.environment_or_target(BUILDER_ID_ENV, target.signing.builder_id, environ).value
+    fixed = fixed_builder_id(target, environ)
     if fixed:
         return fixed
     if environ.get("GITHUB_ACTIONS") == "true" and environ.get("GITHUB_WORKFLOW_REF"):

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TypeVar
 
-from builder.config import cascade, contract
+from builder.config import contract
 from builder.config.matrix import Target
 from builder.deps import lock, oslock
 from builder.deps.lock import normalize
@@ -254,7 +254,7 @@ class Verifier:
         want_type = slsa.build_type(self.t, os.environ)
         _need(definition.get("buildType") == want_type, f"buildType {definition.get('buildType')!r} is not {want_type}")
         got = predicate.get("runDetails", {}).get("builder", {}).get("id")
-        fixed = cascade.environment_or_target(slsa.BUILDER_ID_ENV, self.t.signing.builder_id).value
+        fixed = slsa.fixed_builder_id(self.t, os.environ)
         _need(
             got == fixed if fixed else slsa.builder_id_forms(self.t).fullmatch(str(got)) is not None,
             f"builder.id {got!r} is not {fixed or 'a workflow of ' + self.t.project_url + ' or the local form'}",
