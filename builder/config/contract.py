@@ -52,6 +52,14 @@ class LabelKeys:
     def sbom(self) -> str:  # where per-component licenses are: the attached CycloneDX SBOM
         return f"{self.prefix}.sbom"
 
+    @property
+    def driver_floor(self) -> str:  # oldest driver the image's GPU code needs (matrix gpu.driver_floor, proven by gpu_code)
+        return f"{self.prefix}.driver-floor"
+
+    @property
+    def gpu_families(self) -> str:  # compute capabilities the image serves, space-separated, oldest first
+        return f"{self.prefix}.gpu-families"
+
 
 def keys_in(labels: Mapping[str, str]) -> LabelKeys:
     """The keys an image's labels use: the prefix whose ``.target`` and ``.expires`` are both set
@@ -73,6 +81,8 @@ LABEL_CUDA = _DEFAULT_KEYS.cuda
 LABEL_LOCK_SHA256 = _DEFAULT_KEYS.lock_sha256
 LABEL_BUILDER_SOURCE = _DEFAULT_KEYS.builder_source
 LABEL_SBOM = _DEFAULT_KEYS.sbom
+LABEL_DRIVER_FLOOR = _DEFAULT_KEYS.driver_floor
+LABEL_GPU_FAMILIES = _DEFAULT_KEYS.gpu_families
 OCI_CREATED = "org.opencontainers.image.created"
 # source and revision are a pair (OCI annotations): both name the packaged software, vLLM's
 # repository and the pinned commit. Not this repository's: a label carrying this repository's

@@ -15,6 +15,7 @@ from pydantic.json_schema import WithJsonSchema
 
 from builder.config import contract
 from builder.config.cudamajor import major_minor
+from builder.config.gpu import GpuCode
 from builder.config.ospackages import OsPackages
 from builder.config.patterns import (
     IMAGE_RE,
@@ -397,6 +398,7 @@ class Target(Frozen):
     source: Source
     python: Python
     cuda: Cuda
+    gpu: GpuCode | None = None  # the GPU families the image serves and the driver floor (builder/config/gpu.py)
     torch: Pin | None = None
     flashinfer: Pin | None = None
     nccl: Pin | None = None

@@ -83,7 +83,13 @@ def _environment() -> jinja2.Environment:
 def static_labels(target: Target) -> dict[str, str]:
     """Labels known at render time. Two more come from build args (created, lock sha256)."""
     runtime, keys = target.bases.runtime, target.labels
+    gpu = (
+        {keys.driver_floor: target.gpu.driver_floor, keys.gpu_families: " ".join(target.gpu.capabilities)}
+        if target.gpu
+        else {}
+    )
     return {
+        **gpu,
         keys.cuda: target.cuda.version,
         keys.expires: target.expires.isoformat(),
         keys.owner: target.owner,
