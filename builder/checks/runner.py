@@ -90,6 +90,7 @@ class Expectations:
     os_packages: OsExpectations | None = None  # None: the target has no os_packages
     package: str = ""  # the source's top-level package directory (vllm)
     package_files: dict[str, bool] = field(default_factory=dict)  # its files at the pin -> executable
+    dropped: dict[str, str] = field(default_factory=dict)  # normalized requirement the matrix drops -> why
 
     @property
     def cuda_major(self) -> int:
@@ -166,6 +167,7 @@ def expectations(
         os_packages=os_expectations(target, locks.os_entries),
         package=package,
         package_files=pinned.files_under(package),
+        dropped={normalize(n): r for n, r in target.source.drop.items()},
     )
 
 

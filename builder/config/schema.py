@@ -198,6 +198,9 @@ class Source(Frozen):
     build_requirements: tuple[RelPath, ...] = ()
     # Respellings applied to those files' requirement names, e.g. a CUDA 13 extra -> CUDA 12.
     rewrites: dict[ReqName, ReqName] = Field(default_factory=dict)
+    # Requirements of those files the image must not carry, each with why (commented out before
+    # resolving; pip check then reports the source package's unmet requirement, not a failure).
+    drop: dict[ReqName, Reason] = Field(default_factory=dict)
     extensions: Extensions = Extensions()
     # The wheel's local version label, chosen here rather than left to the build (vLLM appends
     # +cuNNN when the build's CUDA differs from its main CUDA version), and the variable through

@@ -19,6 +19,7 @@ import json
 import re
 import subprocess
 import tempfile
+from collections.abc import Collection
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -27,7 +28,7 @@ from builder.config import contract
 from builder.config.matrix import Target
 from builder.config.names import normalize
 from builder.deps.hermetic import hermetic_env, uv_binary
-from builder.errors import LockError, failure_kind
+from builder.errors import ConfigError, LockError, failure_kind
 from builder.fsutil import atomic_write, sha256_bytes
 from builder.source.requirements import SourceTree, requirement_lines, resolve_includes
 
@@ -62,21 +63,51 @@ class LockInputs:
         return sha256_bytes(json.dumps(doc, sort_keys=True).encode())
 
 
-def _transform(data: bytes, rewrites: dict[str, str], path: str = "requirements") -> bytes:
+def _transform(data: bytes, rewrites: dict[str, str], path: str = "requirements", drop: Collection[str] = ()) -> bytes:
     """A source requirements file as the resolver gets it: index options dropped (indexes come
-    from the matrix alone), rewrites applied. ``requirement_lines`` has already refused anything
-    that reaches outside the tree; it also says which physical lines an index option spans."""
-    dropped = {n for ln in requirement_lines(path, data) if ln.kind == "index" for n in range(ln.lineno, ln.last + 1)}
+    from the matrix alone), requirements the matrix drops commented out (``source.drop``, by
+    normalized name), rewrites applied. ``requirement_lines`` has already refused anything that
+    reaches outside the tree; it also says which physical lines an index option or a requirement
+    spans."""
+    lines = requirement_lines(path, data)
+    dropped = {n for ln in lines if ln.kind == "index" for n in range(ln.lineno, ln.last + 1)}
+    drop = {normalize(n) for n in drop}
+    removed = {
+        n for ln in lines if ln.kind == "requirement" and _name(ln.value) in drop for n in range(ln.lineno, ln.last + 1)
+    }
     out = []
     for lineno, line in enumerate(data.decode("utf-8").splitlines(), 1):
         if lineno in dropped:
             out.append(f"# dropped by build lock (indexes come from the matrix): {line.strip()}")
+            continue
+        if lineno in removed:
+            out.append(f"{_DROP_MARK}{line.strip()}")
             continue
         m = _REQ_NAME.match(line)
         if m and m.group(1) in rewrites:
             line = line[: m.start(1)] + rewrites[m.group(1)] + line[m.end(1) :]
         out.append(line)
     return ("\n".join(out) + "\n").encode()
+
+
+def _name(requirement: str) -> str:
+    """The normalized distribution name a requirement line starts with ("" for none)."""
+    m = _REQ_NAME.match(requirement)
+    return normalize(m.group(1).split("[")[0]) if m else ""
+
+
+_DROP_MARK = "# dropped by the matrix (source.drop): "
+
+
+def dropped_names(files: dict[str, bytes]) -> set[str]:
+    """The normalized names ``_transform`` commented out of these transformed files."""
+    names = {
+        _name(line[len(_DROP_MARK) :])
+        for data in files.values()
+        for line in data.decode("utf-8").splitlines()
+        if line.startswith(_DROP_MARK)
+    }
+    return names - {""}  # a dropped requirement's continuation lines name nothing
 
 
 def nccl_pin(target: Target) -> str | None:
@@ -87,10 +118,16 @@ def nccl_pin(target: Target) -> str | None:
 
 def inputs(target: Target, pinned: SourceTree, kind: str) -> LockInputs:
     paths = target.source.requirements if kind == "runtime" else target.source.build_requirements
+    drop = target.source.drop if kind == "runtime" else {}
     files = {
-        f"source/{path}": _transform(data, target.source.rewrites, path)
+        f"source/{path}": _transform(data, target.source.rewrites, path, drop)
         for path, data in resolve_includes(pinned, paths).items()
     }
+    stale = sorted({normalize(n) for n in drop} - dropped_names(files))
+    if stale:
+        raise ConfigError(
+            f"{target.name}: source.drop.{stale[0]}: no requirement of that name in {', '.join(paths)} at the pin"
+        )
     pins = list(target.pinned_requirements() if kind == "runtime" else target.build_requirements)
     if kind == "build" and target.torch:
         # The build stage compiles against torch: it must be the same CUDA build as the runtime's.

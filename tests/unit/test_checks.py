@@ -1269,3 +1269,17 @@ def test_package_files_skips_a_source_without_the_package_directory():
     e = dataclasses.replace(e, package_files={})
     with pytest.raises(AssertionError, match="skipped: the source carries no vllm/ directory"):
         _run_one("package_files", f, e, image, host)
+
+
+def test_pip_check_reports_a_requirement_the_matrix_drops_and_fails_on_other_missing_ones():
+    dropped = "vllm 0.30.0+cu129 requires tokenspeed-mla, which is not installed."
+    other = "vllm 0.30.0+cu129 requires fastsafetensors, which is not installed."
+    warnings: list[str] = []
+    expect = _expect(dropped={"tokenspeed-mla": "brings a CUDA 13.4 ptxas"})
+    checklist.test_pip_check(FakeHost(pip=(1, dropped)), "/p", expect, warnings.append)
+    assert warnings == [f"pip check (expected, source.drop: brings a CUDA 13.4 ptxas): {dropped}"]
+    with pytest.raises(AssertionError, match="requires fastsafetensors"):
+        checklist.test_pip_check(FakeHost(pip=(1, f"{dropped}\n{other}")), "/p", expect, warnings.append)
+    # Without the drop the same line is a conflict.
+    with pytest.raises(AssertionError, match="requires tokenspeed-mla"):
+        checklist.test_pip_check(FakeHost(pip=(1, dropped)), "/p", _expect(), warnings.append)

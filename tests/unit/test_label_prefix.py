@@ -39,6 +39,7 @@ def test_a_custom_prefix_names_every_project_label(tmp_path):
         [
             "com.example.gpu-platform." + s
             for s in ("cuda-version", "expires", "owner", "target", "builder.source", "sbom", "lock-sha256")
+            + ("driver-floor", "gpu-families")
         ]
     )
     assert "io.k3-cu129" not in text

@@ -347,3 +347,51 @@ def test_torchcodec_is_in_the_family_unless_the_matrix_states_an_exception():
     lock.check_torch_build(excused, _entries(**CU129_FAMILY, torchcodec="0.17.0"), Path("x"))
     with pytest.raises(LockError, match="the lock has torch 2.13.0; "):
         lock.check_torch_build(excused, _entries(**{**CU129_FAMILY, "torch": "2.13.0"}), Path("x"))
+
+
+def test_a_dropped_requirement_is_commented_out_over_its_continuation_lines_by_normalized_name():
+    data = b'torch==2.13.0\ntokenspeed-mla==0.1.8; platform_system == "Linux"\nfoo[x]>=1 \\\n  --hash=sha256:aa\nfoobar==1\n'
+    out = lock._transform(data, {}, "r.txt", {"Tokenspeed_MLA", "foo"})
+    assert out.decode().splitlines() == [
+        "torch==2.13.0",
+        '# dropped by the matrix (source.drop): tokenspeed-mla==0.1.8; platform_system == "Linux"',
+        "# dropped by the matrix (source.drop): foo[x]>=1 \\",
+        "# dropped by the matrix (source.drop): --hash=sha256:aa",
+        "foobar==1",
+    ]
+    assert lock.dropped_names({"r.txt": out}) == {"tokenspeed-mla", "foo"}
+    assert lock._transform(data, {}, "r.txt") == lock._transform(data, {}, "r.txt", ())  # nothing dropped
+
+
+class _Tree:
+    commit = "c" * 40
+
+    def __init__(self, files: dict[str, bytes]) -> None:
+        self.files = files
+
+    def read(self, path: str) -> bytes | None:
+        return self.files.get(path)
+
+
+def _cu129_dropping(tmp_path, drop: dict[str, str]):
+    import yaml
+
+    from builder.config import matrix
+    from tests.conftest import REPO
+
+    doc = yaml.safe_load((REPO / "matrix.yaml").read_text())
+    doc["targets"]["cu129"]["source"]["drop"] = drop
+    (tmp_path / "matrix.yaml").write_text(yaml.safe_dump(doc))
+    return matrix.load(tmp_path / "matrix.yaml").target("cu129")
+
+
+def test_the_runtime_lock_inputs_drop_what_the_matrix_drops_and_a_stale_drop_is_bad_input(tmp_path):
+    from builder.errors import ConfigError
+
+    tree = _Tree({"requirements/cuda.txt": b"tokenspeed-mla==0.1.8\nnumba==0.61\n"})
+    target = _cu129_dropping(tmp_path, {"tokenspeed-mla": "not on r575"})
+    runtime = lock.inputs(target, tree, "runtime").files["source/requirements/cuda.txt"].decode()
+    assert "# dropped by the matrix (source.drop): tokenspeed-mla==0.1.8" in runtime and "\nnumba==0.61\n" in runtime
+    stale = _cu129_dropping(tmp_path, {"not-there": "gone upstream"})
+    with pytest.raises(ConfigError, match=r"source\.drop\.not-there: no requirement of that name"):
+        lock.inputs(stale, tree, "runtime")

@@ -62,7 +62,7 @@ def test_every_pinned_value_reaches_the_dockerfile(cu129):
     text = render.render(cu129)
     assert f"ARG BUILD_BASE_IMAGE={cu129.bases.build.ref}\n" in text
     assert f"ARG RUNTIME_BASE_IMAGE={cu129.bases.runtime.ref}\n" in text
-    assert 'ARG TORCH_CUDA_ARCH_LIST="7.5 8.0 8.6 8.9 9.0 10.0 12.0"' in text
+    assert 'ARG TORCH_CUDA_ARCH_LIST="7.5 8.0 8.6 8.9 9.0 10.0 10.3 12.0"' in text
     assert f'"{contract.OCI_REVISION}"="{cu129.source.commit}"' in text
     assert f'"{contract.LABEL_EXPIRES}"="2027-06-30"' in text
     assert 'ENTRYPOINT ["vllm", "serve"]' in text
