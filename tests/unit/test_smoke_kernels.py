@@ -3,8 +3,7 @@
 cuobjdump reads.
 
 The arch selection runs the smoke's CMake lines in script mode (`cmake -P`, the machine's cmake).
-The device pass runs NVRTC 12.9 from PyPI's wheel and is read by PyPI's cuobjdump: both wheels are
-downloaded once, hash-checked, into the tool's cache (PyPI only; skipped, saying so, without it).
+The device pass runs NVRTC 12.9 from PyPI's wheel and is read by PyPI's cuobjdump (tests/nvidia_tools.py).
 """
 
 from __future__ import annotations
@@ -14,23 +13,15 @@ import shutil
 import subprocess
 import sys
 import tempfile
-import zipfile
 from pathlib import Path
 
 import pytest
 
-from builder.deps.hermetic import hermetic_env
-from builder.fsutil import cache_dir
 from builder.pipeline import smoke
+from tests import nvidia_tools
 
 SRC = smoke.ASSETS / "src"
 CMAKELISTS = SRC / "CMakeLists.txt.in"
-# Real wheels from PyPI, by sha256: NVRTC 12.9.86 (the smoke's device compiler, its build lock's
-# pin) and cuobjdump 13.5.37 (NVIDIA's reader, which lists 12.x fat binaries).
-WHEELS = {
-    "nvidia-cuda-nvrtc-cu12==12.9.86": "210cf05005a447e29214e9ce50851e83fc5f4358df8b453155d5e1918094dcb4",
-    "nvidia-cuda-cuobjdump==13.5.37": "38780fee50863252a0b8926357faa91615ca1c8346490563f33a06100cd73f58",
-}
 
 
 def _cmake_script(script: str) -> str:
@@ -102,29 +93,7 @@ def test_loose_intersection_gives_vllms_documented_results():
 
 @pytest.fixture(scope="module")
 def wheels() -> Path:
-    """NVRTC and cuobjdump, unpacked into the tool's cache (downloaded once, hash-checked)."""
-    root = cache_dir() / "test-wheels" / "smoke-kernels"
-    done = root / ".unpacked"
-    if not done.exists():
-        root.mkdir(parents=True, exist_ok=True)
-        req = root / "requirements.txt"
-        req.write_text("".join(f"{spec} --hash=sha256:{digest}\n" for spec, digest in WHEELS.items()))
-        proc = subprocess.run(
-            [sys.executable, "-m", "pip", "download", "--quiet", "--no-deps", "--require-hashes"]
-            + ["--only-binary", ":all:", "--platform", "manylinux_2_17_x86_64", "--platform", "manylinux_2_12_x86_64"]
-            + ["-r", str(req), "-d", str(root)],
-            env=hermetic_env(),
-            capture_output=True,
-            text=True,
-        )
-        if proc.returncode != 0:
-            pytest.skip(f"PyPI's NVRTC and cuobjdump wheels are not reachable: {proc.stderr.strip()[-200:]}")
-        for wheel in root.glob("*.whl"):
-            with zipfile.ZipFile(wheel) as z:
-                z.extractall(root / "site")
-        (root / "site" / "nvidia" / "cu13" / "bin" / "cuobjdump").chmod(0o755)
-        done.touch()
-    return root / "site"
+    return nvidia_tools.unpacked()
 
 
 def _device_pass(site: Path, out: Path, kernel: str, archs: list[str]) -> Path:
@@ -165,28 +134,22 @@ def extension(wheels, tmp_path_factory) -> tuple[Path, Path]:
     return so, out / "cubins"
 
 
-def _cuobjdump(site: Path, *args: str) -> str:
-    proc = subprocess.run([str(site / "nvidia" / "cu13" / "bin" / "cuobjdump"), *args], capture_output=True, text=True)
-    assert proc.returncode == 0, proc.stderr
-    return proc.stdout
-
-
 def test_cuobjdump_lists_every_cubin_and_the_ptx_of_the_extension(wheels, extension):
     so, _ = extension
-    listing = _cuobjdump(wheels, "-lelf", "-lptx", str(so))
+    listing = nvidia_tools.cuobjdump(wheels, "-lelf", "-lptx", str(so))
     # -lelf names an sm_103f cubin sm_103; the full dump below gives its real arch.
     assert re.findall(r"^(ELF|PTX) file\s+\d+: _C\.\d+\.(\w+)\.(?:cubin|ptx)$", listing, re.M) == [
         ("ELF", "sm_90a"), ("ELF", "sm_100"), ("ELF", "sm_80"), ("PTX", "sm_80"),
         ("ELF", "sm_100a"), ("ELF", "sm_90a"), ("ELF", "sm_103"),
     ], listing  # fmt: skip
-    dump = _cuobjdump(wheels, str(so))
+    dump = nvidia_tools.cuobjdump(wheels, str(so))
     entries = re.findall(r"Fatbin (elf|ptx) code:\s*=+\s*arch = (\w+)\s*code version = \[(\d+),(\d+)\]", dump)
     assert entries == [
         ("elf", "sm_90a", "1", "7"), ("elf", "sm_100", "1", "8"), ("elf", "sm_80", "1", "7"),
         ("ptx", "sm_80", "8", "8"), ("elf", "sm_100a", "1", "8"), ("elf", "sm_90a", "1", "7"),
         ("elf", "sm_103f", "1", "8"),
     ], dump  # fmt: skip
-    ptx = _cuobjdump(wheels, "-ptx", str(so))
+    ptx = nvidia_tools.cuobjdump(wheels, "-ptx", str(so))
     assert re.search(r"^\.version 8\.8$", ptx, re.M) and re.search(r"^\.target sm_80$", ptx, re.M), ptx[:500]
 
 
@@ -213,5 +176,5 @@ def test_the_standalone_cubins_are_cuda_12_9_sass_for_their_arch(wheels, extensi
             assert f"-arch {arch} ".encode() in data, path.name
         else:  # ABI 7 (sm_80, sm_90a): no toolkit note at all, as from ptxas 12.9 (tried here)
             assert b".note.nv.tkinfo" not in data and b"Cuda compilation tools" not in data, path.name
-        listing = _cuobjdump(wheels, "-lelf", str(path))
+        listing = nvidia_tools.cuobjdump(wheels, "-lelf", str(path))
         assert listing.strip().startswith("ELF file    1:"), listing
