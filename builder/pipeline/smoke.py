@@ -69,7 +69,8 @@ ARCH_LIST = ["8.0", "9.0a", "10.0", "10.3f"]
 GPU_FAMILIES = {"8.0": "A100", "9.0": "H100, H200", "10.0": "B200, GB200", "10.3": "B300, GB300"}
 # PTX ISA 8.8 (NVRTC 12.9) needs a CUDA 12.9 driver: the r575 branch's first release.
 DRIVER_FLOOR = "575.51.03"
-# The CUDA 12.9 ptxas in the image (nvidia-cuda-nvcc-cu12, as cu129 carries it), for Triton.
+# The CUDA 12.9 ptxas in the image (nvidia-cuda-nvcc-cu12, as cu129 carries it), for Triton on
+# Blackwell (runtime.env below).
 PTXAS = f"/opt/k3/venv/lib/python{PYTHON}/site-packages/nvidia/cuda_nvcc/bin/ptxas"
 
 # The runtime base has a C compiler and Python.h, as code compiling at run time (Triton) needs.
@@ -403,12 +404,9 @@ def matrix_text(
                 },
                 # The stand-in's launch command, parsed by its own CLI with its registries, as the
                 # cu129 recipe is by vLLM's (check recipe_cli).
-                # Triton's assemblers pointed at the image's 12.9 ptxas, as cu129 points them at
-                # the toolkit's (matrix.yaml, targets.cu129.runtime.env).
-                "runtime": {
-                    "recipe": LAUNCH,
-                    "env": {"TRITON_PTXAS_PATH": PTXAS, "TRITON_PTXAS_BLACKWELL_PATH": PTXAS},
-                },
+                # Triton's Blackwell assembler pointed at the image's 12.9 ptxas, TRITON_PTXAS_PATH
+                # left unset: as cu129 does with the toolkit's (matrix.yaml, targets.cu129.runtime.env).
+                "runtime": {"recipe": LAUNCH, "env": {"TRITON_PTXAS_BLACKWELL_PATH": PTXAS}},
                 **({"os_packages": os_packages_doc(os_pins)} if os_pins else {}),
                 "entrypoint": ["python", "-m", "k3smoke"],
                 # The provenance is signed with a TEST-ONLY key smoke-init made on this machine.
