@@ -178,3 +178,29 @@ def test_the_standalone_cubins_are_cuda_12_9_sass_for_their_arch(wheels, extensi
             assert b".note.nv.tkinfo" not in data and b"Cuda compilation tools" not in data, path.name
         listing = nvidia_tools.cuobjdump(wheels, "-lelf", str(path))
         assert listing.strip().startswith("ELF file    1:"), listing
+
+
+def test_the_device_pass_maps_cmake_archs_to_nvcc_gencodes_and_refuses_others():
+    tool = SRC / "tools" / "nvrtc_fatbin.py"
+    sys.path.insert(0, str(tool.parent))
+    try:
+        import nvrtc_fatbin  # type: ignore[import-not-found]
+    finally:
+        sys.path.remove(str(tool.parent))
+    assert nvrtc_fatbin.gencodes(["9.0a", "8.0+PTX", "10.3f"]) == ["sm_90a", "sm_80", "compute_80", "sm_103f"]
+    with pytest.raises(SystemExit, match="not an arch"):
+        nvrtc_fatbin.gencodes(["sm_90"])
+
+
+def test_a_kernel_that_does_not_compile_fails_the_device_pass_with_nvrtcs_log(wheels, tmp_path):
+    bad = tmp_path / "bad.cu"
+    bad.write_text('extern "C" __global__ void k(float *x) { x[0] = undeclared; }\n')
+    proc = subprocess.run(
+        [sys.executable, str(SRC / "tools" / "nvrtc_fatbin.py"), "--source", str(bad), "--name", "bad"]
+        + ["--archs", "9.0a", "--out-dir", str(tmp_path), "--cubin-dir", str(tmp_path / "cubins")],
+        env={"PYTHONPATH": str(wheels), "PATH": "/usr/bin:/bin"},
+        capture_output=True,
+        text=True,
+    )
+    assert proc.returncode == 1 and "compiling bad.cu for sm_90a" in proc.stderr and "undeclared" in proc.stderr
+    assert not (tmp_path / "bad.fatbin.c").exists()
