@@ -324,6 +324,9 @@ def _source(repos: dict) -> dict:
         "local_version": cuda_short,
         "version_env": "K3SMOKE_VERSION_OVERRIDE",
         "requirements": ["requirements.txt"],
+        # cu129 drops tokenspeed-mla (its tokenspeed-triton bundles a CUDA 13.4 ptxas): the smoke
+        # drops its stand-in, so the resolver input, the lock and pip check take the same path.
+        "drop": {"six": "stands in for cu129's tokenspeed-mla, which the cu129 image leaves out (source.drop)"},
         "build_requirements": ["build-requirements.txt"],
         "extensions": {
             # The stand-in for torch.ops._C.<op>: must resolve once the modules are imported.
