@@ -30,8 +30,8 @@ class Output:
         self.data: dict = {}
 
     def line(self, text: str) -> None:
-        if not self.json_mode:
-            print(text)
+        if not self.json_mode:  # JSON escapes control characters itself
+            print(log.printable(text))
 
     def finish(self, code: int, error: BuilderError | None = None) -> None:
         if self.json_mode:
