@@ -94,9 +94,11 @@ def test_a_submodule_url_that_is_a_git_option_runs_nothing_on_the_host(smoke, tm
     assert not canary.exists(), "the submodule URL ran a command on the host"
     assert r.code == 2, r.err[-3000:]
     line = _one_error_line(r.err)
+    # git's fsck, on in every mirror (issue 32), refuses the .gitmodules at the fetch already; the
+    # URL rule behind it is unit-tested on its own (test_source.py).
     assert re.search(
-        r"third-party source k3kernels: submodule 'third-party/evil' in \.gitmodules: url "
-        r"'--upload-pack=.* is not an https:// or file:// git URL",
+        r"third-party source .*: git refused a malformed object \(transfer\.fsckObjects: "
+        r"'gitmodulesUrl: disallowed submodule url: --upload-pack=",
         line,
     ), line
     assert (work.record.read_bytes() if work.record.exists() else None) == before  # nothing written

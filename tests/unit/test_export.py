@@ -40,13 +40,13 @@ class Plumber:
     def __init__(self, repo: Path) -> None:
         self.repo = repo
 
-    def _git(self, *args: str, data: bytes | None = None) -> str:
+    def _git(self, *args: str, data: bytes | None = None, check: bool = True) -> str:
         return (
             subprocess.run(
                 ["git", "-C", str(self.repo), *args],
                 input=data,
                 capture_output=True,
-                check=True,
+                check=check,
                 env={**os.environ, **_ENV},
             )
             .stdout.decode()
@@ -65,8 +65,8 @@ class Plumber:
         return self._git("hash-object", "-w", "-t", "tree", "--literally", "--stdin", data=raw)
 
     def commit(self, tree: str, branch: str = "k3") -> str:
-        parent = self._git("rev-parse", f"refs/heads/{branch}")
-        commit = self._git("commit-tree", tree, "-p", parent, "-m", "hostile")
+        parent = self._git("rev-parse", "--verify", "--quiet", f"refs/heads/{branch}", check=False)
+        commit = self._git("commit-tree", tree, *(["-p", parent] if parent else []), "-m", "hostile")
         self._git("update-ref", f"refs/heads/{branch}", commit)
         return commit
 
@@ -302,3 +302,46 @@ def test_the_caps_refuse_a_tree_before_writing(upstream, tmp_path):
     assert os.listdir(tmp_path / "out") == []
     with pytest.raises(SourceError, match=r"50 bytes exceed the export cap of 49 \(source\.export\.max_bytes\)"):
         dataclasses.replace(pinned, limits=Limits(max_bytes=49, max_files=10)).export(tmp_path / "out")
+
+
+def _third_party(url: str, commit: str, subs=()) -> source.PinnedThirdParty:
+    from builder.source.export import Limits
+
+    return source.PinnedThirdParty("lib", url, commit, 1767323045, tuple(subs), Limits(1 << 20, 100))
+
+
+def test_a_malformed_third_party_tree_is_refused_at_its_fetch_and_from_its_mirror(upstream, tmp_path):
+    """The third-party trees (and their submodules) use the same export: issue 32 wrote outside
+    through a third-party tree too."""
+    lib = git.Repo.init(tmp_path / "lib", initial_branch="k3")
+    (tmp_path / "lib" / "k.c").write_text("int k;\n")
+    lib.git.add(A=True)
+    with lib.git.custom_environment(**_ENV):
+        lib.git.commit("-q", "-m", "lib")
+    url = f"file://{lib.working_dir}"
+    bad = duplicate_link_and_tree(Plumber(Path(lib.working_dir)), tmp_path / "tp")
+    with pytest.raises(SourceError, match=r"git refused a malformed object \(transfer\.fsckObjects: 'duplicateEntries"):
+        _third_party(url, bad).export(tmp_path / "tp")
+    mirror = source._mirror(url)
+    mirror.git(c=["transfer.fsckObjects=false", "fetch.fsckObjects=false"]).fetch(
+        "--no-tags", "--", url, "+refs/heads/k3:refs/k3/heads/k3"
+    )
+    with pytest.raises(SourceError, match=r"third-party source lib at [0-9a-f]{12}: 'a' appears twice"):
+        _third_party(url, bad).export(tmp_path / "tp")
+    assert not (tmp_path / "pwned").exists() and os.listdir(tmp_path / "tp") == []
+
+
+def test_a_submodule_is_never_written_through_a_link_in_its_parent(upstream, tmp_path):
+    """The parent tree puts a symlink where the submodule goes (deps -> other): the submodule's
+    files would go where the link leads (with a link out of the tree refused by the listing, it
+    leads inside, but a link is still never followed). The directory is reached one handle at a
+    time, with O_NOFOLLOW."""
+    p = Plumber(Path(upstream.working_dir))
+    leaf = p.commit(p.tree([(FILE, "pwned", p.blob(b"x\n"))]), branch="leaf")
+    other = p.tree([(FILE, "keep", p.blob(b""))])
+    parent = p.commit(p.tree([(LINK, "deps", p.link("other")[1]), (TREE, "other", other)]))
+    url = f"file://{upstream.working_dir}"
+    tp = _third_party(url, parent, [source.Submodule("deps/leaf", url, leaf)])
+    with pytest.raises(SourceError, match=r"submodule deps/leaf at [0-9a-f]{12}: 'deps/leaf' is not a directory"):
+        tp.export(tmp_path / "tp")
+    assert os.listdir(tmp_path / "tp" / "other") == ["keep"]
