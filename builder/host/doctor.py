@@ -373,6 +373,7 @@ def write_decision(out_dir: Path, doc: dict) -> tuple[Path, Path]:
     import re
 
     from builder.fsutil import atomic_write, reserve_stem
+    from builder.log import printable
 
     out = output_dir(out_dir, "--record")
     stamp = doc["created"].replace("-", "").replace(":", "")
@@ -380,7 +381,7 @@ def write_decision(out_dir: Path, doc: dict) -> tuple[Path, Path]:
     stem = reserve_stem(out, stem, (".md", ".json"))  # a second run within the second keeps the first
     md, js = out / f"{stem}.md", out / f"{stem}.json"
     atomic_write(js, json.dumps(doc, indent=2) + "\n")
-    atomic_write(md, decision_markdown(doc))
+    atomic_write(md, printable(decision_markdown(doc)))  # capture text: no control character reaches Markdown
     return md, js
 
 

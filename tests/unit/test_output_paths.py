@@ -89,3 +89,16 @@ def test_a_reserved_stem_skips_names_any_suffix_already_has(tmp_path):
     assert not (tmp_path / "a.md").exists()  # the half-reserved pair is given back
     assert reserve_stem(tmp_path, "a", (".md", ".json")) == "a-3"
     assert Path(tmp_path / "a-2.md").exists() and Path(tmp_path / "a-3.json").exists()
+
+
+def test_the_markdown_record_carries_no_control_character_from_a_capture(tmp_path):
+    """Issue 32: text read from a capture file (a GPU name, a driver line) reached the Markdown
+    record and, printed, the terminal with its escape sequences."""
+    _, doc = _record("r565-8xh100-table.txt")
+    hostile = "NVIDIA H100\x1b]0;owned\x07\x1b[2J\u202e"
+    doc = {**doc, "image": f"img:1{hostile}", "fault_evidence": {**doc["fault_evidence"], "route": hostile}}
+    md, js = doctor.write_decision(tmp_path, doc)
+    text = md.read_text()
+    assert "\x1b" not in text and "\x07" not in text and "\u202e" not in text
+    assert "img:1NVIDIA H100\\x1b]0;owned\\x07\\x1b[2J\\u202e" in text
+    assert "\\u001b" in js.read_text()  # JSON escapes them itself
