@@ -267,10 +267,55 @@ def open_dir(root: Path, under: str, where: str) -> int:
     return fd
 
 
+class _Blobs:
+    """``git cat-file --batch --buffer`` fed every blob id up front by a thread, read in the same
+    order: one process and no round trip per file (a round trip each cost ~2 ms on a loaded host)."""
+
+    def __init__(self, repo: git.Repo, oids: list[str]) -> None:
+        import subprocess
+        import threading
+
+        self.proc = repo.git.cat_file("--batch", "--buffer", as_process=True, istream=subprocess.PIPE)
+        self.out = self.proc.stdout
+        stdin = self.proc.proc.stdin
+
+        def feed() -> None:
+            try:
+                for oid in oids:
+                    stdin.write(f"{oid}\n".encode())
+                stdin.close()
+            except (BrokenPipeError, ValueError):  # the reader stopped early (a refusal): nothing to feed
+                pass
+
+        self.feeder = threading.Thread(target=feed, daemon=True)
+        self.feeder.start()
+
+    def copy(self, oid: str, out, where: str, path: bytes) -> None:
+        """The next blob (which must be ``oid``) streamed into ``out``."""
+        header = self.out.readline().split()
+        if len(header) != 3 or header[0].decode() != oid or header[1] != b"blob":
+            raise SourceError(f"{where}: {_shown(path)} is not a readable blob in the mirror; refused")
+        left = int(header[2])
+        while left:
+            chunk = self.out.read(min(left, 1 << 20))
+            if not chunk:
+                raise SourceError(f"{where}: git cat-file stopped in {_shown(path)}")
+            out.write(chunk)
+            left -= len(chunk)
+        self.out.read(1)  # the newline after each object
+
+    def close(self) -> None:
+        self.proc.proc.kill()  # done or refused: nothing more is read either way
+        self.proc.proc.wait()
+        self.out.close()
+        self.feeder.join(timeout=5)
+
+
 def write(repo: git.Repo, tree: Plan, root_fd: int, where: str) -> None:
     """Create every planned entry under ``root_fd``: directories 0755, files 0644 or 0755 (git
     records only the execute bit), links as links; each relative to its parent's handle."""
     handles = _Handles(root_fd)
+    blobs = _Blobs(repo, [e.oid for e in tree.entries if e.mode & 0o170000 == 0o100000])
     try:
         for entry in tree.entries:
             parent = handles.parent(entry.path)
@@ -283,7 +328,7 @@ def write(repo: git.Repo, tree: Plan, root_fd: int, where: str) -> None:
             elif entry.mode == _LINK:
                 os.symlink(tree.links[entry.path], name, dir_fd=parent)
             else:
-                _write_blob(repo, entry, name, parent, where)
+                _write_blob(blobs, entry, name, parent, where)
     except FileExistsError as exc:  # the plan refuses duplicates; a second guard costs nothing
         raise SourceError(f"{where}: {_shown(entry.path)} exists already ({exc.strerror}); refused") from None
     except OSError as exc:
@@ -294,19 +339,15 @@ def write(repo: git.Repo, tree: Plan, root_fd: int, where: str) -> None:
         raise SourceError(f"{where}: cannot write {_shown(entry.path)}: {exc.strerror}; refused") from None
     finally:
         handles.close()
+        blobs.close()
 
 
-def _write_blob(repo: git.Repo, entry: Entry, name: bytes, parent: int, where: str) -> None:
+def _write_blob(blobs: _Blobs, entry: Entry, name: bytes, parent: int, where: str) -> None:
     mode = 0o755 if entry.mode & 0o111 else 0o644
     fd = os.open(name, _FILE_FLAGS, mode, dir_fd=parent)
     try:
-        _, kind, size, stream = repo.git.stream_object_data(entry.oid)
-        if not _is_blob(kind):  # read it out anyway: the batch process serves the next object after it
-            stream.read()
-            raise SourceError(f"{where}: {_shown(entry.path)} names a {kind!s}, not a blob; refused")
         with os.fdopen(os.dup(fd), "wb", closefd=True) as out:
-            while chunk := stream.read(1 << 20):
-                out.write(chunk)
+            blobs.copy(entry.oid, out, where, entry.path)
         os.fchmod(fd, mode)  # the umask does not decide an image's file modes
     finally:
         os.close(fd)
