@@ -158,6 +158,7 @@ def plan(repo: git.Repo, commit: str, budget: Budget, where: str, replaced: froz
         if entry.path in replaced:
             if entry.mode == _TREE:
                 raise SourceError(f"{where}: {_shown(entry.path)} is a directory in the tree; refused")
+            result.kinds[entry.path] = 0o100000  # the tool's own file stands there, whatever the tree had
             continue
         if entry.mode in (_LINK,) or kind == 0o100000:
             files, size = files + 1, size + entry.size

@@ -345,3 +345,22 @@ def test_a_submodule_is_never_written_through_a_link_in_its_parent(upstream, tmp
     with pytest.raises(SourceError, match=r"submodule deps/leaf at [0-9a-f]{12}: 'deps/leaf' is not a directory"):
         tp.export(tmp_path / "tp")
     assert os.listdir(tmp_path / "tp" / "other") == ["keep"]
+
+
+def test_the_tools_own_archival_file_replaces_a_link_of_that_name(upstream, tmp_path):
+    """A tree's .git_archival.txt that is a link (to a host file, or through which another link
+    climbs) is not followed: the tool's own file is written in its place."""
+    p = Plumber(Path(upstream.working_dir))
+    commit = p.commit(
+        p.tree(
+            [
+                (LINK, ".git_archival.txt", p.link("setup.py")[1]),
+                (LINK, "climb", p.link(".git_archival.txt/..")[1]),
+                (FILE, "setup.py", p.blob(b"print('ok')\n")),
+            ]
+        )
+    )
+    out = source.fetch(_src(upstream, commit)).export(tmp_path / "out")
+    assert not os.path.islink(out / ".git_archival.txt")
+    assert (out / ".git_archival.txt").read_text() == f"node: {commit}\n"
+    assert (out / "setup.py").read_text() == "print('ok')\n"
