@@ -18,6 +18,8 @@ from pathlib import Path
 
 import git
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from builder.errors import SourceError
 from builder.source import pinned as source
@@ -364,3 +366,44 @@ def test_the_tools_own_archival_file_replaces_a_link_of_that_name(upstream, tmp_
     assert not os.path.islink(out / ".git_archival.txt")
     assert (out / ".git_archival.txt").read_text() == f"node: {commit}\n"
     assert (out / "setup.py").read_text() == "print('ok')\n"
+
+
+# --- the listing's link resolution against the kernel's -------------------------------------------
+
+_DIRS = [b"d", b"d/e"]
+_LINKS = [b"l1", b"d/l2", b"d/e/l3"]
+_PART = st.sampled_from([b"..", b".", b"d", b"e", b"l1", b"l2", b"l3", b"x"])
+
+
+@settings(max_examples=int(os.environ.get("K3_HYPOTHESIS_EXAMPLES", "300")), deadline=None, derandomize=True)
+@given(targets=st.lists(st.lists(_PART, min_size=1, max_size=6), min_size=3, max_size=3))
+def test_a_link_the_kernel_resolves_outside_the_tree_is_always_refused(tmp_path_factory, targets):
+    """The listing's resolution is checked against the kernel's own: each tree of directories and
+    links is made on disk (paths short: realpath resolves them fully here), and whenever the
+    kernel takes a link outside the tree, the plan refuses it."""
+    from builder.source import export
+
+    root = tmp_path_factory.mktemp("tree") / "root"
+    root.mkdir()
+    tree = export.Plan([])
+    for d in _DIRS:
+        (root / d.decode()).mkdir()
+        tree.kinds[d] = 0o040000
+    for link, parts in zip(_LINKS, targets, strict=True):
+        target = b"/".join(parts)
+        os.symlink(target, root / link.decode())
+        tree.kinds[link], tree.links[link] = 0o120000, target
+    for link in _LINKS:
+        try:
+            os.stat(root / link.decode())
+            loops = False
+        except OSError as exc:
+            loops = exc.errno == 40  # ELOOP
+        real = os.path.realpath(root / link.decode())
+        outside = not (real == str(root) or real.startswith(f"{root}/"))
+        try:
+            export._resolve_inside(tree, link, "t")
+            refused = False
+        except SourceError:
+            refused = True
+        assert refused or not (outside or loops), (link, tree.links, real)
