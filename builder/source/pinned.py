@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, cast
 
 from builder.config.matrix import Source, ThirdParty
-from builder.errors import SourceError, failure_kind
+from builder.errors import RESOURCE_ERRNOS, SourceError, failure_kind
 from builder.fsutil import cache_dir, clamp_mtimes
 from builder.source.export import Budget, Limits, export_tree
 
@@ -142,16 +142,24 @@ def _mirror(url: str) -> git.Repo:
 
     path = _mirror_path(url)
     repo = git.Repo(path) if path.exists() else git.Repo.init(path, bare=True, mkdir=True)
-    reader = repo.config_reader("repository")
-    missing = {}
-    for key, value in MIRROR_CONFIG.items():
-        section, _, option = key.rpartition(".")
-        if not reader.has_option(section, option) or str(reader.get_value(section, option)) != value:
-            missing[(section, option)] = value
-    if missing:  # written only when needed: two builds sharing a mirror rarely both write
-        with repo.config_writer("repository") as config:
-            for (section, option), value in missing.items():
-                config.set_value(section, option, value)
+    for attempt in range(20):  # written only when needed; another build may hold config.lock a moment
+        reader = repo.config_reader("repository")
+        missing = {}
+        for key, value in MIRROR_CONFIG.items():
+            section, _, option = key.rpartition(".")
+            # GitPython reads "true" back as a bool: compared as git would, case-insensitively.
+            if not reader.has_option(section, option) or str(reader.get_value(section, option)).lower() != value:
+                missing[(section, option)] = value
+        if not missing:
+            return repo
+        try:
+            with repo.config_writer("repository") as config:
+                for (section, option), value in missing.items():
+                    config.set_value(section, option, value)
+        except OSError as exc:
+            if exc.errno in RESOURCE_ERRNOS or attempt == 19:
+                raise
+            time.sleep(0.1)
     return repo
 
 

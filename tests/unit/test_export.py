@@ -407,3 +407,17 @@ def test_a_link_the_kernel_resolves_outside_the_tree_is_always_refused(tmp_path_
         except SourceError:
             refused = True
         assert refused or not (outside or loops), (link, tree.links, real)
+
+
+def test_a_mirror_made_before_this_change_gets_its_objects_checked_from_now_on(upstream):
+    url = f"file://{upstream.working_dir}"
+    old = git.Repo.init(source._mirror_path(url), bare=True, mkdir=True)  # as the tool made mirrors before
+    assert not old.config_reader("repository").has_option("transfer", "fsckObjects")
+    source.fetch(_src(upstream))
+    config = git.Repo(source._mirror_path(url)).config_reader("repository")
+    for key, value in source.MIRROR_CONFIG.items():
+        section, _, option = key.rpartition(".")
+        assert str(config.get_value(section, option)).lower() == value, key
+    before = os.stat(Path(old.git_dir) / "config").st_mtime_ns
+    source.fetch(_src(upstream))
+    assert os.stat(Path(old.git_dir) / "config").st_mtime_ns == before  # not written again when set
