@@ -3,7 +3,8 @@ with git plumbing as a hostile upstream would build them (issue 32, defect 1).
 
 The export uses no tarfile and no path check (no ``realpath``), so what these tests show holds
 on every Python the tool runs on: 3.11.2 (Debian 12, no extraction filter at all) and 3.11.7 (the
-filter, with CVE-2025-4517) alike. The malformed commits reach the export in two ways: through a
+filter, with CVE-2025-4517) alike; both were run (Debian's /usr/bin/python3.11 is 3.11.2), and the
+old export wrote ``pwned`` outside the export on both. The malformed commits reach the export in two ways: through a
 fetch, which git's fsck now refuses, and through a mirror that already holds the objects (one
 filled before the mirrors checked objects, or by hand), which the export refuses on its own.
 """
