@@ -29,6 +29,26 @@ def atomic_write(path: Path, data: str | bytes) -> None:
         raise
 
 
+def reserve_stem(directory: Path, stem: str, suffixes: tuple[str, ...]) -> str:
+    """A stem no file in ``directory`` has with any of ``suffixes`` (``stem``, then ``stem-2``...),
+    its files created empty and exclusively (O_EXCL): two runs within the same second, even at
+    once, never write the same name, and the caller's atomic_write replaces its own placeholders."""
+    for n in range(1, 1000):
+        candidate = stem if n == 1 else f"{stem}-{n}"
+        made: list[Path] = []
+        try:
+            for suffix in suffixes:
+                path = directory / f"{candidate}{suffix}"
+                os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600))
+                made.append(path)
+        except FileExistsError:
+            for path in made:
+                path.unlink()
+            continue
+        return candidate
+    raise FileExistsError(f"{directory / stem}: 999 files of that name already")
+
+
 def sha256_bytes(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 

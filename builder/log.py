@@ -97,12 +97,27 @@ def shown(value: object, limit: int = 60) -> str:
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
+# Control characters upstream text may carry (a commit subject, a build's output, a capture file):
+# ESC starts terminal sequences (retitle the window, rewrite earlier lines, OSC 52 writes the
+# clipboard), CR and BS overwrite what was printed, C1 (0x80-0x9f) holds 8-bit CSI; the bidi
+# controls reorder what a reader sees (Trojan Source). Newline and tab are text.
+_CONTROL = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u200e\u200f\u202a-\u202e\u2066-\u2069]")
+
+
+def printable(text: str) -> str:
+    """``text`` with every control character but newline and tab written as a visible escape
+    (ESC -> ``\\x1b``, U+202E -> ``\\u202e``): safe for a terminal, a CI log or a Markdown record."""
+    return _CONTROL.sub(
+        lambda m: f"\\x{ord(m.group()):02x}" if ord(m.group()) < 0x100 else f"\\u{ord(m.group()):04x}", text
+    )
+
+
 def info(message: str) -> None:
-    _console.print(redact(message), markup=False)
+    _console.print(printable(redact(message)), markup=False)
 
 
 def warn(message: str) -> None:
-    _console.print(f"warning: {redact(message)}", style="yellow", markup=False)
+    _console.print(f"warning: {printable(redact(message))}", style="yellow", markup=False)
 
 
 _quiet_raw = False
@@ -115,10 +130,11 @@ def quiet_build_output(quiet: bool) -> None:
 
 
 def raw(line: str) -> None:
-    """A line of a child's output (the build log), passed through untouched."""
+    """A line of a child's output (the build log): redacted, its control characters escaped (the
+    build runs upstream code, whose output must not drive the operator's terminal)."""
     if _quiet_raw:
         return
-    sys.stderr.write(redact(line) + "\n")
+    sys.stderr.write(printable(redact(line)) + "\n")
     sys.stderr.flush()
 
 

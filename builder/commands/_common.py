@@ -30,8 +30,8 @@ class Output:
         self.data: dict = {}
 
     def line(self, text: str) -> None:
-        if not self.json_mode:
-            print(text)
+        if not self.json_mode:  # JSON escapes control characters itself
+            print(log.printable(text))
 
     def finish(self, code: int, error: BuilderError | None = None) -> None:
         if self.json_mode:
@@ -208,3 +208,16 @@ def docker_engine() -> DockerEngine:
     from builder.engine.buildx import DockerEngine
 
     return DockerEngine()
+
+
+def written(write, what: str):
+    """``write()``, with a path that fails between the check and the write (removed, made
+    unwritable) as one line, exit 2; a full or read-only disk stays exit 74 (cli's mapping)."""
+    from builder.errors import RESOURCE_ERRNOS, ConfigError
+
+    try:
+        return write()
+    except OSError as exc:
+        if exc.errno in RESOURCE_ERRNOS:
+            raise
+        raise ConfigError(f"{what}: cannot write {exc.filename or 'the record'}: {exc.strerror}") from None

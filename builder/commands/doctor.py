@@ -7,7 +7,7 @@ import argparse
 import datetime as dt
 from pathlib import Path
 
-from builder.commands._common import Output, add_globals, docker_engine, per_target
+from builder.commands._common import Output, add_globals, docker_engine, per_target, written
 
 NAME = "doctor"
 
@@ -69,7 +69,7 @@ def run(args: argparse.Namespace, out: Output) -> int:
         )
         if args.record is not None:
             doc = doctor.decision(d, config.labels, built, archive, dt.datetime.now(dt.timezone.utc))
-            md, js = doctor.write_decision(args.record, doc)
+            md, js = written(lambda: doctor.write_decision(args.record, doc), f"--record {args.record}")
             o.line(f"record: {md}")
             o.data.update({"record": str(md), "record_json": str(js)})
         return 0 if d.compatible else 1

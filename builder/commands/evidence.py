@@ -7,7 +7,7 @@ import argparse
 from pathlib import Path
 
 from builder import log
-from builder.commands._common import Output, add_globals, docker_engine
+from builder.commands._common import Output, add_globals, docker_engine, written
 from builder.config.matrix import load
 from builder.errors import ConfigError
 
@@ -45,7 +45,9 @@ def run(args: argparse.Namespace, out: Output) -> int:
         from builder.pipeline.plan import Plan
 
         image = recorded_image(Plan.of(load(args.matrix), args.target[0]))
-    path, manifest = evidence(docker_engine(), args.out, image, args.container, args.nvidia_smi_file)
+    path, manifest = written(
+        lambda: evidence(docker_engine(), args.out, image, args.container, args.nvidia_smi_file), f"--out {args.out}"
+    )
     for name, why in sorted(manifest["missing"].items()):
         log.info(f"    not captured: {name}: {why}")
     log.info(f"    captured: {', '.join(manifest['captured'])}")

@@ -3,9 +3,10 @@
     flags > environment > target > defaults: > built-in
 
 - **flags**: the command line, only where a flag exists (``--max-jobs``, ``--compile-cache``...);
-- **environment**: ``$K3_REGISTRY``, ``$K3_REPOSITORY``, ``$K3_TAG``, ``$K3_SIGNING_IDENTITY`` and
-  ``$K3_SIGNING_ISSUER`` set matrix keys (``ENV_OVERRIDES``, like cibuildwheel's CIBW_* variables:
-  a CI job pushes where its repository variables say without editing the matrix), and
+- **environment**: ``$K3_REGISTRY``, ``$K3_REPOSITORY``, ``$K3_TAG``, ``$K3_SIGNING_IDENTITY``,
+  ``$K3_SIGNING_ISSUER``, ``$K3_BUILDER_ID`` and ``$K3_BUILD_TYPE`` set matrix keys
+  (``ENV_OVERRIDES``, like cibuildwheel's CIBW_* variables: a CI job pushes where its repository
+  variables say without editing the matrix), and
   ``$K3_COMPILE_CACHE`` stands in for ``--compile-cache`` (``FLAG_ENV``);
 - **target**: the target's own entry under ``targets:``;
 - **defaults**: the matrix's ``defaults:`` block, merged key by key under each target;
@@ -42,6 +43,10 @@ ENV_OVERRIDES = {
     "K3_TAG": ("image", "tag"),  # CI pushes candidates under their own tag (issue: promotion)
     "K3_SIGNING_IDENTITY": ("signing", "identity"),
     "K3_SIGNING_ISSUER": ("signing", "issuer"),
+    # The provenance's identities: validated as the keys they stand for (an https:// URL), so a
+    # bad value is exit 2 naming the variable, not a provenance that says anything (issue 32).
+    "K3_BUILDER_ID": ("signing", "builder_id"),
+    "K3_BUILD_TYPE": ("signing", "build_type"),
 }
 # Flags a variable stands in for when the flag is not given: flag -> variable.
 FLAG_ENV = {"--compile-cache": "K3_COMPILE_CACHE"}

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import re
 
-from pydantic import Field
+from pydantic import Field, StrictBool
 
 from builder.config.patterns import ArchiveUrl, Arg, Component, DebName, DebVersion, Frozen, LoadName, Reason, Suite
 
@@ -42,7 +42,7 @@ class OsPackages(Frozen):
     suites: tuple[Suite, ...] = Field(min_length=1)
     components: tuple[Component, ...] = ("main",)
     packages: tuple[OsPackage, ...] = Field(min_length=1)
-    accept_drift: bool = False  # a plain (non-snapshot) archive: versions move as the archive does
+    accept_drift: StrictBool = False  # a plain (non-snapshot) archive: versions move as the archive does
     # Run-time proofs the check `os_packages` makes: sonames (or absolute path globs) that must load
     # with ctypes, in order, and commands that must run (e.g. numactl --show).
     loads: tuple[LoadName, ...] = ()

@@ -276,8 +276,16 @@ NamePattern = Annotated[
 ]
 
 # OS packages (Debian/Ubuntu .debs locked by sha256 like wheels; builder/deps/oslock.py).
+# apt reads a name no package has exactly as a regex (then as a glob), and installs every package
+# that matches: `numa.+` locked 138 packages (issue 32). '.' and '+' are legal in a name (g++,
+# libglib2.0-0), so what is refused is what only a pattern writes: '.' followed by '+', or a final
+# '.'. builder/deps/oslock.py also holds each name to a package apt installs or the base has.
 DebName = Annotated[
-    StrictStr, Pattern(r"[a-z0-9][a-z0-9.+-]{1,62}", "a Debian package name (lowercase letters, digits, '.', '+', '-')")
+    StrictStr,
+    Pattern(
+        r"(?!.*\.\+)(?!.*\.$)[a-z0-9][a-z0-9.+-]{1,62}",
+        "a Debian package name (lowercase letters, digits, '.', '+', '-'), not an apt pattern such as 'numa.+'",
+    ),
 ]
 DebVersion = Annotated[
     StrictStr, Pattern(r"(?:[0-9]{1,5}:)?[0-9][A-Za-z0-9.+~-]{0,99}", "a Debian version such as 2.0.16-1")

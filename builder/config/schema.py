@@ -10,7 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import BeforeValidator, ConfigDict, Field, StrictInt
+from pydantic import BeforeValidator, ConfigDict, Field, StrictBool, StrictInt
 from pydantic.json_schema import WithJsonSchema
 
 from builder.config import contract
@@ -187,6 +187,17 @@ class ThirdParty(Frozen):
         return self.env or f"-D{self.cmake_var}"
 
 
+class Export(Frozen):
+    """Caps on one exported tree (the source; each third-party tree with its submodules): a tree
+    over either is bad upstream input (exit 2), refused before anything is written. The defaults
+    are far above vLLM's own tree and a CUTLASS checkout (estimates: neither is measured here,
+    GitHub is not reachable from this machine); a hostile commit of a few MB can otherwise expand
+    to gigabytes on the build host."""
+
+    max_bytes: Annotated[StrictInt, Field(ge=1, le=1 << 40)] = 1 << 29  # 512 MiB of file and link contents
+    max_files: Annotated[StrictInt, Field(ge=1, le=10_000_000)] = 100_000  # files and symlinks
+
+
 class Source(Frozen):
     url: GitUrl
     branch: Branch
@@ -208,6 +219,7 @@ class Source(Frozen):
     local_version: LocalVersion | None = None
     version_env: EnvName | None = None
     third_party: dict[ThirdPartyName, ThirdParty] = Field(default_factory=dict)
+    export: Export = Export()
 
     @property
     def wheel_version(self) -> str:
@@ -368,7 +380,7 @@ class Compile(Frozen):
     # Opt into a remote sccache backend (`build --compile-cache URL`): the compile step then has
     # network access (the rendered Dockerfile says so). Without it the compile runs --network=none
     # with sccache's local cache in a BuildKit cache mount.
-    remote_cache: bool = False
+    remote_cache: StrictBool = False  # strict: the string "false" is not a boolean (issue 32)
     # The backend when the command line names none (`--compile-cache` and $K3_COMPILE_CACHE win);
     # setting it opts into the remote cache like remote_cache: true.
     cache_url: CacheUrl | None = None

@@ -87,6 +87,7 @@ printf '%s\n' {shlex.quote(source)} > /etc/apt/sources.list.d/k3-os-packages.lis
 apt-get -o Acquire::Retries=2 -o Acquire::http::Timeout=30 -qq update > /tmp/update.log 2>&1
 echo "K3-UPDATE $?"; sed 's/^/K3-LOG /' /tmp/update.log
 echo "K3-ARCH $(dpkg --print-architecture)"
+dpkg-query -W -f='K3-HAVE ${{Package}}\n' 2>/dev/null
 apt-get -qq install -s --no-install-recommends -y {want} > /tmp/sim 2>&1
 echo "K3-INSTALL $?"; sed 's/^/K3-SIM /' /tmp/sim
 apt-get -qq install --print-uris --no-install-recommends -y {want} 2>/dev/null | sed 's/^/K3-URI /'
@@ -141,6 +142,7 @@ def parse_resolution(out: str, osp: OsPackages, where: str) -> list[DebEntry]:
             f"{where}.packages: version conflict with the runtime base: the closure would replace "
             f"{', '.join(conflicts)}; pin versions the base's release serves"
         )
+    _exact_names(osp, {m[1] for m in (_INST.match(ln) for ln in sim) if m} | set(_lines(out, "K3-HAVE")), where)
     arch = (_lines(out, "K3-ARCH") or ["?"])[0]
     uris = {m["url"] for m in (_URI.fullmatch(u.strip()) for u in _lines(out, "K3-URI")) if m}
     entries = [_entry(block, osp.archive, where) for block in _blocks(_lines(out, "K3-PKG"))]
@@ -158,6 +160,17 @@ def parse_resolution(out: str, osp: OsPackages, where: str) -> list[DebEntry]:
 
 
 _INST = re.compile(r"Inst (\S+) (?:\[(\S+)\] )?\((\S+) ")
+
+
+def _exact_names(osp: OsPackages, known: set[str], where: str) -> None:
+    """Each requested name is a package apt installs or the base has, by that exact name: apt
+    reads a name no package has as a regex or a glob and installs whatever matches (issue 32)."""
+    loose = [p.name for p in osp.packages if p.name not in known and p.name.split(":")[0] not in known]
+    if loose:
+        raise LockError(
+            f"{where}.packages: {', '.join(loose)}: no package has that exact name (apt read it as a "
+            "pattern and matched others); name each package exactly"
+        )
 
 
 def _blocks(lines: list[str]) -> list[dict[str, str]]:

@@ -345,13 +345,25 @@ def _next_review(expires: str | None, today: dt.date) -> dt.date:
 
 
 def output_dir(out_dir: Path, option: str) -> Path:
-    """Where records and archives go: a directory (made if missing), never a file, a device or /proc."""
+    """Where records and archives go: a directory (made if missing), never a file, a device or /proc;
+    one this user can write (else ConfigError, one line, not a traceback)."""
+    import os
+
+    from builder.errors import RESOURCE_ERRNOS
+
     resolved = out_dir.resolve()
     if resolved.parts[:2] in (("/", "proc"), ("/", "sys"), ("/", "dev")):
         raise ConfigError(f"{option} {out_dir}: not a place for an archive or a record")
     if resolved.exists() and not resolved.is_dir():
         raise ConfigError(f"{option} {out_dir}: exists and is not a directory")
-    resolved.mkdir(parents=True, exist_ok=True)
+    try:
+        resolved.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:  # a file on the way, no permission; a full or read-only disk is exit 74
+        if exc.errno in RESOURCE_ERRNOS:
+            raise
+        raise ConfigError(f"{option} {out_dir}: cannot make the directory: {exc.strerror}") from None
+    if not os.access(resolved, os.W_OK | os.X_OK):
+        raise ConfigError(f"{option} {out_dir}: not writable by this user")
     return resolved
 
 
@@ -360,14 +372,16 @@ def write_decision(out_dir: Path, doc: dict) -> tuple[Path, Path]:
     import json
     import re
 
-    from builder.fsutil import atomic_write
+    from builder.fsutil import atomic_write, reserve_stem
+    from builder.log import printable
 
     out = output_dir(out_dir, "--record")
     stamp = doc["created"].replace("-", "").replace(":", "")
     stem = f"k3-decision-{stamp}-{re.sub(r'[^A-Za-z0-9._-]+', '_', doc['image'])[-60:]}"
+    stem = reserve_stem(out, stem, (".md", ".json"))  # a second run within the second keeps the first
     md, js = out / f"{stem}.md", out / f"{stem}.json"
     atomic_write(js, json.dumps(doc, indent=2) + "\n")
-    atomic_write(md, decision_markdown(doc))
+    atomic_write(md, printable(decision_markdown(doc)))  # capture text: no control character reaches Markdown
     return md, js
 
 

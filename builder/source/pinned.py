@@ -2,9 +2,11 @@
 GitPython into local mirrors, verified, exported. Its requirement files are
 builder/source/requirements.py's to read; its PyPI sdist, builder/source/sdist.py's.
 
-The build never sees a live checkout: it gets ``git archive`` of the pinned commit, extracted
-with every mtime set to the commit's time (which is also SOURCE_DATE_EPOCH), so the context is
-a pure function of the commit.
+The build never sees a live checkout: it gets the pinned commit's tree, written by
+builder/source/export.py (which trusts no path check: the tree is untrusted input) with every
+mtime set to the commit's time (which is also SOURCE_DATE_EPOCH), so the context is a pure
+function of the commit. Every mirror checks the objects it receives (``transfer.fsckObjects``),
+so git itself refuses a malformed tree at the fetch.
 """
 
 from __future__ import annotations
@@ -13,15 +15,15 @@ import hashlib
 import posixpath
 import re
 import shutil
-import tarfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, cast
 
 from builder.config.matrix import Source, ThirdParty
-from builder.errors import SourceError, failure_kind
+from builder.errors import RESOURCE_ERRNOS, SourceError, failure_kind
 from builder.fsutil import cache_dir, clamp_mtimes
+from builder.source.export import Budget, Limits, export_tree
 
 if TYPE_CHECKING:  # GitPython costs ~40 ms to import: only the commands that fetch pay it
     import git
@@ -46,6 +48,7 @@ class PinnedSource:
     commit: str
     branch_head: str
     source_date_epoch: int
+    limits: Limits  # source.export: caps on each exported tree (this one, each third-party tree)
 
     def read(self, path: str) -> bytes | None:
         """A file's bytes at the pinned commit, or None when it does not exist there."""
@@ -76,75 +79,28 @@ class PinnedSource:
         return files
 
     def export(self, dest: Path) -> Path:
-        """Extract ``git archive <commit>`` into dest (replaced), mtimes fixed to the commit time,
-        with a ``.git_archival.txt`` naming the commit (ARCHIVAL_NAME: why)."""
-        if dest.exists():
-            shutil.rmtree(dest)
-        dest.mkdir(parents=True)
-        _archive_into(self.repo, self.commit, dest)
-        (dest / ARCHIVAL_NAME).write_text(f"node: {self.commit}\n")
+        """The commit's tree written into dest (replaced), mtimes fixed to the commit time, with a
+        ``.git_archival.txt`` naming the commit (ARCHIVAL_NAME: why) in place of the tree's own."""
+        _fresh(dest)
+        export_tree(
+            self.repo,
+            self.commit,
+            dest,
+            Budget(self.limits),
+            f"source tree at {self.commit[:12]}",
+            extra={ARCHIVAL_NAME: f"node: {self.commit}\n".encode()},
+        )
         clamp_mtimes(dest, self.source_date_epoch)
         return dest
 
 
-def _archive_into(repo: git.Repo, commit: str, dest: Path) -> None:
-    """Stream ``git archive`` into dest: never held in memory (a large file under a memory limit
-    would need twice its size), and a hostile member (absolute or escaping link, a loop) is one
-    SourceError naming it, not a traceback."""
-    import git
-
-    proc = repo.git.archive("--format=tar", "--end-of-options", commit, as_process=True)
-    try:
-        with tarfile.open(fileobj=proc.stdout, mode="r|") as tar:
-            if hasattr(tarfile, "data_filter"):  # Python >= 3.11.4 / 3.12
-                tar.extractall(dest, filter="data")
-            else:  # Debian 12's 3.11.2: the same refusals, by hand
-                tar.extractall(dest, members=_data_members(tar, dest))
-        proc.wait()
-    except tarfile.TarError as exc:  # FilterError (AbsoluteLinkError, ...) and ReadError
-        if proc.proc.wait() != 0:  # git failed first: no (or a cut) archive; say why git failed
-            err = proc.proc.stderr.read().decode("utf-8", "replace").strip().splitlines()
-            raise SourceError(
-                f"source archive at {commit[:12]}: git archive failed: "
-                f"{err[-1].removeprefix('fatal: ') if err else 'no output'}"
-            ) from None
-        raise SourceError(
-            f"source archive at {commit[:12]}: {exc}; refused (a tree may not point outside itself)"
-        ) from None
-    except git.GitCommandError as exc:
-        raise SourceError(f"source archive at {commit[:12]}: git archive failed: {git_reason(exc)}") from None
-    finally:
-        proc.stdout.close()
-        proc.proc.wait()  # reaped even when extraction failed part-way (the raw Popen: no raise)
-
-
-def _data_members(tar: tarfile.TarFile, dest: Path):
-    """Members of a source archive that stay inside ``dest`` (what tarfile's "data" filter allows):
-    files, directories and links whose path and link target resolve under it, nothing else."""
-    root = dest.resolve()
-    for member in tar:  # one pass: the archive is a stream
-        try:
-            path, target = _member_paths(root, member)
-        except RuntimeError:  # a symlink loop (Path.resolve on 3.11.2)
-            raise SourceError(f"source archive: {member.name!r} is a symlink loop") from None
-        if member.name.startswith("/") or not path.is_relative_to(root):
-            raise SourceError(f"source archive: {member.name!r} points outside the source tree")
-        if target is not None:  # a link (symbolic or hard): where it points must stay inside too
-            if member.linkname.startswith("/") or not target.is_relative_to(root):
-                raise SourceError(f"source archive: link {member.name!r} points outside the source tree")
-        elif not (member.isfile() or member.isdir()):
-            continue  # devices and fifos have no place in a source tree
-        member.mode &= 0o755 if member.isdir() or member.mode & 0o111 else 0o644
-        yield member
-
-
-def _member_paths(root: Path, member: tarfile.TarInfo) -> tuple[Path, Path | None]:
-    """Where a member lands under ``root``, and where a link points (None: not a link)."""
-    path = (root / member.name).resolve()
-    if not (member.issym() or member.islnk()):
-        return path, None
-    base = path.parent if member.issym() else root
-    return path, (base / member.linkname).resolve()
+def _fresh(dest: Path) -> None:
+    """An empty directory at dest (the tool's own build directory): a previous export removed."""
+    if dest.is_symlink() or dest.is_file():
+        dest.unlink()
+    elif dest.exists():
+        shutil.rmtree(dest)
+    dest.mkdir(parents=True)
 
 
 # Only these transports, ever (ext:: and friends run commands); never prompt for credentials.
@@ -167,12 +123,68 @@ def _mirror_path(url: str) -> Path:
     return cache_dir() / "git" / (hashlib.sha256(url.encode()).hexdigest()[:24] + ".git")
 
 
+# Set in every mirror, old ones included: git checks each object it receives (a tree with a
+# duplicate entry, a '..' or '.git' name, a malformed object), so a hostile tree is refused at the
+# fetch, before the export's own checks see it. The attributes file is /dev/null: nothing the
+# host's configuration says about attributes applies to a mirror (the export reads no attributes
+# at all; this keeps any other git command on the mirror from reading them either).
+MIRROR_CONFIG = {
+    "transfer.fsckObjects": "true",
+    "fetch.fsckObjects": "true",
+    "receive.fsckObjects": "true",
+    "core.attributesFile": "/dev/null",
+}
+
+
+def _mirror(url: str) -> git.Repo:
+    """The local bare mirror of ``url``, made on first use, with MIRROR_CONFIG set."""
+    import git
+
+    path = _mirror_path(url)
+    repo = git.Repo(path) if path.exists() else git.Repo.init(path, bare=True, mkdir=True)
+    for attempt in range(20):  # written only when needed; another build may hold config.lock a moment
+        reader = repo.config_reader("repository")
+        missing = {}
+        for key, value in MIRROR_CONFIG.items():
+            section, _, option = key.rpartition(".")
+            # GitPython reads "true" back as a bool: compared as git would, case-insensitively.
+            if not reader.has_option(section, option) or str(reader.get_value(section, option)).lower() != value:
+                missing[(section, option)] = value
+        if not missing:
+            return repo
+        try:
+            with repo.config_writer("repository") as config:
+                for (section, option), value in missing.items():
+                    config.set_value(section, option, value)
+        except OSError as exc:
+            if exc.errno in RESOURCE_ERRNOS or attempt == 19:
+                raise
+            time.sleep(0.1)
+    return repo
+
+
+# git's own words when fsck refuses what a fetch received.
+_FSCK_REFUSALS = ("fsck error", "object fails fsck")
+
+
+def _refuse_malformed(what: str, exc: git.GitCommandError) -> None:
+    """A fetch fsck refused is bad upstream input (SourceError, exit 2), said in one line."""
+    text = exc.stderr or ""
+    if any(marker in text for marker in _FSCK_REFUSALS) and failure_kind(text, SourceError) is SourceError:
+        # "error: object <id>: duplicateEntries: contains duplicate file entries": the check's name
+        detail = [m.group(1) for m in re.finditer(r"error: object [0-9a-f]+: ([^\n]+)", text)]
+        raise SourceError(
+            f"{what}: git refused a malformed object (transfer.fsckObjects"
+            + (f": {_shown(detail[0], 160)}" if detail else "")
+            + "); refused: a tree is untrusted input, review the upstream commit"
+        ) from None
+
+
 def fetch(source: Source) -> PinnedSource:
     """Fetch ``refs/heads/<branch>`` into the mirror; verify the pinned commit is on it."""
     import git
 
-    mirror = _mirror_path(source.url)
-    repo = git.Repo(mirror) if mirror.exists() else git.Repo.init(mirror, bare=True, mkdir=True)
+    repo = _mirror(source.url)
     ref = f"refs/heads/{source.branch}"
     local = f"refs/k3/{source.branch}"
     try:
@@ -181,6 +193,7 @@ def fetch(source: Source) -> PinnedSource:
             repo.git.fetch("--no-tags", "--force", "--", source.url, f"+{ref}:{local}")
     except git.GitCommandError as exc:
         reason = git_reason(exc)
+        _refuse_malformed(f"source {source.url}: {ref}", exc)
         if "couldn't find remote ref" in (exc.stderr or ""):
             raise SourceError(
                 f"source {source.url}: branch {source.branch!r} not found ({ref}); check source.branch in the matrix"
@@ -201,6 +214,7 @@ def fetch(source: Source) -> PinnedSource:
         )
     commit = repo.commit(source.commit)
     return PinnedSource(
+        limits=Limits(source.export.max_bytes, source.export.max_files),
         repo=repo,
         commit=source.commit,
         branch_head=head,
@@ -257,6 +271,7 @@ class PinnedThirdParty:
     commit: str
     source_date_epoch: int
     submodules: tuple[Submodule, ...]
+    limits: Limits  # the main source's source.export caps, for this tree with its submodules
 
     def to_json(self) -> dict:
         return {
@@ -266,15 +281,15 @@ class PinnedThirdParty:
         }
 
     def export(self, dest: Path) -> Path:
-        """The tree as FetchContent would have checked it out (submodules included), mtimes fixed."""
-        if dest.exists():
-            shutil.rmtree(dest)
-        dest.mkdir(parents=True)
-        _archive_into(_commit_repo(self.url, self.commit), self.commit, dest)
+        """The tree as FetchContent would have checked it out (submodules included), mtimes fixed.
+        Each submodule is written into its gitlink's directory, reached without following a link."""
+        _fresh(dest)
+        budget = Budget(self.limits)
+        where = f"third-party source {self.name} at {self.commit[:12]}"
+        export_tree(_commit_repo(self.url, self.commit), self.commit, dest, budget, where)
         for sub in self.submodules:
-            target = dest / sub.path
-            target.mkdir(parents=True, exist_ok=True)
-            _archive_into(_commit_repo(sub.url, sub.commit), sub.commit, target)
+            where = f"third-party source {self.name}: submodule {sub.path} at {sub.commit[:12]}"
+            export_tree(_commit_repo(sub.url, sub.commit), sub.commit, dest, budget, where, under=sub.path)
         clamp_mtimes(dest, self.source_date_epoch)
         return dest
 
@@ -304,8 +319,7 @@ def _commit_repo(url: str, commit: str) -> git.Repo:
     else every branch and tag; the commit must exist either way."""
     import git
 
-    mirror = _mirror_path(url)
-    repo = git.Repo(mirror) if mirror.exists() else git.Repo.init(mirror, bare=True, mkdir=True)
+    repo = _mirror(url)
     if _has_commit(repo, commit):
         return repo
     # `--` first: a URL is never an option (git would run `--upload-pack=<command>` on the host).
@@ -322,6 +336,7 @@ def _commit_repo(url: str, commit: str) -> git.Repo:
             reason = str(exc)
             continue
         except git.GitCommandError as exc:
+            _refuse_malformed(f"third-party source {_shown(url)}: commit {commit[:12]}", exc)
             reason = git_reason(exc)
             continue
         if _has_commit(repo, commit):
@@ -475,7 +490,7 @@ def fetch_third_party(name: str, spec: ThirdParty, pinned: PinnedSource) -> Pinn
                 f"source.third_party.{name}.subdir: {spec.subdir!r} is not in {spec.url} at {spec.commit[:12]}"
             ) from None
     epoch = commit_time(f"third-party source {name} at {spec.commit[:12]}", int(commit.committed_date))
-    return PinnedThirdParty(name, spec.url, spec.commit, epoch, tuple(subs))
+    return PinnedThirdParty(name, spec.url, spec.commit, epoch, tuple(subs), pinned.limits)
 
 
 def fetch_all_third_party(source: Source, pinned: PinnedSource) -> dict[str, PinnedThirdParty]:

@@ -17,6 +17,8 @@ from builder.config.matrix import Matrix, parse
 from builder.dockerfile import render
 from builder.errors import ConfigError, SourceError, Unreachable, is_network_failure
 from builder.fsutil import atomic_write
+from builder.log import printable
+from builder.source import export
 from builder.source import pinned as source
 
 FILE_URLS_ENV = "K3_ALLOW_FILE_URLS"  # tests and local mirrors only
@@ -127,7 +129,12 @@ def track(matrix_path: Path, matrix: Matrix, name: str, *, check: bool) -> Track
             f"source {t.source.url}: {t.source.branch} was rewritten: the pin {old[:12]} is not "
             f"an ancestor of the new head {new[:12]} (force-push?); review and re-pin by hand"
         )
-    result.subjects = repo.git.log("--format=%h %s", f"{old}..{new}").splitlines()
+    # The new tree is checked as the export will check it (no duplicate entry, no link out of the
+    # tree, the caps): a pin the build would refuse is not moved to. A mirror filled before its
+    # objects were checked by fsck would otherwise let one through here.
+    export.plan(repo, new, export.Budget(pinned.limits), f"source {t.source.url} at {new[:12]}")
+    # Subjects are upstream text: control characters escaped before a terminal or the PR body.
+    result.subjects = [printable(s) for s in repo.git.log("--format=%h %s", f"{old}..{new}").splitlines()]
     result.third_party_changed = third_party_changes(t, repo, new)
     if check:
         return result

@@ -94,9 +94,11 @@ def test_a_submodule_url_that_is_a_git_option_runs_nothing_on_the_host(smoke, tm
     assert not canary.exists(), "the submodule URL ran a command on the host"
     assert r.code == 2, r.err[-3000:]
     line = _one_error_line(r.err)
+    # git's fsck, on in every mirror (issue 32), refuses the .gitmodules at the fetch already; the
+    # URL rule behind it is unit-tested on its own (test_source.py).
     assert re.search(
-        r"third-party source k3kernels: submodule 'third-party/evil' in \.gitmodules: url "
-        r"'--upload-pack=.* is not an https:// or file:// git URL",
+        r"third-party source .*: git refused a malformed object \(transfer\.fsckObjects: "
+        r"'gitmodulesUrl: disallowed submodule url: --upload-pack=",
         line,
     ), line
     assert (work.record.read_bytes() if work.record.exists() else None) == before  # nothing written
@@ -254,3 +256,42 @@ def test_a_full_or_read_only_record_directory_is_refused_before_the_engine(smoke
             assert {p.name: p.read_bytes() for p in locks.iterdir()} == saved
     finally:
         subprocess.run(["umount", str(locks)], capture_output=True)
+
+
+def test_a_malformed_tree_writes_nothing_outside_for_the_source_and_a_third_party_tree(smoke, tmp_path):
+    """Issue 32, defect 1: CPython's CVE-2025-4517 archive as a git tree (duplicate entries, a link
+    chain past PATH_MAX) made an ordinary `build --target smoke` write a file as root outside the
+    export, for the source and for a third-party tree, then crash with a traceback. Now git's
+    fsck refuses it at the fetch: exit 2, one line, nothing written."""
+    from tests.unit.test_export import Plumber, cve_2025_4517_tree
+
+    doc = yaml.safe_load(smoke.matrix.read_text())["targets"]["smoke"]
+    src_repo = Path(doc["source"]["url"].removeprefix("file://"))
+    kernels_repo = Path(doc["source"]["third_party"]["k3kernels"]["url"].removeprefix("file://"))
+    tag = f"malformed-{secrets.token_hex(3)}"
+    # The source: the malformed tree itself, pinned.
+    bad_source = cve_2025_4517_tree(Plumber(src_repo), tmp_path / "work" / "artifacts" / "x" / "source")
+    _git(src_repo, "update-ref", f"refs/heads/{tag}", bad_source)
+    work = repin(smoke, tmp_path / "work", tag, (tag, bad_source))
+    r = cli("--matrix", str(work.matrix), "--target", "smoke")
+    assert r.code == 2 and "Traceback" not in r.err, r.err[-3000:]
+    # fsck names the first check the tree fails (treeNotSorted, duplicateEntries, ...).
+    assert re.search(r"git refused a malformed object \(transfer\.fsckObjects: '\w+: ", _one_error_line(r.err))
+    # A third-party tree: the kernels' commit is the malformed tree, named by a good source commit.
+    bad_kernels = cve_2025_4517_tree(Plumber(kernels_repo), tmp_path / "k" / "artifacts" / "x" / "tp")
+    _git(kernels_repo, "update-ref", f"refs/heads/{tag}", bad_kernels)
+    old_kernels = doc["source"]["third_party"]["k3kernels"]["commit"]
+
+    def name_bad_kernels(tree: Path) -> None:
+        cmake = tree / "CMakeLists.txt"
+        cmake.write_text(cmake.read_text().replace(old_kernels, bad_kernels))
+
+    commit = push_commit(src_repo, tmp_path / "src", f"{tag}-src", name_bad_kernels, base=doc["source"]["commit"])
+    work2 = repin(smoke, tmp_path / "work2", f"{tag}-2", (f"{tag}-src", commit), bad_kernels)
+    r = cli("--matrix", str(work2.matrix), "--target", "smoke")
+    assert r.code == 2 and "Traceback" not in r.err, r.err[-3000:]
+    line = _one_error_line(r.err)
+    assert re.search(r"^error: third-party source .*git refused a malformed object \(transfer\.fsckObjects: ", line), (
+        line
+    )
+    assert not list(tmp_path.rglob("pwned")) and not list(Path(smoke.matrix).parent.parent.rglob("pwned"))

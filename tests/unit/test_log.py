@@ -147,3 +147,29 @@ def test_every_written_form_of_a_secret_is_registered_and_listed():
     log.register_secret_forms("ATKPASS'q9x7Z", ("'ATKPASS'\"'\"'q9x7Z'",))
     assert log.redact("SCCACHE_REDIS_PASSWORD='ATKPASS'\"'\"'q9x7Z'") == "SCCACHE_REDIS_PASSWORD=***"
     assert {"ATKPASS'q9x7Z", "'ATKPASS'\"'\"'q9x7Z'"} <= log.secret_values()
+
+
+HOSTILE = "ok \x1b]52;c;ZWNobyBoaQ==\x07 \x1b[2J\x1b[1A\rfake\x08\x9b31m \u202eevil\u2066 \x00\x7f"
+
+
+def test_control_characters_become_visible_escapes_and_text_stays():
+    shown = log.printable(HOSTILE + "\tcol\nnext é 日本")
+    assert shown == (
+        "ok \\x1b]52;c;ZWNobyBoaQ==\\x07 \\x1b[2J\\x1b[1A\\x0dfake\\x08\\x9b31m \\u202eevil\\u2066 \\x00\\x7f\tcol\nnext é 日本"
+    )
+
+
+def test_info_warn_raw_and_result_lines_carry_no_control_character(capsys):
+    """Issue 32: build output (upstream code runs in the build) and commit subjects reached the
+    terminal with their escape sequences."""
+    from builder.commands._common import Output
+
+    log.quiet_build_output(False)
+    log.info(HOSTILE)
+    log.warn(HOSTILE)
+    log.raw(HOSTILE)
+    Output(json_mode=False).line(HOSTILE)
+    captured = capsys.readouterr()
+    for text in (captured.err, captured.out):
+        assert not any(ord(c) < 32 and c not in "\n\t" or 0x7F <= ord(c) <= 0x9F for c in text), repr(text)
+        assert "\u202e" not in text and "\\x1b]52" in text

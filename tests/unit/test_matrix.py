@@ -774,7 +774,11 @@ def test_a_directory_is_not_a_matrix(tmp_path):
     "value,expected",
     [
         ("[1]", "Input should be a valid boolean (got [1])"),  # bool_type
-        ("maybe", "Input should be a valid boolean, unable to interpret input (got 'maybe')"),  # bool_parsing
+        ("maybe", "Input should be a valid boolean (got 'maybe')"),
+        # Strict (issue 32): a string or a number that pydantic would read as a boolean is refused.
+        ("'false'", "Input should be a valid boolean (got 'false')"),
+        ("'yes'", "Input should be a valid boolean (got 'yes')"),
+        ("0", "Input should be a valid boolean (got 0)"),
     ],
 )
 def test_a_boolean_key_says_what_it_got(value, expected):
@@ -840,3 +844,24 @@ def test_a_long_credential_url_in_the_matrix_is_redacted_before_the_message_cuts
     text = SRC.replace("url: https://github.com/vllm-project/vllm.git", f"url: '{url}'", 1)
     message = _error(text)
     assert "Zq9-secret" not in message and "***@" in message
+
+
+@pytest.mark.parametrize(("var", "key"), [("K3_BUILDER_ID", "builder_id"), ("K3_BUILD_TYPE", "build_type")])
+@pytest.mark.parametrize("value", ["not a url", "http://ci.example.org/builder", "https://x.example.org/a b", "$(id)"])
+def test_the_provenance_identities_from_the_environment_are_validated_naming_the_variable(monkeypatch, var, key, value):
+    """Issue 32: they went into the provenance unchecked, though the cascade says environment
+    values are validated like the file's."""
+    monkeypatch.setenv(var, value)
+    message = _error(SRC)
+    assert message.startswith(f"matrix.yaml: targets.cu129.signing.{key} (from ${var}): must be")
+    assert "\n" not in message
+
+
+def test_valid_provenance_identities_from_the_environment_are_taken(monkeypatch):
+    monkeypatch.setenv("K3_BUILDER_ID", "https://ci.example.org/builders/k3")
+    monkeypatch.setenv("K3_BUILD_TYPE", "https://example.org/buildtypes/v1")
+    signing = matrix.parse(SRC, PATH).target("cu129").signing
+    assert (signing.builder_id, signing.build_type) == (
+        "https://ci.example.org/builders/k3",
+        "https://example.org/buildtypes/v1",
+    )

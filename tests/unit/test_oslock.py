@@ -22,7 +22,11 @@ def _cu129():
     return matrix.load(REPO / "matrix.yaml").target("cu129")
 
 
-def _out(update=0, install=0, sim=None, log="", pkgs=None):
+# Packages the runtime base already has (dpkg-query's K3-HAVE lines): apt installs nothing for them.
+BASE_HAS = ("libc6", "libibverbs1", "ibverbs-providers", "librdmacm1")
+
+
+def _out(update=0, install=0, sim=None, log="", pkgs=None, have=BASE_HAS):
     """What the resolution script prints: K3-* lines, as a container of the base prints them."""
     sim = (
         sim
@@ -44,6 +48,7 @@ def _out(update=0, install=0, sim=None, log="", pkgs=None):
         f"K3-UPDATE {update}",
         *(f"K3-LOG {ln}" for ln in log.splitlines()),
         "K3-ARCH amd64",
+        *(f"K3-HAVE {name}" for name in have),
         f"K3-INSTALL {install}",
         *(f"K3-SIM {ln}" for ln in sim),
     ]
@@ -261,3 +266,40 @@ def test_an_os_lock_that_is_not_utf8_is_one_line_exit_2(tmp_path):
     assert info.value.exit_code == 2
     with pytest.raises(LockError, match="no OS package lock for this target"):
         oslock.read(tmp_path / "missing.txt")
+
+
+def test_a_name_apt_reads_as_a_pattern_is_refused_when_no_package_has_it_exactly():
+    """Issue 32: `numa.+` locked 138 packages. A name no package has is a regex (or a glob) to apt,
+    which installs whatever matches; the lock holds each name to one apt installs or the base has."""
+    target = _cu129()
+    osp = target.os_packages.model_copy(
+        update={
+            "packages": (
+                *target.os_packages.packages,
+                target.os_packages.packages[-1].model_copy(update={"name": "numa+"}),
+            )
+        }
+    )
+    with pytest.raises(LockError, match=r"os_packages\.packages: numa\+: no package has that exact name") as info:
+        oslock.parse_resolution(_out(), osp, "targets.cu129.os_packages")
+    assert info.value.exit_code == 2 and "\n" not in info.value.message
+    with pytest.raises(LockError, match="libibverbs1, ibverbs-providers, librdmacm1: no package has that exact name"):
+        _parse(_out(have=()))  # neither installed by apt nor in the base
+
+
+@pytest.mark.parametrize("name", ["numa.+", "numa.", "numa*", "numa?", "[n]uma", "numa|x", "^numa", "numa$"])
+def test_the_matrix_refuses_an_apt_pattern_as_a_package_name(name):
+    text = (REPO / "matrix.yaml").read_text().replace("- name: numactl", f"- name: '{name}'", 1)
+    with pytest.raises(ConfigError, match=r"os_packages\.packages\.\d+\.name: must be a Debian package name"):
+        matrix.parse(text, Path("matrix.yaml"))
+
+
+@pytest.mark.parametrize(
+    ("key", "value"), [("accept_drift", "'true'"), ("accept_drift", "'no'"), ("accept_drift", "1")]
+)
+def test_a_string_or_number_where_a_boolean_is_expected_is_refused(key, value):
+    text = (REPO / "matrix.yaml").read_text()
+    text = re.sub(r"(\n(\s+)archive: )", rf"\n\2{key}: {value}\1", text, count=1)
+    assert f"{key}: {value}" in text
+    with pytest.raises(ConfigError, match=rf"os_packages\.{key}: Input should be a valid boolean \(got "):
+        matrix.parse(text, Path("matrix.yaml"))

@@ -145,3 +145,34 @@ def test_track_says_which_third_party_pins_the_new_commit_moved(upstream, tmp_pa
     doc = json.loads(out)
     assert doc["third_party_changed"] == {"deepgemm": ["f" * 40]}
     assert "third-party 'deepgemm'" in err and "re-pin source.third_party.deepgemm" in err
+
+
+def _error_lines(err: str) -> list[str]:
+    return [ln for ln in err.splitlines() if ln.startswith("error:")]
+
+
+@pytest.mark.parametrize("make", ["cve_2025_4517_tree", "duplicate_link_and_tree", "escaping_link_chain"])
+def test_track_refuses_to_move_the_pin_to_a_malformed_tree(upstream, tmp_path, make):
+    """Issue 32: `build track` moved the pin to the CVE-2025-4517 commit without complaint. git's
+    fsck refuses the duplicate entries at the fetch; the link chain is refused on the listing."""
+    from pathlib import Path
+
+    from tests.unit import test_export
+
+    matrix = upstream["matrix"]
+    before = matrix.read_text()
+    getattr(test_export, make)(test_export.Plumber(Path(upstream["bare"])), tmp_path / "out")
+    code, _, err = _run("--matrix", str(matrix), "track", "--target", "cu129")
+    assert code == 2, err
+    assert len(_error_lines(err)) == 1 and "refused" in _error_lines(err)[0] and "Traceback" not in err
+    assert matrix.read_text() == before
+
+
+def test_commit_subjects_reach_the_terminal_and_json_with_control_characters_escaped(upstream):
+    matrix = upstream["matrix"]
+    upstream["commit"]("K3: fix \x1b]0;owned\x07title \x1b[2J\u202eevil")
+    code, out, err = _run("--matrix", str(matrix), "track", "--target", "cu129", "--check")
+    assert code == 1 and "\x1b" not in err and "\u202e" not in err
+    assert "K3: fix \\x1b]0;owned\\x07title \\x1b[2J\\u202eevil" in err
+    code, out, _ = _run("--matrix", str(matrix), "--json", "track", "--target", "cu129", "--check")
+    assert json.loads(out)["subjects"][0].endswith("K3: fix \\x1b]0;owned\\x07title \\x1b[2J\\u202eevil")
