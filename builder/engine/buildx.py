@@ -306,19 +306,18 @@ class DockerEngine:
         except FileNotFoundError:
             raise EngineUnavailable("docker CLI not found; run ci/setup.sh") from None
         assert proc.stdout is not None and proc.stderr is not None
-        finished = False
         try:
             yield proc.stdout
-            finished = True
         finally:
-            proc.stdout.close()  # a reader that stopped early (a hit) ends `docker save` with SIGPIPE
-            if not finished:
-                proc.kill()
+            ended = proc.poll()  # exited on its own: it wrote the whole image, or failed
+            proc.stdout.close()
+            if ended is None:
+                proc.kill()  # the reader stopped early (a hit): the rest is not needed
+            proc.wait()
             err = proc.stderr.read().decode(errors="replace").strip()
             proc.stderr.close()
-            code = proc.wait()
-        if finished and code != 0:
-            raise BuildError(f"docker save {image_id[:19]} failed (exit {code}): {redact(err)[-300:]}")
+            if ended not in (None, 0):  # said instead of the reader's error on the stream it cut short
+                raise BuildError(f"docker save {image_id[:19]} failed (exit {ended}): {redact(err)[-300:]}")
 
     def push(self, ref: str) -> str:
         """`docker push` of the local image tagged ``ref``: the manifest digest the registry took."""

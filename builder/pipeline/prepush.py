@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import dataclasses
 import tarfile
+import zlib
 from pathlib import Path
 
 from builder import log
@@ -69,7 +70,7 @@ def scan(engine: Engine, target: Target, image_id: str, log_path: Path) -> None:
         try:
             with engine.export_image(image_id) as stream:
                 hit = secretscan.find_in_archive(stream, wanted, base_layers(engine, target))
-        except (tarfile.TarError, EOFError, OSError) as exc:
+        except (tarfile.TarError, EOFError, OSError, zlib.error, ValueError) as exc:
             hit, unreadable = None, f"the image {image_id[:19]} cannot be read to scan it ({exc.__class__.__name__})"
         else:
             unreadable = ""
@@ -77,6 +78,12 @@ def scan(engine: Engine, target: Target, image_id: str, log_path: Path) -> None:
             return
         removed = _remove(engine, image_id)
         found = f"a build secret is in {hit.describe()}: a build step wrote it" if hit else unreadable
+        with log_path.open("a") as fh:  # the full digests, for whoever checks the registry and the store
+            fh.write(
+                f"[k3-builder] secret scan: refused the local image {image_id}"
+                + (f" (blob {hit.blob})" if hit else "")
+                + f"; nothing pushed; {removed}\n"
+            )
         raise BuildError(
             f"{target.image.name}: {found}; nothing was pushed (the tag and the recorded image are "
             f"untouched); {removed}; BuildKit's build cache of the steps stays on this host "
