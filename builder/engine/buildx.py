@@ -326,7 +326,8 @@ class DockerEngine:
         try:
             out = _run([*self.docker.client_config.docker_cmd, "push", ref])
         except DockerException as exc:
-            last = redact((exc.stderr or str(exc)).strip().splitlines()[-1:][0] if (exc.stderr or str(exc)) else "")
+            text = (exc.stderr or str(exc)).strip()
+            last = redact(text.splitlines()[-1]) if text else "no output"
             refused = _registry_failure(last, (ref,))
             if refused:
                 raise RegistryUnavailable(f"{refused}: {last[:300]}") from None
