@@ -449,3 +449,26 @@ def test_the_fake_keeps_to_the_engine_seam():
     assert all(isinstance(vars(Engine).get(seam), property) for seam in ("registry", "containers"))
     fake = FakeEngine()
     assert isinstance(fake.registry, FakeRegistry) and isinstance(fake.containers, FakeContainers)
+
+
+@pytest.mark.parametrize(
+    ("spec", "leaves"),
+    [
+        (None, False),
+        ("type=inline", False),  # in the image config, which is scanned
+        ("type=local,dest=/var/cache/k3", False),  # stays on this host
+        ("type=registry,ref=registry.test:5000/k3/cache,mode=max", True),
+        ("registry.test:5000/k3/cache", True),  # a bare reference means a registry
+        ("type=gha", True),
+        ("type=s3,region=x,bucket=y", True),
+        ("ref=registry.test:5000/k3/cache,mode=max", True),  # no type: buildx's default, a registry
+    ],
+)
+def test_which_cache_exports_leave_the_host(spec, leaves):
+    from pathlib import Path
+
+    from builder.engine.buildx import BuildRequest
+    from builder.pipeline import prepush
+
+    req = BuildRequest(context=Path("."), dockerfile=Path("Dockerfile"), tags=("t",), build_args={}, cache_to=spec)
+    assert prepush.remote_cache(req) is leaves
