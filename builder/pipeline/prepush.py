@@ -119,7 +119,10 @@ def push(engine: Engine, target: Target, req: BuildRequest, image_id: str, log_p
     """Push the scanned image, then make sure the registry serves it and that what it serves is
     the image scanned (its config, which lists every layer's diff_id, is the local image's ID)."""
     with log.step(f"{target.name}: push {req.tags[0]}"):
-        digest = engine.push(req.tags[0])
+        try:
+            digest = engine.push(req.tags[0])
+        except BuilderError as exc:  # a registry out of reach included: name the kept log
+            raise type(exc)(f"{exc.message}; the build log is kept: {log_path}") from None
     name = target.image.name
     with log.step(f"{target.name}: confirm the registry serves {digest[:19]}"):
         try:

@@ -39,7 +39,7 @@ from builder.checks import runner
 from builder.config import contract, matrix
 from builder.config.options import BuildOptions
 from builder.deps import lock
-from builder.errors import BuildError, CheckFailed, NotReproduced, RecordError
+from builder.errors import BuildError, CheckFailed, NotReproduced, RecordError, RegistryUnavailable
 from builder.fsutil import cache_dir, sha256_bytes
 from builder.pipeline import build as pipeline
 from builder.pipeline import smoke
@@ -186,6 +186,19 @@ def test_a_push_the_registry_does_not_serve_is_never_checked_or_recorded(plan, c
     assert checks.images == []  # the checks run on what the registry serves, so never here
     assert _recorded(plan) is None and _record_set(plan) == {}
     assert not any(e[0] in ("attach", "inventory") for e in engine.events)
+
+
+def test_a_registry_out_of_reach_at_the_push_names_the_kept_log_and_records_nothing(plan, checks, monkeypatch):
+    engine = FakeEngine()
+
+    def down(ref: str) -> str:
+        raise RegistryUnavailable("registry registry.test:5000 out of reach during the build: connection refused")
+
+    monkeypatch.setattr(engine, "push", down)
+    with pytest.raises(RegistryUnavailable, match=r"connection refused; the build log is kept: \S+build\.log") as info:
+        pipeline.build(plan, engine, BuildOptions())
+    assert info.value.exit_code == 3
+    assert checks.images == [] and _recorded(plan) is None and engine.registry.blobs == {}
 
 
 def test_a_failing_check_records_nothing_and_the_old_record_stands(plan, checks):
