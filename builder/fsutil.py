@@ -9,8 +9,10 @@ import tempfile
 from pathlib import Path
 
 
-def atomic_write(path: Path, data: str | bytes) -> None:
-    """Write to a temp file in the same directory, fsync, then rename over ``path``."""
+def atomic_write(path: Path, data: str | bytes, mode: int = 0o644) -> None:
+    """Write to a temp file in the same directory, fsync, then rename over ``path``. The temp file
+    is 0600 from its creation (mkstemp) until it is given ``mode``: a private ``mode`` (a key, an
+    evidence bundle) is never readable by others, not even for a moment."""
     path.parent.mkdir(parents=True, exist_ok=True)
     raw = data.encode("utf-8") if isinstance(data, str) else data
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
@@ -19,7 +21,7 @@ def atomic_write(path: Path, data: str | bytes) -> None:
             fh.write(raw)
             fh.flush()
             os.fsync(fh.fileno())
-        os.chmod(tmp, 0o644)
+        os.chmod(tmp, mode)
         os.replace(tmp, path)
     except BaseException:
         try:

@@ -539,7 +539,7 @@ def secret_copied_into_image(v: Verdict) -> None:
 
 def lock_during_build(v: Verdict) -> None:
     build = v.work.start()  # with its checks: the record it writes must verify
-    build.wait_for(r"buildx build and push")
+    build.wait_for(r"==> smoke: buildx build ")  # the engine has the build (then the scan, the push)
     v.exited(cli("--matrix", str(v.work.matrix), "lock", "--target", "smoke"), 75, "build lock during a build")
     v.exited(build.finish(), 0, "the build the lock raced")
 

@@ -1,27 +1,51 @@
-"""The built image, searched for the build's secrets before it is checked and recorded.
+"""The built image, searched for the build's secrets before it leaves the host.
 
 A BuildKit secret never lands in a layer by itself, but a hostile build step (an upstream
-``setup.py``) can copy it into a file it installs. Redaction cannot help there, so every layer
-the build added (the runtime base's own layers are skipped: the pin names them) and the image
-config are searched for each registered secret value in every form it was written in
-(``log.secret_values``). A hit fails the build naming the layer and the file; the image is not
-recorded, and the tool deletes the pushed manifest where the registry allows it.
+``setup.py``) can copy it into a file it installs, or use it as a name. Redaction cannot help there,
+so the image is built into the local image store and every layer the build added (the runtime
+base's own layers are skipped: the pin names them) and the image config are searched for each
+registered secret value in every form it was written in (``log.secret_values``), before the push.
+What is searched, in the exported image (``docker save``: an OCI layout tar whose blobs are the
+config, the manifests and the layers, each a plain or gzipped tar):
 
-What this cannot see: a value the step transformed first (base64, split, encrypted). The threat model
-(docs/guarantees.md) says so.
+- every regular file's bytes;
+- every member's name (so a file name, a directory name anywhere in the path, a long path carried
+  in a PAX or GNU long-name record), its link target (symlinks and hard links) and every PAX
+  record (key and value: extended attributes too);
+- every blob that is not a layer (the image config: env, labels, history) as bytes.
+
+A hit names the blob and the file; the caller refuses the image before anything is pushed.
+
+What this cannot see: a value the step transformed first (base64, split, reversed, encrypted, or
+compressed inside a file: a zip, a wheel, a gzip). The threat model (docs/guarantees.md) says so.
 """
 
 from __future__ import annotations
 
 import tarfile
-import tempfile
-from pathlib import Path
+from dataclasses import dataclass
+from typing import IO
 
 from builder import log
-from builder.errors import BuildError
 
 MIN_SCANNED = 8  # shorter registered words would match by chance in gigabytes of binaries
 _CHUNK = 1 << 20
+_BLOBS = "blobs/sha256/"
+
+
+@dataclass(frozen=True)
+class Hit:
+    """Where a secret was found: the blob (``sha256:...``), and in a layer the member and how."""
+
+    blob: str
+    path: str  # the member's path in the layer; "" for a blob that is not a layer (the config)
+    where: str  # "content", "name", "link target", "PAX record" or "blob"
+
+    def describe(self) -> str:
+        if not self.path:
+            return f"blob {self.blob[:19]} (the image config: env, labels or history)"
+        shown = "/" + self.path.removeprefix("./").lstrip("/")
+        return f"layer {self.blob[:19]}, file {log.shown(shown, 200)} ({self.where})"
 
 
 def needles() -> list[bytes]:
@@ -41,48 +65,60 @@ def find_in_stream(stream, wanted: list[bytes]) -> bytes | None:
     return None
 
 
-def find_in_layer(path: Path, wanted: list[bytes]) -> str | None:
-    """The path of the first file in a (gzip or plain) layer tar holding one of ``wanted``."""
-    with tarfile.open(path, mode="r|*") as tar:
-        for member in tar:
-            if member.isfile():
-                data = tar.extractfile(member)
-                if data is not None and find_in_stream(data, wanted) is not None:
-                    return member.name
-            elif member.issym() or member.islnk():
-                if any(w in member.linkname.encode() for w in wanted):
-                    return member.name
+def _raw(text: str) -> bytes:
+    """A name as the tar stored it (tarfile decodes with surrogateescape, so this is lossless)."""
+    return text.encode("utf-8", "surrogateescape")
+
+
+def _in_header(member: tarfile.TarInfo, wanted: list[bytes]) -> str | None:
+    """What of a member's header holds a secret: its name, its link target, or a PAX record."""
+    if any(w in _raw(member.name) for w in wanted):
+        return "name"
+    if (member.issym() or member.islnk()) and any(w in _raw(member.linkname) for w in wanted):
+        return "link target"
+    for key, value in member.pax_headers.items():
+        if any(w in _raw(key) or w in _raw(value) for w in wanted):
+            return "PAX record"
     return None
 
 
-def scan(registry, name: str, digest: str, skip: frozenset[str] = frozenset()) -> None:
-    """Raise BuildError naming the layer and file when a registered secret is in the image."""
-    wanted = needles()
-    if not wanted:
-        return  # nothing registered: nothing to look for
-    manifest = registry.raw_manifest(name, registry.platform_digest(name, digest))
-    doc = manifest.doc if manifest else {}
-    config = registry.blob(name, doc["config"]["digest"]) if isinstance(doc.get("config"), dict) else b""
-    if any(w in config for w in wanted):
-        raise BuildError(
-            f"{name}@{digest}: a build secret is in the image config (env, labels or history); not recorded"
-        )
-    with tempfile.TemporaryDirectory(prefix="k3-scan-") as tmp:
-        for index, layer in enumerate(doc.get("layers") or []):
-            if layer.get("digest") in skip:
+def find_in_layer(fileobj: IO[bytes], wanted: list[bytes]) -> tuple[str, str] | None:
+    """(member path, where) of the first secret in a (gzip or plain) layer tar read as a stream."""
+    with tarfile.open(fileobj=fileobj, mode="r|*") as tar:
+        for member in tar:
+            where = _in_header(member, wanted)
+            if where:
+                return member.name, where
+            if member.isfile():
+                data = tar.extractfile(member)
+                if data is not None and find_in_stream(data, wanted) is not None:
+                    return member.name, "content"
+    return None
+
+
+def _is_tar(head: bytes) -> bool:
+    """A layer: a tar (ustar magic at 257, or an empty archive's zero blocks) or a gzip stream."""
+    return head[:2] == b"\x1f\x8b" or head[257:262] == b"ustar" or (len(head) >= 512 and not head.strip(b"\0"))
+
+
+def find_in_archive(stream: IO[bytes], wanted: list[bytes], skip: frozenset[str] = frozenset()) -> Hit | None:
+    """The first secret in an exported image (an OCI layout or `docker save` tar, read once as a
+    stream). Blobs whose digest is in ``skip`` (the base's layers, by diff_id) are not read."""
+    with tarfile.open(fileobj=stream, mode="r|") as outer:
+        for member in outer:
+            if not member.isfile():
                 continue
-            blob = Path(tmp) / "layer"
-            registry.blob_to(name, layer["digest"], blob)
-            try:
+            digest = "sha256:" + member.name.removeprefix(_BLOBS) if member.name.startswith(_BLOBS) else member.name
+            if digest in skip:
+                continue
+            blob = outer.extractfile(member)
+            if blob is None:
+                continue
+            head = blob.peek(512)[:512] if hasattr(blob, "peek") else b""
+            if len(head) >= 512 and _is_tar(head) or head[:2] == b"\x1f\x8b":
                 found = find_in_layer(blob, wanted)
-            except (tarfile.TarError, EOFError, OSError) as exc:
-                raise BuildError(
-                    f"{name}@{digest}: layer {index} ({layer['digest'][:19]}) cannot be read to scan "
-                    f"it for secrets ({exc.__class__.__name__}); not recorded"
-                ) from None
-            if found:
-                raise BuildError(
-                    f"{name}@{digest}: a build secret is in layer {index} ({layer['digest'][:19]}), "
-                    f"file /{found.removeprefix('./').lstrip('/')}: a build step copied it into the image; not recorded"
-                )
-            blob.unlink()
+                if found:
+                    return Hit(digest, found[0], found[1])
+            elif find_in_stream(blob, wanted) is not None:
+                return Hit(digest, "", "blob")
+    return None

@@ -168,10 +168,23 @@ def _standalone_python(target: Target) -> Path:
     return dest
 
 
+def copy_capped(src, out, limit: int, chunk: int = 1 << 16) -> int:
+    """Copy at most ``limit`` + 1 bytes: the byte past the lock's size is enough to refuse the file,
+    so a hostile or broken archive streaming gigabytes for a 36 KB package costs one chunk more."""
+    copied = 0
+    while copied <= limit:
+        data = src.read(min(chunk, limit + 1 - copied))
+        if not data:
+            break
+        out.write(data)
+        copied += len(data)
+    return copied
+
+
 def _fetch_deb(entry) -> Path:
-    """One locked .deb from the machine-wide cache (keyed by its sha256), downloaded once and
-    hash-checked: a download that does not match the lock is deleted and refused (exit 2), so no
-    file of another hash is ever cached or put in a context."""
+    """One locked .deb from the machine-wide cache (keyed by its sha256), downloaded once, no
+    further than its locked size, and hash-checked: a download that does not match the lock is
+    deleted and refused (exit 2), so no file of another hash is ever cached or put in a context."""
     dest = cache_dir() / "debs" / f"{entry.sha256}.deb"
     with _entry_lock(dest):
         if dest.exists() and sha256_file(dest) == entry.sha256:
@@ -180,13 +193,19 @@ def _fetch_deb(entry) -> Path:
         tmp = dest.with_name(dest.name + f".{os.getpid()}.partial")
         try:
             with urllib.request.urlopen(entry.url, timeout=120) as resp, tmp.open("wb") as out:  # noqa: S310
-                shutil.copyfileobj(resp, out)
+                copied = copy_capped(resp, out, entry.size)
         except OSError as exc:
             tmp.unlink(missing_ok=True)
             raise Unreachable(
                 f"{entry.url}: cannot download {entry.filename} ({getattr(exc, 'reason', exc)}); "
                 "is the archive reachable from here?"
             ) from None
+        if copied > entry.size:
+            tmp.unlink()
+            raise LockError(
+                f"{contract.OS_LOCK_NAME}: {entry.filename} from {entry.url} is longer than the locked "
+                f"{entry.size} bytes; the archive changed the file, refused (the download was stopped there)"
+            )
         got = sha256_file(tmp)
         if got != entry.sha256:
             tmp.unlink()

@@ -1,6 +1,8 @@
 """The one engine seam: ``Engine`` is what the pipeline needs from Docker, in three concerns.
 
-``Engine`` itself builds (buildx), imports and inspects images; ``engine.containers`` runs them
+``Engine`` itself builds (buildx) into the local image store, exports a built image as a tar stream
+(for the secret scan, before anything leaves the host), pushes it, removes it, imports and inspects
+images; ``engine.containers`` runs them
 (builder/engine/containers.py) and ``engine.registry`` talks to the registry over HTTP
 (builder/engine/registry.py). The rest of the code gets typed results or a ``BuildError``/
 ``EngineUnavailable``. ``DockerEngine`` is the one implementation (python-on-whales); unit-test
@@ -14,12 +16,14 @@ import json
 import os
 import re
 import signal
+import subprocess
 import threading
 import time
 from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Protocol, cast
+from typing import IO, TYPE_CHECKING, Protocol, cast
 
 from builder.config import contract
 from builder.engine.containers import ContainerSeam, DockerContainers, docker_errors
@@ -59,7 +63,7 @@ class BuildRequest:
     build_args: dict[str, str]
     build_contexts: dict[str, Path] = field(default_factory=dict)
     source_date_epoch: int | None = None
-    push: bool = True
+    push: bool = False  # False: into the local image store (scanned, then pushed with Engine.push)
     no_cache: bool = False
     builder: str | None = None
     secrets: tuple[str, ...] = ()  # buildx --secret specs (id=...,src=...); values never logged
@@ -80,7 +84,9 @@ class ImageConfig:
 
 @dataclass(frozen=True)
 class BuildResult:
-    digest: str  # manifest digest the registry serves (from buildx's metadata file)
+    # push=True: the manifest digest the registry serves; push=False: the local image's ID (its
+    # config digest), which names exactly the layers that were built (the config lists their diff_ids)
+    digest: str
 
 
 class Engine(Protocol):
@@ -95,6 +101,9 @@ class Engine(Protocol):
 
     def preflight(self, builder: str | None = None) -> EngineInfo: ...
     def build(self, req: BuildRequest, log_path: Path, echo: Callable[[str], None]) -> BuildResult: ...
+    def export_image(self, image_id: str) -> AbstractContextManager[IO[bytes]]: ...
+    def push(self, ref: str) -> str: ...
+    def remove_image(self, image_id: str) -> None: ...
     def import_and_push(self, rootfs_tar: Path, ref: str) -> str: ...
     def image_config(self, ref: str) -> ImageConfig: ...
     def describe(self) -> dict[str, str]: ...
@@ -223,7 +232,8 @@ class DockerEngine:
         )
 
     def build(self, req: BuildRequest, log_path: Path, echo: Callable[[str], None]) -> BuildResult:
-        """Build (and push), streaming the plain progress log to ``log_path`` and ``echo``."""
+        """Build into the local image store (or push, with ``req.push``), streaming the plain
+        progress log to ``log_path`` and ``echo``."""
         from python_on_whales.exceptions import DockerException
 
         metadata_file = log_path.parent / contract.METADATA_NAME
@@ -254,7 +264,9 @@ class DockerEngine:
             metadata = json.loads(metadata_file.read_text())
         except (OSError, ValueError):
             raise BuildError("buildx wrote no readable metadata file", str(log_path)) from None
-        digest = metadata.get("containerimage.digest")
+        # A local build's metadata names the manifest (docker-container --load) or the config (the
+        # docker driver) as containerimage.digest; the config digest is the image ID in both.
+        digest = metadata.get("containerimage.digest" if req.push else "containerimage.config.digest")
         if not digest or not re.fullmatch(r"sha256:[0-9a-f]{64}", digest):
             raise BuildError(f"buildx metadata has no image digest: {sorted(metadata)}", str(log_path))
         return BuildResult(digest=digest)
@@ -269,6 +281,7 @@ class DockerEngine:
             build_args=dict(req.build_args),
             build_contexts={k: str(v) for k, v in req.build_contexts.items()},
             push=req.push,
+            load=not req.push,
             cache=not req.no_cache,
             builder=req.builder,
             secrets=list(req.secrets),
@@ -282,6 +295,52 @@ class DockerEngine:
         )
         # With stream_logs=True it returns the log's lines (its annotation is every mode's result).
         return cast("Iterator[str]", lines)
+
+    @contextmanager
+    def export_image(self, image_id: str) -> Iterator[IO[bytes]]:
+        """`docker save` of a local image, as a stream (an OCI layout tar on Docker >= 25: blobs
+        named by digest, layers uncompressed and named by their diff_id): read once, never on disk."""
+        docker = [*self.docker.client_config.docker_cmd, "save", image_id]
+        try:
+            proc = subprocess.Popen(docker, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        except FileNotFoundError:
+            raise EngineUnavailable("docker CLI not found; run ci/setup.sh") from None
+        assert proc.stdout is not None and proc.stderr is not None
+        try:
+            yield proc.stdout
+        finally:
+            ended = proc.poll()  # exited on its own: it wrote the whole image, or failed
+            proc.stdout.close()
+            if ended is None:
+                proc.kill()  # the reader stopped early (a hit): the rest is not needed
+            proc.wait()
+            err = proc.stderr.read().decode(errors="replace").strip()
+            proc.stderr.close()
+            if ended not in (None, 0):  # said instead of the reader's error on the stream it cut short
+                raise BuildError(f"docker save {image_id[:19]} failed (exit {ended}): {redact(err)[-300:]}")
+
+    def push(self, ref: str) -> str:
+        """`docker push` of the local image tagged ``ref``: the manifest digest the registry took."""
+        from python_on_whales.exceptions import DockerException
+
+        try:
+            out = _run([*self.docker.client_config.docker_cmd, "push", ref])
+        except DockerException as exc:
+            text = (exc.stderr or str(exc)).strip()
+            last = redact(text.splitlines()[-1]) if text else "no output"
+            refused = _registry_failure(last, (ref,))
+            if refused:
+                raise RegistryUnavailable(f"{refused}: {last[:300]}") from None
+            raise BuildError(f"docker push {ref} failed: {last[:300]}") from None
+        found = re.findall(r"digest: (sha256:[0-9a-f]{64})", out)
+        if not found:
+            raise BuildError(f"docker push {ref} named no digest: {redact(out)[-300:]}")
+        return found[-1]
+
+    def remove_image(self, image_id: str) -> None:
+        """Remove a local image and every tag on it (the image a scan hit refused)."""
+        with docker_errors(f"cannot remove the local image {image_id[:19]}"):
+            self.docker.image.remove(image_id, force=True)
 
     def import_and_push(self, rootfs_tar: Path, ref: str) -> str:
         """Import a root filesystem tarball as an image, push it, return the registry's digest."""

@@ -1,7 +1,9 @@
 """`build evidence`: save what the host, the engine, the image and the container look like now,
 before anything is changed, into one timestamped archive with a manifest of what was captured and
 what was not (and why). Works with no GPU, no nvidia-smi and no Docker. Secrets never reach it:
-secret-looking names, known secret values and credential-looking values are redacted.
+values of secret-looking names (in every file, in every form), known secret values, URL
+credentials and queries, private PEM blocks and credential-looking values are redacted
+(builder/host/redaction.py); the archive is 0600.
 """
 
 from __future__ import annotations
@@ -21,27 +23,18 @@ from builder import log
 from builder.config import contract
 from builder.errors import BuilderError
 from builder.fsutil import atomic_write
+from builder.host import redaction
 from builder.host.doctor import output_dir, read_nvidia_smi
-
-# Names whose values are secrets: tokens, passwords, keys, JWTs, personal access tokens, ...
-_SECRET_NAME = re.compile(
-    r"(?i)(token|secret|passw|pwd|pass\b|_pass|pat\b|_pat|jwt|key|credential|auth|access"
-    r"|cookie|session|private|signature|cert)"
-)
-# Values that look like credentials whatever their name: long opaque strings, known token shapes.
-_SECRET_VALUE = re.compile(r"^(gh[pousr]_|github_pat_|glpat-|hf_|sk-|xox[abpr]-|AKIA|eyJ)|^[A-Za-z0-9+/_=.-]{32,}$")
-# Paths, PATH-like lists, plain words, URLs (their credentials are already redacted by then).
-_HARMLESS = re.compile(r"^(/[\w./:-]*|[\w.-]+(:[\w./-]+)*|[a-z][a-z0-9+.-]*://\S*)$")
 
 
 def redacted_environment(environ: dict[str, str]) -> str:
     """The environment, sorted: values of secret-looking names, credential-looking values, known
-    secret values and URL credentials hidden. When unsure, redacted."""
+    secret values and URL credentials hidden; a value is shown only when every word of it is
+    harmless (builder/host/redaction.py). When unsure, redacted."""
     lines = []
     for name in sorted(environ):
-        value = log.redact(environ[name])
-        unsure = not (not value or " " in value or _HARMLESS.match(value))
-        if _SECRET_NAME.search(name) or _SECRET_VALUE.search(value) or unsure:
+        value = redaction.scrub(environ[name])
+        if redaction.SECRET_NAME.search(name) or not redaction.harmless(value):
             value = "***"
         lines.append(f"{name}={value}")
     return "\n".join(lines) + "\n"
@@ -223,23 +216,28 @@ def evidence(
     """Collect everything into one timestamped tar.gz with a manifest; never fails for a missing part."""
     out = output_dir(out_dir, "--out")
     now = dt.datetime.now(dt.timezone.utc)
-    c = collect(engine, image, container, smi_file, environ if environ is not None else dict(os.environ), now, run)
+    environ = environ if environ is not None else dict(os.environ)
+    redaction.register_environment(environ)  # hidden in every file, not only in environment.txt
+    c = collect(engine, image, container, smi_file, environ, now, run)
     manifest = {
         "created": now.strftime(contract.TIME_FORMAT),
         "captured": c.captured,
-        "missing": c.missing,
+        "missing": {name: redaction.scrub(why) for name, why in c.missing.items()},
         "image": image,
         "container": container,
     }
-    files = {**c.files, "manifest.json": json.dumps(manifest, indent=2, sort_keys=True) + "\n"}
+    files = {
+        **{name: redaction.scrub(text) for name, text in c.files.items()},
+        "manifest.json": json.dumps(manifest, indent=2, sort_keys=True) + "\n",
+    }
     stem = f"k3-evidence-{now.strftime('%Y%m%dT%H%M%SZ')}"
     buf = io.BytesIO()
     with tarfile.open(fileobj=buf, mode="w:gz") as tar:
         for name in sorted(files):
             data = files[name].encode("utf-8", "replace")
             info = tarfile.TarInfo(f"{stem}/{name}")
-            info.size, info.mtime, info.mode = len(data), int(now.timestamp()), 0o644
+            info.size, info.mtime, info.mode = len(data), int(now.timestamp()), 0o600
             tar.addfile(info, io.BytesIO(data))
     path = out / f"{stem}.tar.gz"
-    atomic_write(path, buf.getvalue())
+    atomic_write(path, buf.getvalue(), mode=0o600)  # it describes a host: its owner's, not everyone's
     return path, manifest

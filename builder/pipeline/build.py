@@ -2,14 +2,15 @@
 
 Order matters for the guarantees: everything that can refuse (drift, stale lock, corrupt or
 inconsistent record, unreachable engine, wrong torch build) is checked before the engine is asked
-for anything, and the record set is written only after the registry confirms it serves the pushed
-digest and the image passed its checks; a build whose inputs and registry match the record is up
+for anything; the image is built into the local image store and searched for the build's secrets
+before anything is pushed; and the record set is written only after the registry confirms it
+serves the pushed digest and the image passed its checks; a build whose inputs and registry match the record is up
 to date, and the engine builds nothing.
 
 This module orchestrates, and holds the entry points the commands call (``__all__``). Each step
 lives in the module named for what it owns: plan (the offline checks, the input key), context (the
-per-build context, the engine build and push), publish (after the push: the scan, the checks, the
-SBOM and provenance, the record set), targetlock (one build of a target at a time, an interrupted
+per-build context), prepush (the local build, the secret scan, then the push), publish (after the
+push: the checks, the SBOM and provenance, the record set), targetlock (one build of a target at a time, an interrupted
 record write finished first, prune) and reproduce; below them deps, source, engine, checks and
 records. tests/unit/test_pipeline_ordering.py holds the order to these guarantees, with a fake engine.
 """
@@ -192,8 +193,7 @@ def _build(plan: Plan, engine: Engine, options: BuildOptions) -> Outcome:
         prep = prepare(ctx, Path(secret_dir))
         result = run_engine(prep)
     cache = _cache_stats(prep)
-    pushed = f"{target.image.name}@{result.digest}"
-    publish.scan_for_secrets(prep, result.digest)
+    pushed = f"{target.image.name}@{result.digest}"  # scanned before the push (run_engine)
     size = engine.registry.image_size(pushed)
     if options.run_checks:
         publish.check_image(prep, pushed)

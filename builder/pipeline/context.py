@@ -1,7 +1,8 @@
 """The per-build context and what happens before the push is confirmed: one ``BuildContext`` per
 engine build of a target (made once the offline checks pass), checked against the engine and the
-source and assembled into the engine's request (``prepare`` -> ``Prepared``), then built, pushed and
-confirmed served by the registry (``run_engine``). Nothing here records anything.
+source and assembled into the engine's request (``prepare`` -> ``Prepared``), then built into the local
+image store, scanned for the build's secrets, pushed and confirmed served by the registry
+(``run_engine``, builder/pipeline/prepush.py). Nothing here records anything.
 """
 
 from __future__ import annotations
@@ -19,13 +20,11 @@ from builder.deps import lock
 from builder.deps.buildcontext import assemble
 from builder.dockerfile import compilecache
 from builder.engine.buildx import BuildRequest, BuildResult, Engine, EngineInfo
-from builder.errors import BuildError, ConfigError
+from builder.errors import ConfigError
 from builder.pipeline.plan import LockSet, Plan, input_key, offline_checks, parallelism
 from builder.records import store as records
 from builder.source import pinned as source
 from builder.source.pinned import PinnedSource
-
-_ATTEST_DRIVERS = ("docker-container", "remote", "kubernetes")
 
 
 @dataclass(frozen=True)
@@ -164,10 +163,12 @@ def _preflight(ctx: BuildContext) -> EngineInfo:
         log.info(
             f"    engine {info.server_version}, buildx {info.buildx_version}, builder {info.builder} ({info.driver})"
         )
-    if info.driver not in _ATTEST_DRIVERS:
+    if info.driver != "docker":
+        # BuildKit's attestations exist only in a push BuildKit makes; the image is pushed from the
+        # local store once scanned, so the tool's own SBOM and provenance are the only ones.
         log.info(
-            f"    note: the {info.driver} driver cannot make BuildKit attestations; the tool's own SBOM "
-            f"and provenance (locks/{target.name}/) are the record, attached to the image in the registry"
+            f"    note: no BuildKit attestations on the {info.driver} driver (the image is pushed from the local "
+            f"store after the secret scan); the tool's SBOM and provenance (locks/{target.name}/) are the record"
         )
     return info
 
@@ -194,10 +195,10 @@ def _request(
         },
         build_contexts=contexts,
         source_date_epoch=epoch,
-        push=True,
+        push=False,  # into the local image store: nothing leaves the host before the secret scan
         no_cache=ctx.no_cache,
         builder=options.builder,
-        attest=info.driver in _ATTEST_DRIVERS,
+        attest=False,  # BuildKit attestations exist only in a BuildKit push; dockerd pushes the scanned image
         cache_from=options.cache_from,
         cache_to=options.cache_to,
         secrets=options.secrets + secrets,
@@ -226,18 +227,10 @@ def _cache_secret(target: Target, options: BuildOptions, secret_dir: Path | None
 
 
 def run_engine(prep: Prepared) -> BuildResult:
-    """Build and push, then make sure the registry serves the digest buildx reported."""
-    target, engine = prep.target, prep.ctx.engine
-    with log.step(f"{target.name}: buildx build and push {prep.request.tags[0]} (log: {prep.log_path})"):
-        result = engine.build(prep.request, prep.log_path, log.raw)
-    with log.step(f"{target.name}: confirm the registry serves {result.digest[:19]}"):
-        try:
-            served = engine.registry.serves(target.image.name, result.digest)
-        except BuildError as exc:  # unreachable registry included: name the kept log
-            raise type(exc)(f"{exc.message}; the build log is kept: {prep.log_path}") from None
-        if not served:
-            raise BuildError(
-                f"the registry does not serve {target.image.name}@{result.digest} after the push; "
-                f"the build log is kept: {prep.log_path}"
-            )
-    return result
+    """Build into the local image store, scan it for the build's secrets, and only then push and
+    make sure the registry serves the scanned image (builder/pipeline/prepush.py)."""
+    from builder.pipeline import prepush
+
+    target, engine, req = prep.target, prep.ctx.engine, prep.request
+    image_id = prepush.build_scanned(engine, target, req, prep.log_path)
+    return prepush.push(engine, target, req, image_id, prep.log_path)

@@ -1,6 +1,6 @@
-"""What a build does with a pushed image, in this order: the secret scan of its own layers, the
-image checks, then the SBOM and provenance attached in the registry and the record set written as
-one unit. Nothing is recorded unless each step before it passed.
+"""What a build does with a pushed image (already scanned for the build's secrets before the push:
+builder/pipeline/prepush.py), in this order: the image checks, then the SBOM and provenance
+attached in the registry and the record set written as one unit. Nothing is recorded unless each step before it passed.
 """
 
 from __future__ import annotations
@@ -12,42 +12,10 @@ from typing import Any
 from builder import __version__, log
 from builder.config import contract
 from builder.config.matrix import Target
-from builder.engine.buildx import Engine
-from builder.errors import BuilderError, BuildError
 from builder.fsutil import sha256_bytes
 from builder.pipeline.context import Prepared
 from builder.pipeline.plan import Plan
 from builder.records import store as records
-
-
-def scan_for_secrets(prep: Prepared, digest: str) -> None:
-    """Before the checks and the record: no registered secret (in any written form) in a layer the
-    build added. A hit fails the build; the pushed manifest is withdrawn where the registry lets us."""
-    from builder.checks import secretscan
-
-    if not secretscan.needles():
-        return  # no secret given to this build: nothing to look for
-    target, engine = prep.target, prep.ctx.engine
-    with log.step(f"{target.name}: scan the image's own layers for the build's secrets"):
-        try:
-            secretscan.scan(engine.registry, target.image.name, digest, _base_layers(engine, target))
-        except BuildError as exc:
-            withdrawn = engine.registry.delete_manifest(target.image.name, digest)
-            then = "the pushed manifest was deleted" if withdrawn else f"delete {target.image.tagged} by hand"
-            raise BuildError(f"{exc.message}; {then}", str(prep.log_path)) from None
-
-
-def _base_layers(engine: Engine, target: Target) -> frozenset[str]:
-    """The runtime base's layer digests (pinned, not built by us), when its registry answers."""
-    base = target.bases.runtime
-    first = base.name.split("/", 1)[0]
-    if "/" not in base.name or not ("." in first or ":" in first or first == "localhost"):
-        return frozenset()
-    try:
-        manifest = engine.registry.raw_manifest(base.name, engine.registry.platform_digest(base.name, base.digest))
-    except BuilderError:
-        return frozenset()
-    return frozenset(layer.get("digest") for layer in manifest.doc.get("layers") or []) if manifest else frozenset()
 
 
 def check_image(prep: Prepared, pushed: str) -> None:

@@ -26,6 +26,7 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
+from builder import log
 from builder.errors import ConfigError
 from builder.fsutil import atomic_write
 
@@ -60,6 +61,8 @@ def signer(signing, root: Path):
     from securesystemslib.signer import Signer
 
     pub = public_key(root, signing.public_key)
+    if ":" not in signing.key:
+        _warn_if_readable(_resolve(root, signing.key), signing.key)
     uri = signing.key if ":" in signing.key else f"file2:{_resolve(root, signing.key)}"
     try:
         return Signer.from_priv_key_uri(uri, pub)
@@ -68,6 +71,20 @@ def signer(signing, root: Path):
             f"signing.key {signing.key}: cannot sign with it ({exc.__class__.__name__}: "
             f"{str(exc)[:100]}); it must be the private half of signing.public_key"
         ) from None
+
+
+def _warn_if_readable(path: Path, named: str) -> None:
+    """A private key others can read is a key others may have copied: signing goes on (the matrix
+    asked for it), with a warning naming the file and the fix."""
+    try:
+        mode = path.stat().st_mode
+    except OSError:
+        return  # the signer says what is wrong with a missing key
+    if mode & 0o077:
+        log.warn(
+            f"signing.key {named}: {path} is readable by others (mode {mode & 0o777:04o}); "
+            f"`chmod 600 {path}`, and treat the key as exposed"
+        )
 
 
 def envelope(statement_text: str, sign_with=None) -> str:
@@ -172,7 +189,6 @@ def generate_test_key(directory: Path) -> tuple[Path, Path]:
     made = Ed25519PrivateKey.generate()
     directory.mkdir(parents=True, exist_ok=True)
     key, pub = directory / TEST_KEY_NAME, directory / TEST_PUBLIC_KEY_NAME
-    atomic_write(key, made.private_bytes(Encoding.PEM, PrivateFormat.PKCS8, NoEncryption()).decode())
-    key.chmod(0o600)
+    atomic_write(key, made.private_bytes(Encoding.PEM, PrivateFormat.PKCS8, NoEncryption()).decode(), mode=0o600)
     atomic_write(pub, made.public_key().public_bytes(Encoding.PEM, PublicFormat.SubjectPublicKeyInfo).decode())
     return key, pub

@@ -156,68 +156,6 @@ def test_build_lock_during_a_build_exits_75_and_the_record_names_the_lock_built(
     assert record["lock_sha256"] == sha256_file(work.root / "locks" / "smoke" / "requirements.txt")
 
 
-def test_a_setup_py_that_copies_a_build_secret_into_the_wheel_fails_the_build(smoke, tmp_path):
-    """Redaction cannot help when the source's setup.py writes a BuildKit secret into a file it
-    installs (issue 21, defect 11): the image's own layers are scanned before the checks and the
-    record; the hit names the layer and the file, and the image is not recorded."""
-    import os
-
-    doc = yaml.safe_load(smoke.matrix.read_text())["targets"]["smoke"]
-    src_repo = Path(doc["source"]["url"].removeprefix("file://"))
-    tag = f"leak-{secrets.token_hex(3)}"
-    sid = f"echo_leak_{secrets.token_hex(4)}"
-
-    def hostile_setup(tree: Path) -> None:
-        setup = tree / "setup.py"
-        text = setup.read_text()
-        assert "        echo_test_secrets()\n" in text
-        setup.write_text(
-            text.replace(
-                "        echo_test_secrets()\n",
-                (
-                    "        echo_test_secrets()\n"
-                    "        for p in sorted(Path('/run/secrets').glob('echo_*')):\n"
-                    "            Path(self.build_lib, 'k3smoke', 'leak.txt').write_text(p.read_text())\n"
-                ),
-                1,
-            )
-        )
-
-    commit = push_commit(src_repo, tmp_path / "src", tag, hostile_setup, base=doc["source"]["commit"])
-
-    def change(text: str) -> str:
-        return text.replace("compile:\n", f"compile:\n      secrets:\n      - {sid}\n", 1)
-
-    work = repin(smoke, tmp_path / "work", tag, (tag, commit))
-    work.matrix.write_text(change(work.matrix.read_text()))
-    assert cli("--matrix", str(work.matrix), "render").code == 0
-    token = "hf_" + secrets.token_hex(16)
-    r = cli(
-        "--matrix",
-        str(work.matrix),
-        "--target",
-        "smoke",
-        "--secret",
-        f"id={sid},env=K3_LEAK",
-        env={**os.environ, "K3_LEAK": token},
-    )
-    assert r.code == 1, r.err[-3000:]
-    line = _one_error_line(r.err)
-    assert re.search(
-        r"a build secret is in layer \d+ \(sha256:[0-9a-f]{12}\), file /\S*k3smoke/leak\.txt: a build "
-        r"step copied it into the image; not recorded",
-        line,
-    ), line
-    assert token not in r.out + r.err
-    assert not work.record.exists() or json_digest(work.record) != r.out.strip()
-
-
-def json_digest(path: Path) -> str:
-    import json
-
-    return json.loads(path.read_text())["image"]
-
-
 def _mount_tmpfs(path: Path, size: str) -> bool:
     path.mkdir(parents=True, exist_ok=True)
     return (
@@ -252,7 +190,7 @@ def test_a_full_or_read_only_record_directory_is_refused_before_the_engine(smoke
             r = cli("--matrix", str(work.matrix), "--target", "smoke", "--force")
             assert r.code == 74, r.err[-2000:]
             assert re.search(says, _one_error_line(r.err))
-            assert "buildx build and push" not in r.err  # refused before the engine
+            assert "==> smoke: buildx build " not in r.err  # refused before the engine
             assert {p.name: p.read_bytes() for p in locks.iterdir()} == saved
     finally:
         subprocess.run(["umount", str(locks)], capture_output=True)

@@ -6,16 +6,20 @@ tests of the pipeline on a successful build, without Docker.
   (``serve_pushes = False`` makes a registry that accepts the push and then does not serve it),
   tags move on each push, artifacts attach only to a served digest (as a real registry refuses
   a referrer whose subject it does not have).
-- ``FakeEngine.build`` records each ``BuildRequest`` and pushes a one-layer image made from what
-  the request hands the engine: the build arguments and the bytes of the default context, with
-  every mtime at SOURCE_DATE_EPOCH. The same request gives the same digest;
-  ``reproducible = False`` adds a file that changes at every build (an unpinned timestamp), and
-  ``extra_files`` adds files to every image (what a hostile build step copies into one).
+- ``FakeEngine.build`` records each ``BuildRequest`` and makes a one-layer image from what the
+  request hands the engine: the build arguments and the bytes of the default context, with every
+  mtime at SOURCE_DATE_EPOCH; it keeps it in a local image store (``local``, by image ID: the
+  config's digest), from which ``export_image`` streams it as an OCI layout tar, ``push`` sends it
+  to the registry and ``remove_image`` drops it (a request with ``push`` pushes at once, as buildx
+  --push does). The same request gives the same digest; ``reproducible = False`` adds a file that
+  changes at every build (an unpinned timestamp), and ``extra_files`` adds files to every image
+  (what a hostile build step copies into one: a file name's key is its path, PAX records and all).
 - ``FakeContainers`` runs nothing but the SBOM's inventory probe: the image "has" the wheels the
   request's wheelhouse handed it. The image checks need a real container; tests monkeypatch
   builder/checks/runner.py ``run`` for them.
 
-The calls that order the guarantees (preflight, build, push, serves, inventory, attach, delete)
+The calls that order the guarantees (preflight, build, export, remove, push, serves, inventory,
+attach, delete)
 are kept in ``events``, in order, so a test can say what happened before what.
 """
 
@@ -27,9 +31,10 @@ import io
 import json
 import re
 import tarfile
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import IO, TYPE_CHECKING
 
 from builder.engine.buildx import BuildRequest, BuildResult, EngineInfo, ImageConfig
 from builder.engine.registry import Manifest, split_reference
@@ -198,6 +203,8 @@ class FakeEngine:
         self.requests: list[BuildRequest] = []
         self.extra_files: dict[str, bytes] = {}  # added to every image built (what a hostile build step installs)
         self.installed: dict[str, list[tuple[str, str, str]]] = {}  # digest -> (name, version, wheel tag)
+        self.local: dict[str, tuple[dict, list[bytes], list]] = {}  # image ID -> config, layers, wheels
+        self.local_tags: dict[str, str] = {}  # tag -> image ID
 
     def preflight(self, builder: str | None = None) -> EngineInfo:
         self.events.append(("preflight", builder))
@@ -220,13 +227,42 @@ class FakeEngine:
             "config": {"Labels": {"k3.fake.build": str(len(self.requests)) if not self.reproducible else "0"}},
             "rootfs": {"type": "layers", "diff_ids": [_sha256(gzip.decompress(layer))]},
         }
-        name, tag = split_reference(req.tags[0])
-        digest = self.registry.push(name, tag, config, [layer])
-        self.installed[digest] = _wheels(req.context)
+        image_id = _sha256(json.dumps(config, sort_keys=True).encode())
+        self.local[image_id] = (config, [layer], _wheels(req.context))
+        self.local_tags[req.tags[0]] = image_id
         with open(log_path, "a") as fh:
-            fh.write(f"#1 pushing {req.tags[0]}@{digest}\n")
-        echo(f"#1 pushing {req.tags[0]}@{digest}")
-        return BuildResult(digest)
+            fh.write(f"#1 writing image {image_id} naming to {req.tags[0]}\n")
+        echo(f"#1 writing image {image_id}")
+        return BuildResult(self.push(req.tags[0]) if req.push else image_id)
+
+    @contextmanager
+    def export_image(self, image_id: str) -> Iterator[IO[bytes]]:
+        """The local image as `docker save` writes it: an OCI layout tar, blobs named by digest."""
+        self.events.append(("export", image_id))
+        config, layers, _ = self.local[image_id]
+        blobs = [json.dumps(config, sort_keys=True).encode(), *layers]
+        out = io.BytesIO()
+        with tarfile.open(fileobj=out, mode="w") as tar:
+            for blob in blobs:
+                info = tarfile.TarInfo("blobs/sha256/" + _sha256(blob).removeprefix("sha256:"))
+                info.size = len(blob)
+                tar.addfile(info, io.BytesIO(blob))
+        out.seek(0)
+        yield out
+
+    def push(self, ref: str) -> str:
+        image_id = self.local_tags[ref]
+        config, layers, wheels = self.local[image_id]
+        name, tag = split_reference(ref)
+        digest = self.registry.push(name, tag, config, layers)
+        self.installed[digest] = wheels
+        return digest
+
+    def remove_image(self, image_id: str) -> None:
+        self.events.append(("remove", image_id))
+        del self.local[image_id]
+        for tag in [t for t, i in self.local_tags.items() if i == image_id]:
+            del self.local_tags[tag]
 
     def import_and_push(self, rootfs_tar: Path, ref: str) -> str:
         data = Path(rootfs_tar).read_bytes()

@@ -239,7 +239,7 @@ def test_a_deb_is_cached_by_its_sha256_and_a_mismatch_is_refused_unwritten(tmp_p
     assert cached == tmp_path / "cache" / "debs" / f"{good.sha256}.deb" and cached.read_bytes() == deb.read_bytes()
     cached.write_bytes(b"swapped")  # a damaged or swapped cache entry is fetched again, never used
     assert buildcontext._fetch_deb(good).read_bytes() == deb.read_bytes()
-    bad = oslock.DebEntry("numactl", "2.0.16-1", "amd64", deb.as_uri(), 1, "0" * 64)
+    bad = oslock.DebEntry("numactl", "2.0.16-1", "amd64", deb.as_uri(), good.size, "0" * 64)
     with pytest.raises(
         LockError,
         match=r"numactl_2\.0\.16-1_amd64\.deb from file://\S+ has sha256 [0-9a-f]{16}\.\.\., "
@@ -253,6 +253,46 @@ def test_a_deb_is_cached_by_its_sha256_and_a_mismatch_is_refused_unwritten(tmp_p
     gone = oslock.DebEntry("numactl", "2.0.16-1", "amd64", "http://127.0.0.1:9/x.deb", 1, "1" * 64)
     with pytest.raises(Unreachable):
         buildcontext._fetch_deb(gone)
+
+
+def test_a_deb_download_stops_at_the_locked_size(tmp_path, monkeypatch):
+    """Issue 32: 2 GiB were streamed for a 36 KB package before the hash check; now the download
+    stops one byte past the locked size and is refused, nothing cached."""
+    from builder.deps import buildcontext
+
+    monkeypatch.setenv("K3_CACHE_DIR", str(tmp_path / "cache"))
+
+    class Endless:  # what a hostile archive (or a broken proxy) streams: 2 GiB of zeros
+        served = 0
+
+        def read(self, n: int = -1) -> bytes:
+            n = min(n if n > 0 else 1 << 20, 2 * 1024**3 - Endless.served)
+            Endless.served += n
+            return b"\0" * n
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            return False
+
+    monkeypatch.setattr(buildcontext.urllib.request, "urlopen", lambda url, timeout: Endless())
+    entry = oslock.DebEntry("libnuma1", "2.0.16-1", "amd64", "http://deb.example/x.deb", 36 * 1024, "a" * 64)
+    with pytest.raises(LockError, match=r"longer than the locked 36864 bytes") as info:
+        buildcontext._fetch_deb(entry)
+    assert info.value.exit_code == 2 and Endless.served == 36 * 1024 + 1
+    assert [p.name for p in (tmp_path / "cache" / "debs").iterdir() if not p.name.endswith(".lock")] == []
+
+
+@pytest.mark.parametrize("size", [0, 1, 5, 1 << 16, (1 << 16) + 3])
+def test_copy_capped_copies_what_fits_and_one_byte_more(size):
+    import io
+
+    from builder.deps.buildcontext import copy_capped
+
+    for length in (0, size, size + 1, size + 70000):
+        out = io.BytesIO()
+        assert copy_capped(io.BytesIO(b"x" * length), out, size) == min(length, size + 1) == len(out.getvalue())
 
 
 def test_an_os_lock_that_is_not_utf8_is_one_line_exit_2(tmp_path):

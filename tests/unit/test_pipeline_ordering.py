@@ -1,9 +1,11 @@
 """The ordering guarantees builder/pipeline/build.py promises, on a whole build of the smoke target
 with the fake engine (tests/unit/fakeengine.py), no Docker:
 
-- nothing is recorded before the registry serves the pushed digest, the image's own layers are
-  free of the build's secrets and the image passed its checks (a registry that does not serve it,
-  a secret in a layer or a failing check: no record, the old one stands);
+- nothing is pushed before the image, built into the local store, is found free of the build's
+  secrets (in contents and names); a hit pushes nothing, removes the local image and leaves the
+  recorded image's tag where it was; a remote cache export waits for the scan;
+- nothing is recorded before the registry serves the pushed digest and the image passed its checks
+  (a registry that does not serve it, or a failing check: no record, the old one stands);
 - a build whose inputs are unchanged and which the registry still serves is up to date: the
   engine builds nothing;
 - an interrupted record write is finished (past its commit point) or discarded (before it) at the
@@ -26,7 +28,9 @@ things are not real, each because it needs what a unit test does not have:
 from __future__ import annotations
 
 import datetime as dt
+import gzip
 import hashlib
+import json
 
 import pytest
 
@@ -35,7 +39,7 @@ from builder.checks import runner
 from builder.config import contract, matrix
 from builder.config.options import BuildOptions
 from builder.deps import lock
-from builder.errors import BuildError, CheckFailed, NotReproduced, RecordError
+from builder.errors import BuildError, CheckFailed, NotReproduced, RecordError, RegistryUnavailable
 from builder.fsutil import cache_dir, sha256_bytes
 from builder.pipeline import build as pipeline
 from builder.pipeline import smoke
@@ -184,6 +188,19 @@ def test_a_push_the_registry_does_not_serve_is_never_checked_or_recorded(plan, c
     assert not any(e[0] in ("attach", "inventory") for e in engine.events)
 
 
+def test_a_registry_out_of_reach_at_the_push_names_the_kept_log_and_records_nothing(plan, checks, monkeypatch):
+    engine = FakeEngine()
+
+    def down(ref: str) -> str:
+        raise RegistryUnavailable("registry registry.test:5000 out of reach during the build: connection refused")
+
+    monkeypatch.setattr(engine, "push", down)
+    with pytest.raises(RegistryUnavailable, match=r"connection refused; the build log is kept: \S+build\.log") as info:
+        pipeline.build(plan, engine, BuildOptions())
+    assert info.value.exit_code == 3
+    assert checks.images == [] and _recorded(plan) is None and engine.registry.blobs == {}
+
+
 def test_a_failing_check_records_nothing_and_the_old_record_stands(plan, checks):
     engine = FakeEngine(reproducible=False)
     pipeline.build(plan, engine, BuildOptions())
@@ -198,16 +215,89 @@ def test_a_failing_check_records_nothing_and_the_old_record_stands(plan, checks)
     assert engine.registry.attached == attached  # no SBOM or provenance for the failed image
 
 
-def test_an_image_carrying_a_secret_of_the_build_is_withdrawn_unchecked_and_unrecorded(plan, checks):
+SECRET = "hunter2-registry-token"
+
+
+def _blobs_hold(engine: FakeEngine, needle: bytes) -> list[str]:
+    """The registry's blobs (layers decompressed) and manifests that hold ``needle``."""
+    held = [
+        d for d, b in engine.registry.blobs.items() if needle in (gzip.decompress(b) if b[:2] == b"\x1f\x8b" else b)
+    ]
+    return held + [d for (_, d), raw in engine.registry.manifests.items() if needle in raw]
+
+
+def test_the_scan_runs_on_the_local_image_before_anything_is_pushed(plan, checks):
     engine = FakeEngine()
-    log.register_secret("hunter2-registry-token")  # as a --secret or the compile cache's is
-    engine.extra_files = {"usr/lib/python3/dist-packages/leak.txt": b"token=hunter2-registry-token\n"}
-    with pytest.raises(BuildError, match=r"leak\.txt.*the pushed manifest was deleted"):
+    log.register_secret(SECRET)  # as a --secret or the compile cache's is
+    outcome = pipeline.build(plan, engine, BuildOptions())
+    kinds = [e[0] for e in engine.events]
+    # built into the local store, exported and scanned there, and only then pushed
+    assert kinds == ["preflight", "build", "export", "push", "serves", "checks", "inventory", "attach", "attach"]
+    assert engine.requests[0].push is False
+    scanned = engine.events[2][1]
+    pushed = engine.registry.raw_manifest(f"{REGISTRY}/k3/smoke", outcome.digest).doc
+    assert pushed["config"]["digest"] == scanned  # what was pushed is the image scanned
+
+
+def test_an_image_carrying_a_secret_is_never_pushed_and_the_recorded_image_keeps_its_tag(plan, checks):
+    engine = FakeEngine(reproducible=False)
+    first = pipeline.build(plan, engine, BuildOptions())  # the recorded, good image
+    before, blobs, manifests = _record_set(plan), dict(engine.registry.blobs), dict(engine.registry.manifests)
+    log.register_secret(SECRET)
+    engine.extra_files = {"usr/lib/python3/dist-packages/leak.txt": b"token=" + SECRET.encode() + b"\n"}
+    events = len(engine.events)
+    with pytest.raises(
+        BuildError,
+        match=r"leak\.txt' \(content\): a build step wrote it; nothing was pushed.*local image .* was removed",
+    ):
+        pipeline.build(plan, engine, BuildOptions(force=True))
+    assert [e[0] for e in engine.events[events:]] == ["preflight", "build", "export", "remove"]
+    assert engine.local == {} or all(SECRET.encode() not in json.dumps(c).encode() for c, _, _ in engine.local.values())
+    assert engine.events[-1][1] not in engine.local  # the refused image left the local store
+    # nothing new in the registry, nothing holding the secret, the tag still on the recorded image
+    assert (engine.registry.blobs, engine.registry.manifests) == (blobs, manifests)
+    assert _blobs_hold(engine, SECRET.encode()) == []
+    assert engine.registry.resolve_digest(f"{REGISTRY}/k3/smoke:smoke") == first.digest
+    assert checks.images == [first.image] and _record_set(plan) == before
+
+
+@pytest.mark.parametrize(
+    "path",
+    [
+        f"opt/k3/{SECRET}",  # a file name
+        f"opt/{SECRET}/cfg.json",  # a directory name
+        "opt/" + "d" * 120 + f"/{SECRET}-x/" + "e" * 120,  # a long path: a PAX record
+    ],
+)
+def test_a_secret_used_as_a_name_is_found_before_the_push(plan, checks, path):
+    engine = FakeEngine()
+    log.register_secret(SECRET)
+    engine.extra_files = {path: b"harmless\n"}
+    with pytest.raises(BuildError, match=r"\(name\): a build step wrote it; nothing was pushed"):
         pipeline.build(plan, engine, BuildOptions())
-    pushed = next(e for e in engine.events if e[0] == "push")[3]
-    assert ("delete", f"{REGISTRY}/k3/smoke", pushed) in engine.events
-    assert checks.images == [] and _recorded(plan) is None and _record_set(plan) == {}
-    assert not any(e[0] in ("attach", "inventory") for e in engine.events)
+    assert not any(e[0] == "push" for e in engine.events) and engine.registry.blobs == {}
+
+
+def test_a_remote_cache_export_waits_for_the_scan(plan, checks):
+    engine = FakeEngine()
+    log.register_secret(SECRET)
+    cache = "type=registry,ref=registry.test:5000/k3/cache,mode=max"
+    pipeline.build(plan, engine, BuildOptions(cache_to=cache))
+    # the first build exports no cache; the same build, once scanned clean, exports it; then the push
+    assert [r.cache_to for r in engine.requests] == [None, cache]
+    kinds = [e[0] for e in engine.events]
+    assert kinds[:5] == ["preflight", "build", "export", "build", "push"]
+    engine.extra_files = {"leak.txt": SECRET.encode()}
+    with pytest.raises(BuildError, match="nothing was pushed"):
+        pipeline.build(plan, engine, BuildOptions(cache_to=cache, force=True))
+    assert engine.requests[-1].cache_to is None  # a hit: the cache was never exported
+
+
+def test_with_no_secret_to_look_for_nothing_is_scanned(plan, checks):
+    engine = FakeEngine()
+    cache = "type=registry,ref=registry.test:5000/k3/cache,mode=max"
+    pipeline.build(plan, engine, BuildOptions(cache_to=cache))
+    assert [r.cache_to for r in engine.requests] == [cache] and not any(e[0] == "export" for e in engine.events)
 
 
 # --- the up-to-date shortcut ----------------------------------------------------------------------
@@ -372,3 +462,26 @@ def test_the_fake_keeps_to_the_engine_seam():
     assert all(isinstance(vars(Engine).get(seam), property) for seam in ("registry", "containers"))
     fake = FakeEngine()
     assert isinstance(fake.registry, FakeRegistry) and isinstance(fake.containers, FakeContainers)
+
+
+@pytest.mark.parametrize(
+    ("spec", "leaves"),
+    [
+        (None, False),
+        ("type=inline", False),  # in the image config, which is scanned
+        ("type=local,dest=/var/cache/k3", False),  # stays on this host
+        ("type=registry,ref=registry.test:5000/k3/cache,mode=max", True),
+        ("registry.test:5000/k3/cache", True),  # a bare reference means a registry
+        ("type=gha", True),
+        ("type=s3,region=x,bucket=y", True),
+        ("ref=registry.test:5000/k3/cache,mode=max", True),  # no type: buildx's default, a registry
+    ],
+)
+def test_which_cache_exports_leave_the_host(spec, leaves):
+    from pathlib import Path
+
+    from builder.engine.buildx import BuildRequest
+    from builder.pipeline import prepush
+
+    req = BuildRequest(context=Path("."), dockerfile=Path("Dockerfile"), tags=("t",), build_args={}, cache_to=spec)
+    assert prepush.remote_cache(req) is leaves

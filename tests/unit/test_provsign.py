@@ -7,6 +7,7 @@ from __future__ import annotations
 import base64
 import json
 import re
+from pathlib import Path
 
 import pytest
 from google.protobuf import json_format
@@ -84,6 +85,38 @@ def test_a_key_that_is_not_the_public_key_s_half_is_bad_input(keys):
         provsign.signer(_Signing(str(key), str(other_pub)), root)
     with pytest.raises(ConfigError, match="not a readable PEM public key"):
         provsign.public_key(root, "missing.pub")
+
+
+def test_the_test_key_is_private_from_its_creation(tmp_path, monkeypatch):
+    """Issue 32: the TEST key was written 0644 and chmodded after; it is 0600 before it has its name."""
+    import os
+
+    from builder import fsutil
+
+    modes = {}
+    real_replace = os.replace
+
+    def replace(src, dst):
+        modes[Path(dst).name] = os.stat(src).st_mode & 0o777  # the mode the file has when it appears
+        real_replace(src, dst)
+
+    monkeypatch.setattr(fsutil.os, "replace", replace)
+    key, pub = provsign.generate_test_key(tmp_path)
+    assert modes[key.name] == 0o600 and key.stat().st_mode & 0o777 == 0o600
+    assert modes[pub.name] == 0o644  # the public half is public
+
+
+def test_a_key_others_can_read_signs_with_a_warning(keys, monkeypatch):
+    from builder import log
+
+    root, (key, pub_path), _ = keys
+    warned: list[str] = []
+    monkeypatch.setattr(log, "warn", warned.append)
+    provsign.signer(_Signing(str(key), str(pub_path)), root)
+    assert warned == []  # 0600: nothing to say
+    key.chmod(0o644)
+    assert provsign.signer(_Signing(str(key), str(pub_path)), root) is not None
+    assert len(warned) == 1 and "readable by others (mode 0644)" in warned[0] and f"chmod 600 {key}" in warned[0]
 
 
 def test_not_an_envelope_is_said_so():
