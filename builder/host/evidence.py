@@ -22,7 +22,7 @@ from pathlib import Path
 from builder import log
 from builder.config import contract
 from builder.errors import BuilderError
-from builder.fsutil import atomic_write
+from builder.fsutil import atomic_write, reserve_stem
 from builder.host import redaction
 from builder.host.doctor import output_dir, read_nvidia_smi
 
@@ -230,7 +230,8 @@ def evidence(
         **{name: redaction.scrub(text) for name, text in c.files.items()},
         "manifest.json": json.dumps(manifest, indent=2, sort_keys=True) + "\n",
     }
-    stem = f"k3-evidence-{now.strftime('%Y%m%dT%H%M%SZ')}"
+    # Two runs in the same second keep both archives (an exclusive placeholder per name).
+    stem = reserve_stem(out, f"k3-evidence-{now.strftime('%Y%m%dT%H%M%SZ')}", (".tar.gz",))
     buf = io.BytesIO()
     with tarfile.open(fileobj=buf, mode="w:gz") as tar:
         for name in sorted(files):

@@ -999,3 +999,18 @@ def test_decode_capture_replaces_what_it_cannot_read():
     assert doctor.decode_capture(b"\xfe\xff\x00D") == "D"  # UTF-16BE
     assert doctor.decode_capture(b"\xef\xbb\xbfKMD \xff") == "KMD \ufffd"
     assert doctor.decode_capture(b"\xff\xfe") == ""
+
+
+def test_two_evidence_runs_in_the_same_second_keep_both_archives(tmp_path, bare_host, monkeypatch):
+    fixed = dt.datetime(2026, 12, 2, 4, 0, 0, tzinfo=dt.timezone.utc)
+
+    class _Clock(dt.datetime):
+        @classmethod
+        def now(cls, tz=None):
+            return fixed
+
+    monkeypatch.setattr(evidence.dt, "datetime", _Clock)
+    first, _ = evidence.evidence(_NoDocker(), tmp_path, None, None, environ={})
+    second, _ = evidence.evidence(_NoDocker(), tmp_path, None, None, environ={})
+    assert first != second and first.is_file() and second.is_file()
+    assert {first.name, second.name} == {"k3-evidence-20261202T040000Z.tar.gz", "k3-evidence-20261202T040000Z-2.tar.gz"}
