@@ -19,7 +19,8 @@ binaries, tests/unit/test_gpucode.py):
   ``a`` at 0x800; ABI 8 keeps the SM in bits 8-15 and ``a`` at 0x8 (LLVM's EF_CUDA_* constants).
   ``f`` is not in e_flags: ptxas writes its options (``-arch sm_100f``) into
   ``.note.nv.tkinfo``, beside "Cuda compilation tools, release 12.9, V12.9.86".
-  ``.note.nv.cuinfo``/``.note.nv.cuver`` carry the toolkit as major*10+minor (129, 130).
+  ``.note.nv.cuinfo`` (ptxas 13) carries the toolkit as major*10+minor (130); NVRTC 12.9's cubins
+  below sm_100 carry no note at all: their toolkit is unknown ("no note").
 - a compressed entry's cubin cannot be read without a ZSTD/LZ4 decoder, which the standard
   library lacks: its toolkit is "unknown (compressed)", except that an ELF ABI 8 cubin below
   sm_100 can only come from ptxas 13 or later (ptxas 12.x writes ABI 7 there: NVRTC 12.9.86 and
@@ -85,13 +86,14 @@ def cubin(buf, base=0, size=None):
             found["toolkit"], found["toolkit_from"] = f"{int(rel.group(1))}.{int(rel.group(2))}", "tkinfo"
         if opt and opt.group(2) and int(opt.group(1)) == sm:
             found["variant"] = opt.group(2).decode()
-    for name in (".note.nv.cuinfo", ".note.nv.cuver"):
-        note = secs.get(name)
-        if "toolkit" not in found and note and note[1] >= 32:
-            # namesz 12 ("NVIDIA Corp\0"), then the descriptor: u16, u16 sm, u16 toolkit (129 = 12.9)
-            version = struct.unpack_from("<H", buf, note[0] + 24 + (4 if name.endswith("cuinfo") else 0))[0]
-            if 10 <= version < 1000:
-                found["toolkit"], found["toolkit_from"] = f"{version // 10}.{version % 10}", name[9:]
+    note = secs.get(".note.nv.cuinfo")
+    if "toolkit" not in found and note and note[1] >= 32:
+        # namesz 12 ("NVIDIA Corp\0"), then the descriptor: u16 2, u16 sm, u16 toolkit (130 = 13.0)
+        version = struct.unpack_from("<H", buf, note[0] + 28)[0]
+        if 10 <= version < 1000:
+            found["toolkit"], found["toolkit_from"] = f"{version // 10}.{version % 10}", "cuinfo"
+    if "toolkit" not in found:
+        found["toolkit"], found["toolkit_from"] = None, "no note"
     return found
 
 
