@@ -186,6 +186,11 @@ RECORD_FIELDS = (
 )
 
 
+# Optional field of image.json, after "checks": what the GPU-code checks proved (targets with a
+# matrix ``gpu`` block whose checks ran): the claimed and the derived driver floor, the families
+# and the coverage table (builder/records/store.py; docs/auditor.md).
+RECORD_GPU = "gpu"
+
 THIRD_PARTY_CONTEXT_PREFIX = "tp-"  # build context name of a pinned third-party source: tp-<name>
 
 

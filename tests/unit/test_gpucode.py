@@ -206,3 +206,39 @@ def test_loading_rules():
         )
         == "vllm.third_party.deep_gemm._C"
     )
+
+
+def test_verify_holds_the_record_s_gpu_block_to_the_matrix():
+    import dataclasses
+    import types
+
+    from builder.config.gpu import GpuCode
+    from builder.records import verify
+    from tests.unit.test_records import GPU, _record
+
+    claim = GpuCode(
+        families={"9.0": "H100", "10.0": "B200", "10.3": "B300"}, required={"vllm._C": "all"}, driver_floor="575.51.03"
+    )
+
+    def row(gpu, checks="passed", target_gpu=claim):
+        v = verify.Verifier.__new__(verify.Verifier)
+        v.t = types.SimpleNamespace(gpu=target_gpu)
+        v._record = dataclasses.replace(_record(), gpu=gpu, checks=checks)
+        return v._gpu_record()
+
+    assert row(GPU) == "; GPU floor 575.51.03 <= 575.51.03, 3 families covered"
+    assert row(None, checks="skipped") == "; GPU code not checked (--no-checks)"
+    for broken, message in (
+        ({**GPU, "driver_floor": "570.26"}, "gpu.driver_floor 570.26 != matrix 575.51.03"),
+        ({**GPU, "families": ["9.0", "10.0"]}, "gpu.families"),
+        ({**GPU, "derived_floor": "580.65.06"}, "gpu.derived_floor 580.65.06 exceeds the claimed 575.51.03"),
+        (
+            {**GPU, "coverage": {"vllm._C": {**GPU["coverage"]["vllm._C"], "10.3": "none (has SASS sm_100a)"}}},
+            "vllm._C on 10.3",
+        ),
+        (None, "lacks the gpu block"),
+    ):
+        with pytest.raises(verify._Fail, match=message):
+            row(broken)
+    with pytest.raises(verify._Fail, match="claims no GPU code"):
+        row(GPU, target_gpu=None)
