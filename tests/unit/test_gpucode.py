@@ -242,3 +242,15 @@ def test_verify_holds_the_record_s_gpu_block_to_the_matrix():
             row(broken)
     with pytest.raises(verify._Fail, match="claims no GPU code"):
         row(GPU, target_gpu=None)
+
+
+def test_the_record_and_the_summary_carry_what_the_checks_proved():
+    from builder.commands.build import gpu_summary
+    from builder.pipeline.publish import gpu_record
+    from tests.unit.test_records import GPU
+
+    facts = {"gpu": {k: v for k, v in GPU.items() if k != "coverage"}, "gpu_coverage": GPU["coverage"]}
+    assert gpu_record(facts) == GPU and gpu_record({}) is None
+    assert (
+        gpu_summary(GPU) == "GPU floor 575.51.03 (CUDA 12.9) <= 575.51.03, 9.0 10.0 10.3: 3/3 extension x family served"
+    )
