@@ -41,7 +41,8 @@ def derived_floor(found: dict, expect) -> tuple[gpurules.Floor, str | None, bool
 def test_gpu_code(gpu_found, expect, image, report_warning, record_fact):
     gpu = expect.gpu
     result, driver, exact = derived_floor(gpu_found, expect)
-    label = image.labels.get(expect.label_keys.driver_floor, "(missing)")
+    # The label equals the matrix's floor (the labels check); the binaries are held to the claim.
+    claimed = image.labels.get(expect.label_keys.driver_floor) or gpu.driver_floor
     for line in result.waived:
         report_warning(f"gpu_code: {line}")
     for reason, n in sorted(result.unknown.items()):
@@ -65,33 +66,30 @@ def test_gpu_code(gpu_found, expect, image, report_warning, record_fact):
         bound = "" if exact else " (an upper bound: the table has no exact entry)"
         if driver is None:
             problems.append(f"the code needs CUDA {gpurules.show(result.cuda)}, newer than the driver table")
-        elif gpurules.version(driver) > gpurules.version(gpu.driver_floor):
+        elif gpurules.version(driver) > min(gpurules.version(claimed), gpurules.version(gpu.driver_floor)):
             problems.append(
                 f"derived driver floor {driver}{bound} (CUDA {gpurules.show(result.cuda)}: {result.because}) "
-                f"exceeds the claimed {gpu.driver_floor}"
+                f"exceeds the claimed {claimed}"
             )
-    assert label == gpu.driver_floor, (
-        f"expected label {expect.label_keys.driver_floor}={gpu.driver_floor}, found {label}"
-    )
     files = len(gpu_found["files"])
+    if not problems:  # said on every run, not only on failure: the value image.json records
+        report_warning(
+            f"gpu_code: derived driver floor {driver or 'none (no GPU code)'} (CUDA {gpurules.show(result.cuda)}: "
+            f"{result.because}) <= claimed {claimed}"
+        )
     assert not problems, (
         f"expected GPU code a driver >= {gpu.driver_floor} runs (CUDA {expect.cuda_major_minor}; {files} files "
         f"with GPU code of {gpu_found['scanned']} scanned), found: " + _listing(problems)
     )
 
 
-def test_gpu_coverage(gpu_found, expect, image, report_warning, record_fact):
+def test_gpu_coverage(gpu_found, expect, report_warning, record_fact):
     gpu = expect.gpu
     jit = gpurules.cuda_of_driver(gpu.driver_floor)
     required = {ext: gpu.required_on(ext) for ext in gpu.required}
     table = gpurules.coverage(gpu_found, required, gpu.capabilities, jit)
     record_fact("gpu_coverage", {ext: table[ext] for ext in sorted(required)})
-    label = image.labels.get(expect.label_keys.gpu_families, "(missing)")
     problems = []
-    if label != " ".join(gpu.capabilities):
-        problems.append(
-            f"label {expect.label_keys.gpu_families}={label}, the matrix claims {' '.join(gpu.capabilities)}"
-        )
     for ext in sorted(required):
         for cc, how in table[ext].items():
             if how.startswith("none"):

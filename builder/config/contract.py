@@ -347,13 +347,14 @@ CHECKS["gpu_code"] = (
     "TRITON_PTXAS_PATH / TRITON_PTXAS_BLACKWELL_PATH or its bundled ptxas, $CUDA_HOME's nvcc/ptxas): no PTX "
     "of an ISA newer than the matrix's CUDA, no cubin built by a toolkit of another CUDA major, no selected "
     "assembler newer than the matrix's CUDA, unless gpu.exceptions waives the file (shown with its reason); "
-    "the driver floor derived from the binaries is at most the claimed gpu.driver_floor (the label)"
+    "the driver floor derived from the binaries is at most the claimed gpu.driver_floor and the driver-floor "
+    "label (whose value the labels check holds to the matrix)"
 )
 CHECKS["gpu_coverage"] = (
     "(targets with `gpu`) every extension gpu.required names carries, for every claimed family, SASS that "
     "loads there (sm_XYa on X.Y only; sm_XYf and generic sm_XY on X.Z, Z >= Y) or PTX a gpu.driver_floor "
-    "driver JIT-compiles there; other extensions with GPU code are reported, not failed; the "
-    "gpu-families label lists the claimed families"
+    "driver JIT-compiles there; other extensions with GPU code are reported, not failed (the gpu-families "
+    "label, which lists the claimed families, is the labels check's)"
 )
 # The OS root's own dpkg records, as distroless images keep them (syft and trivy read them); the
 # base's /var/lib/dpkg/status is left alone, so no base file is shadowed.

@@ -288,7 +288,11 @@ def test_a_correct_cu129_image_passes():
     f, e, image, host = _correct()
     ran, warnings = _run_all(f, e, image, host)
     assert ran == list(contract.CHECKS) and len(ran) == 20  # every check ran, none skipped
-    assert warnings == ["python_trees: skipped 1 module(s) matching vllm.third_party.fmha_sm100.cute.*: own root"]
+    assert warnings == [
+        "python_trees: skipped 1 module(s) matching vllm.third_party.fmha_sm100.cute.*: own root",
+        "gpu_code: derived driver floor 575.51.03 (CUDA 12.9: PTX ISA 8.8 (PTX compute_80) in "
+        f"{_EXT}) <= claimed 575.51.03",
+    ]
     commands = " ".join(c for c, _ in host.calls)
     assert "pip check" in commands and "find / " in commands and "sh -c %s" in commands
 
@@ -1326,3 +1330,22 @@ def test_package_files_skips_a_source_without_the_package_directory():
     e = dataclasses.replace(e, package_files={})
     with pytest.raises(AssertionError, match="skipped: the source carries no vllm/ directory"):
         _run_one("package_files", f, e, image, host)
+
+
+def test_gpu_code_holds_the_binaries_to_the_driver_floor_label_and_skips_without_gpu():
+    f, e, image, host = _correct()
+    image.labels[contract.LABEL_DRIVER_FLOOR] = "560.28.03"  # an image claiming an older floor than its PTX needs
+    with pytest.raises(AssertionError, match=r"derived driver floor 575\.51\.03 .* exceeds the claimed 560\.28\.03"):
+        _run_one("gpu_code", f, e, image, host)
+    facts: dict = {}
+    _call("gpu_coverage", _fixtures(f, e, image, host, lambda m: None, facts))
+    assert facts["gpu_coverage"] == {
+        "vllm._C_stable_libtorch": {
+            "8.0": "PTX JIT compute_80 (ISA 8.8)",
+            "9.0": "SASS sm_90a",
+            "10.0": "SASS sm_100f",
+            "10.3": "SASS sm_100f",
+        }
+    }
+    with pytest.raises(AssertionError, match="skipped: the target claims no GPU code"):
+        _run_one("gpu_code", f, dataclasses.replace(e, gpu=None), image, host)
