@@ -175,6 +175,8 @@ def _object(out: Floor, path: str, obj: dict, matrix_cuda: Version, major: int) 
             return f"{what} of PTX ISA {obj.get('isa')} ({cuda}), newer than CUDA {show(matrix_cuda)}"
         out.raise_to(needs, f"PTX ISA {obj['isa']} ({what}) in {path}")
         return None
+    if obj["kind"] != "SASS":
+        return None  # LTO-IR and other entry kinds: listed by the probe, not judged
     toolkit = obj.get("toolkit")
     if not toolkit:
         reason = obj.get("toolkit_from") or "no note"

@@ -254,3 +254,12 @@ def test_the_record_and_the_summary_carry_what_the_checks_proved():
     assert (
         gpu_summary(GPU) == "GPU floor 575.51.03 (CUDA 12.9) <= 575.51.03, 9.0 10.0 10.3: 3/3 extension x family served"
     )
+
+
+def test_entries_of_other_kinds_are_listed_not_judged():
+    found = {
+        "files": {"/x/site-packages/k/_C.so": {"objects": [{"kind": "kind 4", "arch": "sm_90", "sm": 90, "count": 3}]}}
+    }
+    result = gpurules.floor(found, CUDA129, {})
+    assert (result.problems, result.unknown, result.cuda) == ([], {}, (0, 0))
+    assert gpurules.coverage(found, {"k._C": ("9.0",)}, (), CUDA129) == {"k._C": {"9.0": "none (has kind 4 sm_90)"}}
