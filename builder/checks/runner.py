@@ -25,6 +25,7 @@ import pytest
 from builder import log
 from builder.config import contract
 from builder.config.cudamajor import major_minor
+from builder.config.gpu import GpuCode
 from builder.config.matrix import Target
 from builder.deps.lock import LockEntry, normalize
 from builder.deps.oslock import DebEntry
@@ -36,6 +37,7 @@ from builder.source import extensions
 from builder.source.pinned import PinnedSource
 
 CHECKLIST = Path(__file__).with_name("checklist.py")
+CHECKLIST_GPU = Path(__file__).with_name("checklist_gpu.py")  # gpu_code, gpu_coverage
 CHECK_OUTPUT_NAME = "checks.txt"  # pytest's own output, beside the JUnit report
 
 
@@ -91,6 +93,7 @@ class Expectations:
     package: str = ""  # the source's top-level package directory (vllm)
     package_files: dict[str, bool] = field(default_factory=dict)  # its files at the pin -> executable
     dropped: dict[str, str] = field(default_factory=dict)  # normalized requirement the matrix drops -> why
+    gpu: GpuCode | None = None  # the matrix's gpu block (None: the GPU-code checks skip)
 
     @property
     def cuda_major(self) -> int:
@@ -168,6 +171,7 @@ def expectations(
         package=package,
         package_files=pinned.files_under(package),
         dropped={normalize(n): r for n, r in target.source.drop.items()},
+        gpu=target.gpu,
     )
 
 
@@ -213,6 +217,7 @@ class Report:
     results: list[CheckResult]
     warnings: list[str] = field(default_factory=list)
     junit: Path | None = None
+    facts: dict = field(default_factory=dict)  # what checks proved for the record (record_fact): gpu, gpu_coverage
 
     @property
     def ok(self) -> bool:
@@ -250,6 +255,7 @@ class _Plugin:
         self._container = container_id
         self._pip_dir = pip_dir
         self.warnings: list[str] = []
+        self.facts: dict = {}
 
     @pytest.fixture(scope="session")
     def expect(self) -> Expectations:
@@ -273,6 +279,10 @@ class _Plugin:
     def report_warning(self):
         return self.warnings.append
 
+    @pytest.fixture(scope="session")
+    def record_fact(self):
+        return self.facts.__setitem__
+
 
 def _pytest(expect: Expectations, config: ImageConfig, container: str, tmp: Path, junit: Path) -> tuple[int, _Plugin]:
     """Run the checklist against the container; pytest's own output goes to a file beside the
@@ -288,6 +298,7 @@ def _pytest(expect: Expectations, config: ImageConfig, container: str, tmp: Path
         code = pytest.main(
             [
                 str(CHECKLIST),
+                str(CHECKLIST_GPU),
                 "-c",
                 str(ini),
                 "--rootdir",
@@ -340,7 +351,7 @@ def run(engine: Engine, ref: str, expect: Expectations, junit: Path) -> Report:
         raise BuildError(
             f"the image checks could not run (pytest exit {int(code)}); see {junit.with_name(CHECK_OUTPUT_NAME)}"
         )
-    return Report(image=ref, results=_parse_junit(junit), warnings=plugin.warnings, junit=junit)
+    return Report(image=ref, results=_parse_junit(junit), warnings=plugin.warnings, junit=junit, facts=plugin.facts)
 
 
 def _parse_junit(path: Path) -> list[CheckResult]:

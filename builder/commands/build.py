@@ -68,6 +68,8 @@ def summarize(outcomes: list[Outcome], errors: list[tuple[str, BuilderError]], o
             status += f", compile cache {o.cache.hits}/{o.cache.hits + o.cache.misses} hits"
         if o.cache and o.cache.backend_unreachable:
             status += " (cache backend unreachable)"
+        if o.gpu:
+            status += f", {gpu_summary(o.gpu)}"
         size = f"{o.size / 1e6:.1f} MB" if o.size else "-"
         rows.append(log.SummaryRow(o.image.split("@")[0], o.digest, size, o.seconds, status))
         if o.log:
@@ -81,6 +83,18 @@ def summarize(outcomes: list[Outcome], errors: list[tuple[str, BuilderError]], o
     out.data["errors"] = [{"target": name, "error": log.redact(exc.message)} for name, exc in errors]
 
 
+def gpu_summary(gpu: dict) -> str:
+    """The record's gpu in a few words: the derived floor against the claim, the families covered."""
+    coverage = gpu.get("coverage") or {}
+    cells = [how for row in coverage.values() for how in row.values()]
+    served = sum(not how.startswith("none") for how in cells)
+    derived = gpu.get("derived_floor") or "none"
+    return (
+        f"GPU floor {derived} (CUDA {gpu.get('derived_cuda')}) <= {gpu.get('driver_floor')}, "
+        f"{' '.join(gpu.get('families', []))}: {served}/{len(cells)} extension x family served"
+    )
+
+
 def _build_doc(o: Outcome) -> dict:
     return {
         "target": o.target,
@@ -90,5 +104,6 @@ def _build_doc(o: Outcome) -> dict:
         "seconds": round(o.seconds, 2),
         "status": "up to date" if o.up_to_date else "pushed",
         "compile_cache": o.cache.__dict__ if o.cache else None,
+        "gpu": o.gpu,
         "log": str(o.log) if o.log else None,
     }

@@ -184,6 +184,11 @@ RECORD_FIELDS = (
 )
 
 
+# Optional field of image.json, after "checks": what the GPU-code checks proved (targets with a
+# matrix ``gpu`` block whose checks ran): the claimed and the derived driver floor, the families
+# and the coverage table (builder/records/store.py; docs/auditor.md).
+RECORD_GPU = "gpu"
+
 THIRD_PARTY_CONTEXT_PREFIX = "tp-"  # build context name of a pinned third-party source: tp-<name>
 
 
@@ -333,6 +338,21 @@ CHECKS["os_packages"] = (
     "(/var/lib/dpkg/status.d/<name>) with every file its md5sums list present and unchanged, every package "
     "the matrix lists is there (or in the base), each library under os_packages.loads loads and each "
     "command under os_packages.runs exits 0 (cu129: libibverbs.so.1 and its providers, numactl --show)"
+)
+CHECKS["gpu_code"] = (
+    "(targets with `gpu`) every piece of GPU code under the application prefix (the .nv_fatbin of every ELF "
+    "file, standalone .cubin/.fatbin/.ptx files) and every run-time assembler a compiler selects (Triton's "
+    "TRITON_PTXAS_PATH / TRITON_PTXAS_BLACKWELL_PATH or its bundled ptxas, $CUDA_HOME's nvcc/ptxas): no PTX "
+    "of an ISA newer than the matrix's CUDA, no cubin built by a toolkit of another CUDA major, no selected "
+    "assembler newer than the matrix's CUDA, unless gpu.exceptions waives the file (shown with its reason); "
+    "the driver floor derived from the binaries is at most the claimed gpu.driver_floor and the driver-floor "
+    "label (whose value the labels check holds to the matrix)"
+)
+CHECKS["gpu_coverage"] = (
+    "(targets with `gpu`) every extension gpu.required names carries, for every claimed family, SASS that "
+    "loads there (sm_XYa on X.Y only; sm_XYf and generic sm_XY on X.Z, Z >= Y) or PTX a gpu.driver_floor "
+    "driver JIT-compiles there; other extensions with GPU code are reported, not failed (the gpu-families "
+    "label, which lists the claimed families, is the labels check's)"
 )
 # The OS root's own dpkg records, as distroless images keep them (syft and trivy read them); the
 # base's /var/lib/dpkg/status is left alone, so no base file is shadowed.

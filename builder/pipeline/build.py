@@ -67,6 +67,7 @@ class Outcome:
     changed: bool = True
     up_to_date: bool = False
     cache: compilecache.Stats | None = None
+    gpu: dict | None = None  # the record's gpu (derived driver floor, coverage): the summary shows it
 
 
 # --- render -------------------------------------------------------------------------------------
@@ -187,6 +188,7 @@ def _build(plan: Plan, engine: Engine, options: BuildOptions) -> Outcome:
                 None,
                 changed=False,
                 up_to_date=True,
+                gpu=previous.gpu,
             )
     signer = publish.provenance_signer(plan)  # a key that cannot sign fails now (exit 2), not after the compile
     with compilecache.secret_dir() as secret_dir:  # the backend's secret lives only as long as the build
@@ -195,13 +197,22 @@ def _build(plan: Plan, engine: Engine, options: BuildOptions) -> Outcome:
     cache = _cache_stats(prep)
     pushed = f"{target.image.name}@{result.digest}"  # scanned before the push (run_engine)
     size = engine.registry.image_size(pushed)
-    if options.run_checks:
-        publish.check_image(prep, pushed)
+    gpu = publish.check_image(prep, pushed) if options.run_checks else None
     seconds = time.monotonic() - started
-    record = publish.attach_and_write(prep, publish.record_of(prep, result.digest, options.run_checks, seconds), signer)
+    record = publish.record_of(prep, result.digest, options.run_checks, seconds, gpu)
+    record = publish.attach_and_write(prep, record, signer)
     changed = previous is None or previous.digest != record.digest
     return Outcome(
-        target.name, record.image, result.digest, size, seconds, record_path, prep.log_path, changed, cache=cache
+        target.name,
+        record.image,
+        result.digest,
+        size,
+        seconds,
+        record_path,
+        prep.log_path,
+        changed,
+        cache=cache,
+        gpu=gpu,
     )
 
 

@@ -18,9 +18,10 @@ from builder.pipeline.plan import Plan
 from builder.records import store as records
 
 
-def check_image(prep: Prepared, pushed: str) -> None:
+def check_image(prep: Prepared, pushed: str) -> dict[str, Any] | None:
     """Before the record: image.json only names an image that passed its checks. A failing check
-    fails the command; the image stays in the registry and the JUnit report beside the log."""
+    fails the command; the image stays in the registry and the JUnit report beside the log.
+    Returns what the GPU-code checks proved, for the record (None: the target claims no GPU code)."""
     from builder.checks import runner
 
     target, today = prep.target, dt.datetime.now(dt.timezone.utc).date()
@@ -35,10 +36,21 @@ def check_image(prep: Prepared, pushed: str) -> None:
             out_dir=prep.workdir,
         )
         report.raise_for_failures()
+    return gpu_record(report.facts)
 
 
-def record_of(prep: Prepared, digest: str, checked: bool, seconds: float) -> records.Record:
-    """The record of a pushed image, its audit hashes still empty (the SBOM describes the record)."""
+def gpu_record(facts: dict) -> dict[str, Any] | None:
+    """image.json's ``gpu``: the gpu_code check's floor and families, the gpu_coverage table."""
+    if "gpu" not in facts:
+        return None
+    return {**facts["gpu"], "coverage": facts.get("gpu_coverage", {})}
+
+
+def record_of(
+    prep: Prepared, digest: str, checked: bool, seconds: float, gpu: dict[str, Any] | None = None
+) -> records.Record:
+    """The record of a pushed image, its audit hashes still empty (the SBOM describes the record);
+    ``gpu``: what the GPU-code checks proved (check_image)."""
     target, locks = prep.target, prep.ctx.locks
     return records.Record(
         target=target.name,
@@ -57,6 +69,7 @@ def record_of(prep: Prepared, digest: str, checked: bool, seconds: float) -> rec
         input_key=prep.ctx.input_key,
         tool_version=__version__,
         checks="passed" if checked else "skipped",
+        gpu=gpu,
         build={
             "id": prep.build_id,
             "finished": contract.now_iso(),

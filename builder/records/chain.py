@@ -33,7 +33,10 @@ ROWS: tuple[tuple[str, str, bool], ...] = (
     ("lock <-> image.json", "both locks' sha256 are the recorded ones", False),
     (
         "matrix <-> image.json",
-        "target, image name, base digests, source URL and commit, third-party trees match the matrix",
+        "target, image name, base digests, source URL and commit, third-party trees match the matrix; "
+        "for a target with `gpu` whose checks ran, the record's `gpu` claims the matrix's driver floor "
+        "and families (the labels' values), its derived floor is at most that floor and every required "
+        "extension is served on every family",
         False,
     ),
     (

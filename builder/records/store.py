@@ -54,6 +54,11 @@ class Record:
     # sha256 of locks/<target>/os-packages.txt, for targets with os_packages (absent otherwise,
     # so records of targets without OS packages keep their bytes).
     os_lock_sha256: str | None = None
+    # What the GPU-code checks proved (targets with a matrix ``gpu`` block whose checks ran; absent
+    # otherwise): driver_floor (the claim, = the label), derived_floor and derived_cuda (from the
+    # binaries), derived_from, families, coverage (required extension -> cc -> what serves it),
+    # waived, toolkit_unknown. docs/auditor.md describes each field.
+    gpu: dict[str, Any] | None = None
 
     def to_json(self) -> str:
         doc: dict[str, Any] = {"schema": contract.RECORD_SCHEMA}
@@ -61,6 +66,8 @@ class Record:
             doc[k] = getattr(self, k)
             if k == "build_lock_sha256" and self.os_lock_sha256 is not None:
                 doc["os_lock_sha256"] = self.os_lock_sha256
+            if k == "checks" and self.gpu is not None:
+                doc[contract.RECORD_GPU] = self.gpu
         return json.dumps(doc, indent=2, sort_keys=False) + "\n"
 
 
@@ -105,8 +112,12 @@ def read(path: Path) -> Record | None:
         raise RecordError(f"{path}: record fields of the wrong type: {', '.join(wrong)}; restore it from git")
     if not isinstance(doc.get("os_lock_sha256", ""), str):
         raise RecordError(f"{path}: record fields of the wrong type: os_lock_sha256; restore it from git")
+    if not isinstance(doc.get(contract.RECORD_GPU, {}), dict):
+        raise RecordError(f"{path}: record fields of the wrong type: {contract.RECORD_GPU}; restore it from git")
     return Record(
-        **{k: doc[k] for k in contract.RECORD_FIELDS if k != "schema"}, os_lock_sha256=doc.get("os_lock_sha256")
+        **{k: doc[k] for k in contract.RECORD_FIELDS if k != "schema"},
+        os_lock_sha256=doc.get("os_lock_sha256"),
+        gpu=doc.get(contract.RECORD_GPU),
     )
 
 

@@ -192,9 +192,43 @@ class Verifier:
                 (tp.get("url"), tp.get("commit")) == (spec.url, spec.commit),
                 f"third party {name} {tp.get('url')} @ {tp.get('commit')} != matrix {spec.url} @ {spec.commit}",
             )
-        return f"{r.digest[:19]}, bases and commit match the matrix" + (
-            f", {len(recorded)} third-party source(s)" if recorded else ""
+        return (
+            f"{r.digest[:19]}, bases and commit match the matrix"
+            + (f", {len(recorded)} third-party source(s)" if recorded else "")
+            + self._gpu_record()
         )
+
+    def _gpu_record(self) -> str:
+        """The record's ``gpu`` against the matrix's ``gpu`` (the labels are rendered from it)."""
+        want, got = self.t.gpu, self.record.gpu
+        if want is None:
+            _need(got is None, "image.json has a gpu block, the matrix claims no GPU code")
+            return ""
+        if got is None:
+            _need(self.record.checks != "passed", "image.json lacks the gpu block the GPU-code checks record")
+            return "; GPU code not checked (--no-checks)"
+        _need(
+            got.get("driver_floor") == want.driver_floor,
+            f"gpu.driver_floor {got.get('driver_floor')} != matrix {want.driver_floor}",
+        )
+        _need(
+            got.get("families") == list(want.capabilities),
+            f"gpu.families {got.get('families')} != matrix {list(want.capabilities)}",
+        )
+        derived = got.get("derived_floor")
+        _need(
+            derived is None or _driver(derived) <= _driver(want.driver_floor),
+            f"gpu.derived_floor {derived} exceeds the claimed {want.driver_floor}",
+        )
+        coverage = got.get("coverage") or {}
+        gaps = [
+            f"{ext} on {cc}"
+            for ext in want.required
+            for cc in want.required_on(ext)
+            if str((coverage.get(ext) or {}).get(cc, "none")).startswith("none")
+        ]
+        _need(not gaps, f"gpu.coverage has no code for {', '.join(gaps)}")
+        return f"; GPU floor {derived or 'none'} <= {want.driver_floor}, {len(want.capabilities)} families covered"
 
     def record_sbom(self) -> str:
         r = self.record
@@ -388,6 +422,10 @@ class Verifier:
             except BuilderError as exc:  # the registry out of reach, or a damaged file
                 out.append(Row(name, False, exc.message))
         return out
+
+
+def _driver(text: str) -> tuple[int, ...]:
+    return tuple(int(p) for p in str(text).split(".") if p.isdigit())
 
 
 def verify_targets(matrix, names: list[str], engine=None, *, explicit: bool) -> list[tuple[str, Row]]:

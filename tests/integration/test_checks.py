@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from builder.config import contract
+from builder.config import contract, matrix
 from builder.deps import lock
 from builder.deps.hermetic import hermetic_env
 from tests.integration.conftest import cli
@@ -187,7 +187,9 @@ def test_the_built_image_passes_and_leaves_a_junit_report(built):
     assert re.search(r"^\s+pass\s+cuda_runtime", r.err, re.M)
     # The smoke pins neither FlashInfer nor NCCL: that check is reported skipped, not passed.
     assert re.search(r"^\s+skip\s+pinned_versions\s+the target pins no FlashInfer or NCCL", r.err, re.M)
-    assert f"checks: {len(contract.CHECKS) - 1} pass, 1 skip, 0 FAIL" in r.err
+    # A smoke whose matrix has no `gpu` block skips the two GPU-code checks too.
+    skips = 1 if matrix.load(smoke.matrix).target("smoke").gpu else 3
+    assert f"checks: {len(contract.CHECKS) - skips} pass, {skips} skip, 0 FAIL" in r.err
     reports = list((smoke.root / "artifacts" / "smoke").glob("*/checks.xml"))
     assert any((p.parent / "build.log").exists() for p in reports), "the build's own checks sit beside its log"
     suite = ET.parse(reports[0]).getroot().find("testsuite")
@@ -244,6 +246,7 @@ def test_every_check_is_shown_failing_on_a_real_image():
     shown = set().union(*(checks for _, checks, _ in VARIANTS.values()))
     shown |= {"runtime_toolchain", "ops_registered", "compiled_modules"}  # test_miniature.py
     shown |= {"pinned_versions"}  # test_a_pin_the_image_does_not_carry_fails_pinned_versions_only
+    shown |= {"gpu_code", "gpu_coverage"}  # test_gpu_checks.py
     assert shown == set(contract.CHECKS)
 
 

@@ -12,9 +12,10 @@ from pathlib import Path
 
 import pytest
 
-from builder.checks import checklist, probes
+from builder.checks import checklist, checklist_gpu, probes
 from builder.checks import runner as checks
 from builder.config import contract, matrix
+from builder.config.gpu import GpuCode
 from builder.config.matrix import Extensions
 from builder.deps import lock, oslock
 from builder.engine.buildx import ImageConfig
@@ -149,7 +150,14 @@ class FakeHost:
     def __init__(self, pip=(0, ""), find="", toolchain=(0, TOOLCHAIN_OK), probe=None, os_probe=None, **probes):
         self.pip, self.find, self.toolchain, self.probe = pip, find, toolchain, probe
         self.probes = copy.deepcopy(
-            {"trees": TREES_OK, "elf": ELF_OK, "hygiene": HYGIENE_OK, "recipe": RECIPE_OK, "files": FILES_OK}
+            {
+                "trees": TREES_OK,
+                "elf": ELF_OK,
+                "hygiene": HYGIENE_OK,
+                "recipe": RECIPE_OK,
+                "files": FILES_OK,
+                "gpucode": GPU_OK,
+            }
         )
         self.probes.update(probes)
         self.os_probe = os_probe if os_probe is not None else {"problems": [], "checked": len(OS_OK.locked)}
@@ -177,6 +185,41 @@ class FakeHost:
         raise AssertionError(f"unexpected command {command!r}")
 
 
+_EXT = "/opt/k3/venv/lib/python3.12/site-packages/vllm/_C_stable_libtorch.abi3.so"
+# The gpucode probe's facts for a correct image: Hopper SASS, family Blackwell SASS, PTX 8.8 for the rest.
+GPU_OK = {
+    "files": {
+        _EXT: {
+            "shape": "elf",
+            "objects": [
+                {"kind": "SASS", "arch": "sm_90a", "sm": 90, "variant": "a", "toolkit": "12.9", "count": 2},
+                {"kind": "SASS", "arch": "sm_100f", "sm": 100, "variant": "f", "toolkit": "12.9", "count": 2},
+                {"kind": "PTX", "arch": "compute_80", "sm": 80, "variant": "", "isa": "8.8", "count": 1},
+            ],
+        }
+    },
+    "errors": {},
+    "assemblers": {
+        "/opt/k3/venv/lib/python3.12/site-packages/triton/backends/nvidia/bin/ptxas": {"version": "12.8.93"}
+    },
+    "selected": [
+        {
+            "compiler": "/opt/k3/venv/lib/python3.12/site-packages/triton",
+            "archs": "<100",
+            "path": "/opt/k3/venv/lib/python3.12/site-packages/triton/backends/nvidia/bin/ptxas",
+            "variable": "TRITON_PTXAS_PATH",
+            "set": False,
+        }
+    ],
+    "scanned": 10,
+}
+GPU = GpuCode(
+    families={"8.0": "A100", "9.0": "H100", "10.0": "B200", "10.3": "B300"},
+    required={"vllm._C_stable_libtorch": "all"},
+    driver_floor="575.51.03",
+)
+GPU_LABELS = {contract.LABEL_DRIVER_FLOOR: "575.51.03", contract.LABEL_GPU_FAMILIES: "8.0 9.0 10.0 10.3"}
+
 LABELS = {
     "io.k3-cu129.owner": "o@e.org",
     contract.OCI_REVISION: "c" * 40,
@@ -198,38 +241,58 @@ def _correct():
         os_packages=OS_OK,
         package="vllm",
         package_files={"vllm/__init__.py": False, "vllm/utils/numa_wrapper.sh": True, "vllm/configs/E=8.json": False},
+        gpu=GPU,
     )
-    image = _image(labels=dict(LABELS), env={"CUDA_VERSION": "12.9.1", "CUDA_HOME": "/usr/local/cuda"})
+    image = _image(labels=LABELS | GPU_LABELS, env={"CUDA_VERSION": "12.9.1", "CUDA_HOME": "/usr/local/cuda"})
     return _facts(), e, image, FakeHost(probe=_facts())
 
 
 def _run_all(f, e, image, host) -> tuple[list[str], list[str]]:
     """Call every check of the checklist with the fixtures it asks for; (names run, warnings)."""
     warnings: list[str] = []
+    ran = []
+    for name in contract.CHECKS:
+        _call(name, _fixtures(f, e, image, host, warnings.append))
+        ran.append(name)
+    return ran, warnings
+
+
+def _fixtures(f, e, image, host, warn, facts: dict | None = None) -> dict:
+    """The fixtures the runner's plugin hands the checks, gpu_found gathered on first use."""
     fixtures = {
         "facts": f,
         "expect": e,
         "image": image,
         "image_host": host,
         "pip_dir": "/tmp/k3-check-pip",
-        "report_warning": warnings.append,
+        "report_warning": warn,
+        "record_fact": ({} if facts is None else facts).__setitem__,
     }
-    ran = []
-    for name in contract.CHECKS:
-        test = getattr(checklist, f"test_{name}")
-        try:
-            test(**{p: fixtures[p] for p in inspect.signature(test).parameters})
-        except pytest.skip.Exception as exc:  # a skip inside this test would pass it: it is a failure here
-            raise AssertionError(f"check {name} skipped: {exc}") from None
-        ran.append(name)
-    return ran, warnings
+    return fixtures
+
+
+def _call(name: str, fixtures: dict) -> None:
+    test = getattr(checklist, f"test_{name}", None) or getattr(checklist_gpu, f"test_{name}")
+    params = inspect.signature(test).parameters
+    try:
+        if "gpu_found" in params:
+            fixtures["gpu_found"] = checklist_gpu.gpu_found.__wrapped__(
+                fixtures["image_host"], fixtures["image"], fixtures["expect"]
+            )
+        test(**{p: fixtures[p] for p in params})
+    except pytest.skip.Exception as exc:  # a skip inside this test would pass it: it is a failure here
+        raise AssertionError(f"check {name} skipped: {exc}") from None
 
 
 def test_a_correct_cu129_image_passes():
     f, e, image, host = _correct()
     ran, warnings = _run_all(f, e, image, host)
-    assert ran == list(contract.CHECKS) and len(ran) == 18  # every check ran, none skipped
-    assert warnings == ["python_trees: skipped 1 module(s) matching vllm.third_party.fmha_sm100.cute.*: own root"]
+    assert ran == list(contract.CHECKS) and len(ran) == 20  # every check ran, none skipped
+    assert warnings == [
+        "python_trees: skipped 1 module(s) matching vllm.third_party.fmha_sm100.cute.*: own root",
+        "gpu_code: derived driver floor 575.51.03 (CUDA 12.9: PTX ISA 8.8 (PTX compute_80) in "
+        f"{_EXT}) <= claimed 575.51.03",
+    ]
     commands = " ".join(c for c, _ in host.calls)
     assert "pip check" in commands and "find / " in commands and "sh -c %s" in commands
 
@@ -293,6 +356,16 @@ def test_each_check_can_fail_on_an_otherwise_correct_image(name):
             }
         ),
         "os_packages": lambda: host.os_probe["problems"].append("numactl: /usr/bin/numactl missing (No such file)"),
+        "gpu_code": lambda: host.probes["gpucode"]["files"][_EXT]["objects"].append(
+            {"kind": "PTX", "arch": "compute_90", "sm": 90, "variant": "", "isa": "9.0", "count": 1}
+        ),
+        # the Blackwell cubins arch-specific (10.0a) instead of family, and no PTX: B300 (10.3) gets nothing
+        "gpu_coverage": lambda: host.probes["gpucode"]["files"][_EXT].update(
+            objects=[
+                GPU_OK["files"][_EXT]["objects"][0],
+                {**GPU_OK["files"][_EXT]["objects"][1], "arch": "sm_100a", "variant": "a"},
+            ]
+        ),
     }
     assert set(breaks) == set(contract.CHECKS)
     e = breaks[name]() or e
@@ -308,19 +381,7 @@ def test_each_check_can_fail_on_an_otherwise_correct_image(name):
 
 
 def _run_one(check, f, e, image, host):
-    fixtures = {
-        "facts": f,
-        "expect": e,
-        "image": image,
-        "image_host": host,
-        "pip_dir": "/tmp/k3-check-pip",
-        "report_warning": lambda m: None,
-    }
-    test = getattr(checklist, f"test_{check}")
-    try:
-        test(**{p: fixtures[p] for p in inspect.signature(test).parameters})
-    except pytest.skip.Exception as exc:
-        raise AssertionError(f"check {check} skipped: {exc}") from None
+    _call(check, _fixtures(f, e, image, host, lambda m: None))
 
 
 def test_the_probe_runs_with_the_compat_driver_and_asks_for_what_the_matrix_names():
@@ -528,9 +589,9 @@ def test_junit_report_must_hold_every_check(tmp_path):
 
 
 def test_every_contract_check_has_a_test():
-    names = {n.removeprefix("test_") for n in dir(checklist) if n.startswith("test_")}
+    names = {n.removeprefix("test_") for m in (checklist, checklist_gpu) for n in dir(m) if n.startswith("test_")}
     assert names == set(checks.contract.CHECKS)
-    assert Path(checks.CHECKLIST).exists()
+    assert Path(checks.CHECKLIST).exists() and Path(checks.CHECKLIST_GPU).exists()
 
 
 # --- expiry ---------------------------------------------------------------------------------------
@@ -1283,3 +1344,22 @@ def test_pip_check_reports_a_requirement_the_matrix_drops_and_fails_on_other_mis
     # Without the drop the same line is a conflict.
     with pytest.raises(AssertionError, match="requires tokenspeed-mla"):
         checklist.test_pip_check(FakeHost(pip=(1, dropped)), "/p", _expect(), warnings.append)
+
+
+def test_gpu_code_holds_the_binaries_to_the_driver_floor_label_and_skips_without_gpu():
+    f, e, image, host = _correct()
+    image.labels[contract.LABEL_DRIVER_FLOOR] = "560.28.03"  # an image claiming an older floor than its PTX needs
+    with pytest.raises(AssertionError, match=r"derived driver floor 575\.51\.03 .* exceeds the claimed 560\.28\.03"):
+        _run_one("gpu_code", f, e, image, host)
+    facts: dict = {}
+    _call("gpu_coverage", _fixtures(f, e, image, host, lambda m: None, facts))
+    assert facts["gpu_coverage"] == {
+        "vllm._C_stable_libtorch": {
+            "8.0": "PTX JIT compute_80 (ISA 8.8)",
+            "9.0": "SASS sm_90a",
+            "10.0": "SASS sm_100f",
+            "10.3": "SASS sm_100f",
+        }
+    }
+    with pytest.raises(AssertionError, match="skipped: the target claims no GPU code"):
+        _run_one("gpu_code", f, dataclasses.replace(e, gpu=None), image, host)

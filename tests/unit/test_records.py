@@ -139,3 +139,31 @@ def test_the_record_directory_is_checked_for_writes_and_room(tmp_path, monkeypat
     monkeypatch.setattr(tempfile, "mkstemp", read_only)
     with pytest.raises(HostResources, match="cannot write the record set here .Read-only file system."):
         records.check_writable(tmp_path, "the record set")
+
+
+GPU = {
+    "driver_floor": "575.51.03",
+    "derived_floor": "575.51.03",
+    "derived_cuda": "12.9",
+    "derived_from": "PTX ISA 8.8 (PTX compute_80) in /opt/k3/x.so",
+    "families": ["9.0", "10.0", "10.3"],
+    "waived": [],
+    "toolkit_unknown": {},
+    "coverage": {"vllm._C": {"9.0": "SASS sm_90a", "10.0": "SASS sm_100f", "10.3": "SASS sm_100f"}},
+}
+
+
+def test_the_gpu_block_is_written_after_checks_and_read_back(tmp_path):
+    import dataclasses
+
+    record = dataclasses.replace(_record(), gpu=GPU)
+    records.write_set(tmp_path, _set(record))
+    path = tmp_path / contract.RECORD_NAME
+    keys = list(json.loads(path.read_text()))
+    assert keys[keys.index("checks") + 1] == contract.RECORD_GPU and records.read(path) == record
+    assert "gpu" not in json.loads(_record().to_json())  # targets without gpu keep their bytes
+    doc = json.loads(record.to_json())
+    doc["gpu"] = "575"
+    path.write_text(json.dumps(doc))
+    with pytest.raises(RecordError, match="wrong type: gpu"):
+        records.read(path)

@@ -16,7 +16,7 @@ from pathlib import Path
 
 MARKER = "K3-PROBE "
 HERE = Path(__file__).resolve().parent
-NAMES = ("facts", "trees", "elf", "hygiene", "recipe", "os", "files")
+NAMES = ("facts", "trees", "elf", "hygiene", "recipe", "os", "files", "gpucode")
 
 
 @cache

@@ -1,0 +1,104 @@
+"""The GPU-code checks (``gpu_code``, ``gpu_coverage``): what the image's binaries carry, against
+what the matrix's ``gpu`` block claims. Run by builder/checks/runner.py beside checklist.py, with
+the same fixtures; the gpucode probe runs once for both. The rules are builder/checks/gpurules.py.
+
+Both record what they proved (``record_fact``): the derived driver floor and the coverage table
+go into the record (image.json ``gpu``) and the build summary.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from builder.checks import gpurules
+from builder.checks.checklist import _listing, run_probe
+from builder.config import contract
+
+
+@pytest.fixture(scope="session")
+def gpu_found(image_host, image, expect):
+    """The gpucode probe's facts, gathered once for both checks."""
+    if expect.gpu is None:
+        pytest.skip("the target claims no GPU code (no `gpu` block in the matrix)")
+    env = {k: image.env[k] for k in ("TRITON_PTXAS_PATH", "TRITON_PTXAS_BLACKWELL_PATH") if image.env.get(k)}
+    request = {"roots": [contract.APP_PREFIX], "cuda_home": expect.cuda_home, "env": env}
+    found = run_probe(image_host, "gpucode", request)
+    assert "error" not in found, f"expected the GPU-code probe to run, found {found.get('error')}"
+    return found
+
+
+def _matrix_cuda(expect) -> gpurules.Version:
+    return gpurules.version(expect.cuda_version)[:2]
+
+
+def derived_floor(found: dict, expect) -> tuple[gpurules.Floor, str | None, bool]:
+    """The floor, the driver it needs (None: newer than the table) and whether that is exact."""
+    result = gpurules.floor(found, _matrix_cuda(expect), dict(expect.gpu.exceptions))
+    driver, exact = gpurules.driver_for(result.cuda) if result.cuda > (0, 0) else (None, True)
+    return result, driver, exact
+
+
+def test_gpu_code(gpu_found, expect, image, report_warning, record_fact):
+    gpu = expect.gpu
+    result, driver, exact = derived_floor(gpu_found, expect)
+    # The label equals the matrix's floor (the labels check); the binaries are held to the claim.
+    claimed = image.labels.get(expect.label_keys.driver_floor) or gpu.driver_floor
+    for line in result.waived:
+        report_warning(f"gpu_code: {line}")
+    for reason, n in sorted(result.unknown.items()):
+        report_warning(f"gpu_code: {n} cubin(s) with toolkit unknown ({reason}): their major is not checked")
+    for path, err in sorted(gpu_found.get("errors", {}).items()):
+        report_warning(f"gpu_code: {path} unreadable: {err}")
+    record_fact(
+        "gpu",
+        {
+            "driver_floor": gpu.driver_floor,
+            "derived_floor": driver if result.cuda > (0, 0) else None,
+            "derived_cuda": gpurules.show(result.cuda),
+            "derived_from": result.because,
+            "families": list(gpu.capabilities),
+            "waived": result.waived,
+            "toolkit_unknown": dict(result.unknown),
+        },
+    )
+    problems = list(result.problems)
+    if result.cuda > (0, 0):
+        bound = "" if exact else " (an upper bound: the table has no exact entry)"
+        if driver is None:
+            problems.append(f"the code needs CUDA {gpurules.show(result.cuda)}, newer than the driver table")
+        elif gpurules.version(driver) > min(gpurules.version(claimed), gpurules.version(gpu.driver_floor)):
+            problems.append(
+                f"derived driver floor {driver}{bound} (CUDA {gpurules.show(result.cuda)}: {result.because}) "
+                f"exceeds the claimed {claimed}"
+            )
+    files = len(gpu_found["files"])
+    if not problems:  # said on every run, not only on failure: the value image.json records
+        report_warning(
+            f"gpu_code: derived driver floor {driver or 'none (no GPU code)'} (CUDA {gpurules.show(result.cuda)}: "
+            f"{result.because}) <= claimed {claimed}"
+        )
+    assert not problems, (
+        f"expected GPU code a driver >= {gpu.driver_floor} runs (CUDA {expect.cuda_major_minor}; {files} files "
+        f"with GPU code of {gpu_found['scanned']} scanned), found: " + _listing(problems)
+    )
+
+
+def test_gpu_coverage(gpu_found, expect, report_warning, record_fact):
+    gpu = expect.gpu
+    jit = gpurules.cuda_of_driver(gpu.driver_floor)
+    required = {ext: gpu.required_on(ext) for ext in gpu.required}
+    table = gpurules.coverage(gpu_found, required, gpu.capabilities, jit)
+    record_fact("gpu_coverage", {ext: table[ext] for ext in sorted(required)})
+    problems = []
+    for ext in sorted(required):
+        for cc, how in table[ext].items():
+            if how.startswith("none"):
+                problems.append(f"{ext} on {cc} ({gpu.families[cc]}): {how}")
+    for ext in sorted(set(table) - set(required)):
+        gaps = [cc for cc, how in table[ext].items() if how.startswith("none")]
+        if gaps:
+            report_warning(f"gpu_coverage: {ext} (not required) has no code for {', '.join(gaps)}")
+    assert not problems, (
+        f"expected every required extension to load on every claimed family ({' '.join(gpu.capabilities)}; "
+        f"PTX counted where a {gpu.driver_floor} driver JIT-compiles it), found: " + _listing(problems)
+    )

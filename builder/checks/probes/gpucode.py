@@ -1,0 +1,279 @@
+"""Probe: every piece of GPU code under the given roots, and the run-time assemblers.
+
+GPU code lives in three shapes: the ``.nv_fatbin`` section of an ELF file (every ELF file is
+opened, whatever its name), a standalone cubin (an ELF file of machine EM_CUDA, as FlashInfer
+ships them), and standalone ``.fatbin``/``.ptx`` files. For each code object it reports its kind
+(SASS or PTX), its architecture with the variant (``a`` arch-specific, ``f`` family, or
+generic), the PTX ISA version, the toolkit that built it and whether it is compressed. Only
+headers and section tables are read (mmap): a 400 MB library costs its fatbin entry headers.
+
+The layouts (written from what this project's tests pin against cuobjdump 13.x on real
+binaries, tests/unit/test_gpucode.py):
+- a fatbin container: magic 0xBA55ED50, u16 version, u16 header size, u64 size of what follows;
+  then entries back to back, each a header (u16 kind: 1 PTX, 2 ELF; u16; u32 header size; u64
+  payload size; u32 compressed size; u32; u16 minor, u16 major; u32 arch; u32, u32; u64 flags;
+  u64; u64 uncompressed size) and its payload. For PTX major.minor is the ISA; for ELF it is the
+  cubin's ELF ABI version (1.7, 1.8). Flags: 0x1 64-bit, 0x10 Linux, 0x2000 LZ4 compressed,
+  0x8000 ZSTD compressed, 0x100000 ``a``, 0x200000 ``f``.
+- a cubin: ELF, e_machine 190. EI_ABIVERSION 7 keeps the SM in the low byte of e_flags and
+  ``a`` at 0x800; ABI 8 keeps the SM in bits 8-15 and ``a`` at 0x8 (LLVM's EF_CUDA_* constants).
+  ``f`` is not in e_flags: ptxas writes its options (``-arch sm_100f``) into
+  ``.note.nv.tkinfo``, beside "Cuda compilation tools, release 12.9, V12.9.86".
+  ``.note.nv.cuinfo`` (ptxas 13) carries the toolkit as major*10+minor (130); NVRTC 12.9's cubins
+  below sm_100 carry no note at all: their toolkit is unknown ("no note").
+- a compressed entry's cubin cannot be read without a ZSTD/LZ4 decoder, which the standard
+  library lacks: its toolkit is "unknown (compressed)", except that an ELF ABI 8 cubin below
+  sm_100 can only come from ptxas 13 or later (ptxas 12.x writes ABI 7 there: NVRTC 12.9.86 and
+  NCCL 2.30.7's cubins, tried), reported as "13+ (inferred from ELF ABI 8)".
+
+Request: {"roots": [...], "cuda_home": "/usr/local/cuda" | null, "env": {TRITON_PTXAS_PATH: ...}}.
+"""
+
+import mmap
+import os
+import re
+import struct
+import subprocess
+import time
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # at run time builder/checks/probes/_report.py is prepended: report() is defined
+    from builder.checks.probes._report import report
+
+FATBIN_MAGIC = 0xBA55ED50
+EM_CUDA = 190
+KIND_PTX, KIND_ELF = 1, 2
+FLAG_LZ4, FLAG_ZSTD, FLAG_A, FLAG_F = 0x2000, 0x8000, 0x100000, 0x200000
+RELEASE = re.compile(rb"release (\d+)\.(\d+), V(\d+\.\d+\.\d+)")
+ARCH_OPT = re.compile(rb"-arch[ =]sm_(\d+)([af]?)")
+PTX_VERSION = re.compile(rb"^\s*\.version\s+(\d+)\.(\d+)", re.M)
+PTX_TARGET = re.compile(rb"^\s*\.target\s+(?:sm|compute)_(\d+)([af]?)", re.M)
+ASSEMBLERS = ("ptxas", "ptxas-blackwell", "nvcc")
+TOKENSPEED = "tokenspeed"
+
+
+def sections(buf, base=0):
+    """name -> (offset, size) of an ELF64 little-endian image at ``base`` of ``buf``."""
+    shoff = struct.unpack_from("<Q", buf, base + 0x28)[0]
+    shentsize, shnum, shstrndx = struct.unpack_from("<HHH", buf, base + 0x3A)
+    if not shoff or shentsize < 64 or shstrndx >= shnum:
+        return {}
+    heads = [struct.unpack_from("<IIQQQQ", buf, base + shoff + i * shentsize) for i in range(shnum)]
+    names_at = base + heads[shstrndx][4]
+    out = {}
+    for name_off, sh_type, _, _, offset, size in heads:
+        start = names_at + name_off
+        name = bytes(buf[start : buf.find(b"\0", start, start + 256)]).decode("ascii", "replace")
+        if sh_type != 8:  # SHT_NOBITS has no bytes in the file
+            out[name] = (base + offset, size)
+    return out
+
+
+def cubin(buf, base=0, size=None):
+    """What a cubin (an EM_CUDA ELF image at ``base``) says of itself."""
+    abi, flags = buf[base + 8], struct.unpack_from("<I", buf, base + 48)[0]
+    if abi >= 8:
+        sm, accel = (flags >> 8) & 0xFF, bool(flags & 0x8)
+    else:
+        sm, accel = flags & 0xFF, bool(flags & 0x800)
+    found = {"kind": "SASS", "sm": sm, "variant": "a" if accel else "", "abi": abi, "compressed": False}
+    secs = sections(buf, base)
+    tk = secs.get(".note.nv.tkinfo")
+    if tk:
+        note = bytes(buf[tk[0] : tk[0] + min(tk[1], 4096)])
+        rel, opt = RELEASE.search(note), ARCH_OPT.search(note)
+        if rel:
+            found["toolkit"], found["toolkit_from"] = f"{int(rel.group(1))}.{int(rel.group(2))}", "tkinfo"
+        if opt and opt.group(2) and int(opt.group(1)) == sm:
+            found["variant"] = opt.group(2).decode()
+    note = secs.get(".note.nv.cuinfo")
+    if "toolkit" not in found and note and note[1] >= 32:
+        # namesz 12 ("NVIDIA Corp\0"), then the descriptor: u16 2, u16 sm, u16 toolkit (130 = 13.0)
+        version = struct.unpack_from("<H", buf, note[0] + 28)[0]
+        if 10 <= version < 1000:
+            found["toolkit"], found["toolkit_from"] = f"{version // 10}.{version % 10}", "cuinfo"
+    if "toolkit" not in found:
+        found["toolkit"], found["toolkit_from"] = None, "no note"
+    return found
+
+
+def entry(buf, at):
+    """(object, next offset) of the fatbin entry at ``at``."""
+    kind, _, hsize, psize, csize, _, minor, major, arch = struct.unpack_from("<HHIQIIHHI", buf, at)
+    flags = struct.unpack_from("<Q", buf, at + 40)[0]
+    nxt = at + hsize + psize
+    if hsize < 64 or nxt > len(buf):
+        raise ValueError(f"fatbin entry at {at} runs past its container")
+    variant = "a" if flags & FLAG_A else "f" if flags & FLAG_F else ""
+    compressed = bool(flags & (FLAG_LZ4 | FLAG_ZSTD)) or bool(csize)
+    obj: dict[str, Any] = {"sm": arch, "variant": variant, "compressed": compressed}
+    if kind == KIND_PTX:
+        obj.update(kind="PTX", isa=f"{major}.{minor}")
+    elif kind == KIND_ELF:
+        obj.update(kind="SASS", abi=minor)
+        data = at + hsize
+        if not compressed and bytes(buf[data : data + 4]) == b"\x7fELF":
+            inner = cubin(buf, data)
+            obj["toolkit"], obj["toolkit_from"] = inner.get("toolkit"), inner.get("toolkit_from")
+    else:
+        obj.update(kind=f"kind {kind}")
+    if obj["kind"] == "SASS" and not obj.get("toolkit"):
+        if obj.get("abi") == 8 and arch < 100:
+            obj["toolkit"], obj["toolkit_from"] = "13+", "ELF ABI 8 below sm_100"
+        else:
+            obj["toolkit"], obj["toolkit_from"] = None, "compressed" if compressed else "no note"
+    return obj, nxt
+
+
+def fatbins(buf, start, end):
+    """Every code object of the containers between ``start`` and ``end``."""
+    objs, pos = [], start
+    while pos + 16 <= end:
+        magic, _, hsize, size = struct.unpack_from("<IHHQ", buf, pos)
+        if magic != FATBIN_MAGIC:
+            pos += 8  # containers are 8-aligned; padding between them
+            continue
+        at, stop = pos + hsize, min(pos + hsize + size, end)
+        while at + 64 <= stop:
+            obj, at = entry(buf, at)
+            objs.append(obj)
+        pos = max(stop, pos + 16)
+    return objs
+
+
+def ptx_text(head):
+    version, target = PTX_VERSION.search(head), PTX_TARGET.search(head)
+    if not version:
+        raise ValueError("no .version directive")
+    obj = {"kind": "PTX", "isa": f"{int(version.group(1))}.{int(version.group(2))}", "compressed": False}
+    obj.update(sm=int(target.group(1)) if target else 0, variant=target.group(2).decode() if target else "")
+    return obj
+
+
+def inspect(path):
+    """(shape, code objects) of one file, or None when it holds no GPU code."""
+    with open(path, "rb") as fh:
+        head = fh.read(64)
+        if path.endswith(".ptx"):
+            return "ptx", [ptx_text(head + fh.read(16384))]
+        is_elf = head[:4] == b"\x7fELF"
+        is_fatbin = len(head) >= 4 and struct.unpack_from("<I", head)[0] == FATBIN_MAGIC
+        if not (is_elf or is_fatbin) or os.fstat(fh.fileno()).st_size < 64:
+            return None
+        with mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) as buf:
+            if is_fatbin:
+                return "fatbin", fatbins(buf, 0, len(buf))
+            if head[4] != 2 or head[5] != 1:
+                return None  # 32-bit or big-endian: no CUDA code object is either
+            if struct.unpack_from("<H", head, 18)[0] == EM_CUDA:
+                return "cubin", [cubin(buf)]
+            fat = sections(buf).get(".nv_fatbin")
+            if not fat or not fat[1]:
+                return None
+            return "elf", fatbins(buf, fat[0], fat[0] + fat[1])
+
+
+def summarize(objs):
+    """Identical objects counted once: [{kind, arch, isa, toolkit, ..., count}]."""
+    counts: dict[tuple, int] = {}
+    for obj in objs:
+        prefix = "compute_" if obj["kind"] == "PTX" else "sm_"
+        obj["arch"] = f"{prefix}{obj['sm']}{obj.get('variant', '')}"
+        key = tuple(sorted((k, v) for k, v in obj.items() if v is not None))
+        counts[key] = counts.get(key, 0) + 1
+    return [dict(key, count=n) for key, n in sorted(counts.items())]
+
+
+def version_of(path):
+    try:
+        out = subprocess.run([path, "--version"], capture_output=True, timeout=30).stdout
+    except (OSError, subprocess.SubprocessError) as exc:
+        return None, f"{type(exc).__name__}: {exc}"[:200]
+    m = RELEASE.search(out)
+    return (m.group(3).decode(), None) if m else (None, f"no release in: {out[-200:]!r}")
+
+
+def assemblers(paths, env):
+    """Every ptxas/nvcc found, its version, and which one each run-time compiler selects.
+
+    Triton 3.7.1 (triton/backends/nvidia/compiler.py, knobs.nvidia): below sm_100 it runs
+    TRITON_PTXAS_PATH, else its bundled bin/ptxas; from sm_100 TRITON_PTXAS_BLACKWELL_PATH, else
+    bin/ptxas-blackwell. tokenspeed-triton reads only TRITON_PTXAS_PATH, for every arch."""
+    found = {}
+    for path in sorted(set(paths)):
+        version, error = version_of(path)
+        found[path] = {"version": version, "error": error}
+    selections = []
+    for path in sorted(found):
+        parent = os.path.dirname(path)
+        if not (parent.endswith("/backends/nvidia/bin") and os.path.basename(path) == "ptxas"):
+            continue
+        package = parent[: -len("/backends/nvidia/bin")]
+        blackwell = os.path.join(parent, "ptxas-blackwell")
+        hopper = env.get("TRITON_PTXAS_PATH") or path
+        if TOKENSPEED in os.path.basename(package):
+            rules = [("all", hopper, "TRITON_PTXAS_PATH")]
+        else:
+            late = env.get("TRITON_PTXAS_BLACKWELL_PATH") or (blackwell if os.path.exists(blackwell) else path)
+            rules = [("<100", hopper, "TRITON_PTXAS_PATH"), (">=100", late, "TRITON_PTXAS_BLACKWELL_PATH")]
+        for archs, chosen, var in rules:
+            if chosen not in found:
+                version, error = version_of(chosen)
+                found[chosen] = {"version": version, "error": error}
+            selections.append(
+                {"compiler": package, "archs": archs, "path": chosen, "variable": var, "set": bool(env.get(var))}
+            )
+    return found, selections
+
+
+def walk(roots):
+    for root in roots:
+        for top, dirs, files in os.walk(root):
+            dirs.sort()
+            for name in sorted(files):
+                path = os.path.join(top, name)
+                if not os.path.islink(path) and os.path.isfile(path):
+                    yield path
+
+
+def main(req):
+    started = time.monotonic()
+    files: dict[str, Any] = {}
+    errors: dict[str, str] = {}
+    tools, scanned = [], 0
+    for path in walk(req["roots"]):
+        scanned += 1
+        if os.path.basename(path) in ASSEMBLERS and os.access(path, os.X_OK):
+            tools.append(path)
+        try:
+            found = inspect(path)
+        except (OSError, ValueError, struct.error, IndexError) as exc:
+            errors[path] = f"{type(exc).__name__}: {exc}"[:200]
+            continue
+        if found and found[1]:
+            files[path] = {"shape": found[0], "objects": summarize(found[1])}
+    home = req.get("cuda_home")
+    if home:
+        tools += [
+            os.path.join(home, "bin", n) for n in ("ptxas", "nvcc") if os.path.isfile(os.path.join(home, "bin", n))
+        ]
+    found_tools, selections = assemblers(tools, req.get("env") or {})
+    if home:
+        for name in ("nvcc", "ptxas"):
+            path = os.path.join(home, "bin", name)
+            if path in found_tools:
+                selections.append(
+                    {"compiler": "CUDA_HOME", "archs": "all", "path": path, "variable": "CUDA_HOME", "set": True}
+                )
+    return {
+        "files": files,
+        "errors": errors,
+        "assemblers": found_tools,
+        "selected": selections,
+        "scanned": scanned,
+        "seconds": round(time.monotonic() - started, 2),
+    }
+
+
+if __name__ == "__main__":
+    report(main)
