@@ -252,3 +252,31 @@ def stale_waivers(fetches: list[Fetch], target: Target) -> list[str]:
     """Waivers that match no fetch: the upstream change that made them moot should drop them too."""
     keys = {f.key for f in fetches}
     return sorted(k for k in target.kernels.fetch_waivers if k not in keys)
+
+
+def listing(tree: SourceTree) -> list[str]:
+    """The paths the inventory and the plan read from: every file of an sdist, or the build files of
+    a git tree (``CMakeLists.txt``, ``setup.py``, ``cmake/**``, ``tools/**``)."""
+    files = getattr(tree, "files", None)
+    if isinstance(files, dict):
+        return sorted(files)
+    out = [p for p in ("CMakeLists.txt", "setup.py") if tree.read(p) is not None]
+    for directory in ("cmake", "tools"):
+        out += sorted(tree.files_under(directory))  # type: ignore[attr-defined]
+    return out
+
+
+def check(tree: SourceTree, target: Target) -> list[Fetch]:
+    """The build's preflight: refuse (exit 2, before any third-party fetch or engine work) a source
+    whose build files fetch something neither pinned nor waived."""
+    from builder.errors import SourceError
+
+    fetches = inventory(tree, listing(tree), target)
+    unpinned = [f for f in fetches if f.status == "UNPINNED"]
+    if unpinned:
+        more = f" (and {len(unpinned) - 1} more: `build plan --source` lists them)" if len(unpinned) > 1 else ""
+        raise SourceError(
+            f"source: unpinned fetch in the build files: {unpinned[0].describe()}{more}; pin it in "
+            f"targets.{target.name}.source.third_party or waive it in kernels.fetch_waivers"
+        )
+    return fetches

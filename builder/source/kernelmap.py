@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from builder.config.matrix import Target
 from builder.source import kernelplan
 from builder.source.cmakefile import printable
-from builder.source.fetches import Fetch, inventory, stale_waivers
+from builder.source.fetches import Fetch, inventory, listing, stale_waivers
 from builder.source.kernelplan import Result, Selection
 from builder.source.requirements import SourceTree
 
@@ -147,17 +147,6 @@ def _required(plan: SourcePlan, target: Target) -> None:
                     f": planned {what} ({', '.join(k.name + ':' + k.lines() for k in found)})"
                     + (f"; gates: {gates}" if gates else "")
                 )
-
-
-def listing(tree: SourceTree) -> list[str]:
-    """The paths the plan reads from: every file of an sdist, or the build files of a git tree."""
-    files = getattr(tree, "files", None)
-    if isinstance(files, dict):
-        return sorted(files)
-    out = [p for p in (kernelplan.ROOT_FILE, "setup.py") if tree.read(p) is not None]
-    for directory in ("cmake", "tools"):
-        out += sorted(tree.files_under(directory))  # type: ignore[attr-defined]
-    return out
 
 
 def compute(tree: SourceTree, target: Target, origin: str) -> SourcePlan:

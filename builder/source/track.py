@@ -18,6 +18,7 @@ from builder.dockerfile import render
 from builder.errors import ConfigError, SourceError, Unreachable, is_network_failure
 from builder.fsutil import atomic_write
 from builder.source import pinned as source
+from builder.source.bump import BumpReport
 
 FILE_URLS_ENV = "K3_ALLOW_FILE_URLS"  # tests and local mirrors only
 
@@ -33,6 +34,9 @@ class TrackResult:
     # Third-party sources whose pin the new commit's build files no longer name: name -> what they
     # name now (the GIT_TAG / *_TAG / *_REVISION values found in declared_in).
     third_party_changed: dict[str, list[str]] = field(default_factory=dict)
+    # What the new commit's build files will fetch and compile, against the old pin's
+    # (builder/source/bump.py); None when the branch did not move.
+    report: BumpReport | None = None
 
     @property
     def moved(self) -> bool:
@@ -48,6 +52,8 @@ class TrackResult:
             "updated": self.updated,
             "subjects": self.subjects,
             "third_party_changed": self.third_party_changed,
+            "report": self.report.to_json() if self.report else None,
+            "ready": self.report.ready if self.report else True,
         }
 
 
@@ -86,6 +92,15 @@ def third_party_changes(t, repo: git.Repo, commit: str) -> dict[str, list[str]]:
         if spec.ref not in data:
             changed[name] = sorted(set(_NAMED_REF.findall(data))) or ["(no GIT_TAG found)"]
     return changed
+
+
+def bump_report(t, repo: git.Repo, old: str, new: str) -> BumpReport:
+    """The fetch inventory and the kernel plan at ``old`` and at ``new``, compared."""
+    from builder.source.bump import compare
+    from builder.source.kernelmap import compute
+
+    trees = (source.PinnedSource(repo, old, new, 0), source.PinnedSource(repo, new, new, 0))
+    return compare(compute(trees[0], t, old), compute(trees[1], t, new), trees, t)
 
 
 def _commit_line(text: str, target: str, old: str) -> int:
@@ -129,6 +144,7 @@ def track(matrix_path: Path, matrix: Matrix, name: str, *, check: bool) -> Track
         )
     result.subjects = repo.git.log("--format=%h %s", f"{old}..{new}").splitlines()
     result.third_party_changed = third_party_changes(t, repo, new)
+    result.report = bump_report(t, repo, old, new)
     if check:
         return result
     text = matrix_path.read_text()
