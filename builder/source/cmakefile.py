@@ -50,6 +50,13 @@ class Command:
     def words(self) -> list[str]:
         return [a.text for a in self.args]
 
+    @property
+    def legacy_quotes(self) -> bool:
+        """A quote inside an unquoted argument (``a"b c"``): CMake's legacy form, where a quoted run
+        inside a word may hold spaces and parentheses. This reader splits such words differently, so a
+        command that has one is never handed to CMake from an untrusted tree."""
+        return any(not a.quoted and '"' in a.text for a in self.args)
+
 
 def _skip_bracket(data: str, i: int, eq: str, path: str, line: int) -> int:
     close = "]" + eq + "]"
@@ -85,7 +92,7 @@ def _args(data: str, i: int, path: str, line: int) -> tuple[list[Arg], int]:
 
     while i < len(data):
         ch = data[i]
-        if ch == "#":
+        if ch == "#":  # a comment even mid-word, as CMake reads it (``b#c)`` is ``b`` and a comment)
             flush()
             m = _BRACKET_OPEN.match(data, i + 1)
             i = _skip_bracket(data, m.end(), m.group(1), path, line) if m else data.find("\n", i) % (len(data) + 1)

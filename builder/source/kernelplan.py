@@ -207,6 +207,11 @@ def _walk(path: str, tree: SourceTree, funcs: dict, out: Replay, outer: list[Gat
             continue
         elif not _replayed(c, funcs):
             continue
+        if c.legacy_quotes:
+            raise SourceError(
+                f"source: {path}:{c.line}: {printable(c.name, 40)}() quotes inside an unquoted argument; the kernel "
+                "plan hands CMake no command it may read differently from this tool, so it cannot be computed"
+            )
         out.script.append(c.source)
         if c.name in funcs:
             out.called.add(c.name)

@@ -352,3 +352,39 @@ def test_vllm_030_sdist_plan_with_and_without_10_3(vllm_sdist):
     lost = [f for f in without.failures if f.startswith("kernels.required")]
     assert len(lost) == 2 and all("nothing loads on 10.3 (B300)" in f for f in lost)
     assert without.kernel("FLASH_KDA_ARCHS")[0].archs == ("9.0a", "10.0a", "12.0a")
+
+
+@pytest.mark.parametrize(
+    "smuggled",
+    [
+        # '#' mid-word starts a comment to CMake too: the arguments run on into the next lines.
+        'set(X_ARCHS b#c)\nexecute_process(COMMAND touch "{m}")\n)\n',
+        # A quoted run inside an unquoted word hides ')' from a reader that splits at spaces.
+        'set(X_ARCHS b"c "\n) execute_process(COMMAND touch "{m}") #")\n',
+    ],
+)
+def test_no_command_is_smuggled_past_the_reader(tmp_path, smuggled):
+    marker = tmp_path / "ran"
+    cmake = CMAKELISTS.replace("%DECODE%", DECODE) + smuggled.replace("{m}", str(marker))
+    tree = _tree({"CMakeLists.txt": cmake, "cmake/utils.cmake": UTILS})
+    try:
+        rp, utils = kernelplan.replay(tree)
+    except SourceError as exc:
+        assert "quotes inside an unquoted argument" in exc.message
+    else:
+        # CMake reads the text as this reader does: set()'s arguments, never a command of its own.
+        values = kernelplan.run_cmake(rp, utils, "12.9.1", ("9.0", "10.0"))
+        assert values
+    assert not marker.exists()
+
+
+def test_oversized_and_hostile_text_is_bounded_and_escaped():
+    with pytest.raises(SourceError, match=r"4194305 bytes, over the 4194304 a CMake file may have"):
+        commands(b" " * (4 * 1024 * 1024 + 1), "CMakeLists.txt")
+    target = parse((REPO / "matrix.yaml").read_text(), REPO / "matrix.yaml").target("cu129")
+    tree = _tree(
+        {"CMakeLists.txt": 'FetchContent_Declare("evil\x1b]0;x\x07" GIT_REPOSITORY "https://e.org/\x1b[2J")\n'}
+    )
+    (found,) = fetches.inventory(tree, ["CMakeLists.txt"], target)
+    shown = found.describe()
+    assert "\x1b" not in shown and "\x07" not in shown and "\\x1b]0;x\\x07" in shown
