@@ -74,10 +74,13 @@ class Kernel:
             str(r.selection.line) for r in self.results
         )
 
-    def cuda_gates(self) -> list[str]:
-        """The CUDA-version gates around this variable's selections, as written (negations kept)."""
+    def cuda_gates(self, reached_only: bool = False) -> list[str]:
+        """The CUDA-version gates around this variable's selections (or only the reached ones), as
+        written, negations kept."""
         out: dict[str, None] = {}
         for r in self.results:
+            if reached_only and not r.reached:
+                continue
             out.update(dict.fromkeys(g.describe() for g in r.selection.gates if g.cuda))
         return list(out)
 
@@ -140,7 +143,7 @@ def _required(plan: SourcePlan, target: Target) -> None:
         for cc in families:
             if not any(k.on(cc) for k in found):
                 what = ", ".join(k.archs and " ".join(k.archs) or "not built" for k in found)
-                gates = "; ".join(g for k in found for g in k.cuda_gates())
+                gates = "; ".join(g for k in found for g in k.cuda_gates(reached_only=k.reached))
                 gpus = printable(target.gpu.families[cc]) if target.gpu else cc
                 plan.failures.append(
                     f"kernels.required.{name}: nothing loads on {cc} ({gpus})"
