@@ -214,22 +214,27 @@ def _walk(path: str, tree: SourceTree, funcs: dict, out: Replay, outer: list[Gat
             )
         out.script.append(c.source)
         if c.name in funcs:
-            out.called.add(c.name)
-            var = c.args[0].text
-            ordinals[var] = ordinals.get(var, 0) + 1
-            ext = next((name for line, name in exts if line > c.line), None)
-            sel = Selection(
-                var=var,
-                file=path,
-                line=c.line,
-                ordinal=ordinals[var],
-                function=c.name,
-                wanted=c.args[1].text if len(c.args) > 1 else "",
-                gates=tuple(outer + [g for f in frames for g in _branch_gates(f, path)]),
-                extension=ext,
-            )
-            out.script.append(f'message(STATUS "{_MARK} {len(out.selections)} [${{{var}}}]")')
-            out.selections.append(sel)
+            around = tuple(outer + [g for f in frames for g in _branch_gates(f, path)])
+            _select(c, path, around, exts, ordinals, out)
+
+
+def _select(c: Command, path: str, gates: tuple[Gate, ...], exts: list, ordinals: dict[str, int], out: Replay) -> None:
+    """Record the arch selection ``c`` makes, and have the script report its value right after it."""
+    out.called.add(c.name)
+    var = c.args[0].text
+    ordinals[var] = ordinals.get(var, 0) + 1
+    sel = Selection(
+        var=var,
+        file=path,
+        line=c.line,
+        ordinal=ordinals[var],
+        function=c.name,
+        wanted=c.args[1].text if len(c.args) > 1 else "",
+        gates=gates,
+        extension=next((name for line, name in exts if line > c.line), None),
+    )
+    out.script.append(f'message(STATUS "{_MARK} {len(out.selections)} [${{{var}}}]")')
+    out.selections.append(sel)
 
 
 def _replayed(c: Command, funcs: dict) -> bool:
