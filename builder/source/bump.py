@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from builder.config.matrix import Target
+from builder.errors import BuilderError
 from builder.source import extensions
 from builder.source.cmakefile import printable
 from builder.source.kernelmap import SourcePlan
@@ -119,8 +120,10 @@ def _modules(tree: SourceTree, target: Target) -> set[str]:
     found: set[str] = set()
     for path in target.source.extensions.declared_in:
         data = tree.read(path)
-        if data is not None:
-            found |= {d.module for d in extensions.declared(data, path)}
+        try:
+            found |= {d.module for d in extensions.declared(data, path)} if data is not None else set()
+        except BuilderError:  # an unparseable setup.py is the lock's and the build's to refuse
+            continue
     return found
 
 
@@ -129,7 +132,7 @@ def _requirements(tree: SourceTree, target: Target) -> set[str]:
     paths = (*target.source.requirements, *target.source.build_requirements)
     try:
         files = resolve_includes(tree, paths)
-    except Exception:  # noqa: BLE001 - a broken file is reported by `build lock`, not by the report
+    except BuilderError:  # a broken requirement file is `build lock`'s to refuse, not the report's
         return out
     for path, data in files.items():
         out |= {" ".join(r.value.split()) for r in requirement_lines(path, data) if r.kind == "requirement"}

@@ -162,8 +162,12 @@ def compute(tree: SourceTree, target: Target, origin: str) -> SourcePlan:
         arch_list=target.cuda.arch_list,
         families=target.gpu.capabilities if target.gpu else (),
     )
-    plan.fetches = inventory(tree, listing(tree), target)
-    plan.stale = stale_waivers(plan.fetches, target)
+    try:
+        plan.fetches = inventory(tree, listing(tree), target)
+        plan.stale = stale_waivers(plan.fetches, target)
+    except SourceError as exc:  # a build file this reader refuses (unclosed, oversized): nothing is unread silently
+        plan.not_computed.append(exc.message)
+        plan.failures.append(f"the fetch inventory cannot be computed: {exc.message}")
     plan.failures += [f"unpinned fetch: {f.describe()}" for f in plan.fetches if f.status == "UNPINNED"]
     try:
         rp, utils = kernelplan.replay(tree)

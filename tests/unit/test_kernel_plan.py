@@ -388,3 +388,13 @@ def test_oversized_and_hostile_text_is_bounded_and_escaped():
     (found,) = fetches.inventory(tree, ["CMakeLists.txt"], target)
     shown = found.describe()
     assert "\x1b" not in shown and "\x07" not in shown and "\\x1b]0;x\\x07" in shown
+
+
+def test_a_build_file_the_reader_refuses_blocks_the_bump(upstream):
+    upstream["commit"]("K3: broken", {"cmake/external_projects/extra.cmake": "FetchContent_Declare(x GIT_REPOSITORY\n"})
+    code, err, report = _track(upstream["matrix"])
+    assert code == 1 and not report["ready"]
+    assert any(
+        "fetch inventory cannot be computed" in b and "extra.cmake:1: unclosed parenthesis" in b
+        for b in report["blocking"]
+    )
