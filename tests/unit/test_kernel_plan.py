@@ -10,6 +10,7 @@ import json
 
 import git
 import pytest
+import yaml
 
 from builder import cli
 from builder.config.matrix import parse
@@ -18,9 +19,6 @@ from builder.source import fetches, kernelmap, kernelplan
 from builder.source.cmakefile import commands, printable
 from builder.source.sdist import SdistSource
 from tests.conftest import REPO
-
-PIN = "ced6857afa0ea7b2e3f0846a62e1394e90f15607"
-ARCHS_103 = '["8.0", "9.0", "10.0", "10.3", "12.0"]'
 
 # An upstream-shaped helper (the fixture's own, not vLLM's): keep x.ya / x.yf when x.y was asked for.
 UTILS = """\
@@ -61,42 +59,39 @@ SETUP = 'from setuptools import setup\nsetup(ext_modules=[CMakeExtension(name="v
 
 EXTRA = "# nothing fetched yet\nset(EXTRA_SUPPORT_ARCHS)\n"
 
-GPU = """\
-    gpu:
-      families:
-        "9.0": H100
-        "10.0": B200
-        "10.3": B300
-        "12.0": RTX PRO 6000
-      driver_floor: 575.51.03
-    kernels:
-      required:
-        K3_DECODE_ARCHS: ["9.0", "10.0", "10.3", "12.0"]
-      fetch_waivers:
-        "setup.py:urlopen": "precompiled wheels only"
-    python:
-      version: "3.12\""""
-
-THIRD_PARTY = """\
-      third_party:
-        k3kernels:
-          url: https://example.org/k3kernels.git
-          ref: v1
-          commit: 0123456789abcdef0123456789abcdef01234567
-          declared_in: CMakeLists.txt
-          fetchcontent: k3kernels
-"""
+GPU = {
+    "families": {"9.0": "H100", "10.0": "B200", "10.3": "B300", "12.0": "RTX PRO 6000"},
+    "driver_floor": "575.51.03",
+}
+K3KERNELS = {
+    "url": "https://example.org/k3kernels.git",
+    "ref": "v1",
+    "commit": "0123456789abcdef0123456789abcdef01234567",
+    "declared_in": "CMakeLists.txt",
+    "fetchcontent": "k3kernels",
+}
+ARCHS_103 = ["8.0", "9.0", "10.0", "10.3", "12.0"]
 
 
-def _matrix_text(url: str, commit: str, arch_list: str = ARCHS_103) -> str:
-    text = (REPO / "matrix.yaml").read_text()
-    text = text.replace("https://github.com/vllm-project/vllm.git", url)
-    text = text.replace("branch: releases/v0.30.0", "branch: k3").replace(PIN, commit)
-    text = text.replace('arch_list: ["7.5", "8.0", "8.6", "8.9", "9.0", "10.0", "12.0"]', f"arch_list: {arch_list}")
-    head, sep, tail = text.partition("    kernels:\n      fetch_waivers:")
-    tail = tail[tail.index('    python:\n      version: "3.12"') + len('    python:\n      version: "3.12"') :]
-    text = head + GPU + tail
-    return text.replace("      third_party:\n", THIRD_PARTY, 1)
+def _cu129_doc(arch_list: list[str]) -> dict:
+    """matrix.yaml as data, cu129 with ``arch_list`` and the families above (whatever main's entry says)."""
+    doc = yaml.safe_load((REPO / "matrix.yaml").read_text())
+    t = doc["targets"]["cu129"]
+    t["cuda"]["arch_list"] = arch_list
+    t["gpu"] = {"families": dict(GPU["families"]), "driver_floor": GPU["driver_floor"]}
+    return doc
+
+
+def _matrix_text(url: str, commit: str, arch_list: list[str] = ARCHS_103) -> str:
+    doc = _cu129_doc(arch_list)
+    src = doc["targets"]["cu129"]["source"]
+    src.update(url=url, branch="k3", commit=commit)
+    src["third_party"] = {**src.get("third_party", {}), "k3kernels": K3KERNELS}
+    doc["targets"]["cu129"]["kernels"] = {
+        "required": {"K3_DECODE_ARCHS": ["9.0", "10.0", "10.3", "12.0"]},
+        "fetch_waivers": {"setup.py:urlopen": "precompiled wheels only"},
+    }
+    return yaml.safe_dump(doc, sort_keys=False, width=4096)
 
 
 @pytest.fixture()
@@ -246,9 +241,10 @@ def test_preflight_refuses_an_unpinned_fetch(upstream):
 
 
 def test_a_required_family_must_be_claimed(upstream):
-    text = upstream["matrix"].read_text().replace('K3_DECODE_ARCHS: ["9.0"', 'K3_DECODE_ARCHS: ["8.6"')
+    doc = yaml.safe_load(upstream["matrix"].read_text())
+    doc["targets"]["cu129"]["kernels"]["required"]["K3_DECODE_ARCHS"] = ["8.6"]
     with pytest.raises(ConfigError, match=r"kernels\.required\.K3_DECODE_ARCHS: 8\.6 is not a family in gpu\.families"):
-        parse(text, upstream["matrix"])
+        parse(yaml.safe_dump(doc, sort_keys=False), upstream["matrix"])
 
 
 def _tree(files: dict[str, str]) -> SdistSource:
@@ -321,21 +317,17 @@ def vllm_sdist():
         pytest.skip(f"PyPI unreachable: {exc.message}")
 
 
-def _cu129(arch_list: str):
-    """matrix.yaml's cu129 as it is (its fetch waivers), with a gpu block and two required kernels."""
-    text = (REPO / "matrix.yaml").read_text()
-    text = text.replace('arch_list: ["7.5", "8.0", "8.6", "8.9", "9.0", "10.0", "12.0"]', f"arch_list: {arch_list}")
-    gpu = GPU.split("    kernels:")[0]
-    required = '      required:\n        FLASH_KDA_ARCHS: ["9.0", "10.0", "10.3", "12.0"]\n'
-    required += '        DSV3_FUSED_A_GEMM_ARCHS: ["9.0", "10.0", "10.3", "12.0"]\n'
-    text = text.replace(
-        "    kernels:\n      fetch_waivers:", gpu + "    kernels:\n" + required + "      fetch_waivers:", 1
-    )
-    return parse(text, REPO / "matrix.yaml").target("cu129")
+def _cu129(arch_list: list[str]):
+    """matrix.yaml's cu129 as it is (its pin, its fetch waivers), with families and two required kernels."""
+    doc = _cu129_doc(arch_list)
+    kernels = doc["targets"]["cu129"].setdefault("kernels", {})
+    families = ["9.0", "10.0", "10.3", "12.0"]
+    kernels["required"] = {"FLASH_KDA_ARCHS": list(families), "DSV3_FUSED_A_GEMM_ARCHS": list(families)}
+    return parse(yaml.safe_dump(doc, sort_keys=False, width=4096), REPO / "matrix.yaml").target("cu129")
 
 
 def test_vllm_030_sdist_plan_with_and_without_10_3(vllm_sdist):
-    with_103 = _cu129('["7.5", "8.0", "8.6", "8.9", "9.0", "10.0", "10.3", "12.0"]')
+    with_103 = _cu129(["7.5", "8.0", "8.6", "8.9", "9.0", "10.0", "10.3", "12.0"])
     plan = kernelmap.compute(vllm_sdist, with_103, "sdist")
     flashkda = plan.kernel("FLASH_KDA_ARCHS")[0]
     dsv3 = plan.kernel("DSV3_FUSED_A_GEMM_ARCHS")[0]
@@ -348,7 +340,7 @@ def test_vllm_030_sdist_plan_with_and_without_10_3(vllm_sdist):
     assert sorted({f.pinned_by for f in plan.fetches if f.pinned_by}) == sorted(with_103.source.third_party)
     assert [f.key for f in plan.fetches if f.status == "UNPINNED"] == [] and plan.stale == []
     assert plan.ok, plan.failures
-    without = kernelmap.compute(vllm_sdist, _cu129('["7.5", "8.0", "8.6", "8.9", "9.0", "10.0", "12.0"]'), "sdist")
+    without = kernelmap.compute(vllm_sdist, _cu129(["7.5", "8.0", "8.6", "8.9", "9.0", "10.0", "12.0"]), "sdist")
     lost = [f for f in without.failures if f.startswith("kernels.required")]
     assert len(lost) == 2 and all("nothing loads on 10.3 (B300)" in f for f in lost)
     assert without.kernel("FLASH_KDA_ARCHS")[0].archs == ("9.0a", "10.0a", "12.0a")
