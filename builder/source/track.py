@@ -94,13 +94,15 @@ def third_party_changes(t, repo: git.Repo, commit: str) -> dict[str, list[str]]:
     return changed
 
 
-def bump_report(t, repo: git.Repo, old: str, new: str) -> BumpReport:
-    """The fetch inventory and the kernel plan at ``old`` and at ``new``, compared."""
+def bump_report(t, pinned: source.PinnedSource, old: str) -> BumpReport:
+    """The fetch inventory and the kernel plan at ``old`` and at the new commit ``pinned``, compared."""
+    from dataclasses import replace
+
     from builder.source.bump import compare
     from builder.source.kernelmap import compute
 
-    trees = (source.PinnedSource(repo, old, new, 0), source.PinnedSource(repo, new, new, 0))
-    return compare(compute(trees[0], t, old), compute(trees[1], t, new), trees, t)
+    trees = (replace(pinned, commit=old), pinned)
+    return compare(compute(trees[0], t, old), compute(trees[1], t, pinned.commit), trees, t)
 
 
 def _commit_line(text: str, target: str, old: str) -> int:
@@ -144,7 +146,7 @@ def track(matrix_path: Path, matrix: Matrix, name: str, *, check: bool) -> Track
         )
     result.subjects = repo.git.log("--format=%h %s", f"{old}..{new}").splitlines()
     result.third_party_changed = third_party_changes(t, repo, new)
-    result.report = bump_report(t, repo, old, new)
+    result.report = bump_report(t, pinned, old)
     if check:
         return result
     text = matrix_path.read_text()
