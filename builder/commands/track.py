@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import argparse
+import os
+from pathlib import Path
 
 from builder import log
 from builder.commands._common import Output, add_globals, per_target
@@ -23,6 +25,13 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     add_globals(p)
     p.add_argument("--check", action="store_true", help="change nothing; exit 1 when the pin is behind, 0 when current")
+    p.add_argument(
+        "--report",
+        metavar="FILE",
+        type=Path,
+        help="write the bump report (fetches, CUDA gates, planned archs per family, extension modules, "
+        "requirements) as Markdown to FILE; it is also appended to $GITHUB_STEP_SUMMARY when set",
+    )
 
 
 def run(args: argparse.Namespace, out: Output) -> int:
@@ -44,6 +53,8 @@ def _track(args: argparse.Namespace, name: str, out: Output) -> int:
     )
     for subject in result.subjects:
         log.info(f"    {subject}")
+    if result.report:
+        _report(result.report, args.report, out)
     for tp, names in result.third_party_changed.items():
         log.warn(
             f"{name}: third-party {tp!r}: the new commit's build files no longer name the pinned ref; they "
@@ -58,3 +69,20 @@ def _track(args: argparse.Namespace, name: str, out: Output) -> int:
     )
     out.line(f"{name}: {result.old} -> {result.new}")
     return 0
+
+
+def _report(report, path: Path | None, out: Output) -> None:
+    """The bump report: to the log (each blocking finding as a warning), FILE and the job summary."""
+    from builder.fsutil import atomic_write
+
+    for line in report.lines():
+        log.info(line)
+    for why in report.blocking:
+        log.warn(f"not ready: {why}")
+    markdown = report.markdown()
+    if path:
+        atomic_write(path, markdown)
+    summary = os.environ.get("GITHUB_STEP_SUMMARY")
+    if summary:
+        with open(summary, "a", encoding="utf-8") as fh:
+            fh.write(markdown)

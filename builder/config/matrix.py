@@ -332,6 +332,8 @@ def _cross_checks(path: Path, t: Target) -> None:
             f"{where}.runtime.recipe.architecture_resolver: required with architecture "
             "(the model registry's lookup, module:attribute)"
         )
+    for problem in t.kernels.unknown_families(t.gpu):
+        raise ConfigError(f"{where}.{problem}")
     if t.signing.key and not t.signing.public_key:
         raise ConfigError(f"{where}.signing.public_key: required with signing.key (verify checks against it)")
     names = [layer.name for layer in t.layers]

@@ -16,6 +16,7 @@ from pydantic.json_schema import WithJsonSchema
 from builder.config import contract
 from builder.config.cudamajor import major_minor
 from builder.config.gpu import GpuCode
+from builder.config.kernels import Kernels
 from builder.config.ospackages import OsPackages
 from builder.config.patterns import (
     IMAGE_RE,
@@ -414,6 +415,7 @@ class Target(Frozen):
     python: Python
     cuda: Cuda
     gpu: GpuCode | None = None  # the GPU families the image serves and the driver floor (builder/config/gpu.py)
+    kernels: Kernels = Kernels()  # the kernel plan's required selections and fetch waivers (builder/config/kernels.py)
     torch: Pin | None = None
     flashinfer: Pin | None = None
     nccl: Pin | None = None

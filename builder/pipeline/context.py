@@ -23,6 +23,7 @@ from builder.engine.buildx import BuildRequest, BuildResult, Engine, EngineInfo
 from builder.errors import ConfigError
 from builder.pipeline.plan import LockSet, Plan, input_key, offline_checks, parallelism
 from builder.records import store as records
+from builder.source import fetches
 from builder.source import pinned as source
 from builder.source.pinned import PinnedSource
 
@@ -141,6 +142,8 @@ def _fetch_inputs(ctx: BuildContext) -> tuple[PinnedSource, dict]:
                 f"{target.source.branch} has moved to {pinned.branch_head[:12]}; building the pin "
                 f"{target.source.commit[:12]} (run `build track` to move it)"
             )
+    with log.step(f"{target.name}: every fetch in the source's build files is pinned or waived"):
+        fetches.check(pinned, target)
     third = {}
     if target.source.third_party:
         with log.step(f"{target.name}: fetch {len(target.source.third_party)} pinned third-party source(s)", long=True):

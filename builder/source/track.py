@@ -20,6 +20,7 @@ from builder.fsutil import atomic_write
 from builder.log import printable
 from builder.source import export
 from builder.source import pinned as source
+from builder.source.bump import BumpReport
 
 FILE_URLS_ENV = "K3_ALLOW_FILE_URLS"  # tests and local mirrors only
 
@@ -35,6 +36,9 @@ class TrackResult:
     # Third-party sources whose pin the new commit's build files no longer name: name -> what they
     # name now (the GIT_TAG / *_TAG / *_REVISION values found in declared_in).
     third_party_changed: dict[str, list[str]] = field(default_factory=dict)
+    # What the new commit's build files will fetch and compile, against the old pin's
+    # (builder/source/bump.py); None when the branch did not move.
+    report: BumpReport | None = None
 
     @property
     def moved(self) -> bool:
@@ -50,6 +54,8 @@ class TrackResult:
             "updated": self.updated,
             "subjects": self.subjects,
             "third_party_changed": self.third_party_changed,
+            "report": self.report.to_json() if self.report else None,
+            "ready": self.report.ready if self.report else True,
         }
 
 
@@ -88,6 +94,17 @@ def third_party_changes(t, repo: git.Repo, commit: str) -> dict[str, list[str]]:
         if spec.ref not in data:
             changed[name] = sorted(set(_NAMED_REF.findall(data))) or ["(no GIT_TAG found)"]
     return changed
+
+
+def bump_report(t, pinned: source.PinnedSource, old: str) -> BumpReport:
+    """The fetch inventory and the kernel plan at ``old`` and at the new commit ``pinned``, compared."""
+    from dataclasses import replace
+
+    from builder.source.bump import compare
+    from builder.source.kernelmap import compute
+
+    trees = (replace(pinned, commit=old), pinned)
+    return compare(compute(trees[0], t, old), compute(trees[1], t, pinned.commit), trees, t)
 
 
 def _commit_line(text: str, target: str, old: str) -> int:
@@ -136,6 +153,7 @@ def track(matrix_path: Path, matrix: Matrix, name: str, *, check: bool) -> Track
     # Subjects are upstream text: control characters escaped before a terminal or the PR body.
     result.subjects = [printable(s) for s in repo.git.log("--format=%h %s", f"{old}..{new}").splitlines()]
     result.third_party_changed = third_party_changes(t, repo, new)
+    result.report = bump_report(t, pinned, old)
     if check:
         return result
     text = matrix_path.read_text()

@@ -411,3 +411,24 @@ def test_readme_ci_and_test_workflow_agree_on_the_test_command():
     assert ci_run == tests, (ci_run, tests)
     workflow = TESTS.read_text()
     assert f"sudo bash -c '{tests}'" in workflow
+
+
+def test_a_not_ready_bump_opens_a_draft_that_carries_the_report(tmp_path):
+    doc = _load(BRANCH)
+    job = doc["jobs"]["pull-request"]
+    assert "needs.track.outputs.ready == 'false'" in job["if"] and "needs.verify.result == 'success'" in job["if"]
+    assert job["env"]["READY"] == "${{ needs.track.outputs.ready }}"
+    push = _run(doc, "pull-request")
+    assert "draft=(--draft)" in push and "gh pr ready --undo" in push
+    assert "--report bump-report.md" in _run(doc, "track")
+    subprocess.run(["git", "init", "-q", str(tmp_path)], check=True)
+    (tmp_path / "k3-track").mkdir()
+    (tmp_path / "k3-track" / "bump-report.md").write_text("### What the compile will fetch and build\n\n- UNPINNED x\n")
+    (tmp_path / "k3-run").mkdir()
+    (tmp_path / "k3-run" / "track.json").write_text(json.dumps({"subjects": []}))
+    env = {**os.environ, "TARGET": "cu129", "OLD": "1" * 40, "NEW": "2" * 40, "IMAGE": "", "CANDIDATE_TAG": "t"}
+    env.update({"RUN_URL": "https://github.com/o/r/actions/runs/1", "READY": "false", "CANDIDATE": "false"})
+    subprocess.run([sys.executable, "-c", _body_script()], cwd=tmp_path, env=env, check=True)
+    body = (tmp_path / "pr-body.md").read_text()
+    assert "**Draft: not ready.**" in body and "- UNPINNED x" in body and "No candidate was built" in body
+    assert "Merging promotes" not in body
