@@ -150,9 +150,9 @@ def test_bom_and_crlf_are_read():
         ("Tesla V100-SXM2...", "data-center"),
         ("NVIDIA A10...", "unknown"),  # A10, A100 or A1000? never guessed
         ("NVIDIA H100 80GB HBM3", "data-center"),
-        ("NVIDIA RTX PRO 6000 Blac...", "consumer"),
+        ("NVIDIA RTX PRO 6000 Blac...", "unknown"),  # Workstation or Server Edition (data-center)?
         ("NVIDIA A1000", "consumer"),
-        ("NVIDIA Graphics Device", "consumer"),
+        ("NVIDIA Graphics Device", "unknown"),  # a GPU the driver has no name for
         ("NVIDIA A10...  ", "unknown"),  # trailing blanks after the cut
         ("NVIDIA TITAN Xp", "consumer"),
         ("Quadro M1000M", "consumer"),
@@ -170,10 +170,11 @@ def test_a_truncated_name_is_never_claimed_for_forward_compatibility():
     assert "nvidia-smi cut the name of NVIDIA A10...: capture `nvidia-smi -q` or `nvidia-smi -L`" in route
     assert "is possible" not in route
     assert host((575, 57, 8), gpus=("NVIDIA A100-PCI...",)).unsure_gpus == ()
+    # "L4..." can only be an L4, L40 or L40S: all data-center Ada GPUs, so only the A10... is unsure
     two = decide("13.0.2", host((575, 57, 8), gpus=("NVIDIA A10...", "NVIDIA A10...", "NVIDIA L4...", H100))).route
     assert two.endswith(
-        "; forward compatibility needs data-center GPUs, and nvidia-smi cut the name of NVIDIA A10..., "
-        "NVIDIA L4...: capture `nvidia-smi -q` or `nvidia-smi -L` for the full name"
+        "; forward compatibility needs data-center GPUs, and nvidia-smi cut the name of NVIDIA A10...: "
+        "capture `nvidia-smi -q` or `nvidia-smi -L` for the full name"
     )
 
 
@@ -502,8 +503,10 @@ def test_csv_refusals(text, message):
     with pytest.raises(compat.SmiParseError, match=message) as info:
         compat.parse_smi(text)
     assert str(info.value) in (
-        "a --query-gpu CSV without its header (`--format=csv,noheader`) has no column names; capture it with "
-        "`--format=csv` (header kept), or capture `nvidia-smi --query-gpu=driver_version,name --format=csv,noheader`",
+        "a --query-gpu CSV without its header (`--format=csv,noheader`) has no column names; give them with "
+        "--columns (the list passed to --query-gpu, in its order; doctor reads driver_version (or kmd_version), "
+        "name, compute_cap), or capture it with `--format=csv` (header kept), e.g. "
+        "`nvidia-smi --query-gpu=driver_version,name,compute_cap --format=csv`",
         "the --query-gpu CSV has a driver_version column but a row without a version",
     )
 
