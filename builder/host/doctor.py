@@ -117,6 +117,13 @@ def diagnose(
     )
 
 
+def gpu_lines(d: Diagnosis) -> list[str]:
+    return [
+        f"gpu: {g['name']}: cc {g['cc'] or '?'} ({g['class']}), image coverage {g['coverage'] or 'not declared'}"
+        for g in d.facts["gpu_findings"]
+    ]
+
+
 _expiry = verdicts.expiry  # kept under its old name (tests read it here)
 
 
@@ -173,10 +180,10 @@ def archive_facts(path: Path | None) -> dict | None:
 def _choice(d: Diagnosis, bridge: bool) -> tuple[str | None, str]:
     """(the path doctor recommends, why) from the verdict: None while the host has no usable driver."""
     f = d.facts
-    if f["fault"] or f["host_driver"] == "none":
-        return None, f"no path until the host has a usable driver: {d.route}"
     if d.name in _NO_PATH:  # none of the three paths helps until this is resolved: the route says what does
         return None, f"no path until this is resolved ({d.name}): {d.route}"
+    if f["fault"] or f["host_driver"] == "none":
+        return None, f"no path until the host has a usable driver: {d.route}"
     if d.name == "driver-below-floor":
         return PATHS[0], f"the image's GPU code needs a newer driver: {d.reason}; route: {d.route}"
     on_580 = int(f["host_branch"][1:]) >= 580

@@ -28,6 +28,7 @@ class HostGPU:
     driver_models: tuple[str, ...] = ()  # Windows driver models shown (WDDM, TCC, MCDM), one per GPU
     vgpu: str | None = None  # "manager" (a hypervisor's vGPU manager driver), "guest" (a VM's vGPU) or None
     fault_line: str | None = None  # the failure line as printed (control characters escaped)
+    missing: str | None = None  # nvidia-smi output that names no driver (-L, a CSV of unknown columns): what to capture
 
     @property
     def branch(self) -> str:

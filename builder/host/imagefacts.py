@@ -7,7 +7,8 @@ from __future__ import annotations
 
 import json
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
+from pathlib import Path
 
 from builder.config import contract
 from builder.errors import BuilderError
@@ -126,3 +127,11 @@ def platforms(engine, ref: str) -> tuple[tuple[str, ...], str]:
     if not arch:
         return (), "the image's config names no architecture"
     return (_platform(os_name, arch, config.get("variant") or config.get("Variant")),), ""
+
+
+def read(engine, ref: str, labels: dict[str, str], record: Path | None = None) -> ImageFacts:
+    """The image's facts: its labels, its platforms, and the coverage table of ``record`` (its build
+    record, when it is of this very image)."""
+    found, why = platforms(engine, ref)
+    facts = from_labels(labels, found, record_coverage(record) if record else {})
+    return replace(facts, notes=(*facts.notes, why)) if why else facts

@@ -86,9 +86,14 @@ def _no_driver_version(text: str) -> HostGPU:
     listed = re.findall(r"^GPU \d+: (.+?) \(UUID: GPU-", text, re.M)
     if listed:
         migs = len(re.findall(r"^\s+MIG .+Device\s+\d+: \(UUID: MIG-", text, re.M))
-        raise SmiParseError(
-            f"`nvidia-smi -L` output ({len(listed)} GPUs, {migs} MIG devices) names no driver "
-            "version; capture `nvidia-smi` or `nvidia-smi -q` instead"
+        return HostGPU(
+            None,
+            None,
+            tuple(listed),
+            form="list",
+            mig_devices=migs,
+            missing=f"`nvidia-smi -L` output ({len(listed)} GPUs, {migs} MIG devices) names no driver "
+            "version; capture `nvidia-smi` or `nvidia-smi -q` instead",
         )
     shell = next((line for line in lines if _SHELL.search(line)), None)
     if shell:

@@ -21,6 +21,11 @@ from builder.host.hostgpu import HostGPU, SmiParseError, version_tuple
 _VER = r"(\d+\.\d+(?:\.\d+)?)"
 WINDOWS_MODEL = re.compile(r"\b(WDDM|TCC|MCDM)\b")
 NEEDED = "driver_version (or kmd_version), name, compute_cap"
+HEADERLESS = (
+    "a --query-gpu CSV without its header (`--format=csv,noheader`) has no column names; give them with "
+    f"--columns (the list passed to --query-gpu, in its order; doctor reads {NEEDED}), or capture it "
+    "with `--format=csv` (header kept), e.g. `nvidia-smi --query-gpu=driver_version,name,compute_cap --format=csv`"
+)
 _QUERY = re.compile(r"--query-gpu[= ]\s*([A-Za-z0-9_.,\s]+?)(?=\s+-|\s*$)")
 
 
@@ -154,12 +159,7 @@ def parse_csv(text: str, columns: tuple[str, ...] | None = None) -> HostGPU | No
     if lines and len(rows_2) == len(lines):
         return HostGPU(version_tuple(rows_2[0].group(1)), None, tuple(r.group(2) for r in rows_2), form="csv")
     if lines and all(line.count(",") >= 2 for line in lines):
-        raise SmiParseError(
-            "a --query-gpu CSV without its header (`--format=csv,noheader`) has no column names; give them with "
-            f"--columns (the list passed to --query-gpu, in its order; doctor reads {NEEDED}), or capture it "
-            "with `--format=csv` (header kept), e.g. `nvidia-smi --query-gpu=driver_version,name,compute_cap "
-            "--format=csv`"
-        )
+        return HostGPU(None, None, (), form="csv", missing=HEADERLESS)
     return None
 
 

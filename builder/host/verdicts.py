@@ -25,6 +25,7 @@ EXIT = {
     "cpu-mismatch": 1,
     "gpu-none": 1,
     "gpu-partial": 1,
+    "driver-unknown": 1,
     "driver-too-old": 1,
     "driver-below-floor": 1,
     "gpu-unknown": 1,
@@ -32,6 +33,7 @@ EXIT = {
     "compatible": 0,
 }
 ORDER = tuple(EXIT)  # the first that applies is the verdict
+_CAPTURE = "capture `nvidia-smi` (or `nvidia-smi -q`) on the host and run doctor on it"
 _ASK_CC = "capture `nvidia-smi --query-gpu=name,compute_cap --format=csv` and run doctor on it"
 
 
@@ -94,6 +96,9 @@ def cpu_finding(host: HostGPU, facts: ImageFacts, machine: str | None, machine_f
 
 
 def evaluate(cuda: str, host: HostGPU, facts: ImageFacts, cpu: dict, found: list[dict], kind: str) -> Outcome:
+    if host.missing:  # nvidia-smi output without a driver version: what the GPUs and CPU tell, then what to capture
+        blocker = _blocked(cuda, host, cpu, kind) or _gpu_blocker(found, facts)
+        return blocker or Outcome("driver-unknown", f"image needs CUDA {cuda}; {host.missing}", _CAPTURE)
     verdict = compat.decide(cuda, host)
     if host.fault:
         return Outcome("broken-host", verdict.reason, verdict.route, verdict.save)
@@ -142,8 +147,8 @@ def _blocked(cuda: str, host: HostGPU, cpu: dict, kind: str) -> Outcome | None:
             "vgpu-manager",
             f"image needs CUDA {cuda}; {host.driver_text} is a vGPU manager (hypervisor) driver: it reports "
             "'CUDA Version: Not Found' and runs no CUDA itself",
-            "run the image in a virtual machine given a vGPU (a C-series compute profile) or the whole GPU by "
-            "passthrough, with the matching guest driver; run doctor inside that VM",
+            "give a virtual machine a vGPU (a C-series compute profile) or the whole GPU by passthrough, with the "
+            "matching guest driver, and run the image and doctor inside that VM",
         )
     if kind == "windows-tcc":
         return Outcome(
@@ -185,8 +190,8 @@ def _gpu_blocker(found: list[dict], facts: ImageFacts) -> Outcome | None:
     covered = [str(i) for i, f in enumerate(found) if f not in missing]
     return Outcome(
         "gpu-partial",
-        reason + f"; GPUs {', '.join(covered)} are covered",
-        f"run the image on the covered GPUs only (CUDA_VISIBLE_DEVICES={','.join(covered)}), or run {build} "
+        reason + f"; covered: GPU {', '.join(covered)}",
+        f"restrict the image to the covered GPUs (CUDA_VISIBLE_DEVICES={','.join(covered)}), or run {build} "
         f"for the others{tail}",
     )
 

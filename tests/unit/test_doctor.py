@@ -110,13 +110,14 @@ def test_the_mig_table_counts_its_mig_devices():
     assert d.notes == ["MIG is on: 4 MIG devices; each runs the image with its GPU's driver"]
 
 
-def test_nvidia_smi_L_is_bad_input_naming_the_capture_to_make():
-    with pytest.raises(ConfigError) as info:
-        _diag("r590-h100-mig-L.txt")
-    assert info.value.message == (
-        "r590-h100-mig-L.txt: `nvidia-smi -L` output (1 GPUs, 4 MIG devices) names no "
+def test_nvidia_smi_L_is_a_verdict_naming_the_capture_to_make():
+    d = _diag("r590-h100-mig-L.txt")
+    assert (d.compatible, d.name, d.facts["gpus"]) == (False, "driver-unknown", [H100])
+    assert d.reason == (
+        "image needs CUDA 12.9.1; `nvidia-smi -L` output (1 GPUs, 4 MIG devices) names no "
         "driver version; capture `nvidia-smi` or `nvidia-smi -q` instead"
     )
+    assert d.route == "capture `nvidia-smi` (or `nvidia-smi -q`) on the host and run doctor on it"
 
 
 def test_csv_query_format():
