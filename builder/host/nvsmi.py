@@ -24,7 +24,7 @@ FAULTS = (
         "device-handle",
         re.compile(r"Unable to (?:determine|detect) the device handle for GPU\s*([0-9A-Fa-f:.]+)\s*:?\s*(.*)", re.I),
     ),
-    ("no-nvml-library", re.compile(r"couldn't find libnvidia-ml\.so", re.I)),
+    ("no-nvml-library", re.compile(r"couldn't find libnvidia-ml\.so|libnvidia-ml\.so[.\d]*: cannot open shared", re.I)),
     ("no-driver", re.compile(r"couldn't communicate with the NVIDIA driver", re.I)),
     ("no-devices", re.compile(r"^\s*No devices were found", re.I | re.M)),
     ("failed", re.compile(r"NVIDIA-SMI has failed", re.I)),
@@ -35,7 +35,10 @@ _ERRORISH = re.compile(
     r"can't|couldn't|invalid|timed out)\b",
     re.I,
 )
-_SHELL = re.compile(r"command not found|No such file or directory|is not recognized as", re.I)
+# A shell's, not nvidia-smi's: nvidia-smi is not installed where the capture was taken.
+_SHELL = re.compile(
+    r"nvidia-smi.*(?:command not found|: not found|No such file or directory)|is not recognized as", re.I
+)
 
 
 def parse_smi(text: str, columns: tuple[str, ...] | None = None) -> HostGPU:
@@ -95,7 +98,7 @@ def _no_driver_version(text: str) -> HostGPU:
             missing=f"`nvidia-smi -L` output ({len(listed)} GPUs, {migs} MIG devices) names no driver "
             "version; capture `nvidia-smi` or `nvidia-smi -q` instead",
         )
-    shell = next((line for line in lines if _SHELL.search(line)), None)
+    shell = next((line for line in lines if _SHELL.search(line) and "error while loading" not in line), None)
     if shell:
         raise SmiParseError(
             f"no nvidia-smi output: the capture holds the shell's {escape(shell, 120)!r}; nvidia-smi is not "

@@ -224,7 +224,19 @@ def notes(host: HostGPU, facts: ImageFacts, cpu: dict, kind: str) -> list[str]:
     if kind == "linux-vgpu-guest":
         out.append("a vGPU guest: CUDA needs a compute-capable vGPU profile; forward compatibility is not assessed")
     if kind == "windows":
-        out.append("captured on Windows itself: this Linux image runs there through WSL2; run doctor inside WSL2")
+        out.append(
+            "a Windows driver (WDDM): this Linux image runs on it through WSL2; a capture taken on Windows itself "
+            "says nothing of WSL2: run doctor inside WSL2"
+        )
+    if host.driver is not None and not host.gpus and (facts.families is not None or facts.coverage):
+        out.append(
+            "this nvidia-smi output names no GPU: the image's GPU coverage is not checked (capture `nvidia-smi`)"
+        )
+    if not cpu["host"] and cpu["image"]:
+        out.append(
+            f"the host's CPU architecture is unknown (give --evidence ARCHIVE: its uname says it); the image is "
+            f"{', '.join(cpu['image'])}"
+        )
     if facts.floor and host.platform != "linux" and host.driver is not None:
         out.append(f"the driver floor {facts.floor} is a Linux driver version; a Windows driver is not compared")
     if cpu["host"] and cpu["match"] is None and not cpu["image"]:

@@ -389,3 +389,22 @@ def test_build_doctor_exit_codes_on_a_fake_registry(sample, labels, code, monkey
     out = capsys.readouterr().out
     if code != 2:
         assert "verdict: " in out and (code == 0) == out.startswith("compatible")
+
+
+def test_what_is_nvidia_smis_and_what_is_the_shells():
+    loader = "nvidia-smi: error while loading shared libraries: libnvidia-ml.so.1: cannot open shared object file"
+    assert diag("x", text=loader + "\n").facts["fault"] == "no-nvml-library"  # nvidia-smi ran: a broken host
+    other = (
+        "nvidia-smi: error while loading shared libraries: libfoo.so.1: cannot open shared object file: No such file"
+    )
+    assert diag("x", text=other + "\n").facts["fault"] == "unknown-error"
+    for shell in ("bash: /usr/bin/nvidia-smi: No such file or directory", "sh: 1: nvidia-smi: not found"):
+        with pytest.raises(ConfigError):
+            diag("x", text=shell + "\n")
+
+
+def test_notes_say_what_was_not_compared():
+    d = diag("r590-h100-version.txt")  # --version names no GPU
+    assert "this nvidia-smi output names no GPU: the image's GPU coverage is not checked" in d.notes[0]
+    assert any(n.startswith("the host's CPU architecture is unknown (give --evidence ARCHIVE") for n in d.notes)
+    assert not any("CPU architecture" in n for n in diag("r575-h100.txt", ctx=HostContext("x86_64", "u")).notes)
