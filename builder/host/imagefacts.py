@@ -9,9 +9,13 @@ import json
 import re
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from builder.config import contract
 from builder.errors import BuilderError
+
+if TYPE_CHECKING:
+    from builder.engine.buildx import Engine
 
 # Where the build record (image.json) may carry the per-family coverage table: {cc: "sass" |
 # "ptx-jit-only" | "none" | "partial"} or {cc: {"status": ...}}. The key is the gpu_code check's
@@ -99,7 +103,7 @@ def _platform(os_name, arch, variant=None) -> str:
     return f"{os_name or '?'}/{arch or '?'}" + (f"/{variant}" if variant else "")
 
 
-def platforms(engine, ref: str) -> tuple[tuple[str, ...], str]:
+def platforms(engine: Engine, ref: str) -> tuple[tuple[str, ...], str]:
     """(the image's platforms, a note when they could not be read). An index lists each platform
     (attestation manifests left out); an image's config says its own os/architecture."""
     from builder.engine.registry import split_reference
@@ -129,7 +133,7 @@ def platforms(engine, ref: str) -> tuple[tuple[str, ...], str]:
     return (_platform(os_name, arch, config.get("variant") or config.get("Variant")),), ""
 
 
-def read(engine, ref: str, labels: dict[str, str], record: Path | None = None) -> ImageFacts:
+def read(engine: Engine, ref: str, labels: dict[str, str], record: Path | None = None) -> ImageFacts:
     """The image's facts: its labels, its platforms, and the coverage table of ``record`` (its build
     record, when it is of this very image)."""
     found, why = platforms(engine, ref)
