@@ -299,6 +299,7 @@ _NO_PATH = (
     "cpu-mismatch",
     "gpu-none",
     "gpu-partial",
+    "driver-unknown",
     "gpu-unknown",
 )
 _HOST_FACTS = (

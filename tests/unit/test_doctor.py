@@ -118,6 +118,8 @@ def test_nvidia_smi_L_is_a_verdict_naming_the_capture_to_make():
         "driver version; capture `nvidia-smi` or `nvidia-smi -q` instead"
     )
     assert d.route == "capture `nvidia-smi` (or `nvidia-smi -q`) on the host and run doctor on it"
+    doc = doctor.decision(d, CU129[0], None, None, dt.datetime(2026, 11, 29, tzinfo=dt.timezone.utc))
+    assert doc["chosen"] is None and doc["chosen_why"].startswith("no path until this is resolved (driver-unknown)")
 
 
 def test_csv_query_format():

@@ -287,6 +287,8 @@ def test_routes_never_contradict(sample, image):
     if not d.compatible:
         assert chosen != "the cu129 bridge" or image != "bridge"
         assert not why[1].startswith("not needed")
+    if d.name not in ("compatible", "compatible-ptx-jit", "driver-too-old", "driver-below-floor"):
+        assert chosen is None and doc["chosen_why"].startswith("no path until")  # the route alone says what to do
     forward = "is possible" in d.route or why[2].startswith("possible")
     assert not forward or d.facts["forward_capable"]
     uncovered = any(g["coverage"] in ("none", "partial", "unknown") for g in d.facts["gpu_findings"])
