@@ -57,7 +57,7 @@ _ROWS: tuple[tuple[str, str, str], ...] = (
     *((f"GeForce RTX {n}", "8.9", CONSUMER) for n in ("4050", "4060", "4070", "4080", "4090")),
     *(
         (f"RTX {n} Ada Generation", "8.9", CONSUMER)
-        for n in ("2000", "3500", "4000", "4000 SFF", "4500", "5000", "6000")
+        for n in ("2000", "3500", "4000", "4000 SFF", "4500", "5000", "5880", "6000")
     ),
     # Hopper (9.0); GH200 is a Grace (aarch64) host
     *((n, "9.0", DC) for n in ("H100", "H100XM", "H100L", "H800", "H200", "H20", "GH200")),
