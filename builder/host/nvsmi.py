@@ -25,7 +25,10 @@ FAULTS = (
         re.compile(r"Unable to (?:determine|detect) the device handle for GPU\s*([0-9A-Fa-f:.]+)\s*:?\s*(.*)", re.I),
     ),
     ("no-nvml-library", re.compile(r"couldn't find libnvidia-ml\.so|libnvidia-ml\.so[.\d]*: cannot open shared", re.I)),
-    ("no-driver", re.compile(r"couldn't communicate with the NVIDIA driver", re.I)),
+    (
+        "no-driver",
+        re.compile(r"couldn't communicate with the NVIDIA driver|Failed to initialize NVML: Driver Not Loaded", re.I),
+    ),
     ("no-devices", re.compile(r"^\s*No devices were found", re.I | re.M)),
     ("failed", re.compile(r"NVIDIA-SMI has failed", re.I)),
 )
@@ -157,7 +160,7 @@ def _cuda_version(text: str) -> tuple[str | None, str]:
 def _vgpu(text: str, names: tuple[str, ...]) -> str | None:
     """A vGPU manager (the hypervisor's driver: no CUDA) or a guest's vGPU, from -q or the names."""
     if re.search(
-        r"CUDA Version\s*:\s*Not Found|vGPU Driver Capability|Virtualization Mode\s*:\s*Host VGPU", text, re.I
+        r"CUDA (?:UMD )?Version\s*:\s*Not Found|vGPU Driver Capability|Virtualization Mode\s*:\s*Host VGPU", text, re.I
     ):
         return "manager"
     if re.search(r"Virtualization Mode\s*:\s*VGPU\b", text) or any(re.search(r"-\d+[ABCQ]\b", n) for n in names):

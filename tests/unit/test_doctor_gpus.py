@@ -410,3 +410,17 @@ def test_notes_say_what_was_not_compared():
     assert "this nvidia-smi output names no GPU: the image's GPU coverage is not checked" in d.notes[0]
     assert any(n.startswith("the host's CPU architecture is unknown (give --evidence ARCHIVE") for n in d.notes)
     assert not any("CPU architecture" in n for n in diag("r575-h100.txt", ctx=HostContext("x86_64", "u")).notes)
+
+
+def test_more_shapes_of_the_same_states():
+    header = "| NVIDIA-SMI 610.43.02   KMD Version: 610.43.02   CUDA UMD Version: Not Found |\n"
+    assert compat.parse_smi(header).vgpu == "manager"  # an R610 vGPU manager's table
+    assert diag("x", text=header).name == "vgpu-manager"
+    assert diag("x", text="Failed to initialize NVML: Driver Not Loaded\n").facts["fault"] == "no-driver"
+    wddm = (SMI / "win-r591-rtx2080s-q.txt").read_text()
+    tcc_q = wddm.replace(
+        "Current                                        : WDDM", "Current                                        : TCC"
+    )
+    assert tcc_q != wddm and diag("x", text=tcc_q).name == "windows-tcc"
+    tcc_csv = "name, driver_version, driver_model.current, compute_cap\nNVIDIA L40S, 555.85, TCC, 8.9\n"
+    assert diag("x", text=tcc_csv).name == "windows-tcc"
