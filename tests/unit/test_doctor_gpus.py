@@ -424,3 +424,15 @@ def test_more_shapes_of_the_same_states():
     assert tcc_q != wddm and diag("x", text=tcc_q).name == "windows-tcc"
     tcc_csv = "name, driver_version, driver_model.current, compute_cap\nNVIDIA L40S, 555.85, TCC, 8.9\n"
     assert diag("x", text=tcc_csv).name == "windows-tcc"
+
+
+def test_names_outside_the_table_and_cut_in_mid_entry():
+    assert gpus.identify("Tesla K20c").klass == "data-center"  # not in the table: the Tesla brand
+    assert gpus.identify("NVIDIA GeForce MX450").klass == "consumer"  # nor this: the GeForce brand
+    assert gpus.identify("Quadro M1000M...").klass == "consumer"  # cut, and in no entry: the brand still shows
+    assert gpus.identify("NVIDIA Tesla...").ccs == () and gpus.identify("NVIDIA Tesla...").klass == "data-center"
+    assert gpus.identify("NVIDIA GeForce RTX 4090 Laptop G...").cc == "8.9"  # cut after the entry and a space
+    assert gpus.identify("NVIDIA A100-SXM4-4...").cc == "8.0"  # cut after the entry and a dash
+    assert gpus.identify("NVIDIA A10...").describe() == "NVIDIA A10... (cc 8.0/8.6, unknown)"
+    assert gpus.identify("NVIDIA Graphics Device").describe() == "NVIDIA Graphics Device (cc ?, unknown)"
+    assert gpus.identify("NVIDIA H100 80GB HBM3").describe() == "NVIDIA H100 80GB HBM3 (cc 9.0, data-center)"
