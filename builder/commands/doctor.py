@@ -16,30 +16,41 @@ def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         NAME,
         help="can this image start on this host's driver? which route applies?",
-        description="Read the host's driver (nvidia-smi, or a captured --nvidia-smi-file: the "
-        "table, -q, --version or a --query-gpu CSV with its header, R610's KMD "
-        "Version too, Windows/WSL captures included) and the image's CUDA version "
-        "(labels, env), and say in one line whether it can start and why: minimum "
-        "driver per CUDA release, minor-version compatibility within a major, forward "
-        "compatibility only on data-center GPUs. A broken host (NVML mismatch, no "
-        "libnvidia-ml.so, no driver, no devices) is a verdict with its route. Also "
-        "reports an expired image; --record DIR writes the decision record (Markdown "
-        "and JSON). Exit 0 compatible, 1 incompatible or broken host, 2 bad input, "
-        "3 engine or registry out of reach.",
+        description="Read the host (nvidia-smi, or a captured --nvidia-smi-file: the table, -q, -q -x, "
+        "--version or a --query-gpu CSV, headerless with --columns; R610's KMD Version, Windows/WSL captures "
+        "included) and the image (CUDA version, platforms, the driver floor and GPU families its labels "
+        "carry), and say in one line whether it can start and why: the host kind (vGPU manager or guest, "
+        "Windows TCC or WDDM, WSL, a container without the GPU runtime), the CPU against the image's "
+        "platforms, each GPU's compute capability against the image's GPU code, the driver against the "
+        "CUDA release and the image's driver floor; forward compatibility only on data-center GPUs CUDA 13 "
+        "supports. A broken host is a verdict with its route. Also reports an expired image; --record DIR "
+        "writes the decision record (Markdown and JSON). Exit 0 compatible, 1 incompatible or broken host, "
+        "2 bad input (no nvidia-smi output), 3 engine or registry out of reach.",
     )
     add_globals(p)
     p.add_argument("--image", help="image reference (default: --target's recorded image)")
-    p.add_argument("--nvidia-smi-file", type=Path, help="captured nvidia-smi output (table, -q, --version, CSV)")
+    p.add_argument("--nvidia-smi-file", type=Path, help="captured nvidia-smi output (table, -q, -q -x, --version, CSV)")
     p.add_argument("--record", type=Path, metavar="DIR", help="write the decision record (.md and .json) into DIR")
-    p.add_argument("--evidence", type=Path, metavar="ARCHIVE", help="the `build evidence` archive the record names")
+    p.add_argument(
+        "--evidence",
+        type=Path,
+        metavar="ARCHIVE",
+        help="the `build evidence` archive the record names; its uname gives the host's CPU architecture",
+    )
+    p.add_argument(
+        "--columns",
+        metavar="COLS",
+        help="the columns of a headerless --query-gpu CSV (--format=csv,noheader), as passed to --query-gpu",
+    )
 
 
 def run(args: argparse.Namespace, out: Output) -> int:
     from builder.engine.buildx import image_config
-    from builder.host import doctor
+    from builder.host import doctor, hostctx, imagefacts
 
     smi_text, smi_source = doctor.read_nvidia_smi(args.nvidia_smi_file)
-    doctor.host_of(smi_text, smi_source)  # output it cannot read is bad input before any image is looked at
+    ctx = hostctx.gather(args.nvidia_smi_file, args.evidence, args.columns, live_smi_missing=smi_text is None)
+    doctor.host_of(smi_text, smi_source, ctx.columns)  # output it cannot read is bad input before any image
     archive = doctor.archive_facts(args.evidence)
     if args.record is not None:
         doctor.output_dir(args.record, "--record")  # refused before anything is diagnosed or written
@@ -47,9 +58,14 @@ def run(args: argparse.Namespace, out: Output) -> int:
 
     def one(image: str, o: Output, built: dict | None = None) -> int:
         config = image_config(engine, image)
-        d = doctor.diagnose(smi_text, smi_source, config.labels, config.env, image)
+        record = Path(built["record"]) if built and built["image"] == image else None
+        facts = imagefacts.read(engine, image, config.labels, record)
+        d = doctor.diagnose(smi_text, smi_source, config.labels, config.env, image, facts=facts, ctx=ctx)
         o.line(d.line)
         o.line(f"route: {d.route}")
+        o.line(f"verdict: {d.name} (host kind {d.facts['host_kind']})")
+        for g in dict.fromkeys(doctor.gpu_lines(d)):
+            o.line(g)
         for text in (
             ([d.expiry] if d.expiry else [])
             + [f"note: {n}" for n in d.notes]
@@ -59,6 +75,7 @@ def run(args: argparse.Namespace, out: Output) -> int:
         o.data.update(
             {
                 "compatible": d.compatible,
+                "verdict_name": d.name,
                 "verdict": d.line,
                 "route": d.route,
                 "expiry": d.expiry,

@@ -13,6 +13,13 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from builder.host.gpus import gpu_class
+from builder.host.hostgpu import HostGPU, SmiParseError
+from builder.host.hostgpu import fmt_version as _fmt
+from builder.host.nvsmi import FAULTS, parse_smi
+
+__all__ = ["FAULTS", "HostGPU", "SmiParseError", "gpu_class", "parse_smi"]
+
 # (major, minor, update) -> minimum driver for full compatibility (release notes, Linux x86_64)
 MIN_DRIVER = {
     (12, 9, 0): (575, 51, 3),  # CUDA 12.9 GA
@@ -25,220 +32,7 @@ MIN_DRIVER = {
 # the 12 family; 13.x needs the 13 family. The family minimum is its .0 GA driver.
 FAMILY_MIN = {12: (525, 60, 13), 13: (580, 65, 6)}
 # Forward compatibility (a newer CUDA major on an older driver through cuda-compat-X-Y) is only
-# supported on data-center GPUs.
-DATA_CENTER = re.compile(
-    r"\b(A100|A800|A30|A40|A10G?|A16|A2|H100|H800|H200|H20|GH200|B100|B200|GB200|B300|GB300|"
-    r"L40S?|L4|L20|T4|V100)\b"
-)
-
-
-class SmiParseError(ValueError):
-    pass
-
-
-# A broken host prints one of these instead of a table. Each is a diagnosis with a route (exit 1),
-# not bad input: (fault, pattern). Order matters: the mismatch message is the most specific.
-FAULTS = (
-    ("nvml-mismatch", re.compile(r"Failed to initialize NVML: Driver/library version mismatch", re.I)),
-    ("no-nvml-library", re.compile(r"couldn't find libnvidia-ml\.so", re.I)),
-    ("no-driver", re.compile(r"couldn't communicate with the NVIDIA driver", re.I)),
-    ("no-devices", re.compile(r"^\s*No devices were found", re.I | re.M)),
-    ("failed", re.compile(r"NVIDIA-SMI has failed", re.I)),
-)
-_VER = r"(\d+\.\d+(?:\.\d+)?)"
-# Driver models of a Windows driver (WDDM, TCC, MCDM): the table row, the header, -q and the CSV say it.
-_WINDOWS_MODEL = re.compile(r"\b(WDDM|TCC|MCDM)\b")
-
-
-@dataclass(frozen=True)
-class HostGPU:
-    driver: tuple[int, ...] | None  # None: no driver reachable (no GPU, or driver not loaded)
-    cuda: str | None  # the highest CUDA the driver supports, as nvidia-smi reports it
-    gpus: tuple[str, ...]
-    note: str = ""
-    platform: str = "linux"  # "linux", "windows" (a WDDM/TCC/MCDM driver) or "wsl" (Linux tools, Windows driver)
-    form: str = ""  # which nvidia-smi output was read: table, query (-q), version (--version), csv
-    fault: str | None = None  # a broken host (FAULTS), with the driver unknown
-    nvml: str | None = None  # the user-space NVML library version a mismatch message names
-    mig_devices: int = 0  # MIG devices the table's "MIG devices" section lists
-
-    @property
-    def branch(self) -> str:
-        return f"r{self.driver[0]}" if self.driver else "none"
-
-    @property
-    def driver_text(self) -> str:
-        return _fmt(self.driver) if self.driver else "none"
-
-    @property
-    def data_center(self) -> bool:
-        return bool(self.gpus) and all(gpu_class(g) == "data-center" for g in self.gpus)
-
-    @property
-    def unsure_gpus(self) -> tuple[str, ...]:
-        """GPU names nvidia-smi truncated so far that their class cannot be told (each once)."""
-        return tuple(dict.fromkeys(g for g in self.gpus if gpu_class(g) == "unknown"))
-
-
-def gpu_class(name: str) -> str:
-    """ "data-center", "consumer" or "unknown". nvidia-smi's table cuts long names ("NVIDIA GeForce RTX
-    2080 ...", "NVIDIA A100-PCI..."): the word the cut runs into is dropped, never guessed from."""
-    whole = re.sub(r"[A-Za-z0-9]*\.\.\.\s*$", "", name)
-    if re.search(r"\b(GeForce|TITAN|Quadro|RTX)\b", whole):
-        return "consumer"
-    if DATA_CENTER.search(whole):
-        return "data-center"
-    return "unknown" if whole != name else "consumer"
-
-
-def _version(text: str) -> tuple[int, ...]:
-    return tuple(int(x) for x in text.split("."))
-
-
-def parse_smi(text: str) -> HostGPU:
-    """Read any nvidia-smi output doctor knows (docs/r575.md): the table (R610's `KMD
-    Version`/`CUDA UMD Version` header too), `-q`, `--version`, a `--query-gpu ... --format=csv` with its
-    header, and the messages of a broken host. Windows captures: a byte-order mark and CRLF are fine."""
-    text = text.lstrip("\ufeff").replace("\r\n", "\n").replace("\r", "\n")
-    for fault, pattern in FAULTS:
-        if pattern.search(text):
-            nvml = re.search(r"NVML library version:\s*" + _VER, text)
-            return HostGPU(
-                None,
-                None,
-                (),
-                note="nvidia-smi reports no usable driver or GPU",
-                fault=fault,
-                nvml=nvml.group(1) if nvml else None,
-            )
-    csv_host = _parse_csv(text)
-    if csv_host is not None:
-        return csv_host
-    driver = _driver_version(text)
-    if driver is None:
-        listed = re.findall(r"^GPU \d+: (.+?) \(UUID: GPU-", text, re.M)
-        if listed:
-            migs = len(re.findall(r"^\s+MIG .+Device\s+\d+: \(UUID: MIG-", text, re.M))
-            raise SmiParseError(
-                f"`nvidia-smi -L` output ({len(listed)} GPUs, {migs} MIG devices) names no driver "
-                "version; capture `nvidia-smi` or `nvidia-smi -q` instead"
-            )
-        raise SmiParseError(
-            "no 'Driver Version' or 'KMD Version' in the nvidia-smi output; capture `nvidia-smi`, "
-            "`nvidia-smi -q` or `nvidia-smi --version`"
-        )
-    version, form = driver
-    cuda, cuda_note = _cuda_version(text)
-    names = tuple(n.strip() for n in re.findall(r"^\s*Product Name\s*:\s*(.+)$", text, re.M)) or _table_gpus(text)
-    mig = len(re.findall(r"^\|\s+\d+\s+\d+\s+\d+\s+\d+\s+\|", _section(text, "MIG devices:"), re.M))
-    return HostGPU(
-        _version(version), cuda, names, note=cuda_note, platform=_platform(text, version), form=form, mig_devices=mig
-    )
-
-
-def _driver_version(text: str) -> tuple[str, str] | None:
-    """(version, form). R610+ names the kernel driver `KMD Version` and deprecates `Driver Version`
-    (whose line then says "Deprecated, see ..." or carries a "[Deprecated ...]" note): KMD first."""
-    for label in ("KMD Version", "Driver Version"):
-        m = re.search(label + r"\s*:\s*" + _VER, text, re.I)
-        if m:
-            line = text[: m.start()].rsplit("\n", 1)[-1]  # the table's header line names NVIDIA-SMI too
-            form = (
-                "version"
-                if re.search(r"NVIDIA-SMI version\s*:", text)
-                else "table"
-                if "NVIDIA-SMI" in line
-                else "query"
-            )
-            return m.group(1), form
-    return None
-
-
-def _cuda_version(text: str) -> tuple[str | None, str]:
-    """(the driver's CUDA version, a note when it reports none). `CUDA UMD Version` first (R610+)."""
-    for label in ("CUDA UMD Version", "CUDA Version"):
-        m = re.search(label + r"\s*:\s*(\d+\.\d+|N/A|ERR!)", text, re.I)
-        if m and m.group(1)[0].isdigit():
-            return m.group(1), ""
-        if m:
-            return None, (
-                f"the driver reports 'CUDA Version: {m.group(1)}': its CUDA library (libcuda) is not "
-                "usable here (not installed, or not mounted into this container)"
-            )
-    return None, ""
-
-
-def _section(text: str, heading: str) -> str:
-    """The table section under ``heading`` ("MIG devices:", "Processes:"), up to the next blank line."""
-    at = text.find(heading)
-    if at < 0:
-        return ""
-    end = text.find("\n\n", at)
-    return text[at : end if end >= 0 else len(text)]
-
-
-def _table_gpus(text: str) -> tuple[str, ...]:
-    """GPU names from the table's GPU rows (above its "MIG devices" and "Processes" sections): the
-    name sits between the index and the Persistence-M (On/Off) or Windows driver-model column."""
-    cut = min((i for i in (text.find("MIG devices:"), text.find("Processes:")) if i >= 0), default=len(text))
-    rows = re.findall(r"^\|\s+\d+\s+(\S[^|]*?)\s+(?:On|Off|WDDM|TCC|MCDM)\s+\|", text[:cut], re.M)
-    return tuple(r.strip() for r in rows)
-
-
-def _platform(text: str, driver: str) -> str:
-    """Windows: a Windows driver model is named. WSL: the Linux nvidia-smi reports a Windows driver, a
-    two-part version other than its own (555.52.01 / 555.99); a two-part version alone is not Windows
-    (Linux has 595.80, with nvidia-smi 595.80)."""
-    smi = re.search(r"NVIDIA-SMI(?: version)?\s*:?\s*" + _VER, text, re.I)
-    wsl = smi is not None and driver.count(".") == 1 and smi.group(1) != driver
-    if wsl:
-        return "wsl"
-    model = re.search(r"Driver Model\s*\n\s*Current\s*:\s*(\S+)", text)
-    header = re.search(r"Driver-Model|TCC/WDDM", text)
-    rows = _WINDOWS_MODEL.search(" ".join(re.findall(r"^\|\s+\d+\s+.*?\|", text, re.M)))
-    return "windows" if header or rows or (model and _WINDOWS_MODEL.match(model.group(1))) else "linux"
-
-
-def _parse_csv(text: str) -> HostGPU | None:
-    """`--query-gpu=... --format=csv`: the header names the columns (exporters capture ~240, with
-    driver_version anywhere). Without a header only the two-column `driver_version,name` form is read."""
-    import csv
-
-    lines = [line for line in text.splitlines() if line.strip()]
-    head = next((i for i, line in enumerate(lines) if re.search(r"(^|,)\s*driver_version\s*(,|$)", line)), None)
-    if head is None:
-        rows = [m for line in lines if (m := re.fullmatch(r"\s*(\d{3}\.\d+(?:\.\d+)?)\s*,\s*([^,]+?)\s*", line))]
-        if lines and len(rows) == len(lines):
-            return HostGPU(_version(rows[0].group(1)), None, tuple(r.group(2) for r in rows), form="csv")
-        if lines and all(line.count(",") >= 2 for line in lines):
-            raise SmiParseError(
-                "a --query-gpu CSV without its header (`--format=csv,noheader`) has no column names; "
-                "capture it with `--format=csv` (header kept), or capture "
-                "`nvidia-smi --query-gpu=driver_version,name --format=csv,noheader`"
-            )
-        return None
-    table = list(csv.DictReader(lines[head:], skipinitialspace=True))
-    versions = [v for row in table if (v := _csv_driver(row))]
-    if not table or len(versions) != len(table):
-        raise SmiParseError("the --query-gpu CSV has a driver_version column but a row without a version")
-    names = tuple((row.get("name") or row.get("gpu_name") or "").strip() for row in table)
-    models = " ".join(row.get("driver_model.current") or "" for row in table)
-    return HostGPU(
-        _version(versions[0]),
-        None,
-        tuple(n for n in names if n),
-        form="csv",
-        platform="windows" if _WINDOWS_MODEL.search(models) else "linux",
-    )
-
-
-def _csv_driver(row: dict) -> str | None:
-    """kmd_version (R610+) when it holds a version, else driver_version."""
-    for column in ("kmd_version", "driver_version"):
-        value = (row.get(column) or "").strip()
-        if re.fullmatch(_VER, value):
-            return value
-    return None
+# supported on data-center GPUs, and only on GPUs the newer CUDA supports (builder/host/gpus.py).
 
 
 def parse_cuda(text: str) -> tuple[int, int, int]:
@@ -258,10 +52,6 @@ def image_cuda(labels: dict[str, str], env: dict[str, str], label_key: str) -> t
     if m:
         return m.group(1), "env NVIDIA_REQUIRE_CUDA"
     return None
-
-
-def _fmt(v: tuple[int, ...]) -> str:
-    return ".".join(f"{p:02d}" if i else str(p) for i, p in enumerate(v))
 
 
 @dataclass(frozen=True)
@@ -303,6 +93,44 @@ BROKEN = {
         "or `--gpus`), then run doctor again",
         "`lspci -nn | grep -i nvidia`, `dmesg | grep -i nvrm`",
     ),
+    "nvml-unknown-error": (
+        "nvidia-smi cannot initialise NVML (Unknown Error): typically a container that lost its GPU devices when "
+        "systemd re-applied its cgroup (`systemctl daemon-reload`, often by a package update; NVIDIA's notice "
+        "NVIDIA/nvidia-docker#1730)",
+        "recreate the container (it gets its devices back); for good, on the host create the /dev/char links "
+        "runc needs (`nvidia-ctk system create-dev-char-symlinks --create-all`, as NVIDIA's notice says) or run "
+        "Docker with the cgroupfs cgroup driver; on a bare host, reboot; then run doctor again",
+        "the container's /sys/fs/cgroup/devices/devices.list (cgroup v1), `docker info` (cgroup driver and "
+        "version), `journalctl -u docker | grep -i reload`",
+    ),
+    "insufficient-permissions": (
+        "nvidia-smi may not open the GPU devices (Insufficient Permissions)",
+        "give this user or container access to /dev/nvidia* (`ls -l /dev/nvidia*`: the device group; SELinux: "
+        "`setsebool -P container_use_devices 1`; rootless Podman: the CDI devices, `--device nvidia.com/gpu=all`), "
+        "or run as root to confirm; then run doctor again",
+        "`ls -l /dev/nvidia*`, `id`, `getenforce`, the container runtime's configuration",
+    ),
+    "wsl-blocked": (
+        "Windows does not give this WSL2 distribution the GPU (GPU access blocked by the operating system)",
+        "in Windows: put the GPU in WDDM mode (a GPU in TCC/MCDM mode is not shared with WSL2, as public reports "
+        "on Windows Server show: microsoft/WSL#11865), update the Windows NVIDIA driver and WSL (`wsl --update`), "
+        "and install no Linux NVIDIA driver inside WSL; then run doctor again inside WSL",
+        "`nvidia-smi` and `nvidia-smi -q` run in Windows (the driver model), `wsl --version`",
+    ),
+    "device-handle": (
+        "the driver lists a GPU it cannot reach ({line}): a GPU that fell off the bus, overheated or failed "
+        "(Unknown Error), or one the driver does not own (Not Found)",
+        "find the GPU in `dmesg` (Xid 79 'fell off the bus', NVRM errors): reset it (`nvidia-smi -r -i <bus id>`) "
+        "or reboot; if it recurs, reseat or replace it (cooling, power); until then run on the other GPUs "
+        "(CUDA_VISIBLE_DEVICES); then run doctor again",
+        "`dmesg | grep -iE 'nvrm|xid'`, `lspci -nn | grep -i nvidia`, `nvidia-smi -L` (the GPUs still reachable)",
+    ),
+    "unknown-error": (
+        "nvidia-smi printed an error this tool does not know: {line}",
+        "look the message up with NVIDIA's or your provider's support before changing launch flags; then run "
+        "doctor again",
+        "the full nvidia-smi output, `dmesg | grep -i nvrm`, `build evidence`",
+    ),
     "failed": (
         "nvidia-smi failed",
         f"install or repair the driver ({_INSTALL}), then run doctor again",
@@ -321,7 +149,8 @@ def decide(cuda: str, host: HostGPU) -> Verdict:
     major, minor, update = parse_cuda(cuda)
     if host.fault:
         state, route, save = BROKEN[host.fault]
-        state = state.format(lib=f" (user-space NVML library {host.nvml})" if host.nvml else "")
+        lib = f" (user-space NVML library {host.nvml})" if host.nvml else ""
+        state = state.format(lib=lib, line=host.fault_line or "")
         return Verdict(
             False, f"image needs CUDA {cuda} but this host has no usable NVIDIA driver: {state}", route, save
         )
@@ -413,7 +242,7 @@ def _linux(cuda: str, version: tuple[int, int, int], host: HostGPU, drv: tuple[i
 
 
 def _forward(host: HostGPU) -> str:
-    if host.data_center:
+    if host.forward_capable:
         return (
             "forward compatibility (cuda-compat-13-0) is possible on these data-center GPUs in an isolated environment"
         )
@@ -421,5 +250,11 @@ def _forward(host: HostGPU) -> str:
         return (
             f"forward compatibility needs data-center GPUs, and nvidia-smi cut the name of "
             f"{', '.join(host.unsure_gpus)}: capture `nvidia-smi -q` or `nvidia-smi -L` for the full name"
+        )
+    old = [g.describe() for g in host.infos if g.cuda13 is not True]
+    if host.data_center and old:
+        return (
+            "forward compatibility is not available: CUDA 13 supports compute capability 7.5 and up (it dropped "
+            f"Volta and older), and this host has {', '.join(dict.fromkeys(old))}"
         )
     return "forward compatibility is not available on these GPUs (data-center GPUs only)"

@@ -14,7 +14,8 @@ from pathlib import Path
 from builder.config import contract
 from builder.errors import ConfigError
 from builder.fsutil import read_regular
-from builder.host import compat
+from builder.host import compat, imagefacts, verdicts
+from builder.host.hostctx import HostContext
 
 MAX_SMI_BYTES = 1 << 20  # `nvidia-smi -q` for 8 GPUs is ~100 KB
 
@@ -49,14 +50,15 @@ class Diagnosis:
     notes: list[str] = field(default_factory=list)  # what the output showed besides the verdict
     save: str = ""  # evidence to save before acting on the route (broken hosts)
     reason: str = ""  # the verdict's reason (the line without its "compatible: image:" prefix)
+    name: str = ""  # the verdict (builder/host/verdicts.py EXIT)
 
 
-def host_of(smi_text: str | None, smi_source: str) -> compat.HostGPU:
+def host_of(smi_text: str | None, smi_source: str, columns: tuple[str, ...] | None = None) -> compat.HostGPU:
     """The host as nvidia-smi's output shows it; output doctor cannot read is bad input naming its source."""
     if smi_text is None:
         return compat.HostGPU(None, None, (), note=smi_source)
     try:
-        return compat.parse_smi(smi_text)
+        return compat.parse_smi(smi_text, columns)
     except compat.SmiParseError as exc:
         raise ConfigError(f"{smi_source}: {exc}") from None
 
@@ -68,8 +70,12 @@ def diagnose(
     env: dict[str, str],
     image: str,
     today: dt.date | None = None,
+    *,
+    facts: imagefacts.ImageFacts | None = None,
+    ctx: HostContext | None = None,
 ) -> Diagnosis:
-    host = host_of(smi_text, smi_source)
+    ctx = ctx or HostContext()
+    host = host_of(smi_text, smi_source, ctx.columns)
     keys = contract.keys_in(labels)
     found = compat.image_cuda(labels, env, keys.cuda)
     if found is None:
@@ -78,64 +84,47 @@ def diagnose(
             "(CUDA_VERSION, NVIDIA_REQUIRE_CUDA); is it a CUDA image?"
         )
     cuda, where = found
+    facts = facts or imagefacts.from_labels(labels)
+    kind = verdicts.host_kind(host, ctx.in_container)
+    cpu = verdicts.cpu_finding(host, facts, ctx.machine, ctx.machine_from)
+    gpus = verdicts.gpu_findings(host, facts)
     try:
-        verdict = compat.decide(cuda, host)
+        out = verdicts.evaluate(cuda, host, facts, cpu, gpus, kind)
     except ValueError as exc:
         raise ConfigError(f"{image}: {where}: {exc}") from None
-    line = f"{'compatible' if verdict.compatible else 'INCOMPATIBLE'}: {image}: {verdict.reason}"
+    line = f"{'compatible' if out.compatible else 'INCOMPATIBLE'}: {image}: {out.reason}"
     expiry = _expiry(labels, today or dt.date.today())
     return Diagnosis(
-        verdict.compatible,
+        out.compatible,
         line,
-        verdict.route,
+        out.route,
         expiry,
         {
             "image": image,
             "image_cuda": cuda,
             "image_cuda_from": where,
-            "host_driver": host.driver_text,
-            "host_branch": host.branch,
-            "host_cuda": host.cuda,
-            "gpus": list(host.gpus),
-            "data_center": host.data_center,
-            "nvidia_smi": smi_source,
-            "nvidia_smi_form": host.form,
-            "platform": host.platform,
-            "fault": host.fault,
-            "nvml_library": host.nvml,
-            "mig_devices": host.mig_devices,
+            **verdicts.host_facts(host, smi_source),
+            "host_kind": kind,
+            "forward_capable": host.forward_capable,
+            "cpu": cpu,
+            "gpu_findings": gpus,
+            **verdicts.image_facts(facts),
         },
-        _notes(host),
-        verdict.save,
-        verdict.reason,
+        verdicts.notes(host, facts, cpu, kind),
+        out.save,
+        out.reason,
+        out.name,
     )
 
 
-def _notes(host: compat.HostGPU) -> list[str]:
-    notes = [host.note] if host.note and host.driver is not None else []
-    if host.mig_devices:
-        notes.append(f"MIG is on: {host.mig_devices} MIG devices; each runs the image with its GPU's driver")
-    if host.unsure_gpus and host.driver is not None:
-        notes.append(
-            f"nvidia-smi cut the GPU name {', '.join(host.unsure_gpus)}: its class (data-center or not) "
-            "is unknown; `nvidia-smi -q` or `nvidia-smi -L` prints the full name"
-        )
-    return notes
+def gpu_lines(d: Diagnosis) -> list[str]:
+    return [
+        f"gpu: {g['name']}: cc {g['cc'] or '?'} ({g['class']}), image coverage {g['coverage'] or 'not declared'}"
+        for g in d.facts["gpu_findings"]
+    ]
 
 
-def _expiry(labels: dict[str, str], today: dt.date) -> str | None:
-    keys = contract.keys_in(labels)
-    raw = labels.get(keys.expires)
-    if raw is None:
-        return None
-    try:
-        expires = dt.date.fromisoformat(raw)
-    except ValueError:
-        return f"expiry label {keys.expires}={raw!r} is not a date"
-    owner = labels.get(keys.owner, "its owner")
-    if expires < today:
-        return f"EXPIRED on {raw}: this bridge build is past its exit date; ask {owner}"
-    return f"expires {raw} ({(expires - today).days} days left; owner {owner})"
+_expiry = verdicts.expiry  # kept under its old name (tests read it here)
 
 
 # --- the decision record ---------------------------------------------------------------------------
@@ -191,8 +180,12 @@ def archive_facts(path: Path | None) -> dict | None:
 def _choice(d: Diagnosis, bridge: bool) -> tuple[str | None, str]:
     """(the path doctor recommends, why) from the verdict: None while the host has no usable driver."""
     f = d.facts
+    if d.name in _NO_PATH:  # none of the three paths helps until this is resolved: the route says what does
+        return None, f"no path until this is resolved ({d.name}): {d.route}"
     if f["fault"] or f["host_driver"] == "none":
         return None, f"no path until the host has a usable driver: {d.route}"
+    if d.name == "driver-below-floor":
+        return PATHS[0], f"the image's GPU code needs a newer driver: {d.reason}; route: {d.route}"
     on_580 = int(f["host_branch"][1:]) >= 580
     if d.route.startswith("use the cu129 build"):
         return PATHS[1], f"this host runs a CUDA 12 driver ({f['host_branch']}); the cu129 build runs on it"
@@ -209,7 +202,9 @@ def _choice(d: Diagnosis, bridge: bool) -> tuple[str | None, str]:
 def _not_chosen(path: str, d: Diagnosis, chosen: str | None, bridge: bool) -> str:
     f = d.facts
     if chosen is None:
-        return "not yet: repair the host first"
+        return (
+            "not yet: repair the host first" if d.name in ("broken-host", "no-driver") else f"not yet: {d.name} first"
+        )
     if path == PATHS[0]:
         return f"not now: CUDA 13 needs r580+ on the host (it runs {f['host_branch']}); {TO_FILL}: when"
     if path == PATHS[1]:
@@ -228,6 +223,8 @@ def _not_chosen(path: str, d: Diagnosis, chosen: str | None, bridge: bool) -> st
         return "not available: forward compatibility (cuda-compat) needs data-center GPUs; host has " + (
             ", ".join(sorted(set(f["gpus"]))) or "none named in this nvidia-smi output"
         )
+    if not f["forward_capable"]:
+        return "not available: forward compatibility to CUDA 13 needs GPUs CUDA 13 supports (7.5 and up; not vGPU)"
     return (
         "possible on these data-center GPUs (cuda-compat in an isolated environment), not needed while the "
         f"chosen path ({chosen}) holds; it swaps the driver's user-space libraries inside the container"
@@ -281,6 +278,7 @@ def decision(d: Diagnosis, labels: dict[str, str], built: dict | None, archive: 
         "chosen_why": why,
         "verification": {
             "compatible": d.compatible,
+            "verdict": d.name,
             "image_cuda": d.facts["image_cuda"],
             "labels": {k: labels.get(k) for k in label_keys},
             "build_record": recorded,
@@ -293,7 +291,22 @@ def decision(d: Diagnosis, labels: dict[str, str], built: dict | None, archive: 
     }
 
 
+# Verdicts none of the three paths answers (builder/host/verdicts.py): the route names what does.
+_NO_PATH = (
+    "container-no-runtime",
+    "vgpu-manager",
+    "windows-tcc",
+    "cpu-mismatch",
+    "gpu-none",
+    "gpu-partial",
+    "driver-unknown",
+    "gpu-unknown",
+)
 _HOST_FACTS = (
+    "host_kind",
+    "cpu",
+    "gpu_findings",
+    "driver_floor",
     "nvidia_smi",
     "nvidia_smi_form",
     "host_driver",
@@ -442,6 +455,12 @@ def _evidence_lines(ev: dict) -> list[str]:
         f"- host: driver {host['host_driver']} ({host['host_branch']}, {host['platform']}), CUDA "
         f"{host['host_cuda'] or 'not reported'}, GPUs: {_gpu_summary(host['gpus'])}"
         f"{' (data-center)' if host['data_center'] else ''}",
+        f"- host kind: {host['host_kind']}; CPU: {_cpu_text(host['cpu'])}; image platforms: "
+        f"{', '.join(host['cpu']['image']) or 'unknown'}",
+        *[
+            f"- GPU {g['name']}: cc {g['cc'] or '?'}, {g['class']}, image coverage {g['coverage'] or 'not declared'}"
+            for g in host["gpu_findings"]
+        ],
         f"- nvidia-smi: {host['nvidia_smi']} ({host['nvidia_smi_form'] or 'a failure message'})",
         *[f"- note: {n}" for n in ev["notes"]],
         *([f"- save first: {ev['save_first']}"] if ev["save_first"] else []),
@@ -452,6 +471,10 @@ def _evidence_lines(ev: dict) -> list[str]:
             else f"**{TO_FILL}: run `build evidence --out DIR` and name its archive**"
         ),
     ]
+
+
+def _cpu_text(cpu: dict) -> str:
+    return f"{cpu['host']} ({cpu['from']})" if cpu["host"] else "unknown (give --evidence ARCHIVE: its uname says it)"
 
 
 def _verification_lines(ver: dict) -> list[str]:

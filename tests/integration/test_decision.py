@@ -61,7 +61,7 @@ def test_the_decision_record_from_a_captured_host_and_the_demo_image(built, tmp_
     assert "**TO FILL (a person): the platform lead who approved**" in text
 
 
-def test_a_broken_host_gets_a_record_that_chooses_nothing_and_smi_L_none(built, tmp_path):
+def test_a_broken_host_and_smi_L_get_records_that_choose_nothing(built, tmp_path):
     smoke, ref = built
     r = cli(
         "--matrix",
@@ -92,5 +92,9 @@ def test_a_broken_host_gets_a_record_that_chooses_nothing_and_smi_L_none(built, 
         "--record",
         str(tmp_path / "none"),
     )
-    assert listed.code == 2 and "capture `nvidia-smi` or `nvidia-smi -q` instead" in listed.err
-    assert not (tmp_path / "none").exists()  # refused before anything is written, the record's directory too
+    # nvidia-smi output without a driver version is a verdict (driver-unknown), not bad input: its record
+    # chooses no path and says what to capture
+    assert listed.code == 1 and "capture `nvidia-smi` or `nvidia-smi -q` instead" in listed.out
+    assert "verdict: driver-unknown" in listed.out
+    record = json.loads(next((tmp_path / "none").glob("k3-decision-*.json")).read_text())
+    assert record["chosen"] is None and "driver-unknown" in record["chosen_why"]

@@ -110,13 +110,16 @@ def test_the_mig_table_counts_its_mig_devices():
     assert d.notes == ["MIG is on: 4 MIG devices; each runs the image with its GPU's driver"]
 
 
-def test_nvidia_smi_L_is_bad_input_naming_the_capture_to_make():
-    with pytest.raises(ConfigError) as info:
-        _diag("r590-h100-mig-L.txt")
-    assert info.value.message == (
-        "r590-h100-mig-L.txt: `nvidia-smi -L` output (1 GPUs, 4 MIG devices) names no "
+def test_nvidia_smi_L_is_a_verdict_naming_the_capture_to_make():
+    d = _diag("r590-h100-mig-L.txt")
+    assert (d.compatible, d.name, d.facts["gpus"]) == (False, "driver-unknown", [H100])
+    assert d.reason == (
+        "image needs CUDA 12.9.1; `nvidia-smi -L` output (1 GPUs, 4 MIG devices) names no "
         "driver version; capture `nvidia-smi` or `nvidia-smi -q` instead"
     )
+    assert d.route == "capture `nvidia-smi` (or `nvidia-smi -q`) on the host and run doctor on it"
+    doc = doctor.decision(d, CU129[0], None, None, dt.datetime(2026, 11, 29, tzinfo=dt.timezone.utc))
+    assert doc["chosen"] is None and doc["chosen_why"].startswith("no path until this is resolved (driver-unknown)")
 
 
 def test_csv_query_format():
@@ -195,11 +198,11 @@ def test_routes_on_real_captures():
 def test_truncated_names_are_not_claimed_as_data_center_gpus():
     d = _diag("r610-rtx2080s-table.txt", OFFICIAL)
     assert d.facts["data_center"] is False and d.notes == []  # "GeForce" survives the cut: consumer
-    text = (SMI / "r565-8xh100-table.txt").read_text().replace("NVIDIA H100 80GB HBM3 ", "NVIDIA H10...          ")
+    text = (SMI / "r565-8xh100-table.txt").read_text().replace("NVIDIA H100 80GB HBM3 ", "NVIDIA A10...          ")
     cut = doctor.diagnose(text, "cut", OFFICIAL[0], OFFICIAL[1], "img", dt.date(2026, 11, 29))
     assert cut.facts["data_center"] is False and "is possible" not in cut.route
     assert cut.notes == [
-        "nvidia-smi cut the GPU name NVIDIA H10...: its class (data-center or not) is unknown; "
+        "nvidia-smi cut the GPU name NVIDIA A10...: its class (data-center or not) is unknown; "
         "`nvidia-smi -q` or `nvidia-smi -L` prints the full name"
     ]
 
@@ -269,8 +272,22 @@ def test_the_diagnosis_records_its_facts():
         "fault": None,
         "nvml_library": None,
         "mig_devices": 0,
+        "host_kind": "linux",
+        "forward_capable": True,
+        "cpu": {
+            "host": None,
+            "from": "",
+            "image": [],
+            "match": None,
+        },
+        "gpu_findings": [
+            {"name": H100, "cc": "9.0", "class": "data-center", "from": "table", "coverage": None},
+        ]
+        * 2,
+        "driver_floor": None,
+        "gpu_families": None,
     }
-    assert d.notes == [] and d.save == ""
+    assert d.notes == [] and d.save == "" and d.name == "compatible"
     official = _diag("r575-h100.txt", OFFICIAL)
     assert official.facts["image_cuda_from"] == "env CUDA_VERSION" and official.facts["image_cuda"] == "13.0.2"
     assert official.expiry is None  # the official image carries no expiry label
@@ -307,7 +324,7 @@ def test_read_nvidia_smi_from_a_file_or_the_path(tmp_path, monkeypatch):
 
 
 def test_garbage_and_unlabelled_images_are_bad_input():
-    with pytest.raises(ConfigError, match="garbage.txt: no 'Driver Version' or 'KMD Version'"):
+    with pytest.raises(ConfigError, match=r"garbage.txt: no nvidia-smi output: the capture holds the shell's"):
         _diag("garbage.txt")
     with pytest.raises(ConfigError) as info:
         _diag("r575-h100.txt", ({}, {}))
@@ -742,11 +759,11 @@ def test_a_record_file_name_keeps_only_safe_characters(tmp_path):
 
 
 def test_notes_name_each_cut_gpu_once():
-    text = (SMI / "r575-h100.txt").read_text().replace("NVIDIA H100 80GB HBM3 ", "NVIDIA H10...          ", 1)
+    text = (SMI / "r575-h100.txt").read_text().replace("NVIDIA H100 80GB HBM3 ", "NVIDIA RTX PRO 6000 Blac...", 1)
     text = text.replace("NVIDIA H100 80GB HBM3 ", "NVIDIA A10...          ", 1)
     d = doctor.diagnose(text, "cut", *CU129, "img", dt.date(2026, 11, 29))
     assert d.notes == [
-        "nvidia-smi cut the GPU name NVIDIA H10..., NVIDIA A10...: its class (data-center or not) is "
+        "nvidia-smi cut the GPU name NVIDIA RTX PRO 6000 Blac..., NVIDIA A10...: its class (data-center or not) is "
         "unknown; `nvidia-smi -q` or `nvidia-smi -L` prints the full name"
     ]
 
@@ -889,6 +906,8 @@ GOLDEN = (
         "- verdict: compatible: img: CUDA 12.9.1 needs driver >= 575.57.08; host has 590.48.01 (r590)\n"
         "- route: run the image as it is\n"
         "- host: driver 590.48.01 (r590, linux), CUDA 13.1, GPUs: NVIDIA H100 80GB HBM3 (data-center)\n"
+        "- host kind: linux; CPU: unknown (give --evidence ARCHIVE: its uname says it); image platforms: unknown\n"
+        "- GPU NVIDIA H100 80GB HBM3: cc 9.0, data-center, image coverage not declared\n"
         "- nvidia-smi: r590-h100-mig-table.txt (table)\n"
         "- note: MIG is on: 4 MIG devices; each runs the image with its GPU's driver\n"
         "- evidence archive: k3-evidence-20261129T095900Z.tar.gz (sha256 0000000000000000000000000000000000000000000000000000000000000000)\n"
@@ -950,6 +969,7 @@ GOLDEN_BROKEN = (
         "- verdict: INCOMPATIBLE: img: image needs CUDA 13.0.2 but this host has no usable NVIDIA driver: nvidia-smi cannot initialise NVML: the loaded NVIDIA kernel module and the user-space driver library differ (user-space NVML library 570.124) (a driver upgraded or reinstalled without reloading the module)\n"
         "- route: reboot the host, or stop every GPU process and reload the NVIDIA kernel modules (`rmmod nvidia_uvm nvidia_drm nvidia_modeset nvidia`, then `modprobe nvidia`); then run doctor again\n"
         "- host: driver none (none, linux), CUDA not reported, GPUs: none listed\n"
+        "- host kind: linux; CPU: unknown (give --evidence ARCHIVE: its uname says it); image platforms: unknown\n"
         "- nvidia-smi: nvml-mismatch-570.txt (a failure message)\n"
         "- save first: /proc/driver/nvidia/version (the loaded module's version), `lsmod` and the installed driver packages (`build evidence` saves the first two), `dmesg | grep -i nvrm`\n"
         "- evidence archive: **TO FILL (a person): run `build evidence --out DIR` and name its archive**\n"

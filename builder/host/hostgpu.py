@@ -1,0 +1,86 @@
+"""The host as nvidia-smi shows it (``HostGPU``), whichever form it was read from (builder/host/nvsmi.py)."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from builder.host import gpus as gpu_table
+
+
+class SmiParseError(ValueError):
+    pass
+
+
+@dataclass(frozen=True)
+class HostGPU:
+    driver: tuple[int, ...] | None  # None: no driver reachable (no GPU, or driver not loaded)
+    cuda: str | None  # the highest CUDA the driver supports, as nvidia-smi reports it
+    gpus: tuple[str, ...]
+    note: str = ""
+    platform: str = "linux"  # "linux", "windows" (a WDDM/TCC/MCDM driver) or "wsl" (Linux tools, Windows driver)
+    form: str = ""  # which nvidia-smi output was read: table, query (-q), xml (-q -x), version, csv
+    fault: str | None = None  # a broken host (nvsmi.FAULTS, or "unknown-error"), with the driver unknown
+    nvml: str | None = None  # the user-space NVML library version a mismatch message names
+    mig_devices: int = 0  # MIG devices the table's "MIG devices" section lists
+    caps: tuple[str | None, ...] = ()  # each GPU's compute_cap, when the capture carries it
+    archs: tuple[str | None, ...] = ()  # each GPU's `-q` Product Architecture, when shown
+    driver_models: tuple[str, ...] = ()  # Windows driver models shown (WDDM, TCC, MCDM), one per GPU
+    vgpu: str | None = None  # "manager" (a hypervisor's vGPU manager driver), "guest" (a VM's vGPU) or None
+    fault_line: str | None = None  # the failure line as printed (control characters escaped)
+    missing: str | None = None  # nvidia-smi output that names no driver (-L, a CSV of unknown columns): what to capture
+
+    @property
+    def branch(self) -> str:
+        return f"r{self.driver[0]}" if self.driver else "none"
+
+    @property
+    def driver_text(self) -> str:
+        return fmt_version(self.driver) if self.driver else "none"
+
+    @property
+    def infos(self) -> tuple[gpu_table.GpuInfo, ...]:
+        """Each GPU from the table, its capture's compute_cap and its Product Architecture."""
+        return tuple(
+            gpu_table.identify(
+                name,
+                self.caps[i] if i < len(self.caps) else None,
+                self.archs[i] if i < len(self.archs) else None,
+            )
+            for i, name in enumerate(self.gpus)
+        )
+
+    @property
+    def data_center(self) -> bool:
+        return bool(self.gpus) and all(g.klass == gpu_table.DC for g in self.infos)
+
+    @property
+    def forward_capable(self) -> bool:
+        """Forward compatibility to CUDA 13 (cuda-compat): every GPU a data-center GPU CUDA 13 supports
+        (not assessed on vGPU)."""
+        return self.vgpu is None and self.data_center and all(g.cuda13 is True for g in self.infos)
+
+    @property
+    def unsure_gpus(self) -> tuple[str, ...]:
+        """GPU names nvidia-smi cut so far that their class cannot be told (each once)."""
+        return tuple(dict.fromkeys(g.name for g in self.infos if g.cut and g.klass == gpu_table.UNKNOWN))
+
+    @property
+    def grace(self) -> bool:
+        """A Grace GPU (GH200, GB200, GB300, GB10): the host's CPU is aarch64."""
+        return any(g.grace for g in self.infos)
+
+
+def version_tuple(text: str) -> tuple[int, ...]:
+    return tuple(int(x) for x in text.split("."))
+
+
+def fmt_version(v: tuple[int, ...]) -> str:
+    return ".".join(f"{p:02d}" if i else str(p) for i, p in enumerate(v))
+
+
+def escape(line: str, limit: int = 300) -> str:
+    """A line from a capture, safe to print: control characters (a terminal escape, a carriage
+    return) shown as \\xNN, cut at ``limit`` characters."""
+    shown = re.sub(r"[\x00-\x1f\x7f-\x9f]", lambda m: f"\\x{ord(m.group()):02x}", line.strip())
+    return shown if len(shown) <= limit else shown[:limit] + "..."

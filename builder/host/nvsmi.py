@@ -1,0 +1,207 @@
+"""Reading any nvidia-smi output doctor knows (docs/r575.md): the table (R610's `KMD Version` /
+`CUDA UMD Version` header too), `-q`, `-q -x` and `--query-gpu` CSVs (builder/host/smiforms.py),
+`--version`, and the messages of a broken host. Windows captures: a byte-order mark and CRLF are fine.
+
+A broken host prints a message instead of a table: each known message is a fault with its own route
+(builder/host/compat.py ``BROKEN``); any other short error from nvidia-smi is the fault
+"unknown-error", quoted. Only a capture with no nvidia-smi output at all is bad input.
+"""
+
+from __future__ import annotations
+
+import re
+
+from builder.host import smiforms
+from builder.host.hostgpu import HostGPU, SmiParseError, escape, version_tuple
+
+# (fault, pattern). Order matters: the most specific message first.
+FAULTS = (
+    ("nvml-mismatch", re.compile(r"Failed to initialize NVML: Driver/library version mismatch", re.I)),
+    ("nvml-unknown-error", re.compile(r"Failed to initialize NVML: Unknown Error", re.I)),
+    ("insufficient-permissions", re.compile(r"Failed to initialize NVML: Insufficient Permissions", re.I)),
+    ("wsl-blocked", re.compile(r"GPU access blocked by the operating system", re.I)),
+    (
+        "device-handle",
+        re.compile(r"Unable to (?:determine|detect) the device handle for GPU\s*([0-9A-Fa-f:.]+)\s*:?\s*(.*)", re.I),
+    ),
+    ("no-nvml-library", re.compile(r"couldn't find libnvidia-ml\.so|libnvidia-ml\.so[.\d]*: cannot open shared", re.I)),
+    (
+        "no-driver",
+        re.compile(r"couldn't communicate with the NVIDIA driver|Failed to initialize NVML: Driver Not Loaded", re.I),
+    ),
+    ("no-devices", re.compile(r"^\s*No devices were found", re.I | re.M)),
+    ("failed", re.compile(r"NVIDIA-SMI has failed", re.I)),
+)
+_VER = r"(\d+\.\d+(?:\.\d+)?)"
+_ERRORISH = re.compile(
+    r"\b(fail\w*|unable|error|unknown|not found|not supported|insufficient|denied|blocked|lost|cannot|"
+    r"can't|couldn't|invalid|timed out)\b",
+    re.I,
+)
+# A shell's, not nvidia-smi's: nvidia-smi is not installed where the capture was taken.
+_SHELL = re.compile(
+    r"nvidia-smi.*(?:command not found|: not found|No such file or directory)|is not recognized as", re.I
+)
+
+
+def parse_smi(text: str, columns: tuple[str, ...] | None = None) -> HostGPU:
+    text = text.lstrip("\ufeff").replace("\r\n", "\n").replace("\r", "\n")
+    for fault, pattern in FAULTS:
+        m = pattern.search(text)
+        if m:
+            nvml = re.search(r"NVML library version:\s*" + _VER, text)
+            line = text[text.rfind("\n", 0, m.start()) + 1 : (text.find("\n", m.end()) + 1 or len(text) + 1) - 1]
+            return HostGPU(
+                None,
+                None,
+                (),
+                note="nvidia-smi reports no usable driver or GPU",
+                fault=fault,
+                nvml=nvml.group(1) if nvml else None,
+                fault_line=escape(line),
+            )
+    if "<nvidia_smi_log" in text:
+        return smiforms.parse_xml(text)
+    csv_host = smiforms.parse_csv(text, columns)
+    if csv_host is not None:
+        return csv_host
+    driver = _driver_version(text)
+    if driver is None:
+        return _no_driver_version(text)
+    version, form = driver
+    cuda, cuda_note = _cuda_version(text)
+    names = tuple(n.strip() for n in re.findall(r"^\s*Product Name\s*:\s*(.+)$", text, re.M)) or _table_gpus(text)
+    mig = len(re.findall(r"^\|\s+\d+\s+\d+\s+\d+\s+\d+\s+\|", _section(text, "MIG devices:"), re.M))
+    return HostGPU(
+        version_tuple(version),
+        cuda,
+        names,
+        note=cuda_note,
+        platform=_platform(text, version),
+        form=form,
+        mig_devices=mig,
+        archs=tuple(a.strip() for a in re.findall(r"^\s*Product Architecture\s*:\s*(.+)$", text, re.M)),
+        driver_models=_driver_models(text),
+        vgpu=_vgpu(text, names),
+    )
+
+
+def _no_driver_version(text: str) -> HostGPU:
+    """No driver version: a short error nvidia-smi printed is a broken host; anything else is bad input."""
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    listed = re.findall(r"^GPU \d+: (.+?) \(UUID: GPU-", text, re.M)
+    if listed:
+        migs = len(re.findall(r"^\s+MIG .+Device\s+\d+: \(UUID: MIG-", text, re.M))
+        return HostGPU(
+            None,
+            None,
+            tuple(listed),
+            form="list",
+            mig_devices=migs,
+            missing=f"`nvidia-smi -L` output ({len(listed)} GPUs, {migs} MIG devices) names no driver "
+            "version; capture `nvidia-smi` or `nvidia-smi -q` instead",
+        )
+    shell = next((line for line in lines if _SHELL.search(line) and "error while loading" not in line), None)
+    if shell:
+        raise SmiParseError(
+            f"no nvidia-smi output: the capture holds the shell's {escape(shell, 120)!r}; nvidia-smi is not "
+            "installed where it ran (in a container: the GPU runtime did not mount it, run it with `--gpus all`)"
+        )
+    errors = [line for line in lines if _ERRORISH.search(line) and "|" not in line]
+    if errors and len(lines) <= 4:
+        return HostGPU(
+            None,
+            None,
+            (),
+            note="nvidia-smi reports no usable driver or GPU",
+            fault="unknown-error",
+            fault_line=escape(errors[0]),
+        )
+    raise SmiParseError(
+        "no 'Driver Version' or 'KMD Version' in the nvidia-smi output; capture `nvidia-smi`, "
+        "`nvidia-smi -q` or `nvidia-smi --version`"
+    )
+
+
+def _driver_version(text: str) -> tuple[str, str] | None:
+    """(version, form). R610+ names the kernel driver `KMD Version` and deprecates `Driver Version`
+    (whose line then says "Deprecated, see ..." or carries a "[Deprecated ...]" note): KMD first."""
+    for label in ("KMD Version", "Driver Version"):
+        m = re.search(label + r"\s*:\s*" + _VER, text, re.I)
+        if m:
+            line = text[: m.start()].rsplit("\n", 1)[-1]  # the table's header line names NVIDIA-SMI too
+            form = (
+                "version"
+                if re.search(r"NVIDIA-SMI version\s*:", text)
+                else "table"
+                if "NVIDIA-SMI" in line
+                else "query"
+            )
+            return m.group(1), form
+    return None
+
+
+def _cuda_version(text: str) -> tuple[str | None, str]:
+    """(the driver's CUDA version, a note when it reports none). `CUDA UMD Version` first (R610+)."""
+    for label in ("CUDA UMD Version", "CUDA Version"):
+        m = re.search(label + r"\s*:\s*(\d+\.\d+|N/A|ERR!|Not Found)", text, re.I)
+        if m and m.group(1)[0].isdigit():
+            return m.group(1), ""
+        if m and m.group(1) == "Not Found":
+            return None, "the driver reports 'CUDA Version: Not Found': a vGPU manager (hypervisor) driver runs no CUDA"
+        if m:
+            return None, (
+                f"the driver reports 'CUDA Version: {m.group(1)}': its CUDA library (libcuda) is not "
+                "usable here (not installed, or not mounted into this container)"
+            )
+    return None, ""
+
+
+def _vgpu(text: str, names: tuple[str, ...]) -> str | None:
+    """A vGPU manager (the hypervisor's driver: no CUDA) or a guest's vGPU, from -q or the names."""
+    if re.search(
+        r"CUDA (?:UMD )?Version\s*:\s*Not Found|vGPU Driver Capability|Virtualization Mode\s*:\s*Host VGPU", text, re.I
+    ):
+        return "manager"
+    if re.search(r"Virtualization Mode\s*:\s*VGPU\b", text) or any(re.search(r"-\d+[ABCQ]\b", n) for n in names):
+        return "guest"
+    return None
+
+
+def _driver_models(text: str) -> tuple[str, ...]:
+    """The Windows driver model of each GPU: `-q`'s "Driver Model / Current", or the table rows."""
+    current = re.findall(r"Driver Model\s*\n\s*Current\s*:\s*(\S+)", text)
+    if current:
+        return tuple(m for m in current if smiforms.WINDOWS_MODEL.fullmatch(m))
+    rows = re.findall(r"^\|\s+\d+\s+.*?\b(WDDM|TCC|MCDM)\s*\|", text, re.M)
+    return tuple(rows)
+
+
+def _section(text: str, heading: str) -> str:
+    """The table section under ``heading`` ("MIG devices:", "Processes:"), up to the next blank line."""
+    at = text.find(heading)
+    if at < 0:
+        return ""
+    end = text.find("\n\n", at)
+    return text[at : end if end >= 0 else len(text)]
+
+
+def _table_gpus(text: str) -> tuple[str, ...]:
+    """GPU names from the table's GPU rows (above its "MIG devices" and "Processes" sections): the
+    name sits between the index and the Persistence-M (On/Off) or Windows driver-model column."""
+    cut = min((i for i in (text.find("MIG devices:"), text.find("Processes:")) if i >= 0), default=len(text))
+    rows = re.findall(r"^\|\s+\d+\s+(\S[^|]*?)\s+(?:On|Off|WDDM|TCC|MCDM)\s+\|", text[:cut], re.M)
+    return tuple(r.strip() for r in rows)
+
+
+def _platform(text: str, driver: str) -> str:
+    """Windows: a Windows driver model is named. WSL: the Linux nvidia-smi reports a Windows driver, a
+    two-part version other than its own (555.52.01 / 555.99); a two-part version alone is not Windows
+    (Linux has 595.80, with nvidia-smi 595.80)."""
+    smi = re.search(r"NVIDIA-SMI(?: version)?\s*:?\s*" + _VER, text, re.I)
+    if smi is not None and driver.count(".") == 1 and smi.group(1) != driver:
+        return "wsl"
+    model = re.search(r"Driver Model\s*\n\s*Current\s*:\s*(\S+)", text)
+    header = re.search(r"Driver-Model|TCC/WDDM", text)
+    rows = smiforms.WINDOWS_MODEL.search(" ".join(re.findall(r"^\|\s+\d+\s+.*?\|", text, re.M)))
+    return "windows" if header or rows or (model and smiforms.WINDOWS_MODEL.match(model.group(1))) else "linux"
