@@ -15,6 +15,7 @@ from builder.config import contract
 from builder.errors import ConfigError
 from builder.fsutil import read_regular
 from builder.host import compat, imagefacts, verdicts
+from builder.host.decisionmd import BLANKS, TO_FILL, decision_markdown
 from builder.host.hostctx import HostContext
 
 MAX_SMI_BYTES = 1 << 20  # `nvidia-smi -q` for 8 GPUs is ~100 KB
@@ -133,16 +134,8 @@ _expiry = verdicts.expiry  # kept under its old name (tests read it here)
 # what only a person knows is a marked blank (TO_FILL in Markdown, null under "to_fill" in JSON).
 
 DECISION_SCHEMA = 1
-TO_FILL = "TO FILL (a person)"
 PATHS = ("upgrade the driver", "the cu129 bridge", "an isolated environment")
 REVIEW_DAYS = 30  # the next review: this many days on, or the bridge's expiry date when that is sooner
-BLANKS = {
-    "decided_by": "who decided",
-    "approved_by": "the platform lead who approved",
-    "affected": "teams and services that run on these hosts",
-    "driver_window": "when the hosts can move to driver r580+ (maintenance window)",
-    "previous_image": "the image to roll back to",
-}
 
 
 def image_record(plan) -> dict | None:
@@ -396,109 +389,3 @@ def write_decision(out_dir: Path, doc: dict) -> tuple[Path, Path]:
     atomic_write(js, json.dumps(doc, indent=2) + "\n")
     atomic_write(md, printable(decision_markdown(doc)))  # capture text: no control character reaches Markdown
     return md, js
-
-
-def _gpu_summary(gpus: list[str]) -> str:
-    counted = {name: gpus.count(name) for name in dict.fromkeys(gpus)}
-    return ", ".join(f"{n} x {name}" if n > 1 else name for name, n in counted.items()) or "none listed"
-
-
-def _blank(value, name: str) -> str:
-    return f"**{TO_FILL}: {BLANKS[name]}**" if value is None else str(value)
-
-
-def decision_markdown(doc: dict) -> str:
-    lines = [
-        f"# Decision record: {doc['image']}",
-        "",
-        f"Created {doc['created']} by `build doctor --record`. "
-        f"Lines marked **{TO_FILL}** are for a person to complete.",
-        "",
-        *_evidence_lines(doc["fault_evidence"]),
-        "",
-        "## Paths",
-        "",
-    ]
-    lines += [f"- {'**chosen**' if o['chosen'] else 'not chosen'}: {o['path']}: {o['why']}" for o in doc["paths"]]
-    lines += [
-        "",
-        f"Chosen: {doc['chosen']} (doctor's recommendation; **{TO_FILL}: confirm or change it**)"
-        if doc["chosen"]
-        else f"Chosen: none yet: {doc['chosen_why']}",
-        "",
-        *_verification_lines(doc["verification"]),
-        "",
-        *_exit_lines(doc["exit_conditions"]),
-        "",
-        "## Rollback",
-        "",
-        f"- {doc['rollback']}",
-        "",
-        "## Next review",
-        "",
-        f"- {doc['next_review']}",
-        "",
-        "## For a person",
-        "",
-    ]
-    lines += [f"- {BLANKS[name]}: {_blank(value, name)}" for name, value in doc["to_fill"].items()]
-    return "\n".join(lines) + "\n"
-
-
-def _evidence_lines(ev: dict) -> list[str]:
-    host, archive = ev["host"], ev["evidence_archive"]
-    return [
-        "## Fault evidence",
-        "",
-        f"- verdict: {ev['verdict']}",
-        f"- route: {ev['route']}",
-        f"- host: driver {host['host_driver']} ({host['host_branch']}, {host['platform']}), CUDA "
-        f"{host['host_cuda'] or 'not reported'}, GPUs: {_gpu_summary(host['gpus'])}"
-        f"{' (data-center)' if host['data_center'] else ''}",
-        f"- host kind: {host['host_kind']}; CPU: {_cpu_text(host['cpu'])}; image platforms: "
-        f"{', '.join(host['cpu']['image']) or 'unknown'}",
-        *[
-            f"- GPU {g['name']}: cc {g['cc'] or '?'}, {g['class']}, image coverage {g['coverage'] or 'not declared'}"
-            for g in host["gpu_findings"]
-        ],
-        f"- nvidia-smi: {host['nvidia_smi']} ({host['nvidia_smi_form'] or 'a failure message'})",
-        *[f"- note: {n}" for n in ev["notes"]],
-        *([f"- save first: {ev['save_first']}"] if ev["save_first"] else []),
-        "- evidence archive: "
-        + (
-            f"{archive['archive']} (sha256 {archive['sha256']})"
-            if archive
-            else f"**{TO_FILL}: run `build evidence --out DIR` and name its archive**"
-        ),
-    ]
-
-
-def _cpu_text(cpu: dict) -> str:
-    return f"{cpu['host']} ({cpu['from']})" if cpu["host"] else "unknown (give --evidence ARCHIVE: its uname says it)"
-
-
-def _verification_lines(ver: dict) -> list[str]:
-    lines = [
-        "## Verification",
-        "",
-        f"- doctor: {'compatible' if ver['compatible'] else 'INCOMPATIBLE'} (image CUDA {ver['image_cuda']})",
-        "- image checks: "
-        + (
-            f"{ver['checks']} (build record {ver['build_record']['record']}, digest {ver['build_record']['digest']})"
-            if ver["build_record"]
-            else "unknown: no build record names this image (run `build test --image REF`)"
-        ),
-    ]
-    return lines + [f"- label {k}: {v if v is not None else '(absent)'}" for k, v in ver["labels"].items()]
-
-
-def _exit_lines(ex: dict) -> list[str]:
-    return [
-        "## Exit conditions",
-        "",
-        f"- bridge: {'yes' if ex['bridge'] else 'no'}",
-        f"- owner: {ex['owner'] or '(no owner label)'}",
-        f"- expires: {ex['expires'] or '(no expiry label)'}",
-        f"- status: {ex['status']}",
-        *([f"- exit when: {ex['exit_when']}"] if ex.get("exit_when") else []),
-    ]

@@ -140,4 +140,6 @@ def push(engine: Engine, target: Target, req: BuildRequest, image_id: str, log_p
                 f"{name}@{digest}: the registry's image has config {config}, not the scanned image's "
                 f"{image_id} (the tag moved during the push?); not recorded"
             )
+    with log_path.open("a", encoding="utf-8") as build_log:  # the log names what left the host, and when
+        build_log.write(f"[k3-builder] pushed {req.tags[0]} as {name}@{digest}, after the secret scan\n")
     return BuildResult(digest)

@@ -42,7 +42,7 @@ def test_build_records_the_digest_the_registry_serves(built):
     assert record["source_date_epoch"] == git.Repo(smoke.root / "k3smoke-src").head.commit.committed_date
     assert record["bases"]["runtime"]["digest"].startswith("sha256:")
     log = smoke.root / "artifacts" / "smoke" / record["build"]["id"] / "build.log"
-    assert "pushing" in log.read_text()
+    assert f"pushed {REGISTRY}/{smoke.repository}:smoke as {REGISTRY}/{smoke.repository}@{digest}" in log.read_text()
 
 
 def test_image_runs_as_non_root_with_a_cuda_12_9_runtime(built):

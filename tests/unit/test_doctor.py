@@ -12,7 +12,7 @@ import pytest
 from builder import log
 from builder.config import contract
 from builder.errors import ConfigError, EngineUnavailable
-from builder.host import compat, doctor, evidence
+from builder.host import compat, decisionmd, doctor, evidence
 from tests.conftest import REPO
 
 
@@ -809,7 +809,7 @@ def test_write_decision_writes_markdown_and_json_with_marked_blanks(tmp_path):
     assert "- evidence archive: **TO FILL (a person): run `build evidence --out DIR` and name its archive**" in text
     assert "- owner: o@e.org" in text and "- expires: 2027-06-30" in text and "- 2026-12-29" in text
     assert "GPUs: 8 x NVIDIA H100 80GB HBM3 (data-center)" in text
-    assert doctor._gpu_summary(["A", "B", "A"]) == "2 x A, B" and doctor._gpu_summary([]) == "none listed"
+    assert decisionmd._gpu_summary(["A", "B", "A"]) == "2 x A, B" and decisionmd._gpu_summary([]) == "none listed"
     assert (
         "- label io.k3-cu129.owner: o@e.org" in text and "- label org.opencontainers.image.revision: (absent)" in text
     )
