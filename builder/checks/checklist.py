@@ -70,11 +70,16 @@ def test_cuda_runtime(facts, expect, image):
     want = expect.cudart_version
     runtimes = {p: e for p, e in facts["libs"].items() if "libcudart.so" in p}
     assert runtimes, f"expected a CUDA runtime (libcudart.so) reporting {want}, found none in the image"
-    reported = {p: e.get("version") for p, e in runtimes.items() if e.get("version")}
-    unreadable = [f"{p} ({e['error']})" for p, e in sorted(runtimes.items()) if e.get("error")]
-    assert want in reported.values(), (
-        f"expected cudaRuntimeGetVersion() == {want} (CUDA {expect.cuda_major_minor}), found "
-        + (", ".join(f"{v} at {p}" for p, v in sorted(reported.items())) or "no loadable libcudart")
+    # The copy the imports mapped is judged (other copies: loaded_libraries); none mapped: every copy.
+    real = {e.get("real") or p: p for p, e in runtimes.items()}
+    judged = [real.get(m, m) for m in facts.get("mapped") or []] or sorted(runtimes)
+    found = {p: runtimes.get(p, {}).get("version") for p in judged}
+    unreadable = [f"{p} ({e['error']})" for p, e in sorted(runtimes.items()) if p in judged and e.get("error")]
+    assert {v for v in found.values() if v or facts.get("mapped")} == {want}, (
+        f"expected cudaRuntimeGetVersion() == {want} (CUDA {expect.cuda_major_minor}) from the "
+        + ("loaded libcudart" if facts.get("mapped") else "libcudart (none loaded: every copy)")
+        + ", found "
+        + (", ".join(f"{v} at {p}" for p, v in sorted(found.items()) if v) or "no loadable libcudart")
         + (f"; unreadable: {', '.join(unreadable)}" if unreadable else "")
     )
     if facts["version_json"]:
@@ -105,7 +110,7 @@ def test_no_other_cuda_major(facts, expect, report_warning):
         v = entry.get("version")
         if v and v // 1000 != major:
             wrong.append(f"{path} reports {v}")
-    for name, version in facts["dists"]:
+    for name, version, *_ in facts["dists"]:
         if not is_other_major(name, version, major):
             continue
         reason = expect.other_major.get(normalize(name))
@@ -155,12 +160,24 @@ def test_ops_registered(facts, expect, report_warning):
     )
 
 
+def _installed(facts) -> tuple[dict[str, str], list[str]]:
+    """name -> version installed, and each name installed twice (sys.path order picks one: a failure)."""
+    copies: dict[str, list[str]] = {}
+    for name, version, *where in facts["dists"]:
+        copies.setdefault(normalize(name), []).append(f"{version}" + (f" at {where[0]}" if where else ""))
+    twice = [
+        f"{n}: {len(c)} copies installed ({', '.join(sorted(c))})" for n, c in sorted(copies.items()) if len(c) > 1
+    ]
+    return {normalize(n): v for n, v, *_ in facts["dists"]}, twice
+
+
 def test_pinned_versions(facts, expect):
     if not expect.pins:
         pytest.skip("the target pins no FlashInfer or NCCL")
     need(facts, "dists")
-    have = {normalize(n): v for n, v in facts["dists"]}
-    wrong = [
+    have, twice = _installed(facts)
+    wrong = [t for t in twice if t.split(":")[0] in expect.pins]
+    wrong += [
         f"{name}: expected {want}, found {have.get(name, 'not installed')}"
         for name, want in sorted(expect.pins.items())
         if have.get(name) != want
@@ -202,8 +219,7 @@ def test_labels(image, expect):
 def test_lock_contents(facts, expect):
     need(facts, "dists")
     src_name, src_version = expect.source_package  # the wheel's version, local label included
-    have = {normalize(n): v for n, v in facts["dists"]}
-    problems = []
+    have, problems = _installed(facts)
     for name, version in sorted(have.items()):
         if name == src_name:
             if version != src_version:

@@ -53,7 +53,7 @@ class LabelKeys:
         return f"{self.prefix}.sbom"
 
     @property
-    def driver_floor(self) -> str:  # oldest driver the image's GPU code needs (matrix gpu.driver_floor, proven by gpu_code)
+    def driver_floor(self) -> str:  # oldest driver the GPU code needs (gpu.driver_floor, proven by gpu_code)
         return f"{self.prefix}.driver-floor"
 
     @property

@@ -67,6 +67,8 @@ def _facts(**kw):
         "torch": {"version": "2.13.0+cu129", "cuda": "12.9"},
     }
     base.update(kw)
+    # what the modules' imports mapped: the image's libcudart copies unless a test says otherwise
+    base.setdefault("mapped", [p for p in base["libs"] or {} if "libcudart.so" in p][:1])
     return base
 
 
@@ -805,9 +807,15 @@ def test_a_probe_that_cannot_run_fails():
 # --- CUDA runtime and other majors ----------------------------------------------------------------
 
 
-def test_one_matching_runtime_is_enough_and_every_source_of_the_version_must_agree():
+def test_the_loaded_runtime_is_judged_not_any_copy_that_reports_the_right_version():
+    # issue 34: a 12.9 copy somewhere in the image used to pass an image whose loaded libcudart is 12.8
     libs = {"/a/libcudart.so.12": {"version": 12080}, "/b/libcudart.so.12": {"version": 12090}}
-    checklist.test_cuda_runtime(_facts(libs=libs), _expect(), _image())
+    with pytest.raises(AssertionError, match=r"from the loaded libcudart, found 12080 at /a/libcudart.so.12$"):
+        checklist.test_cuda_runtime(_facts(libs=libs, mapped=["/a/libcudart.so.12"]), _expect(), _image())
+    checklist.test_cuda_runtime(_facts(libs=libs, mapped=["/b/libcudart.so.12"]), _expect(), _image())
+    # none loaded: every readable copy is judged
+    with pytest.raises(AssertionError, match="none loaded: every copy"):
+        checklist.test_cuda_runtime(_facts(libs=libs, mapped=[]), _expect(), _image())
     checklist.test_cuda_runtime(_facts(version_json=None, torch=None), _expect(), _image(env={"PATH": "/bin"}))
     with pytest.raises(AssertionError, match="expected /usr/local/cuda/version.json CUDA 12.9, found 12.8.1"):
         checklist.test_cuda_runtime(_facts(version_json="12.8.1"), _expect(), _image())
@@ -1015,13 +1023,15 @@ def _message(call, *args) -> str:
 
 def test_cuda_runtime_messages():
     libs = {"/b/libcudart.so.12": {"version": 12060}, "/a/libcudart.so.12": {"version": 12080}}
-    assert _message(checklist.test_cuda_runtime, _facts(libs=libs), _expect(), _image()) == (
-        "expected cudaRuntimeGetVersion() == 12090 (CUDA 12.9), found 12080 at /a/libcudart.so.12, "
-        "12060 at /b/libcudart.so.12"
+    assert _message(checklist.test_cuda_runtime, _facts(libs=libs, mapped=[]), _expect(), _image()) == (
+        "expected cudaRuntimeGetVersion() == 12090 (CUDA 12.9) from the libcudart (none loaded: every copy), "
+        "found 12080 at /a/libcudart.so.12, 12060 at /b/libcudart.so.12"
     )
     dead = {"/a/libcudart.so.12": {"version": None}}
-    assert _message(checklist.test_cuda_runtime, _facts(libs=dead), _expect(), _image()) == (
-        "expected cudaRuntimeGetVersion() == 12090 (CUDA 12.9), found no loadable libcudart"
+    assert _message(
+        checklist.test_cuda_runtime, _facts(libs=dead, mapped=["/a/libcudart.so.12"]), _expect(), _image()
+    ) == (
+        "expected cudaRuntimeGetVersion() == 12090 (CUDA 12.9) from the loaded libcudart, found no loadable libcudart"
     )
     assert _message(checklist.test_cuda_runtime, _facts(libs={}), _expect(), _image()) == (
         "expected a CUDA runtime (libcudart.so) reporting 12090, found none in the image"
@@ -1269,3 +1279,20 @@ def test_package_files_skips_a_source_without_the_package_directory():
     e = dataclasses.replace(e, package_files={})
     with pytest.raises(AssertionError, match="skipped: the source carries no vllm/ directory"):
         _run_one("package_files", f, e, image, host)
+
+
+def test_a_second_copy_of_a_distribution_fails_lock_contents_and_pinned_versions():
+    # issue 34: the dists were a dict keyed by name, so the copy that sorted last decided the verdict
+    site2 = "/opt/k3/python/lib/python3.12/site-packages"
+    dists = [
+        ["torch", "2.13.0+cu129", f"{SITE}/torch-2.13.0+cu129.dist-info"],
+        ["nvidia-nccl-cu12", "2.30.7", f"{SITE}/nvidia_nccl_cu12-2.30.7.dist-info"],
+        ["vllm", "0.30.0", f"{SITE}/vllm-0.30.0.dist-info"],
+    ]
+    checklist.test_lock_contents(_facts(dists=dists), _expect())
+    checklist.test_pinned_versions(_facts(dists=dists), _expect())
+    for other in ("2.27.5", "2.30.7"):  # another version, or the same one again elsewhere on sys.path
+        twice = [*dists, ["nvidia-nccl-cu12", other, f"{site2}/nvidia_nccl_cu12-{other}.dist-info"]]
+        for check in (checklist.test_lock_contents, checklist.test_pinned_versions):
+            with pytest.raises(AssertionError, match=r"nvidia-nccl-cu12: 2 copies installed \(2\.\d+\.\d at "):
+                check(_facts(dists=twice), _expect())
