@@ -36,6 +36,7 @@ from builder.source import extensions
 from builder.source.pinned import PinnedSource
 
 CHECKLIST = Path(__file__).with_name("checklist.py")
+CHECKLISTS = (CHECKLIST, CHECKLIST.with_name("checklist_image.py"))  # contract.CHECKS, one test each
 CHECK_OUTPUT_NAME = "checks.txt"  # pytest's own output, beside the JUnit report
 
 
@@ -90,6 +91,7 @@ class Expectations:
     os_packages: OsExpectations | None = None  # None: the target has no os_packages
     package: str = ""  # the source's top-level package directory (vllm)
     package_files: dict[str, bool] = field(default_factory=dict)  # its files at the pin -> executable
+    waivers: dict[str, dict[str, str]] = field(default_factory=dict)  # check -> path pattern -> why
 
     @property
     def cuda_major(self) -> int:
@@ -166,6 +168,7 @@ def expectations(
         os_packages=os_expectations(target, locks.os_entries),
         package=package,
         package_files=pinned.files_under(package),
+        waivers={check: dict(paths) for check, paths in target.runtime.waivers.items()},
     )
 
 
@@ -285,7 +288,7 @@ def _pytest(expect: Expectations, config: ImageConfig, container: str, tmp: Path
     with contextlib.redirect_stdout(output):
         code = pytest.main(
             [
-                str(CHECKLIST),
+                *map(str, CHECKLISTS),
                 "-c",
                 str(ini),
                 "--rootdir",

@@ -27,7 +27,6 @@ WaivableCheck = Literal[
     "image_starts",
     "least_privilege",
     "bytecode_matches",
-    "image_hygiene",
 ]
 Waivers = dict[WaivableCheck, dict[PathPattern, Reason]]
 

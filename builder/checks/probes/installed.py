@@ -1,0 +1,124 @@
+"""Probe: is every installed file what was installed?
+
+Every ``*.dist-info/RECORD`` under the roots is read (with the ``RECORD.native`` beside it, where
+the application's ELF files keep their hashes: builder/dockerfile/templates/layer_files.py) and
+each file it lists must exist with that sha256. Every file in a directory that holds dist-info
+directories (site-packages) must be listed by some RECORD, except bytecode (the bytecode_matches
+check owns it). For the base's OS packages, every file a ``/var/lib/dpkg/info/*.md5sums`` lists
+that is present must have that md5 (dpkg's path-exclude drops docs from slim bases, so a missing
+file is counted, not failed; configuration under /etc is the admin's to change). Request:
+{"roots": [...], "dpkg_info": "/var/lib/dpkg/info"}.
+"""
+
+import base64
+import csv
+import glob
+import hashlib
+import os
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # at run time builder/checks/probes/_report.py is prepended: report() is defined
+    from builder.checks.probes._report import report
+
+LIMIT = 200
+
+
+def digest(path, algorithm):
+    h = hashlib.new(algorithm)
+    with open(path, "rb") as fh:
+        for block in iter(lambda: fh.read(1 << 20), b""):
+            h.update(block)
+    return h
+
+
+def record_lines(dist_info):
+    rows = {}
+    for name in ("RECORD", "RECORD.native"):  # RECORD.native's hashes fill RECORD's empty ones
+        try:
+            with open(os.path.join(dist_info, name), newline="", encoding="utf-8") as fh:
+                for row in csv.reader(fh):
+                    if row and (row[0] not in rows or (len(row) > 1 and row[1])):
+                        rows[row[0]] = row[1] if len(row) > 1 else ""
+        except OSError:
+            if name == "RECORD":
+                return None
+    return rows
+
+
+def verify(dist_info, out, listed):
+    site = os.path.dirname(dist_info)
+    rows = record_lines(dist_info)
+    if rows is None:
+        out["problems"].append([dist_info, "no RECORD"])
+        return
+    for rel, hashed in rows.items():
+        path = os.path.normpath(os.path.join(site, rel))
+        listed.add(path)
+        if not hashed:
+            continue
+        out["hashed"] += 1
+        algorithm, _, want = hashed.partition("=")
+        try:
+            got = base64.urlsafe_b64encode(digest(path, algorithm).digest()).rstrip(b"=").decode()
+        except FileNotFoundError:
+            out["problems"].append([path, f"missing (listed in {dist_info}/RECORD)"])
+            continue
+        except (OSError, ValueError) as exc:
+            out["problems"].append([path, f"unreadable: {exc}"])
+            continue
+        if got != want:
+            out["problems"].append([path, f"sha256 differs from {os.path.basename(dist_info)}/RECORD"])
+
+
+def unowned(sites, listed, out):
+    for site in sorted(sites):
+        for top, dirs, files in os.walk(site):
+            dirs[:] = sorted(d for d in dirs if d != "__pycache__")
+            if top.endswith(".dist-info"):
+                continue  # RECORD.native and what an installer writes beside RECORD
+            for name in sorted(files):
+                path = os.path.join(top, name)
+                if path not in listed and not name.endswith(".pyc"):
+                    out["problems"].append([path, "listed by no RECORD"])
+
+
+def dpkg(info_dir, out):
+    for sums in sorted(glob.glob(os.path.join(info_dir, "*.md5sums"))):
+        package = os.path.basename(sums)[: -len(".md5sums")]
+        with open(sums, encoding="utf-8", errors="replace") as fh:
+            for line in fh:
+                want, _, rel = line.strip().partition("  ")
+                path = "/" + rel
+                if not rel or path.startswith("/etc/"):
+                    continue
+                try:
+                    got = digest(path, "md5").hexdigest()
+                except OSError:
+                    out["dpkg_absent"] += 1
+                    continue
+                out["dpkg_checked"] += 1
+                if got != want:
+                    out["problems"].append([path, f"md5 differs from dpkg's record of {package}"])
+
+
+def main(req):
+    out: dict[str, Any] = {"dists": 0, "hashed": 0, "problems": [], "dpkg_checked": 0, "dpkg_absent": 0}
+    listed: set = set()
+    sites = set()
+    for root in req["roots"]:
+        for top, dirs, _ in os.walk(root):
+            dirs.sort()
+            for d in [d for d in dirs if d.endswith(".dist-info")]:
+                out["dists"] += 1
+                sites.add(top)
+                verify(os.path.join(top, d), out, listed)
+    unowned(sites, listed, out)
+    if req.get("dpkg_info"):
+        dpkg(req["dpkg_info"], out)
+    out["count"] = len(out["problems"])
+    out["problems"] = out["problems"][:LIMIT]
+    return out
+
+
+if __name__ == "__main__":
+    report(main)
