@@ -118,6 +118,53 @@ VARIANTS = {
         {"os_packages"},
         "numactl: /usr/bin/numactl differs from the package",
     ),
+    # --- issue 34: the whole-image rules (builder/checks/checklist_image.py), one variant each ---
+    # A second copy of an installed distribution (same name and version, its own dist-info).
+    "second-copy": (
+        f"USER 0\nRUN cp -r {SITE}/packaging-26.4.dist-info {SITE}/packaging-26.4.post0.dist-info\nUSER 2000:2000",
+        {"lock_contents"},
+        "packaging: 2 copies installed",
+    ),
+    # A data file of a dependency changed after it was installed: only its RECORD hash says so.
+    "tampered": (
+        f"USER 0\nRUN echo tampered >> {SITE}/packaging/py.typed\nUSER 2000:2000",
+        {"installed_files"},
+        f"{SITE}/packaging/py.typed: sha256 differs from packaging-26.4.dist-info/RECORD",
+    ),
+    # A shared object no module names, outside every declared tree, with a symbol nothing defines.
+    "unbound-symbol": (
+        "USER 0\nRUN printf 'extern int k3_nowhere(void);\\nint k3_use(void) { return k3_nowhere(); }\\n' > /tmp/u.c "
+        "&& gcc -shared -fPIC -o /opt/k3/venv/lib/libk3open.so /tmp/u.c && rm /tmp/u.c\nUSER 2000:2000",
+        {"everything_loads"},
+        "undefined symbol: k3_nowhere",
+    ),
+    # Another CUDA runtime of another 12.x release beside the one the app loads.
+    "stray-cudart": (
+        "COPY libcudart.so.12 /opt/k3/lib/libcudart.so.12",
+        {"loaded_libraries"},
+        "/opt/k3/lib/libcudart.so.12: reports 12080, expected 12090",
+    ),
+    "no-entrypoint": ('ENTRYPOINT ["k3smoke-serve"]', {"image_starts"}, "k3smoke-serve is not on PATH"),
+    "setuid": (
+        "USER 0\nRUN cp /bin/true /opt/k3/venv/bin/k3-helper && chmod 4755 /opt/k3/venv/bin/k3-helper\nUSER 2000:2000",
+        {"least_privilege"},
+        "/opt/k3/venv/bin/k3-helper: set-id mode 0o4755",
+    ),
+    # What pip's own compileall writes by default outside SOURCE_DATE_EPOCH: bytecode no source check guards.
+    "unchecked-pyc": (
+        "USER 0\nRUN python -c \"import importlib.util as u, py_compile as c; s='"
+        f"{SITE}/k3smoke/cli.py'; c.compile(s, cfile=u.cache_from_source(s), "
+        'invalidation_mode=c.PycInvalidationMode.UNCHECKED_HASH)"\nUSER 2000:2000',
+        {"bytecode_matches"},
+        "unchecked hash-based, not checked hash-based",
+    ),
+    # python-build-standalone's build prefix left in a library's RUNPATH.
+    "build-runpath": (
+        "USER 0\nRUN printf 'int k3_r(void) { return 0; }\\n' > /tmp/r.c && gcc -shared -fPIC "
+        "-o /opt/k3/venv/lib/libk3rp.so /tmp/r.c -Wl,--enable-new-dtags,-rpath,/install/lib && rm /tmp/r.c\nUSER 2000:2000",
+        {"image_hygiene"},
+        "DT_RUNPATH /install/lib is under a build-only root",
+    ),
 }
 
 
