@@ -283,7 +283,8 @@ CUDA_TRACKING_LIBS = (
 )
 
 
-# The image checks `build test` runs (builder/checks/checklist.py holds one test per entry, same name).
+# The image checks `build test` runs (builder/checks/checklist.py and checklist_image.py hold one test
+# per entry, same name).
 # Expectations come from the matrix (and the record); nothing here is a constant of a test.
 CHECKS = {
     "cuda_runtime": "libcudart in the image reports the matrix's CUDA major.minor (cudaRuntimeGetVersion); "

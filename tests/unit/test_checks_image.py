@@ -51,13 +51,16 @@ def test_installed_files_verifies_every_record_hash_and_owns_every_file(tmp_path
     _dist(site, "pkg", {"pkg/__init__.py": b"x = 1\n", "pkg/_c.so": b"\x7fELF native"}, native=("pkg/_c.so",))
     (site / "pkg/__pycache__").mkdir()
     (site / "pkg/__pycache__/__init__.cpython-312.pyc").write_bytes(b"bytecode is bytecode_matches'")
-    request = {"roots": [str(tmp_path)]}
-    found = run("installed", request)
+    request, env = {"roots": [str(tmp_path)]}, {"PYTHONPATH": str(site)}
+    _dist(site / "pkg/_vendor", "vendored", {"bin/gone": b""})  # a vendored dist-info: no install here
+    (site / "pkg/_vendor/bin/gone").unlink()
+    found = run("installed", request, env)
+    assert found["vendored"] == 1
     assert found["dists"] == 1 and found["hashed"] == 3 and found["problems"] == []
     (site / "pkg/_c.so").write_bytes(b"\x7fELF patched")  # RECORD.native's hash is the one held
     (site / "pkg/__init__.py").unlink()
     (site / "evil.pth").write_text("import os\n")
-    found = run("installed", request)
+    found = run("installed", request, env)
     assert sorted(found["problems"]) == [
         [f"{site}/evil.pth", "listed by no RECORD"],
         [f"{site}/pkg/__init__.py", f"missing (listed in {site}/pkg-1.0.dist-info/RECORD)"],

@@ -6,8 +6,8 @@ direct_url.json, shebangs of executables, *.cmake, *.pc) may name a build-only r
 absolute path (/third_party, /src, /build, /ctx, /layers: where the build stages kept sources,
 wheels and layer roots). Every ELF file's DT_RPATH and DT_RUNPATH entries are read too (_dyn.py):
 an absolute entry under a build-only root, or one that does not exist in the image, or a relative
-one (resolved against whatever the current directory is) is reported with the others; entries
-with $ORIGIN resolve beside the file and pass when that directory exists.
+one (resolved against whatever the current directory is) is reported with the others; $ORIGIN
+entries resolve beside the file and pass (ld.so skips a missing one; wheels carry several layouts).
 Request: {"roots": [...], "build_roots": [...]}.
 """
 
@@ -60,15 +60,16 @@ def search_paths(roots, build_roots):
     for path, dyn in elf_files(roots):
         for tag in ("rpath", "runpath"):
             for entry in [e for e in dyn[tag].split(":") if e]:
-                where = entry.replace("${ORIGIN}", "$ORIGIN").replace("$ORIGIN", os.path.dirname(path))
                 what = f"DT_{tag.upper()} {entry}"
-                if "$" in where:
-                    continue  # $LIB / $PLATFORM: ld.so's own substitutions
-                if not entry.startswith(("/", "$ORIGIN", "${ORIGIN}")):
+                if entry.startswith(("$ORIGIN", "${ORIGIN}")) or "$" in entry:
+                    # beside the file: ld.so skips a directory that is not there, and wheels carry
+                    # entries for every layout they may be installed in (torch's for cu12 and cu13)
+                    continue
+                if not entry.startswith("/"):
                     found.append([path, entry, f"{what} is relative: resolved against the current directory"])
-                elif under(os.path.normpath(where), build_roots):
+                elif under(os.path.normpath(entry), build_roots):
                     found.append([path, entry, f"{what} is under a build-only root"])
-                elif not os.path.isdir(where):
+                elif not os.path.isdir(entry):
                     found.append([path, entry, f"{what} does not exist in the image"])
     return found
 

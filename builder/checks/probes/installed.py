@@ -1,9 +1,9 @@
 """Probe: is every installed file what was installed?
 
-Every ``*.dist-info/RECORD`` under the roots is read (with the ``RECORD.native`` beside it, where
-the application's ELF files keep their hashes: builder/dockerfile/templates/layer_files.py) and
-each file it lists must exist with that sha256. Every file in a directory that holds dist-info
-directories (site-packages) must be listed by some RECORD, except bytecode (the bytecode_matches
+Every ``*.dist-info/RECORD`` in a sys.path directory under the roots is read (with the
+``RECORD.native`` beside it, where the application's ELF files keep their hashes:
+builder/dockerfile/templates/layer_files.py) and each file it lists must exist with that sha256. Every file in those sys.path directories
+(site-packages) must be listed by some RECORD, except bytecode (the bytecode_matches
 check owns it). For the base's OS packages, every file a ``/var/lib/dpkg/info/*.md5sums`` lists
 that is present must have that md5 (dpkg's path-exclude drops docs from slim bases, so a missing
 file is counted, not failed; configuration under /etc is the admin's to change). Request:
@@ -16,6 +16,7 @@ import glob
 import hashlib
 import json
 import os
+import sys
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # at run time builder/checks/probes/_report.py is prepended: report() is defined
@@ -134,21 +135,59 @@ def dpkg(info_dir, out, jobs):
         out["dpkg_absent"] += part.get("dpkg_absent", 0)
 
 
+def verify_all(dist_infos, jobs):
+    """verify() over ``dist_infos``, split over ``jobs`` forked children (a CUDA image is GBs)."""
+    children = []
+    for i in range(jobs):
+        r, w = os.pipe()
+        pid = os.fork()
+        if pid == 0:
+            os.close(r)
+            part: dict[str, Any] = {"hashed": 0, "problems": [], "unrecorded": []}
+            listed: set = set()
+            for d in dist_infos[i::jobs]:
+                verify(d, part, listed)
+            part["listed"] = sorted(listed)
+            os.write(w, json.dumps(part).encode())
+            os._exit(0)
+        os.close(w)
+        children.append((pid, r))
+    out: dict[str, Any] = {"hashed": 0, "problems": [], "unrecorded": [], "listed": set()}
+    for pid, r in children:
+        data = read_all(r)
+        os.waitpid(pid, 0)
+        part = json.loads(data) if data else {"problems": [["(RECORD)", "a hashing process died"]]}
+        out["hashed"] += part.get("hashed", 0)
+        out["problems"] += part["problems"]
+        out["unrecorded"] += part.get("unrecorded", [])
+        out["listed"].update(part.get("listed", []))
+    return out
+
+
 def main(req):
-    out: dict[str, Any] = {"dists": 0, "hashed": 0, "problems": [], "dpkg_checked": 0, "dpkg_absent": 0}
-    out["unrecorded"] = []
-    listed: set = set()
-    sites = set()
-    for root in req["roots"]:
+    jobs = max(1, min(os.cpu_count() or 1, 4))
+    # The installed distributions: dist-info directories in a sys.path directory under the roots.
+    # One vendored inside a package (setuptools/_vendor/wheel-*.dist-info) describes an install
+    # that never happened here: counted, not verified.
+    roots = [os.path.realpath(r) for r in req["roots"]]
+    sites = sorted(
+        {os.path.realpath(p) for p in sys.path if p and os.path.isdir(p)}
+        & {os.path.realpath(p) for r in roots for p in sys.path if p and os.path.realpath(p).startswith(r + "/")}
+    )
+    dist_infos, vendored = [], 0
+    for root in roots:
         for top, dirs, _ in os.walk(root):
             dirs.sort()
             for d in [d for d in dirs if d.endswith(".dist-info")]:
-                out["dists"] += 1
-                sites.add(top)
-                verify(os.path.join(top, d), out, listed)
-    unowned(sites, listed, out)
+                if os.path.realpath(top) in sites:
+                    dist_infos.append(os.path.join(top, d))
+                else:
+                    vendored += 1
+    out: dict[str, Any] = verify_all(dist_infos, jobs)
+    out.update(dists=len(dist_infos), vendored=vendored, dpkg_checked=0, dpkg_absent=0)
+    unowned(sites, out.pop("listed"), out)
     if req.get("dpkg_info"):
-        dpkg(req["dpkg_info"], out, max(1, min(os.cpu_count() or 1, 4)))
+        dpkg(req["dpkg_info"], out, jobs)
     out["count"] = len(out["problems"])
     out["problems"] = out["problems"][:LIMIT]
     return out
