@@ -2,12 +2,12 @@
 
 Every ``*.dist-info/RECORD`` in a sys.path directory under the roots is read (with the
 ``RECORD.native`` beside it, where the application's ELF files keep their hashes:
-builder/dockerfile/templates/layer_files.py) and each file it lists must exist with that sha256. Every file in those sys.path directories
-(site-packages) must be listed by some RECORD, except bytecode (the bytecode_matches
-check owns it). For the base's OS packages, every file a ``/var/lib/dpkg/info/*.md5sums`` lists
-that is present must have that md5 (dpkg's path-exclude drops docs from slim bases, so a missing
-file is counted, not failed; configuration under /etc is the admin's to change). Request:
-{"roots": [...], "dpkg_info": "/var/lib/dpkg/info"}.
+builder/dockerfile/templates/layer_files.py) and each file it lists must exist with that
+sha256. Every file in those sys.path directories (site-packages) must be listed by some RECORD,
+except bytecode (the bytecode_matches check owns it). For the base's OS packages, every file a
+``/var/lib/dpkg/info/*.md5sums`` lists that is present must have that md5 (dpkg's path-exclude
+drops docs from slim bases, so a missing file is counted, not failed; configuration under /etc
+is the admin's to change). Request: {"roots": [...], "dpkg_info": "/var/lib/dpkg/info"}.
 """
 
 import base64
