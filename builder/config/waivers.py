@@ -14,7 +14,7 @@ is shown too (a stale waiver hides nothing today and would hide a new defect tom
 from __future__ import annotations
 
 import fnmatch
-from collections.abc import Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Literal
 
 from builder.config.patterns import PathPattern, Reason
@@ -27,6 +27,7 @@ WaivableCheck = Literal[
     "image_starts",
     "least_privilege",
     "bytecode_matches",
+    "image_hygiene",
 ]
 Waivers = dict[WaivableCheck, dict[PathPattern, Reason]]
 
@@ -37,3 +38,24 @@ def waived(waivers: Mapping[str, Mapping[str, str]], check: str, path: str) -> t
         if fnmatch.fnmatchcase(path, pattern):
             return pattern, reason
     return None
+
+
+def unwaived(
+    waivers: Mapping[str, Mapping[str, str]],
+    check: str,
+    findings: Iterable[tuple[str, str]],
+    report: Callable[[str], object],
+) -> list[tuple[str, str]]:
+    """The (path, what) ``findings`` no waiver of ``check`` matches. Each waived one is reported with
+    its pattern and reason, and so is each waiver that matched nothing (it would hide a new defect)."""
+    left, used = [], set()
+    for path, what in findings:
+        hit = waived(waivers, check, path)
+        if hit:
+            used.add(hit[0])
+            report(f"{check}: {path}: {what}; waived ({hit[0]}): {hit[1]}")
+        else:
+            left.append((path, what))
+    for pattern in sorted(set(waivers.get(check, {})) - used):
+        report(f"{check}: waiver {pattern} matched nothing: drop it from runtime.waivers.{check}")
+    return left
