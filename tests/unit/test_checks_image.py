@@ -105,13 +105,32 @@ def test_everything_loads_binds_every_symbol_and_imports_every_extension(tmp_pat
     stub = compile_so(tmp_path / "libcuda.so.1", soname="libcuda.so.1")
     compile_so(site / "pkg/libdrv.so", needs=(stub,))
     stub.unlink()
+    # a library whose open symbol its dependent defines: bound in the dependent's load, as ld.so does
+    src.write_text("extern int k3_from_parent(void);\nint k3_child(void) { return k3_from_parent(); }\n")
+    child = site / "pkg/libchild.so"
+    subprocess.run(["cc", "-shared", "-fPIC", "-Wl,-soname,libchild.so", "-o", str(child), str(src)], check=True)
+    src.write_text("int k3_from_parent(void) { return 1; }\n")
+    subprocess.run(
+        [
+            "cc",
+            "-shared",
+            "-fPIC",
+            "-o",
+            str(site / "pkg/libparent.so"),
+            str(src),
+            "-Wl,--no-as-needed",
+            str(child),
+            "-Wl,-rpath,$ORIGIN",
+        ],
+        check=True,
+    )
     found = _loads(site, {"PYTHONPATH": str(site)})
     failed = {Path(p).name: (m, err) for p, m, err in found["failed"]}
     assert set(failed) == {"libopen.so", ext.name}, found
     assert "undefined symbol: k3_nowhere" in failed["libopen.so"][1] and failed["libopen.so"][0] is None
     assert failed[ext.name][0] == "pkg.broken" and "PyInit_broken" in failed[ext.name][1]
     assert found["gaps"] == [[str(site / "pkg/libdrv.so"), "libcuda.so.1"]]
-    assert good.exists() and (found["extensions"], found["shared"]) == (1, 3)
+    assert good.exists() and (found["extensions"], found["shared"], found["covered"]) == (1, 4, 1)
 
 
 def _ext_suffix() -> str:

@@ -7,7 +7,9 @@ of it would), and must be the file that import loads; every other shared object 
 RTLD_NOW, as ld.so does with LD_BIND_NOW, so every undefined symbol and symbol version must
 resolve against its NEEDED closure. A NEEDED soname no search path finds but a file under the
 prefix provides is loaded first (RTLD_GLOBAL), as an earlier import would (torch loads libc10.so
-before the libraries that need it without a RUNPATH). A driver library the container runtime
+before the libraries that need it without a RUNPATH). A library another file under the prefix
+NEEDs is not opened on its own: it is loaded and bound in its dependent's load group, where ld.so
+resolves its symbols. A driver library the container runtime
 mounts is the one allowed gap: it is counted, and the file's symbols are then not checked.
 Run with the compat libcuda.so.1 on LD_LIBRARY_PATH. Request: {"roots": [...],
 "driver_libraries": [...], "timeout": 120, "jobs": 2}.
@@ -174,17 +176,28 @@ def main(req):
     sites = sorted({os.path.realpath(p) for p in sys.path if p and os.path.isdir(p)}, key=len, reverse=True)
     providers: dict[str, str] = {}
     items = []
-    for path, dyn in elf_files(req["roots"]):
+    files = dict(elf_files(req["roots"]))
+    needed = {n for dyn in files.values() for n in dyn["needed"]}
+    covered = 0
+    for path, dyn in files.items():
         providers.setdefault(dyn["soname"] or os.path.basename(path), path)
         providers.setdefault(os.path.basename(path), path)
-        if ".so" in os.path.basename(path):
-            items.append((path, dotted(os.path.realpath(path), sites)))
+        if ".so" not in os.path.basename(path):
+            continue
+        module = dotted(os.path.realpath(path), sites)
+        # A library another file here NEEDs is loaded, and bound, in that file's load group (where
+        # ld.so resolves its symbols too: libtorch_nvshmem.so's come from libtorch_cuda.so's closure).
+        if module is None and (dyn["soname"] in needed or os.path.basename(path) in needed):
+            covered += 1
+            continue
+        items.append((path, module))
     drivers = set(req["driver_libraries"])
     jobs = max(1, min(req.get("jobs") or os.cpu_count() or 1, 8))
     results = by_package(items, providers, drivers, req.get("timeout", 120), jobs)
     out: dict[str, Any] = {
         "extensions": sum(1 for _, m in items if m),
         "shared": sum(1 for _, m in items if not m),
+        "covered": covered,
         "failed": [[p, m, results[p]] for p, m in items if isinstance(results.get(p), str)],
         "gaps": [[p, results[p][1]] for p, _ in items if isinstance(results.get(p), list)],
     }
