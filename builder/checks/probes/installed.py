@@ -76,8 +76,8 @@ def unowned(sites, listed, out):
     for site in sorted(sites):
         for top, dirs, files in os.walk(site):
             dirs[:] = sorted(d for d in dirs if d != "__pycache__")
-            if top.endswith(".dist-info"):
-                continue  # RECORD.native and what an installer writes beside RECORD
+            if os.path.relpath(top, site).split(os.sep)[0].endswith(".dist-info"):
+                continue  # RECORD.native, licenses/ and what an installer writes beside RECORD
             for name in sorted(files):
                 path = os.path.join(top, name)
                 if path not in listed and not name.endswith(".pyc"):
