@@ -9,6 +9,8 @@ that matched nothing is shown too.
 
 from __future__ import annotations
 
+import shlex
+
 import pytest
 
 from builder.checks.checklist import _compat_env, _listing, run_probe
@@ -25,6 +27,13 @@ def _probe(image_host, name: str, request: dict, env: str = "") -> dict:
     found = run_probe(image_host, name, request, env)
     assert "error" not in found, f"expected the {name} probe to run, found {found.get('error')}"
     return found
+
+
+def _recipe_env(expect) -> str:
+    """runtime.recipe.env, as recipe_cli runs with it (cu129: VLLM_TARGET_DEVICE=cpu, without which
+    vLLM finds no platform on a GPU-less host and cannot build its parser)."""
+    env = (expect.recipe or {}).get("env", {})
+    return "".join(f"{k}={shlex.quote(v)} " for k, v in sorted(env.items()))
 
 
 def _argv(image) -> list[str]:
@@ -109,7 +118,7 @@ def test_loaded_libraries(image_host, image, expect, report_warning):
 def test_image_starts(image_host, image, expect, report_warning):
     argv = _argv(image)
     request = {"argv": argv, "help": [*(image.entrypoint or argv)[1:], "--help"], "timeout": 120}
-    found = _probe(image_host, "starts", request, _compat_env(expect))
+    found = _probe(image_host, "starts", request, _compat_env(expect) + _recipe_env(expect))
     entry = found["entrypoint"]
     findings = [(entry.get("program") or (argv or ["(none)"])[0], entry["error"])] if entry["error"] else []
     findings += [

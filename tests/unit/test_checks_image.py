@@ -240,7 +240,10 @@ class _Host:
     def __init__(self, answers: dict[str, dict]) -> None:
         self.answers = answers
 
+    commands: list[str] = []
+
     def run(self, command, *args):
+        self.commands.append(command)
         name = next(n for n in probes.IMAGE_NAMES if probes.script(n) == args[0])
 
         class Ran:
@@ -331,3 +334,20 @@ def test_waivers_are_a_matrix_key_of_checks_and_path_patterns():
     with pytest.raises(ValueError):
         Runtime.model_validate({"waivers": {"no_such_check": {"/x": "y"}}})
     assert set(waivers.WaivableCheck.__args__) <= set(contract.CHECKS)  # type: ignore[attr-defined]
+
+
+def test_image_starts_runs_help_as_recipe_cli_does_and_names_what_does_not_start():
+    ok = {"entrypoint": {"program": "/opt/k3/venv/bin/vllm", "error": None}, "scripts": {}}
+    image = ImageConfig("r", "i", {}, {}, "2000", ("vllm", "serve"), ("--model", "m"))
+    host = _Host({"starts": ok})
+    e = _expect(recipe={"env": {"VLLM_TARGET_DEVICE": "cpu"}})
+    checklist_image.test_image_starts(host, image, e, lambda m: None)
+    assert "VLLM_TARGET_DEVICE=cpu " in host.commands[-1] and "LD_LIBRARY_PATH=" in host.commands[-1]
+    broken = {
+        "entrypoint": {"program": "/opt/k3/venv/bin/vllm", "error": "`vllm serve --help` exited 1: ImportError"},
+        "scripts": {"/opt/k3/venv/bin/x": {"value": "x.cli:main", "dist": "x 1", "error": "ModuleNotFoundError: x"}},
+    }
+    with pytest.raises(AssertionError) as info:
+        checklist_image.test_image_starts(_Host({"starts": broken}), image, e, lambda m: None)
+    assert "/opt/k3/venv/bin/vllm: `vllm serve --help` exited 1" in str(info.value)
+    assert "/opt/k3/venv/bin/x: x.cli:main (x 1): ModuleNotFoundError" in str(info.value)
