@@ -89,6 +89,8 @@ def test_loaded_libraries(image_host, image, expect, report_warning):
         report_warning(f"loaded_libraries: the image config sets {var}={value}")
     request = {"argv": _argv(image), "package": expect.package, "roots": [contract.APP_PREFIX], "env": env}
     found = _probe(image_host, "loaded", request, _compat_env(expect))
+    for kind, what in found.get("side_effects", []):  # report-only (issue 34, rule 8)
+        report_warning(f"loaded_libraries: importing the app made a {kind}: {what}")
     problems = [f"import {m}: {err}" for m, err in sorted(found["imports"].items()) if err]
     if len(found["cudart"]) > 1:
         problems.append(f"{len(found['cudart'])} libcudart mapped: {', '.join(found['cudart'])}")

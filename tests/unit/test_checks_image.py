@@ -351,3 +351,23 @@ def test_image_starts_runs_help_as_recipe_cli_does_and_names_what_does_not_start
         checklist_image.test_image_starts(_Host({"starts": broken}), image, e, lambda m: None)
     assert "/opt/k3/venv/bin/vllm: `vllm serve --help` exited 1" in str(info.value)
     assert "/opt/k3/venv/bin/x: x.cli:main (x 1): ModuleNotFoundError" in str(info.value)
+
+
+def test_an_import_s_side_effects_are_reported_not_failed(tmp_path):
+    import shutil
+    import tempfile
+
+    site = tmp_path / "site"
+    (site / "noisy").mkdir(parents=True)
+    outside = Path(tempfile.mkdtemp(prefix="k3-side-effect-", dir="/var/tmp"))  # writes under /tmp are fine
+    out = outside / "state.txt"
+    (site / "noisy/__init__.py").write_text(
+        f"import subprocess\nopen({str(out)!r}, 'w').write('x')\nsubprocess.run(['true'])\n"
+    )
+    found = run(
+        "loaded", {"argv": ["python", "-m", "noisy"], "package": "", "roots": [], "env": {}}, {"PYTHONPATH": str(site)}
+    )
+    assert found["imports"] == {"noisy": None}
+    shutil.rmtree(outside)
+    kinds = {kind: what for kind, what in found["side_effects"]}
+    assert kinds["write"] == str(out) and "true" in kinds["subprocess"]

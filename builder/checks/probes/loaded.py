@@ -1,7 +1,8 @@
 """Probe: what the app's process really maps, and every copy of a CUDA runtime in the image.
 
 Run with the image's own Env (the container's). Imports the modules the entrypoint and the
-source's package bring in, then reads /proc/self/maps: the libcudart and libnccl files mapped
+source's package bring in (an audit hook records, report-only, what those imports do besides
+importing: network connects, writes outside /tmp, subprocesses), then reads /proc/self/maps: the libcudart and libnccl files mapped
 (libnccl's version from ncclGetVersion). Then, in forked children (so nothing more is mapped
 here), the version every libcudart (cudaRuntimeGetVersion) and libnvrtc (nvrtcVersion) in the
 image reports. And the search paths of the config: each PYTHONPATH, LD_LIBRARY_PATH and
@@ -111,14 +112,36 @@ def entry_modules(argv, package):
     return found + ([package] if package and package not in found else [])
 
 
+SIDE_EFFECTS: list = []
+RECORDING = [True]
+SPAWNS = ("subprocess.Popen", "os.system", "os.exec", "os.posix_spawn", "os.spawn", "os.startfile")
+
+
+def audit(event, args):
+    """Report-only: what the app's imports do besides importing (network, writes, processes)."""
+    if not RECORDING[0] or len(SIDE_EFFECTS) >= 50:
+        return
+    if event == "socket.connect":
+        SIDE_EFFECTS.append(["connect", repr(args[1])[:200]])
+    elif event in SPAWNS:
+        SIDE_EFFECTS.append(["subprocess", repr(args[:2])[:200]])
+    elif event == "open" and isinstance(args[0], str) and not args[0].startswith(("/tmp/", "/dev/", "/proc/")):
+        mode, flags = args[1], args[2] if len(args) > 2 else 0
+        writes = any(c in mode for c in "wax+") if isinstance(mode, str) else bool(flags & (os.O_WRONLY | os.O_RDWR))
+        if writes:
+            SIDE_EFFECTS.append(["write", args[0][:200]])
+
+
 def main(req):
-    out: dict[str, Any] = {"imports": {}}
+    out: dict[str, Any] = {"imports": {}, "side_effects": SIDE_EFFECTS}
+    sys.addaudithook(audit)
     for name in entry_modules(req["argv"], req.get("package")):
         try:
             importlib.import_module(name)
             out["imports"][name] = None
         except BaseException as exc:  # noqa: BLE001
             out["imports"][name] = f"{type(exc).__name__}: {exc}"[:300]
+    RECORDING[0] = False
     maps = mapped()
     out["cudart"] = sorted({os.path.realpath(p) for p in maps if "/libcudart.so" in p})
     out["nccl"] = {}
