@@ -48,15 +48,16 @@ def _dist(site: Path, name: str, files: dict[str, bytes], native: tuple[str, ...
 
 def test_installed_files_verifies_every_record_hash_and_owns_every_file(tmp_path):
     site = tmp_path / "lib/python3.12/site-packages"
-    _dist(site, "pkg", {"pkg/__init__.py": b"x = 1\n", "pkg/_c.so": b"\x7fELF native"}, native=("pkg/_c.so",))
+    # a vendored dist-info (setuptools/_vendor/wheel-*.dist-info): its RECORD names files never installed here
+    vendored = {"pkg/_vendor/wheel-1.0.dist-info/RECORD": b"../../bin/wheel,sha256=AAAA,1\n"}
+    files = {"pkg/__init__.py": b"x = 1\n", "pkg/_c.so": b"\x7fELF native", **vendored}
+    _dist(site, "pkg", files, native=("pkg/_c.so",))
     (site / "pkg/__pycache__").mkdir()
     (site / "pkg/__pycache__/__init__.cpython-312.pyc").write_bytes(b"bytecode is bytecode_matches'")
     request, env = {"roots": [str(tmp_path)]}, {"PYTHONPATH": str(site)}
-    _dist(site / "pkg/_vendor", "vendored", {"bin/gone": b""})  # a vendored dist-info: no install here
-    (site / "pkg/_vendor/bin/gone").unlink()
     found = run("installed", request, env)
     assert found["vendored"] == 1
-    assert found["dists"] == 1 and found["hashed"] == 3 and found["problems"] == []
+    assert found["dists"] == 1 and found["hashed"] == 4 and found["problems"] == []
     (site / "pkg/_c.so").write_bytes(b"\x7fELF patched")  # RECORD.native's hash is the one held
     (site / "pkg/__init__.py").unlink()
     (site / "evil.pth").write_text("import os\n")

@@ -2,15 +2,15 @@
 
 Run with the image's own Env (the container's). Imports the modules the entrypoint and the
 source's package bring in (an audit hook records, report-only, what those imports do besides
-importing: network connects, writes outside /tmp, subprocesses), then reads /proc/self/maps: the libcudart and libnccl files mapped
-(libnccl's version from ncclGetVersion). Then, in forked children (so nothing more is mapped
-here), the version every libcudart (cudaRuntimeGetVersion) and libnvrtc (nvrtcVersion) in the
-image reports. And the search paths of the config: each PYTHONPATH, LD_LIBRARY_PATH and
-LD_PRELOAD entry, whether it exists, and what it shadows: a top-level module a PYTHONPATH entry
-holds that an application sys.path directory also holds; a library an LD_LIBRARY_PATH entry holds
-under a soname a file under the roots also has (the values are the config's, from the request:
-the check adds the compat driver directory to the process's own). Request: {"argv": [...],
-"package": "...", "roots": [...], "env": {...}}.
+importing: network connects, writes outside /tmp, subprocesses), then reads /proc/self/maps:
+the libcudart and libnccl files mapped (libnccl's version from ncclGetVersion). Then, in forked
+children (so nothing more is mapped here), the version every libcudart (cudaRuntimeGetVersion)
+and libnvrtc (nvrtcVersion) in the image reports. And the search paths of the config: each
+PYTHONPATH, LD_LIBRARY_PATH and LD_PRELOAD entry, whether it exists, and what it shadows: a
+top-level module a PYTHONPATH entry holds that an application sys.path directory also holds; a
+library an LD_LIBRARY_PATH entry holds under a soname a file under the roots also has (the values
+are the config's, from the request: the check adds the compat driver directory to the process's
+own). Request: {"argv": [...], "package": "...", "roots": [...], "env": {...}}.
 """
 
 import ctypes
