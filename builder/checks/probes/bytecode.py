@@ -2,7 +2,7 @@
 
 The build writes a checked hash-based .pyc (PEP 552) beside every source
 (builder/dockerfile/templates/layer_files.py). Every ``__pycache__/<name>.<this interpreter's cache
-tag>[.opt-N].pyc`` whose source exists must be checked-hash (flags 0b11) with the source's
+tag>.pyc`` (what an import without -O reads) whose source exists must be checked-hash (flags 0b11) with the source's
 SipHash; one without a source is never imported and is counted. A ``<name>.pyc`` outside
 ``__pycache__`` is imported when ``<name>.py`` is absent (a sourceless module): it fails. Request:
 {"roots": [...]}.
@@ -47,7 +47,7 @@ def main(req):
                         out["problems"].append([pyc, "sourceless: imported in place of a missing source"])
                     continue
                 stem, _, rest = name.partition(".")
-                if not rest.startswith(tag + "."):
+                if rest != tag + ".pyc":  # another interpreter's, or -O's .opt-N (the image runs without -O)
                     out["other_tag"] += 1
                     continue
                 source = os.path.join(os.path.dirname(top), stem + ".py")
