@@ -1,9 +1,7 @@
-"""The image checks, one test per entry of ``contract.CHECKS`` (same names, ``test_`` prefixed).
-
-Run by ``build test`` through pytest with testinfra's docker backend; fixtures come from
-builder/checks/runner.py: ``expect`` (from the matrix, record and source), ``image`` (the image
-config), ``image_host`` (testinfra, inside a container of the image), ``pip_dir`` (a copy of pip
-for ``pip check``) and ``report_warning``. Every failure says what was expected and what was found.
+"""The image checks, one test per entry of ``contract.CHECKS`` (same names, ``test_`` prefixed), run
+by ``build test`` through pytest with testinfra's docker backend; fixtures from runner.py: ``expect``
+(matrix, record, source), ``image`` (the image config), ``image_host`` (testinfra, in a container of
+the image), ``pip_dir`` (pip for ``pip check``), ``report_warning``. Failures say expected and found.
 """
 
 from __future__ import annotations
@@ -19,6 +17,7 @@ import pytest
 from builder.checks import probes
 from builder.config import contract
 from builder.config.cudamajor import is_other_major, major_minor
+from builder.config.waivers import unwaived
 from builder.deps.lock import normalize
 
 
@@ -70,11 +69,16 @@ def test_cuda_runtime(facts, expect, image):
     want = expect.cudart_version
     runtimes = {p: e for p, e in facts["libs"].items() if "libcudart.so" in p}
     assert runtimes, f"expected a CUDA runtime (libcudart.so) reporting {want}, found none in the image"
-    reported = {p: e.get("version") for p, e in runtimes.items() if e.get("version")}
-    unreadable = [f"{p} ({e['error']})" for p, e in sorted(runtimes.items()) if e.get("error")]
-    assert want in reported.values(), (
-        f"expected cudaRuntimeGetVersion() == {want} (CUDA {expect.cuda_major_minor}), found "
-        + (", ".join(f"{v} at {p}" for p, v in sorted(reported.items())) or "no loadable libcudart")
+    # The copy the imports mapped is judged (other copies: loaded_libraries); none mapped: every copy.
+    real = {e.get("real") or p: p for p, e in runtimes.items()}
+    judged = [real.get(m, m) for m in facts.get("mapped") or []] or sorted(runtimes)
+    found = {p: runtimes.get(p, {}).get("version") for p in judged}
+    unreadable = [f"{p} ({e['error']})" for p, e in sorted(runtimes.items()) if p in judged and e.get("error")]
+    assert {v for v in found.values() if v or facts.get("mapped")} == {want}, (
+        f"expected cudaRuntimeGetVersion() == {want} (CUDA {expect.cuda_major_minor}) from the "
+        + ("loaded libcudart" if facts.get("mapped") else "libcudart (none loaded: every copy)")
+        + ", found "
+        + (", ".join(f"{v} at {p}" for p, v in sorted(found.items()) if v) or "no loadable libcudart")
         + (f"; unreadable: {', '.join(unreadable)}" if unreadable else "")
     )
     if facts["version_json"]:
@@ -105,7 +109,7 @@ def test_no_other_cuda_major(facts, expect, report_warning):
         v = entry.get("version")
         if v and v // 1000 != major:
             wrong.append(f"{path} reports {v}")
-    for name, version in facts["dists"]:
+    for name, version, *_ in facts["dists"]:
         if not is_other_major(name, version, major):
             continue
         reason = expect.other_major.get(normalize(name))
@@ -155,12 +159,24 @@ def test_ops_registered(facts, expect, report_warning):
     )
 
 
+def _installed(facts) -> tuple[dict[str, str], list[str]]:
+    """name -> version installed, and each name installed twice (sys.path order picks one: a failure)."""
+    copies: dict[str, list[str]] = {}
+    for name, version, *where in facts["dists"]:
+        copies.setdefault(normalize(name), []).append(f"{version}" + (f" at {where[0]}" if where else ""))
+    twice = [
+        f"{n}: {len(c)} copies installed ({', '.join(sorted(c))})" for n, c in sorted(copies.items()) if len(c) > 1
+    ]
+    return {normalize(n): v for n, v, *_ in facts["dists"]}, twice
+
+
 def test_pinned_versions(facts, expect):
     if not expect.pins:
         pytest.skip("the target pins no FlashInfer or NCCL")
     need(facts, "dists")
-    have = {normalize(n): v for n, v in facts["dists"]}
-    wrong = [
+    have, twice = _installed(facts)
+    wrong = [t for t in twice if t.split(":")[0] in expect.pins]
+    wrong += [
         f"{name}: expected {want}, found {have.get(name, 'not installed')}"
         for name, want in sorted(expect.pins.items())
         if have.get(name) != want
@@ -202,8 +218,7 @@ def test_labels(image, expect):
 def test_lock_contents(facts, expect):
     need(facts, "dists")
     src_name, src_version = expect.source_package  # the wheel's version, local label included
-    have = {normalize(n): v for n, v in facts["dists"]}
-    problems = []
+    have, problems = _installed(facts)
     for name, version in sorted(have.items()):
         if name == src_name:
             if version != src_version:
@@ -411,13 +426,14 @@ def test_shared_libraries(image_host, image, expect, report_warning):
     )
 
 
-def test_image_hygiene(image_host, expect):
+def test_image_hygiene(image_host, expect, report_warning):
     request = {"roots": [contract.APP_PREFIX], "build_roots": list(contract.BUILD_ONLY_ROOTS)}
     found = run_probe(image_host, "hygiene", request)
     assert "error" not in found, f"expected the hygiene probe to run, found {found.get('error')}"
     problems = [f"symlink {path} -> {target} dangles" for path, target in found["dangling"]]
     problems += [f"symlink {path} -> {target} points into a build-only path" for path, target in found["outside"]]
-    problems += [f"{path} names {root}: {line}" for path, root, line in found["named"]]
+    named = [(path, f"names {root}: {line}") for path, root, line in found["named"]]  # runtime.waivers may pass one
+    problems += [f"{path} {what}" for path, what in unwaived(expect.waivers, "image_hygiene", named, report_warning)]
     total = sum(found["counts"].values())
     assert not problems, (
         f"expected nothing under {contract.APP_PREFIX} to point at a build-only path "

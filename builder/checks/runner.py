@@ -37,7 +37,8 @@ from builder.source import extensions
 from builder.source.pinned import PinnedSource
 
 CHECKLIST = Path(__file__).with_name("checklist.py")
-CHECKLIST_GPU = Path(__file__).with_name("checklist_gpu.py")  # gpu_code, gpu_coverage
+CHECKLIST_GPU = CHECKLIST.with_name("checklist_gpu.py")  # gpu_code, gpu_coverage
+CHECKLISTS = (CHECKLIST, CHECKLIST.with_name("checklist_image.py"), CHECKLIST_GPU)  # contract.CHECKS, one test each
 CHECK_OUTPUT_NAME = "checks.txt"  # pytest's own output, beside the JUnit report
 
 
@@ -94,6 +95,7 @@ class Expectations:
     package_files: dict[str, bool] = field(default_factory=dict)  # its files at the pin -> executable
     dropped: dict[str, str] = field(default_factory=dict)  # normalized requirement the matrix drops -> why
     gpu: GpuCode | None = None  # the matrix's gpu block (None: the GPU-code checks skip)
+    waivers: dict[str, dict[str, str]] = field(default_factory=dict)  # check -> path pattern -> why
 
     @property
     def cuda_major(self) -> int:
@@ -172,6 +174,7 @@ def expectations(
         package_files=pinned.files_under(package),
         dropped={normalize(n): r for n, r in target.source.drop.items()},
         gpu=target.gpu,
+        waivers={check: dict(paths) for check, paths in target.runtime.waivers.items()},
     )
 
 
@@ -297,8 +300,7 @@ def _pytest(expect: Expectations, config: ImageConfig, container: str, tmp: Path
     with contextlib.redirect_stdout(output):
         code = pytest.main(
             [
-                str(CHECKLIST),
-                str(CHECKLIST_GPU),
+                *map(str, CHECKLISTS),
                 "-c",
                 str(ini),
                 "--rootdir",

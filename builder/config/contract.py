@@ -244,7 +244,9 @@ BULKY_INPUTS = ("context", "source", "third_party")
 APP_PREFIX = "/opt/k3"
 # Paths that exist only in the build stages (sources, third-party trees, the build venv and
 # wheels, the context, the layer roots): nothing installed may point at them (image_hygiene).
-BUILD_ONLY_ROOTS = ("/third_party", "/src", "/build", "/ctx", "/layers")
+# python-build-standalone's CPython is built under /install and manylinux's interpreters live in
+# /opt/python: an RPATH or a shebang naming either points at nothing in this image.
+BUILD_ONLY_ROOTS = ("/third_party", "/src", "/build", "/ctx", "/layers", "/install", "/opt/python")
 # Libraries a GPU host's container runtime (nvidia-container-toolkit) mounts into the container
 # from the driver: an image must not carry them, so a NEEDED of one is not a missing library.
 DRIVER_LIBRARIES = {
@@ -286,7 +288,8 @@ CUDA_TRACKING_LIBS = (
 )
 
 
-# The image checks `build test` runs (builder/checks/checklist.py holds one test per entry, same name).
+# The image checks `build test` runs (builder/checks/checklist.py and checklist_image.py hold one test
+# per entry, same name).
 # Expectations come from the matrix (and the record); nothing here is a constant of a test.
 CHECKS = {
     "cuda_runtime": "libcudart in the image reports the matrix's CUDA major.minor (cudaRuntimeGetVersion); "
@@ -324,7 +327,8 @@ CHECKS = {
     "every library the matrix says a package dlopens by name (runtime.dlopen) loads",
     "image_hygiene": "no symlink under the application prefix dangles or points into a build-only path, and no "
     ".pth, RECORD, direct_url.json, shebang, *.cmake or *.pc file names a build-only path "
-    "(/third_party, /src, /build, /ctx, /layers)",
+    "(/third_party, /src, /build, /ctx, /layers, /install, /opt/python), and no ELF file's DT_RPATH/DT_RUNPATH "
+    "entry is under one, missing from the image or relative ($ORIGIN entries resolve beside the file)",
     "package_files": "every file the source carries under its package directory at the pinned commit (vllm/: "
     "configs, shell wrappers, templates, not only .py) is installed in the image's package, and every "
     "data file git records executable is executable (modules are not: setuptools drops their mode), as "
@@ -354,6 +358,32 @@ CHECKS["gpu_coverage"] = (
     "driver JIT-compiles there; other extensions with GPU code are reported, not failed (the gpu-families "
     "label, which lists the claimed families, is the labels check's)"
 )
+# The whole-image checks (builder/checks/checklist_image.py): each holds over everything under
+# APP_PREFIX and the image config; a path gets past one only by a waiver in the matrix
+# (runtime.waivers: builder/config/waivers.py), shown in the output.
+CHECKS.update(
+    {
+        "installed_files": "every file every dist-info RECORD under the application prefix lists (RECORD.native "
+        "included) exists with that sha256, every file in site-packages is listed by some RECORD (bytecode aside), "
+        "and every present file of the base's OS packages has its dpkg md5sum (configuration under /etc aside)",
+        "everything_loads": "every Python extension module under a sys.path directory of the prefix imports in its "
+        "own forked child and is the file that import loads; every other shared object loads with RTLD_NOW (every "
+        "undefined symbol and version bound); only the driver libraries the container runtime mounts may be missing",
+        "loaded_libraries": "after the entrypoint's imports (image Env, compat libcuda) one libcudart is mapped and "
+        "libnccl reports the pinned version; every other libcudart/libnvrtc in the image reports the matrix's CUDA; "
+        "PYTHONPATH, LD_LIBRARY_PATH and LD_PRELOAD of the config are shown and fail when an entry is missing or "
+        "shadows the application's modules or libraries",
+        "image_starts": "Entrypoint+Cmd resolve to an executable whose interpreter exists, the entrypoint's --help "
+        "exits 0 without a GPU, and every console_scripts/gui_scripts entry of every distribution has its script, "
+        "an existing shebang interpreter and a module:attr that resolves",
+        "least_privilege": "no setuid/setgid file under the prefix; nothing on sys.path (recursively) or PATH is "
+        "writable by, or owned by, the runtime user (checked as that user)",
+        "bytecode_matches": "every .pyc under the prefix with a source is checked hash-based (PEP 552) with the "
+        "source's hash, and no sourceless .pyc stands in for a missing module source",
+    }
+)
+# The base's dpkg database: the md5sums installed_files holds the base's files to.
+DPKG_INFO_DIR = "/var/lib/dpkg/info"
 # The OS root's own dpkg records, as distroless images keep them (syft and trivy read them); the
 # base's /var/lib/dpkg/status is left alone, so no base file is shadowed.
 OS_STATUS_DIR = "/var/lib/dpkg/status.d"

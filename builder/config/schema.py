@@ -75,6 +75,7 @@ from builder.config.patterns import (
     did_you_mean,
     show,
 )
+from builder.config.waivers import Waivers
 from builder.errors import ConfigError
 
 
@@ -324,6 +325,7 @@ class Runtime(Frozen):
     # Libraries a package loads by name at run time (dlopen), which no NEEDED entry shows, each
     # with who loads it: each must load in the image (check shared_libraries).
     dlopen: dict[Soname, Reason] = Field(default_factory=dict)
+    waivers: Waivers = Field(default_factory=dict)  # check -> path pattern -> why (builder/config/waivers.py)
 
 
 class Signing(Frozen):

@@ -80,6 +80,7 @@ class ImageConfig:
     env: dict[str, str]
     user: str
     entrypoint: tuple[str, ...]
+    cmd: tuple[str, ...] = ()  # the config's Cmd (image_starts runs Entrypoint + Cmd)
 
 
 @dataclass(frozen=True)
@@ -169,6 +170,7 @@ def image_config(engine: Engine, ref: str) -> ImageConfig:
             env=env,
             user=cfg.get("User") or "",
             entrypoint=tuple(cfg.get("Entrypoint") or ()),
+            cmd=tuple(cfg.get("Cmd") or ()),
         )
     return engine.image_config(ref)
 
@@ -367,6 +369,7 @@ class DockerEngine:
             env=env,
             user=cfg.user or "",
             entrypoint=tuple(cfg.entrypoint or ()),
+            cmd=tuple(cfg.cmd or ()),
         )
 
     def describe(self) -> dict[str, str]:

@@ -37,7 +37,9 @@ VARIANTS = {
     # and its CLI fail with it, each saying so.
     "no-kernel": (
         f"USER 0\nRUN rm -f {SITE}/k3smoke/_C.*.so\nUSER 2000:2000",
-        {"compiled_modules", "ops_registered", "python_trees", "recipe_cli"},
+        # and the image no longer starts, and a file its RECORD lists is gone (the whole-image rules)
+        {"compiled_modules", "ops_registered", "python_trees", "recipe_cli"}
+        | {"installed_files", "image_starts", "loaded_libraries"},
         "k3smoke._C: ImportError",
     ),
     "cuda13": (
@@ -47,15 +49,16 @@ VARIANTS = {
     ),
     "cuda12.8": (
         f"COPY libcudart.so.12 {CUDART}",
-        {"cuda_runtime"},
-        f"expected cudaRuntimeGetVersion() == 12090 (CUDA 12.9), found 12080 at {CUDART}",
+        {"cuda_runtime", "installed_files"},  # the file is also not what its wheel installed
+        f"from the loaded libcudart, found 12080 at {CUDART}",
     ),
     "world-writable": (
         f"USER 0\nRUN chmod 0666 {SITE}/k3smoke/__init__.py\nUSER 2000:2000",
-        {"no_world_writable"},
+        {"no_world_writable", "least_privilege"},  # on sys.path: the runtime user can write it
         "k3smoke/__init__.py",
     ),
-    "root": ("USER 0:0", {"non_root"}, "expected a non-root default user, found 0:0"),
+    # root can write everything on sys.path: least_privilege says so too
+    "root": ("USER 0:0", {"non_root", "least_privilege"}, "expected a non-root default user, found 0:0"),
     "unlocked": (
         f"USER 0\nRUN mkdir {SITE}/extra_pkg-1.0.dist-info && printf 'Metadata-Version: 2.1\\nName: extra-pkg"
         f"\\nVersion: 1.0\\n' > {SITE}/extra_pkg-1.0.dist-info/METADATA\nUSER 2000:2000",
@@ -72,7 +75,7 @@ VARIANTS = {
     "pip-conflict": (
         f"USER 0\nRUN sed -i '/^Version:/a Requires-Dist: packaging>=999' "
         f"{SITE}/k3smoke-0.1.0+cu129.dist-info/METADATA\nUSER 2000:2000",
-        {"pip_check"},
+        {"pip_check", "installed_files"},  # METADATA no longer has its RECORD hash
         "has requirement packaging>=999, but you have packaging",
     ),
     # A Python file in the tree the CMake install step put into the wheel, importing a package the
@@ -80,7 +83,7 @@ VARIANTS = {
     "stray-import": (
         f"USER 0\nRUN printf 'from k3kernels_py.norms import rms_norm\\n' > "
         f"{SITE}/k3smoke/kernels_py/stray.py\nUSER 2000:2000",
-        {"python_trees"},
+        {"python_trees", "installed_files"},  # a file no RECORD lists
         "k3smoke.kernels_py.stray: ModuleNotFoundError: No module named 'k3kernels_py'",
     ),
     # An extension that needs the CUDA 13 runtime (PyPI's torchcodec does): linked against a stub
@@ -91,20 +94,20 @@ VARIANTS = {
         "&& printf 'int k3_use(void) { return 0; }\\n' > /tmp/u.c "
         f"&& gcc -shared -fPIC -o {SITE}/k3smoke/_uses13.so /tmp/u.c -Wl,--no-as-needed /tmp/libcudart.so.13 "
         "&& rm -f /tmp/s.c /tmp/u.c /tmp/libcudart.so.13\nUSER 2000:2000",
-        {"shared_libraries"},
+        {"shared_libraries", "everything_loads", "installed_files"},  # does not load; no RECORD lists it
         f"{SITE}/k3smoke/_uses13.so needs libcudart.so.13, a CUDA 13 library",
     ),
     # FA4's developer-mode symlink: the third-party tree as it was mounted during the compile.
     "dangling-link": (
         f"USER 0\nRUN ln -s /third_party/k3kernels/python/k3kernels_py {SITE}/k3smoke/kernels_dev\nUSER 2000:2000",
-        {"image_hygiene"},
+        {"image_hygiene", "installed_files"},  # a link no RECORD lists
         f"symlink {SITE}/k3smoke/kernels_dev -> /third_party/k3kernels/python/k3kernels_py dangles",
     ),
     # Package data a wheel built without VCS metadata drops (vLLM: its tuning configs), and a shell
     # wrapper that lost its execute bit (vLLM: numa_wrapper.sh, which --numa-bind execs).
     "dropped-package-data": (
         f"USER 0\nRUN rm -f {SITE}/k3smoke/configs/*.json\nUSER 2000:2000",
-        {"package_files"},
+        {"package_files", "installed_files"},  # files its RECORD lists are gone
         "k3smoke/configs/E=8,N=128,device_name=K3-Smoke.json missing",
     ),
     "wrapper-not-executable": (
@@ -117,6 +120,53 @@ VARIANTS = {
         "USER 0\nRUN printf '#!/bin/sh\\nexit 3\\n' > /usr/bin/numactl\nUSER 2000:2000",
         {"os_packages"},
         "numactl: /usr/bin/numactl differs from the package",
+    ),
+    # --- issue 34: the whole-image rules (builder/checks/checklist_image.py), one variant each ---
+    # A second copy of an installed distribution (same name and version, its own dist-info).
+    "second-copy": (
+        f"USER 0\nRUN cp -r {SITE}/packaging-26.4.dist-info {SITE}/packaging-26.4.post0.dist-info\nUSER 2000:2000",
+        {"lock_contents"},
+        "packaging: 2 copies installed",
+    ),
+    # A data file of a dependency changed after it was installed: only its RECORD hash says so.
+    "tampered": (
+        f"USER 0\nRUN echo tampered >> {SITE}/packaging/py.typed\nUSER 2000:2000",
+        {"installed_files"},
+        f"{SITE}/packaging/py.typed: sha256 differs from packaging-26.4.dist-info/RECORD",
+    ),
+    # A shared object no module names, outside every declared tree, with a symbol nothing defines.
+    "unbound-symbol": (
+        "USER 0\nRUN printf 'extern int k3_nowhere(void);\\nint k3_use(void) { return k3_nowhere(); }\\n' > /tmp/u.c "
+        "&& gcc -shared -fPIC -o /opt/k3/venv/lib/libk3open.so /tmp/u.c && rm /tmp/u.c\nUSER 2000:2000",
+        {"everything_loads"},
+        "undefined symbol: k3_nowhere",
+    ),
+    # Another CUDA runtime of another 12.x release beside the one the app loads.
+    "stray-cudart": (
+        "COPY libcudart.so.12 /opt/k3/lib/libcudart.so.12",
+        {"loaded_libraries"},
+        "/opt/k3/lib/libcudart.so.12: reports 12080, expected 12090",
+    ),
+    "no-entrypoint": ('ENTRYPOINT ["k3smoke-serve"]', {"image_starts"}, "k3smoke-serve is not on PATH"),
+    "setuid": (
+        "USER 0\nRUN cp /bin/true /opt/k3/venv/bin/k3-helper && chmod 4755 /opt/k3/venv/bin/k3-helper\nUSER 2000:2000",
+        {"least_privilege"},
+        "/opt/k3/venv/bin/k3-helper: set-id mode 0o4755",
+    ),
+    # What pip's own compileall writes by default outside SOURCE_DATE_EPOCH: bytecode no source check guards.
+    "unchecked-pyc": (
+        "USER 0\nRUN python -c \"import importlib.util as u, py_compile as c; s='"
+        f"{SITE}/k3smoke/cli.py'; c.compile(s, cfile=u.cache_from_source(s), "
+        'invalidation_mode=c.PycInvalidationMode.UNCHECKED_HASH)"\nUSER 2000:2000',
+        {"bytecode_matches"},
+        "unchecked hash-based, not checked hash-based",
+    ),
+    # python-build-standalone's build prefix left in a library's RUNPATH.
+    "build-runpath": (
+        "USER 0\nRUN printf 'int k3_r(void) { return 0; }\\n' > /tmp/r.c && gcc -shared -fPIC "
+        "-o /opt/k3/venv/lib/libk3rp.so /tmp/r.c -Wl,--enable-new-dtags,-rpath,/install/lib && rm /tmp/r.c\nUSER 2000:2000",
+        {"image_hygiene"},
+        "DT_RUNPATH /install/lib is under a build-only root",
     ),
 }
 

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from builder.checks import checklist, checklist_gpu, probes
+from builder.checks import checklist, checklist_gpu, checklist_image, probes
 from builder.checks import runner as checks
 from builder.config import contract, matrix
 from builder.config.gpu import GpuCode
@@ -68,6 +68,8 @@ def _facts(**kw):
         "torch": {"version": "2.13.0+cu129", "cuda": "12.9"},
     }
     base.update(kw)
+    # what the modules' imports mapped: the image's libcudart copies unless a test says otherwise
+    base.setdefault("mapped", [p for p in base["libs"] or {} if "libcudart.so" in p][:1])
     return base
 
 
@@ -229,6 +231,13 @@ LABELS = {
 }
 
 
+# The checks of checklist.py (the fake host answers their probes); checklist_image.py's checks
+# have their own tests (tests/unit/test_checks_image.py).
+# The checks the fake host can answer: checklist.py and checklist_gpu.py (the whole-image checks of
+# checklist_image.py run their probes on real files: tests/unit/test_checks_image.py).
+BASE_CHECKS = [n for n in contract.CHECKS if hasattr(checklist, f"test_{n}") or hasattr(checklist_gpu, f"test_{n}")]
+
+
 def _correct():
     """(facts, expectations, image, host) of an image that holds every check."""
     e = _expect(
@@ -251,7 +260,7 @@ def _run_all(f, e, image, host) -> tuple[list[str], list[str]]:
     """Call every check of the checklist with the fixtures it asks for; (names run, warnings)."""
     warnings: list[str] = []
     ran = []
-    for name in contract.CHECKS:
+    for name in BASE_CHECKS:
         _call(name, _fixtures(f, e, image, host, warnings.append))
         ran.append(name)
     return ran, warnings
@@ -287,7 +296,7 @@ def _call(name: str, fixtures: dict) -> None:
 def test_a_correct_cu129_image_passes():
     f, e, image, host = _correct()
     ran, warnings = _run_all(f, e, image, host)
-    assert ran == list(contract.CHECKS) and len(ran) == 20  # every check ran, none skipped
+    assert ran == BASE_CHECKS and len(ran) == 20  # every check ran, none skipped
     assert warnings == [
         "python_trees: skipped 1 module(s) matching vllm.third_party.fmha_sm100.cute.*: own root",
         "gpu_code: derived driver floor 575.51.03 (CUDA 12.9: PTX ISA 8.8 (PTX compute_80) in "
@@ -297,7 +306,7 @@ def test_a_correct_cu129_image_passes():
     assert "pip check" in commands and "find / " in commands and "sh -c %s" in commands
 
 
-@pytest.mark.parametrize("name", sorted(contract.CHECKS))
+@pytest.mark.parametrize("name", sorted(BASE_CHECKS))
 def test_each_check_can_fail_on_an_otherwise_correct_image(name):
     """One break per check (unit-level twin of the integration variants): that check fails, and it
     says what it expected."""
@@ -367,12 +376,12 @@ def test_each_check_can_fail_on_an_otherwise_correct_image(name):
             ]
         ),
     }
-    assert set(breaks) == set(contract.CHECKS)
+    assert set(breaks) == set(BASE_CHECKS)
     e = breaks[name]() or e
     with pytest.raises(AssertionError, match="expected"):
         _run_all(f, e, image, host)
     failed = []
-    for check in contract.CHECKS:
+    for check in BASE_CHECKS:
         try:
             _run_one(check, f, e, image, host)
         except AssertionError:
@@ -419,7 +428,7 @@ def test_a_fact_the_probe_could_not_gather_fails_only_its_own_checks():
     f, e, image, host = _correct()
     f["errors"]["dists"], f["dists"] = "PermissionError: /opt/k3/venv/lib", None
     failed = []
-    for check in contract.CHECKS:
+    for check in BASE_CHECKS:
         try:
             _run_one(check, f, e, image, host)
         except AssertionError as exc:
@@ -589,9 +598,15 @@ def test_junit_report_must_hold_every_check(tmp_path):
 
 
 def test_every_contract_check_has_a_test():
-    names = {n.removeprefix("test_") for m in (checklist, checklist_gpu) for n in dir(m) if n.startswith("test_")}
-    assert names == set(checks.contract.CHECKS)
-    assert Path(checks.CHECKLIST).exists() and Path(checks.CHECKLIST_GPU).exists()
+    names = [
+        n.removeprefix("test_")
+        for m in (checklist, checklist_gpu, checklist_image)
+        for n in dir(m)
+        if n.startswith("test_")
+    ]
+    assert sorted(names) == sorted(checks.contract.CHECKS)  # each once, in one of the three modules
+    assert all(Path(p).exists() for p in checks.CHECKLISTS) and checks.CHECKLISTS[0] == checks.CHECKLIST
+    assert checks.CHECKLIST_GPU in checks.CHECKLISTS
 
 
 # --- expiry ---------------------------------------------------------------------------------------
@@ -866,9 +881,15 @@ def test_a_probe_that_cannot_run_fails():
 # --- CUDA runtime and other majors ----------------------------------------------------------------
 
 
-def test_one_matching_runtime_is_enough_and_every_source_of_the_version_must_agree():
+def test_the_loaded_runtime_is_judged_not_any_copy_that_reports_the_right_version():
+    # issue 34: a 12.9 copy somewhere in the image used to pass an image whose loaded libcudart is 12.8
     libs = {"/a/libcudart.so.12": {"version": 12080}, "/b/libcudart.so.12": {"version": 12090}}
-    checklist.test_cuda_runtime(_facts(libs=libs), _expect(), _image())
+    with pytest.raises(AssertionError, match=r"from the loaded libcudart, found 12080 at /a/libcudart.so.12$"):
+        checklist.test_cuda_runtime(_facts(libs=libs, mapped=["/a/libcudart.so.12"]), _expect(), _image())
+    checklist.test_cuda_runtime(_facts(libs=libs, mapped=["/b/libcudart.so.12"]), _expect(), _image())
+    # none loaded: every readable copy is judged
+    with pytest.raises(AssertionError, match="none loaded: every copy"):
+        checklist.test_cuda_runtime(_facts(libs=libs, mapped=[]), _expect(), _image())
     checklist.test_cuda_runtime(_facts(version_json=None, torch=None), _expect(), _image(env={"PATH": "/bin"}))
     with pytest.raises(AssertionError, match="expected /usr/local/cuda/version.json CUDA 12.9, found 12.8.1"):
         checklist.test_cuda_runtime(_facts(version_json="12.8.1"), _expect(), _image())
@@ -1076,13 +1097,15 @@ def _message(call, *args) -> str:
 
 def test_cuda_runtime_messages():
     libs = {"/b/libcudart.so.12": {"version": 12060}, "/a/libcudart.so.12": {"version": 12080}}
-    assert _message(checklist.test_cuda_runtime, _facts(libs=libs), _expect(), _image()) == (
-        "expected cudaRuntimeGetVersion() == 12090 (CUDA 12.9), found 12080 at /a/libcudart.so.12, "
-        "12060 at /b/libcudart.so.12"
+    assert _message(checklist.test_cuda_runtime, _facts(libs=libs, mapped=[]), _expect(), _image()) == (
+        "expected cudaRuntimeGetVersion() == 12090 (CUDA 12.9) from the libcudart (none loaded: every copy), "
+        "found 12080 at /a/libcudart.so.12, 12060 at /b/libcudart.so.12"
     )
     dead = {"/a/libcudart.so.12": {"version": None}}
-    assert _message(checklist.test_cuda_runtime, _facts(libs=dead), _expect(), _image()) == (
-        "expected cudaRuntimeGetVersion() == 12090 (CUDA 12.9), found no loadable libcudart"
+    assert _message(
+        checklist.test_cuda_runtime, _facts(libs=dead, mapped=["/a/libcudart.so.12"]), _expect(), _image()
+    ) == (
+        "expected cudaRuntimeGetVersion() == 12090 (CUDA 12.9) from the loaded libcudart, found no loadable libcudart"
     )
     assert _message(checklist.test_cuda_runtime, _facts(libs={}), _expect(), _image()) == (
         "expected a CUDA runtime (libcudart.so) reporting 12090, found none in the image"
@@ -1363,3 +1386,20 @@ def test_gpu_code_holds_the_binaries_to_the_driver_floor_label_and_skips_without
     }
     with pytest.raises(AssertionError, match="skipped: the target claims no GPU code"):
         _run_one("gpu_code", f, dataclasses.replace(e, gpu=None), image, host)
+
+
+def test_a_second_copy_of_a_distribution_fails_lock_contents_and_pinned_versions():
+    # issue 34: the dists were a dict keyed by name, so the copy that sorted last decided the verdict
+    site2 = "/opt/k3/python/lib/python3.12/site-packages"
+    dists = [
+        ["torch", "2.13.0+cu129", f"{SITE}/torch-2.13.0+cu129.dist-info"],
+        ["nvidia-nccl-cu12", "2.30.7", f"{SITE}/nvidia_nccl_cu12-2.30.7.dist-info"],
+        ["vllm", "0.30.0", f"{SITE}/vllm-0.30.0.dist-info"],
+    ]
+    checklist.test_lock_contents(_facts(dists=dists), _expect())
+    checklist.test_pinned_versions(_facts(dists=dists), _expect())
+    for other in ("2.27.5", "2.30.7"):  # another version, or the same one again elsewhere on sys.path
+        twice = [*dists, ["nvidia-nccl-cu12", other, f"{site2}/nvidia_nccl_cu12-{other}.dist-info"]]
+        for check in (checklist.test_lock_contents, checklist.test_pinned_versions):
+            with pytest.raises(AssertionError, match=r"nvidia-nccl-cu12: 2 copies installed \(2\.\d+\.\d at "):
+                check(_facts(dists=twice), _expect())

@@ -17,14 +17,19 @@ from pathlib import Path
 MARKER = "K3-PROBE "
 HERE = Path(__file__).resolve().parent
 NAMES = ("facts", "trees", "elf", "hygiene", "recipe", "os", "files", "gpucode")
+# The whole-image probes (builder/checks/checklist_image.py), and the preludes a probe needs
+# besides _report.py (_dyn.py: the ELF dynamic section).
+IMAGE_NAMES = ("installed", "loads", "loaded", "starts", "privilege", "bytecode")
+PRELUDES = {"hygiene": ("_dyn",), "loads": ("_dyn",), "loaded": ("_dyn",)}
 
 
 @cache
 def script(name: str) -> str:
     """The text to run: the shared reporting prelude (_report.py), then the probe."""
-    if name not in NAMES:
+    if name not in NAMES + IMAGE_NAMES:
         raise KeyError(name)
-    return (HERE / "_report.py").read_text() + "\n\n" + (HERE / f"{name}.py").read_text()
+    parts = ("_report", *PRELUDES.get(name, ()), name)
+    return "\n\n".join((HERE / f"{part}.py").read_text() for part in parts)
 
 
 def parse(stdout: str) -> dict | None:

@@ -71,7 +71,24 @@ def version_json():
 
 
 def dists():
-    return sorted({(d.metadata["Name"], d.version) for d in md.distributions() if d.metadata["Name"]})
+    """[name, version, dist-info path] of every distribution on sys.path, one entry per copy: a
+    second copy of a name (another version, or the same one again) is a fact, not noise. A
+    dist-info reached twice through two sys.path spellings of one directory counts once."""
+    found = {}
+    for d in md.distributions():
+        where = getattr(d, "_path", None)
+        key = os.path.realpath(str(where)) if where is not None else repr(d)
+        if d.metadata["Name"]:
+            found[key] = [d.metadata["Name"], d.version, key]
+    return sorted(found.values())
+
+
+def mapped():
+    """The libcudart files this process has mapped (after the modules' imports): the runtime
+    the app really uses, not one that merely sits in the image."""
+    with open("/proc/self/maps") as fh:
+        paths = {line.split(None, 5)[5].strip() for line in fh if len(line.split(None, 5)) == 6}
+    return sorted(p for p in paths if "/libcudart.so" in p)
 
 
 def resolve(path):
@@ -118,13 +135,15 @@ def torch():
 def main(req):
     facts = {"errors": {}, "uid": os.getuid()}
     guarded(facts, "libcuda", libcuda)
-    guarded(facts, "libs", libraries)
-    guarded(facts, "version_json", version_json)
-    guarded(facts, "dists", dists)
     guarded(facts, "modules", lambda: imports(req["modules"]))
     guarded(facts, "ops", lambda: {p: resolve(p) for p in req["ops"]})
     guarded(facts, "absent", lambda: {p: resolve(p) for p in req["absent"]})
     guarded(facts, "torch", torch)
+    # Before the scan below: reading each libcudart's version maps every copy into this process.
+    guarded(facts, "mapped", mapped)
+    guarded(facts, "libs", libraries)
+    guarded(facts, "version_json", version_json)
+    guarded(facts, "dists", dists)
     return facts
 
 

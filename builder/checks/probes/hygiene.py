@@ -4,14 +4,19 @@ Every symlink must resolve to something that exists in the image, and outside th
 roots; no installed file that tools read paths from (.pth files, dist-info RECORD and
 direct_url.json, shebangs of executables, *.cmake, *.pc) may name a build-only root as an
 absolute path (/third_party, /src, /build, /ctx, /layers: where the build stages kept sources,
-wheels and layer roots). Request: {"roots": [...], "build_roots": [...]}.
+wheels and layer roots). Every ELF file's DT_RPATH and DT_RUNPATH entries are read too (_dyn.py):
+an absolute entry under a build-only root, or one that does not exist in the image, or a relative
+one (resolved against whatever the current directory is) is reported with the others; $ORIGIN
+entries resolve beside the file and pass (ld.so skips a missing one; wheels carry several layouts).
+Request: {"roots": [...], "build_roots": [...]}.
 """
 
 import os
 import re
 from typing import TYPE_CHECKING, Any
 
-if TYPE_CHECKING:  # at run time builder/checks/probes/_report.py is prepended: report() is defined
+if TYPE_CHECKING:  # at run time _report.py and _dyn.py are prepended: report(), elf_files() are defined
+    from builder.checks.probes._dyn import elf_files
     from builder.checks.probes._report import report
 
 NAMED_FILES = ("RECORD", "direct_url.json")
@@ -49,6 +54,26 @@ def text_of(path, name):
     return data.decode("utf-8", "replace")
 
 
+def search_paths(roots, build_roots):
+    """[path, entry, what is wrong] for each bad DT_RPATH/DT_RUNPATH entry of an ELF file under roots."""
+    found = []
+    for path, dyn in elf_files(roots):
+        for tag in ("rpath", "runpath"):
+            for entry in [e for e in dyn[tag].split(":") if e]:
+                what = f"DT_{tag.upper()} {entry}"
+                if entry.startswith(("$ORIGIN", "${ORIGIN}")) or "$" in entry:
+                    # beside the file: ld.so skips a directory that is not there, and wheels carry
+                    # entries for every layout they may be installed in (torch's for cu12 and cu13)
+                    continue
+                if not entry.startswith("/"):
+                    found.append([path, entry, f"{what} is relative: resolved against the current directory"])
+                elif under(os.path.normpath(entry), build_roots):
+                    found.append([path, entry, f"{what} is under a build-only root"])
+                elif not os.path.isdir(entry):
+                    found.append([path, entry, f"{what} does not exist in the image"])
+    return found
+
+
 def main(req):
     rx, roots = pattern(req["build_roots"]), req["build_roots"]
     out: dict[str, Any] = {"links": 0, "files": 0, "dangling": [], "outside": [], "named": [], "counts": {}}
@@ -77,6 +102,7 @@ def main(req):
                         start = text.rfind("\n", 0, m.start(1)) + 1
                         end = text.find("\n", m.end(1))
                         out["named"].append([path, m.group(1), text[start : end if end >= 0 else None][:200]])
+    out["named"] += search_paths(req["roots"], roots)
     for kind in ("dangling", "outside", "named"):
         out["counts"][kind] = len(out[kind])
         out[kind] = out[kind][:LIMIT]

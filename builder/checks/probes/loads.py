@@ -1,0 +1,210 @@
+"""Probe: does everything under the application prefix that can be loaded, load?
+
+Each ELF shared object (a ``.so`` in its name) is tried in its own forked child, so one that
+crashes, hangs or pollutes the process cannot hide another: a Python extension module under a
+sys.path directory is imported by its dotted name (its package's ``__init__`` first, as any user
+of it would), and must be the file that import loads; every other shared object is opened with
+RTLD_NOW, as ld.so does with LD_BIND_NOW, so every undefined symbol and symbol version must
+resolve against its NEEDED closure. A NEEDED soname no search path finds but a file under the
+prefix provides is loaded first (RTLD_GLOBAL), as an earlier import would (torch loads libc10.so
+before the libraries that need it without a RUNPATH). A library another file under the prefix
+NEEDs is not opened on its own: it is loaded and bound in its dependent's load group, where ld.so
+resolves its symbols. A driver library the container runtime
+mounts is the one allowed gap: it is counted, and the file's symbols are then not checked.
+Run with the compat libcuda.so.1 on LD_LIBRARY_PATH. Request: {"roots": [...],
+"driver_libraries": [...], "timeout": 120, "jobs": 2}.
+"""
+
+import importlib
+import importlib.machinery
+import json
+import os
+import re
+import signal
+import sys
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # at run time _report.py and _dyn.py are prepended: report(), elf_files() are defined
+    from builder.checks.probes._dyn import elf_files
+    from builder.checks.probes._report import report
+
+MISSING = re.compile(r"([^\s:/]+\.so[.\d]*): cannot open shared object file")
+LIMIT = 200
+
+
+def dotted(path, sites):
+    """The module name ``path`` imports as from a sys.path directory, or None (not an extension
+    module, or not under an importable package path)."""
+    # A bare ".so" is also an import suffix, but what carries only it is a library (torch/lib/libc10.so
+    # would import as torch.lib.libc10): extension modules carry the interpreter's tag or abi3.
+    tagged = [s for s in importlib.machinery.EXTENSION_SUFFIXES if s != ".so"]
+    suffix = next((s for s in tagged if path.endswith(s)), None)
+    if suffix is None:
+        return None
+    for site in sites:
+        if path.startswith(site + "/"):
+            parts = path[len(site) + 1 : -len(suffix)].split("/")
+            if all(p.isidentifier() for p in parts):
+                return ".".join(parts)
+    return None
+
+
+def load_now(path, providers, drivers):
+    """None when ``path`` loads with every symbol bound, else why; ("gap", soname) for a driver library."""
+    import ctypes
+
+    done = set()
+    for _ in range(64):
+        try:
+            ctypes.CDLL(path, mode=os.RTLD_NOW | os.RTLD_LOCAL)
+            return None
+        except OSError as exc:
+            text = str(exc)
+        m = MISSING.search(text)
+        soname = m.group(1) if m else None
+        if soname in drivers:
+            return ["gap", soname]
+        if soname not in providers or soname in done:
+            return text
+        done.add(soname)
+        try:
+            ctypes.CDLL(providers[soname], mode=os.RTLD_NOW | os.RTLD_GLOBAL)
+        except OSError as exc:  # its own missing library: load that one first, then retry
+            inner = MISSING.search(str(exc))
+            if inner and inner.group(1) in drivers:
+                return ["gap", inner.group(1)]
+            if not inner or inner.group(1) not in providers:
+                return f"{soname} ({providers[soname]}): {exc}"
+            done.discard(soname)
+            ctypes.CDLL(providers[inner.group(1)], mode=os.RTLD_NOW | os.RTLD_GLOBAL)
+            done.add(inner.group(1))
+    return "too many libraries to preload"
+
+
+def attempt(path, module, providers, drivers):
+    if module is None:
+        return load_now(path, providers, drivers)
+    try:
+        loaded = importlib.import_module(module)
+    except BaseException as exc:  # noqa: BLE001 - whatever an import raises is the finding
+        m = MISSING.search(str(exc))
+        if m and m.group(1) in drivers:
+            return ["gap", m.group(1)]
+        return f"{type(exc).__name__}: {exc}"
+    where = os.path.realpath(getattr(loaded, "__file__", "") or "")
+    return None if where == os.path.realpath(path) else f"import {module} loads {where or 'no file'} instead"
+
+
+def child(path, module, providers, drivers, timeout, fd):
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, 1)
+    os.dup2(devnull, 2)
+    signal.alarm(timeout)
+    try:
+        result = attempt(path, module, providers, drivers)
+    except BaseException as exc:  # noqa: BLE001
+        result = f"{type(exc).__name__}: {exc}"
+    os.write(fd, json.dumps(result if not isinstance(result, str) else result[:400]).encode())
+    os._exit(0)
+
+
+def run_all(items, providers, drivers, timeout, jobs):
+    results: dict[str, Any] = {}
+    running: dict[int, tuple[str, int]] = {}
+    queue = list(items)
+    while queue or running:
+        while queue and len(running) < jobs:
+            path, module = queue.pop(0)
+            r, w = os.pipe()
+            pid = os.fork()
+            if pid == 0:
+                os.close(r)
+                child(path, module, providers, drivers, timeout, w)
+            os.close(w)
+            running[pid] = (path, r)
+        pid, status = os.waitpid(-1, 0)
+        if pid not in running:
+            continue
+        path, r = running.pop(pid)
+        data = read_all(r)
+        if data:
+            results[path] = json.loads(data)
+        elif os.WIFSIGNALED(status) and os.WTERMSIG(status) == signal.SIGALRM:
+            results[path] = f"did not load within {timeout}s"
+        else:
+            results[path] = f"the loading process died (status {status})"
+    return results
+
+
+def read_all(fd):
+    data = b"".join(iter(lambda: os.read(fd, 65536), b""))
+    os.close(fd)
+    return data
+
+
+def by_package(items, providers, drivers, timeout, jobs):
+    """Each top-level package's extensions from a zygote that imported the package once (its
+    children fork from it: torch is imported once, not once per extension); the shared objects
+    that are no module from the probe itself."""
+    groups: dict[str, list] = {}
+    for path, module in items:
+        groups.setdefault(module.split(".")[0] if module else "", []).append((path, module))
+    results = run_all(groups.pop("", []), providers, drivers, timeout, jobs)
+    for top, group in sorted(groups.items()):
+        r, w = os.pipe()
+        pid = os.fork()
+        if pid == 0:
+            os.close(r)
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(devnull, 1)
+            os.dup2(devnull, 2)
+            try:
+                importlib.import_module(top)
+            except BaseException:  # noqa: BLE001, S110 - each child imports again and reports why
+                pass
+            os.write(w, json.dumps(run_all(group, providers, drivers, timeout, jobs)).encode())
+            os._exit(0)
+        os.close(w)
+        data = read_all(r)
+        os.waitpid(pid, 0)
+        found = json.loads(data) if data else {}
+        results.update({p: found.get(p, f"the process importing {top} died") for p, _ in group})
+    return results
+
+
+def main(req):
+    sites = sorted({os.path.realpath(p) for p in sys.path if p and os.path.isdir(p)}, key=len, reverse=True)
+    providers: dict[str, str] = {}
+    items = []
+    files = dict(elf_files(req["roots"]))
+    needed = {n for dyn in files.values() for n in dyn["needed"]}
+    covered = 0
+    for path, dyn in files.items():
+        providers.setdefault(dyn["soname"] or os.path.basename(path), path)
+        providers.setdefault(os.path.basename(path), path)
+        if ".so" not in os.path.basename(path):
+            continue
+        module = dotted(os.path.realpath(path), sites)
+        # A library another file here NEEDs is loaded, and bound, in that file's load group (where
+        # ld.so resolves its symbols too: libtorch_nvshmem.so's come from libtorch_cuda.so's closure).
+        if module is None and (dyn["soname"] in needed or os.path.basename(path) in needed):
+            covered += 1
+            continue
+        items.append((path, module))
+    drivers = set(req["driver_libraries"])
+    jobs = max(1, min(req.get("jobs") or os.cpu_count() or 1, 8))
+    results = by_package(items, providers, drivers, req.get("timeout", 120), jobs)
+    out: dict[str, Any] = {
+        "extensions": sum(1 for _, m in items if m),
+        "shared": sum(1 for _, m in items if not m),
+        "covered": covered,
+        "failed": [[p, m, results[p]] for p, m in items if isinstance(results.get(p), str)],
+        "gaps": [[p, results[p][1]] for p, _ in items if isinstance(results.get(p), list)],
+    }
+    out["count"] = len(out["failed"])
+    out["failed"] = out["failed"][:LIMIT]
+    return out
+
+
+if __name__ == "__main__":
+    report(main)
