@@ -932,3 +932,104 @@ def test_a_record_missing_a_nested_field_fails_its_rows_instead_of_crashing(co):
     assert failing["matrix <-> image.json"].startswith("base runtime None != matrix")
     assert failing["image.json <-> SBOM"] == "image.json lacks a field this row reads (KeyError: 'runtime')"
     assert failing["image.json <-> provenance"] == "image.json lacks a field this row reads (KeyError: 'runtime')"
+
+
+# --- the identities the environment fixes ---------------------------------------------------------
+
+
+def _builder_id(co: Checkout) -> str:
+    return co.statement()["predicate"]["runDetails"]["builder"]["id"]
+
+
+def test_a_builder_id_the_environment_fixes_must_be_the_provenance_s(co, monkeypatch):
+    monkeypatch.setenv("K3_BUILDER_ID", _builder_id(co))
+    _only(co)
+    monkeypatch.setenv("K3_BUILDER_ID", "https://ci.example.org/builder")
+    failing = _only(co, "image.json <-> provenance")
+    assert failing["image.json <-> provenance"] == (
+        f"builder.id {_builder_id(co)!r} is not https://ci.example.org/builder"
+    )
+
+
+def test_a_workflow_of_this_repository_is_an_accepted_builder_id_and_another_s_is_not(co):
+    url = co.target.project_url
+    co.edit_statement(
+        lambda d: d["predicate"]["runDetails"]["builder"].__setitem__(
+            "id", f"{url}/.github/workflows/k3-branch.yml@refs/heads/main"
+        )
+    )
+    _only(co)
+    co.edit_statement(
+        lambda d: d["predicate"]["runDetails"]["builder"].__setitem__(
+            "id", f"{url}-fork/.github/workflows/k3-branch.yml@refs/heads/main"
+        )
+    )
+    failing = _only(co, "image.json <-> provenance")
+    assert failing["image.json <-> provenance"].endswith(f"is not a workflow of {url} or the local form")
+
+
+def test_a_build_type_the_environment_names_must_be_the_provenance_s(co, monkeypatch):
+    monkeypatch.setenv("K3_BUILD_TYPE", "https://example.org/buildtypes/other/v1")
+    failing = _only(co, "image.json <-> provenance")
+    assert failing["image.json <-> provenance"].endswith("is not https://example.org/buildtypes/other/v1")
+
+
+def test_the_registry_signature_row_reads_no_identity_from_the_environment_itself(co, monkeypatch):
+    # $K3_SIGNING_IDENTITY reaches verify through the matrix (its environment overrides); the row
+    # asks with the matrix's identity only, so a variable the matrix did not read changes nothing.
+    monkeypatch.setenv("K3_SIGNING_IDENTITY", "https://example.org/wf@refs/heads/main")
+    monkeypatch.setenv("PATH", "/nonexistent")
+    _only(co, registry=True)
+
+
+def test_a_registry_out_of_reach_fails_each_registry_row_with_its_message(co, monkeypatch):
+    from builder.errors import RegistryUnavailable
+
+    def unreachable(*args, **kwargs):
+        raise RegistryUnavailable("registry: registry.test:5000 is not reachable")
+
+    for method in ("serves", "referrers", "raw_manifest"):
+        monkeypatch.setattr(co.engine.registry, method, unreachable)
+    failing = _only(co, "registry: image", "registry: SBOM + provenance", "registry: signature", registry=True)
+    assert failing["registry: image"] == "registry: registry.test:5000 is not reachable"
+    assert failing["registry: SBOM + provenance"] == "registry: registry.test:5000 is not reachable"
+
+
+def test_a_missing_record_of_a_target_without_os_packages_heads_with_two_rows(co):
+    co.path(contract.RECORD_NAME).unlink()
+    bare = co.target.model_copy(update={"os_packages": None})
+    assert [r.check for r in co.rows(target=bare, registry=True)] == [
+        "matrix <-> Dockerfile",
+        "lock hash-pinned",
+        "image.json",
+    ]
+
+
+def test_each_clean_row_says_what_it_checked(co):
+    record = co.record()
+    detail = {r.check: r.detail for r in co.rows(registry=True)}
+    dockerfile = contract.dockerfile_path(co.root, "smoke")
+    components = len(co.sbom()["components"])
+    mine = provsign.public_key(co.root, co.target.signing.public_key)
+    assert detail == {
+        "matrix <-> Dockerfile": f"sha256 {sha256_file(dockerfile)[:16]}",
+        "lock hash-pinned": "1 runtime + 1 build entries, all hash-pinned",
+        "image.json <-> audit files": "image.json names this SBOM and this provenance (sha256)",
+        "image checks": "the recorded image passed its checks before it was recorded",
+        "Dockerfile <-> image.json": "Dockerfile sha256 matches",
+        "lock <-> image.json": "both lock sha256 match",
+        "matrix <-> image.json": f"{record['digest'][:19]}, bases and commit match the matrix, 1 third-party source(s)",
+        "image.json <-> SBOM": f"CycloneDX 1.6 valid, {components} components, describes {record['digest'][:19]}",
+        "lock <-> SBOM": "all 1 lock entries in the SBOM, same version, installed wheel's hash in the lock",
+        "image.json <-> provenance": "subject, identities and resolved dependencies match image.json and the matrix",
+        "provenance signed": "1 signature(s)",
+        "provenance signer": f"by the matrix's signing.public_key (key id {mine.keyid[:16]})",
+        "provenance signature": "verifies over the payload (ed25519, offline)",
+        "OS lock hash-pinned": "2 .deb(s) by sha256, made from these os_packages and this runtime base",
+        "OS lock <-> image.json": f"{contract.OS_LOCK_NAME} sha256 matches",
+        "OS lock <-> SBOM": "all 2 .deb(s) in the SBOM as pkg:deb, same version, arch and sha256",
+        "registry: image": f"serves {record['digest'][:19]}; tag smoke points at it",
+        "registry: SBOM + provenance": "SBOM and provenance attached, identical to the committed files",
+        "registry: signature": detail["registry: signature"],
+    }
+    assert detail["registry: signature"].startswith("missing: ")
