@@ -18,6 +18,8 @@ import copy
 import datetime as dt
 import hashlib
 import json
+import os
+import pickle
 import shutil
 from pathlib import Path
 
@@ -99,10 +101,25 @@ def _inventory_with_debs(self, ref: str, script: str) -> str:
 _plain_inventory = FakeContainers.run_python
 
 
+# The mutation run (tests/unit/mutation.py) builds the clean set once, from the unmutated sources,
+# into this directory before mutmut starts, and every mutant's run reads it from there: the build
+# takes seconds, and mutmut runs these tests once per mutant of verify.py. A run never writes it.
+PREBUILT = os.environ.get("K3_VERIFY_ROWS_PREBUILT")
+
+
 @pytest.fixture(scope="module")
 def built(tmp_path_factory):
     """(checkout, engine) after one clean build of the smoke target; the checkout is not edited."""
-    base = tmp_path_factory.mktemp("verify-rows")
+    if PREBUILT and (Path(PREBUILT) / "engine.pickle").exists():
+        return Path(PREBUILT) / "checkout", pickle.loads((Path(PREBUILT) / "engine.pickle").read_bytes())
+    base = Path(PREBUILT) if PREBUILT else tmp_path_factory.mktemp("verify-rows")
+    root, engine = _build(base)
+    if PREBUILT:
+        (base / "engine.pickle").write_bytes(pickle.dumps(engine))
+    return root, engine
+
+
+def _build(base: Path) -> tuple[Path, FakeEngine]:
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("K3_CACHE_DIR", str(base / "cache"))
         mp.setattr(FakeContainers, "run_python", _inventory_with_debs)
