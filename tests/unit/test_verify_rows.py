@@ -1050,3 +1050,120 @@ def test_each_clean_row_says_what_it_checked(co):
         "registry: signature": detail["registry: signature"],
     }
     assert detail["registry: signature"].startswith("missing: ")
+
+
+def test_verify_targets_goes_on_past_a_target_never_built_and_keeps_every_target_s_rows(co):
+    loaded = matrix.load(co.root / "matrix.yaml")
+    rows = verify.verify_targets(loaded, ["ghost", "smoke", "smoke"], explicit=False)
+    assert [name for name, _ in rows] == ["smoke"] * (2 * len(OFFLINE))
+    with_registry = verify.verify_targets(loaded, ["smoke"], co.engine, explicit=False)
+    assert [r.check for _, r in with_registry] == OFFLINE + ONLINE and all(r.ok for _, r in with_registry)
+    co.path(contract.RECORD_NAME).unlink()
+    with pytest.raises(VerifyFailed) as err:
+        verify.verify_targets(loaded, ["ghost", "smoke"], explicit=False)
+    assert err.value.message == (
+        "verify: nothing recorded for ghost, smoke (no image.json); build first, or restore the records from git"
+    )
+
+
+def test_a_committed_audit_file_that_is_gone_is_not_the_attached_one(co):
+    co.path(contract.SBOM_NAME).unlink()
+    failing = co.failing(registry=True)
+    assert failing["registry: SBOM + provenance"] == f"the attached {contract.SBOM_NAME} differs from the committed one"
+
+
+# --- the registry signature, with a cosign that says what it was asked --------------------------
+
+IDENTITY = "https://github.com/example/k3/.github/workflows/k3-branch.yml@refs/heads/main"
+ISSUER = "https://issuer.example.org"
+
+
+@pytest.fixture()
+def cosign(tmp_path, monkeypatch):
+    """A `cosign` on PATH that records its arguments and exits with $FAKE_COSIGN_EXIT (0: verified)."""
+    bin_ = tmp_path / "bin"
+    bin_.mkdir()
+    args = tmp_path / "cosign-args"
+    (bin_ / "cosign").write_text(
+        f'#!/bin/sh\nprintf "%s\\n" "$@" > {args}\n'
+        'if [ "${FAKE_COSIGN_EXIT:-0}" != 0 ]; then echo "Error: no signatures found" >&2; fi\n'
+        "exit ${FAKE_COSIGN_EXIT:-0}\n"
+    )
+    (bin_ / "cosign").chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_}:/usr/bin:/bin")
+    return args
+
+
+def _signing(co: Checkout):
+    update = {"identity": IDENTITY, "issuer": ISSUER}
+    return co.target.model_copy(update={"signing": co.target.signing.model_copy(update=update)})
+
+
+def test_cosign_is_asked_about_the_recorded_digest_with_the_matrix_s_identity_and_issuer(co, cosign):
+    rows = {r.check: r for r in co.rows(registry=True, target=_signing(co))}
+    digest = co.record()["digest"]
+    assert rows["registry: signature"].ok
+    assert (
+        rows["registry: signature"].detail
+        == f"verified: cosign verified {digest[:19]}: signed by {IDENTITY} ({ISSUER})"
+    )
+    assert cosign.read_text().splitlines() == [
+        "verify",
+        "--certificate-identity",
+        IDENTITY,
+        "--certificate-oidc-issuer",
+        ISSUER,
+        f"{co.target.image.name}@{digest}",
+    ]
+
+
+def _put(registry, name: str, doc: dict, tag: str | None = None) -> str:
+    raw = json.dumps(doc, sort_keys=True).encode()
+    digest = "sha256:" + hashlib.sha256(raw).hexdigest()
+    registry.manifests[(name, digest)] = raw
+    if tag:
+        registry.tags[(name, tag)] = digest
+    return digest
+
+
+def _signature_referrer(co: Checkout) -> None:
+    """A cosign 3 signature bundle as a referrer of the recorded digest, whose manifest and index
+    entry carry no annotation: only its blob says it is a signature."""
+    name, registry = co.target.image.name, co.engine.registry
+    bundle = json.dumps({"messageSignature": {"signature": "c2ln"}}).encode()
+    blob = "sha256:" + hashlib.sha256(bundle).hexdigest()
+    registry.blobs[blob] = bundle
+    art = _put(registry, name, {"schemaVersion": 2, "layers": [{"digest": blob}]})
+    index = {"manifests": [{"digest": art, "artifactType": "application/vnd.dev.sigstore.bundle.v0.3+json"}]}
+    _put(registry, name, index, tag=co.record()["digest"].replace(":", "-", 1))
+
+
+def test_a_signature_cosign_rejects_is_failed_when_the_registry_has_one(co, cosign, monkeypatch):
+    monkeypatch.setenv("FAKE_COSIGN_EXIT", "12")
+    _signature_referrer(co)
+    failing = _only(co, "registry: signature", registry=True, target=_signing(co))
+    assert failing["registry: signature"].startswith(
+        f"failed: cosign did not verify a signature by {IDENTITY} ({ISSUER})"
+    )
+    assert failing["registry: signature"].endswith("; present: 1 signature referrer")
+
+
+def test_a_cosign_sig_tag_is_seen_without_cosign(co, monkeypatch):
+    monkeypatch.setenv("PATH", "/nonexistent")
+    name, digest = co.target.image.name, co.record()["digest"]
+    _put(co.engine.registry, name, {"schemaVersion": 2, "layers": []}, tag=digest.replace(":", "-", 1) + ".sig")
+    rows = {r.check: r for r in co.rows(registry=True, target=_signing(co))}
+    assert rows["registry: signature"].ok
+    assert (
+        rows["registry: signature"].detail
+        == "present-unverified: signature present (.sig tag), not verified: cosign is not on PATH"
+    )
+
+
+def test_a_signature_referrer_is_seen_without_cosign(co, monkeypatch):
+    monkeypatch.setenv("PATH", "/nonexistent")
+    _signature_referrer(co)
+    rows = {r.check: r for r in co.rows(registry=True, target=_signing(co))}
+    assert rows["registry: signature"].detail == (
+        "present-unverified: signature present (1 signature referrer), not verified: cosign is not on PATH"
+    )
