@@ -230,3 +230,9 @@ def test_a_registered_written_form_is_looked_for_as_written():
     assert b"K3_PW='k3 pass word'" in needles and b"'k3 pass word'" in needles
     line = b"export K3_PW='k3 pass word'\n"
     assert secretscan.find_in_stream(io.BytesIO(b"#!/bin/sh\n" + line), needles) == b"K3_PW='k3 pass word'"
+
+
+def test_nothing_comes_before_the_first_read():
+    # A needle that would match only if something were put before the stream's first byte.
+    assert secretscan.find_in_stream(io.BytesIO(b"k3-TOKEN-0123456789"), [b"XXXXk3-TOKEN-0123456789"]) is None
+    assert secretscan.find_in_stream(ShortReads(b"3-TOKEN-0123456789", 5), [b"k3-TOKEN-0123456789"]) is None

@@ -1155,6 +1155,13 @@ def _signature_referrer(co: Checkout) -> None:
 def test_a_signature_cosign_rejects_is_failed_when_the_registry_has_one(co, cosign, monkeypatch):
     monkeypatch.setenv("FAKE_COSIGN_EXIT", "12")
     _signature_referrer(co)
+    blob = co.engine.registry.blob
+
+    def blob_of_this_repository(name, digest):  # a real registry serves blobs per repository
+        assert name == co.target.image.name
+        return blob(name, digest)
+
+    monkeypatch.setattr(co.engine.registry, "blob", blob_of_this_repository)
     failing = _only(co, "registry: signature", registry=True, target=_signing(co))
     assert failing["registry: signature"].startswith(
         f"failed: cosign did not verify a signature by {IDENTITY} ({ISSUER})"
