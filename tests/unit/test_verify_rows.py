@@ -1188,3 +1188,16 @@ def test_a_signature_referrer_is_seen_without_cosign(co, monkeypatch):
     assert rows["registry: signature"].detail == (
         "present-unverified: signature present (1 signature referrer), not verified: cosign is not on PATH"
     )
+
+
+@pytest.mark.parametrize("drop", ["runDetails", "builder"])
+def test_a_provenance_without_a_builder_names_the_missing_id(co, drop):
+    def edit(d):
+        if drop == "runDetails":
+            del d["predicate"]["runDetails"]
+        else:
+            del d["predicate"]["runDetails"]["builder"]
+
+    co.edit_statement(edit)
+    failing = _only(co, "image.json <-> provenance")
+    assert failing["image.json <-> provenance"].startswith("builder.id None is not a workflow of ")
