@@ -66,7 +66,10 @@ SWAP = {
 def _sites(func: ast.FunctionDef) -> list[tuple[int, str]]:
     """(index of the node in ast.walk order, what changes) for every mutation in ``func``."""
     out = []
+    docstring = func.body[0].value if isinstance(func.body[0], ast.Expr) else None
     for i, node in enumerate(ast.walk(func)):
+        if node is docstring:
+            continue  # what the function says of itself changes nothing it does
         if isinstance(node, ast.Compare) and type(node.ops[0]) in SWAP:
             out.append((i, f"{type(node.ops[0]).__name__} -> {SWAP[type(node.ops[0])].__name__}"))
         elif isinstance(node, ast.BoolOp):

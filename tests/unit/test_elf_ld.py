@@ -296,3 +296,18 @@ def test_symlinks_and_other_files_are_not_elves(tmp_path):
     (prefix / "README").write_text("text\n")
     (prefix / "static.a").write_bytes(b"!<arch>\n")
     assert run_probe(request(prefix))["elves"] == 1
+
+
+def test_runpath_lists_are_searched_in_order(tmp_path):
+    a, b = dep(tmp_path / "a"), dep(tmp_path / "b")
+    agree(cc(tmp_path / "c.so", needs=(a,), runpath=f"{tmp_path / 'none'}:{b.parent}:{a.parent}"), expect=b)
+
+
+def test_a_needed_name_with_a_slash_is_not_looked_up_in_the_search_paths(tmp_path, monkeypatch):
+    lib = cc(tmp_path / "dirs" / "sub" / "libx.so", soname="libx.so")
+    entry = (["sub/libx.so"], None, "", str(tmp_path / "dirs"))
+    monkeypatch.chdir(tmp_path)  # relative to the working directory, as ld.so opens it
+    assert elf.search(entry, "sub/libx.so", str(tmp_path), str(tmp_path / "dirs"), {}) is None
+    monkeypatch.chdir(tmp_path / "dirs")
+    assert elf.search(entry, "sub/libx.so", str(tmp_path), "", {}) == "sub/libx.so"
+    assert lib.exists()

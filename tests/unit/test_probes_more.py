@@ -263,3 +263,10 @@ def test_a_real_compiled_module_inside_a_tree_imports_through_the_probe(tmp_path
     assert sorted(found["imported"]) == ["k3c", "k3c.ops", "k3c.ops._C", "k3c.ops._broken"]
     assert [k for k, v in found["imported"].items() if v is not None] == ["k3c.ops._broken"]
     assert found["imported"]["k3c.ops._broken"].startswith("ImportError: ")
+
+
+def test_a_root_is_matched_by_its_whole_name_whatever_its_letters():
+    assert hygiene.under("/X/y", ["/X"]) and hygiene.under("/X/y", ["/X/"]) and hygiene.under("/X", ["/X"])
+    assert not hygiene.under("/usr/lib", ["/X"]) and not hygiene.under("/Xy", ["/X"])
+    assert hygiene.pattern(["/X"]).search("a=/X/y") is not None
+    assert hygiene.pattern(["/X"]).search("a=/Y/y") is None
