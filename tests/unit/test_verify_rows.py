@@ -1201,3 +1201,15 @@ def test_a_provenance_without_a_builder_names_the_missing_id(co, drop):
     co.edit_statement(edit)
     failing = _only(co, "image.json <-> provenance")
     assert failing["image.json <-> provenance"].startswith("builder.id None is not a workflow of ")
+
+
+def test_a_component_without_a_purl_is_neither_a_wheel_nor_a_deb(co):
+    co.edit_sbom(lambda d: d["components"].append({"type": "file", "name": "notes.txt", "bom-ref": "file:notes"}))
+    _only(co)
+
+
+def test_an_sbom_without_components_names_what_it_lacks(co):
+    co.edit_sbom(lambda d: d.pop("components"))
+    failing = co.failing()
+    assert failing["lock <-> SBOM"] == f"{PYPI} is in the lock but not in the SBOM"
+    assert failing["OS lock <-> SBOM"] == "libnuma1 is in os-packages.txt but not in the SBOM as pkg:deb"
