@@ -475,6 +475,8 @@ def test_each_matrix_fact_in_the_record(co, tamper):
     co.edit_record(fn)
     failing = co.failing()
     assert message in failing["matrix <-> image.json"], failing
+    if message in EXACT:
+        assert failing["matrix <-> image.json"] == message
     assert "image checks" not in failing and "Dockerfile <-> image.json" not in failing
 
 
@@ -534,6 +536,8 @@ def test_each_record_fact_in_the_sbom(co, tamper):
     co.edit_sbom(fn)
     failing = co.failing()
     assert message in failing["image.json <-> SBOM"], failing
+    if message in EXACT:
+        assert failing["image.json <-> SBOM"] == message
     assert "image.json <-> audit files" not in failing or tamper in ("described digest",), failing
 
 
@@ -630,7 +634,7 @@ PROVENANCE_TAMPERS = {
         lambda d: d["predicate"]["buildDefinition"]["externalParameters"]["matrix"].__setitem__(
             "owner", "x@example.org"
         ),
-        "externalParameters differ",
+        "externalParameters differ from the matrix's entry for this target",
     ),
     "build type": (
         lambda d: d["predicate"]["buildDefinition"].__setitem__("buildType", "https://example.org/other"),
@@ -671,6 +675,45 @@ def test_each_record_and_matrix_fact_in_the_provenance(co, tamper):
     co.edit_statement(fn)
     failing = _only(co, "image.json <-> provenance")
     assert message in failing["image.json <-> provenance"], failing
+    if message in EXACT:
+        assert failing["image.json <-> provenance"] == message
+
+
+EXACT = {
+    "not an in-toto v1 statement",
+    "not an SLSA provenance v1 predicate",
+    "externalParameters differ from the matrix's entry for this target",
+    "source url differs from the matrix",
+    "source.third_party in image.json is not a mapping",
+    "SBOM source commit != image.json",
+}
+
+
+@pytest.mark.parametrize(
+    "edit, message",
+    [
+        (lambda d: d.pop("predicate"), "externalParameters differ from the matrix's entry for this target"),
+        (
+            lambda d: d["predicate"].pop("buildDefinition"),
+            "externalParameters differ from the matrix's entry for this target",
+        ),
+    ],
+    ids=["no predicate", "no buildDefinition"],
+)
+def test_a_statement_missing_a_part_names_the_first_fact_it_lacks(co, edit, message):
+    co.edit_statement(edit)
+    assert _only(co, "image.json <-> provenance")["image.json <-> provenance"] == message
+
+
+@pytest.mark.parametrize(
+    "edit, subjects",
+    [(lambda d: d.pop("subject"), "[]"), (lambda d: d["subject"][0].pop("digest"), "[None]")],
+    ids=["no subject", "a subject without a digest"],
+)
+def test_a_statement_without_a_subject_digest_names_what_it_has(co, edit, subjects):
+    co.edit_statement(edit)
+    failing = co.failing()
+    assert failing["image.json <-> provenance"] == f"subject {subjects} != image.json {co.record()['digest']}"
 
 
 @pytest.mark.parametrize("tamper", sorted(SUBJECT_TAMPERS))
