@@ -1256,3 +1256,9 @@ def test_an_sbom_without_components_names_what_it_lacks(co):
     failing = co.failing()
     assert failing["lock <-> SBOM"] == f"{PYPI} is in the lock but not in the SBOM"
     assert failing["OS lock <-> SBOM"] == "libnuma1 is in os-packages.txt but not in the SBOM as pkg:deb"
+
+
+def test_a_builder_without_dependencies_names_no_tool(co):
+    co.edit_statement(lambda d: d["predicate"]["runDetails"]["builder"].pop("builderDependencies"))
+    failing = _only(co, "image.json <-> provenance")
+    assert failing["image.json <-> provenance"] == f"builderDependencies names no tool at {co.target.project_url}"
