@@ -311,3 +311,21 @@ def test_a_needed_name_with_a_slash_is_not_looked_up_in_the_search_paths(tmp_pat
     monkeypatch.chdir(tmp_path / "dirs")
     assert elf.search(entry, "sub/libx.so", str(tmp_path), "", {}) == "sub/libx.so"
     assert lib.exists()
+
+
+def test_every_needed_entry_of_a_file_is_judged_not_only_up_to_the_first_found(tmp_path):
+    prefix = tmp_path / "prefix"
+    here = dep(prefix / "lib")
+    gone = cc(tmp_path / "outside" / "libk3gone.so.2", soname="libk3gone.so.2")
+    cc(prefix / "c.so", needs=(here, gone), runpath="$ORIGIN/lib")  # found first, then missing
+    found = run_probe(request(prefix))
+    assert [e["needed"] for e in found["unresolved"]] == ["libk3gone.so.2"]
+
+
+def test_the_cache_size_and_the_dlopen_answers_are_reported(tmp_path):
+    (tmp_path / "prefix").mkdir()
+    found = run_probe(request(tmp_path / "prefix", dlopen=["libc.so.6", "libk3-nothing-has-this.so.9"]))
+    assert found["ld_cache"] == len(elf.ld_cache())
+    assert found["dlopen"]["libc.so.6"] is None
+    assert "libk3-nothing-has-this.so.9" in found["dlopen"]["libk3-nothing-has-this.so.9"]
+    assert run_probe(request(tmp_path / "prefix"))["dlopen"] == {}

@@ -270,3 +270,10 @@ def test_a_root_is_matched_by_its_whole_name_whatever_its_letters():
     assert not hygiene.under("/usr/lib", ["/X"]) and not hygiene.under("/Xy", ["/X"])
     assert hygiene.pattern(["/X"]).search("a=/X/y") is not None
     assert hygiene.pattern(["/X"]).search("a=/Y/y") is None
+
+
+def test_a_named_path_s_line_is_cut_at_200_characters_and_starts_after_its_newline(tmp_path):
+    long = "/build/" + "x" * 300
+    (tmp_path / "a.pth").write_text(f"\n{long}\n")
+    (found,) = hygiene.main({"roots": [str(tmp_path)], "build_roots": ["/build"]})["named"]
+    assert found[2] == long[:200]
