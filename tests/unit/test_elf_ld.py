@@ -329,3 +329,12 @@ def test_the_cache_size_and_the_dlopen_answers_are_reported(tmp_path):
     assert found["dlopen"]["libc.so.6"] is None
     assert "libk3-nothing-has-this.so.9" in found["dlopen"]["libk3-nothing-has-this.so.9"]
     assert run_probe(request(tmp_path / "prefix"))["dlopen"] == {}
+
+
+def test_every_needed_entry_is_judged_after_a_preloaded_one(tmp_path):
+    prefix = tmp_path / "prefix"
+    pre = cc(prefix / "pkg.libs" / "libk3pre-1a2b3c4d.so.1", soname="libk3pre.so.1")
+    gone = cc(tmp_path / "outside" / "libk3gone.so.2", soname="libk3gone.so.2")
+    cc(prefix / "pkg" / "c.so", needs=(pre, gone))  # preloaded first, then missing
+    found = run_probe(request(prefix))
+    assert found["preloaded"] == 1 and [e["needed"] for e in found["unresolved"]] == ["libk3gone.so.2"]
