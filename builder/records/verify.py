@@ -421,6 +421,13 @@ class Verifier:
                 out.append(Row(name, False, str(exc)))
             except BuilderError as exc:  # the registry out of reach, or a damaged file
                 out.append(Row(name, False, exc.message))
+            except (KeyError, TypeError, AttributeError) as exc:
+                # A record that reads as one can still lack a nested field the rows index (bases
+                # without "runtime", a third-party entry that is not a mapping): that row fails and
+                # says which field, instead of a traceback ending the auditor's whole run.
+                out.append(
+                    Row(name, False, f"image.json lacks a field this row reads ({exc.__class__.__name__}: {exc})")
+                )
         return out
 
 
