@@ -22,10 +22,16 @@ from pathlib import Path
 import pytest
 
 from builder.checks import probes
-from builder.checks.probes import hygiene, trees
+from builder.checks.probes import _dyn, hygiene, trees
 
 CC = shutil.which("cc") or shutil.which("gcc")
 EXT = next(s for s in __import__("importlib.machinery").machinery.EXTENSION_SUFFIXES if s.startswith(".cpython"))
+
+
+@pytest.fixture(autouse=True)
+def _hygiene_as_run(monkeypatch):
+    """hygiene.py runs with _dyn.py prepended (probes.PRELUDES): its elf_files() is defined there."""
+    monkeypatch.setattr(hygiene, "elf_files", _dyn.elf_files, raising=False)
 
 
 def run(name: str, request: dict, env: dict | None = None) -> dict:

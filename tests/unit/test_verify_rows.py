@@ -101,6 +101,31 @@ def _inventory_with_debs(self, ref: str, script: str) -> str:
 _plain_inventory = FakeContainers.run_python
 
 
+def _checks_passed(engine, ref: str, expect, junit: Path) -> runner.Report:
+    """runner.run, as on an image that passes every check: with the facts the GPU-code checks record
+    when they pass (checks/checklist_gpu.py: the matrix's floor and families, no code newer than the
+    floor, SASS for each required extension on each family it must serve), so the record carries the
+    ``gpu`` block a real build writes."""
+    junit.write_text("<testsuite/>\n")
+    gpu = expect.gpu
+    facts = {
+        "gpu": {
+            "driver_floor": gpu.driver_floor,
+            "derived_floor": None,
+            "derived_cuda": "0.0",
+            "derived_from": "",
+            "families": list(gpu.capabilities),
+            "waived": [],
+            "toolkit_unknown": {},
+        },
+        "gpu_coverage": {
+            ext: {cc: f"SASS sm_{cc.replace('.', '')}" for cc in gpu.required_on(ext)} for ext in sorted(gpu.required)
+        },
+    }
+    results = [runner.CheckResult(n, True, "") for n in contract.CHECKS]
+    return runner.Report(image=ref, results=results, junit=junit, facts=facts)
+
+
 # The mutation run (tests/unit/mutation.py) builds the clean set once, from the unmutated sources,
 # into this directory before mutmut starts, and every mutant's run reads it from there: the build
 # takes seconds, and mutmut runs these tests once per mutant of verify.py. A run never writes it.
@@ -123,16 +148,7 @@ def _build(base: Path) -> tuple[Path, FakeEngine]:
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("K3_CACHE_DIR", str(base / "cache"))
         mp.setattr(FakeContainers, "run_python", _inventory_with_debs)
-        mp.setattr(
-            runner,
-            "run",
-            lambda engine, ref, expect, junit: (
-                junit.write_text("<testsuite/>\n"),
-                runner.Report(
-                    image=ref, results=[runner.CheckResult(n, True, "") for n in contract.CHECKS], junit=junit
-                ),
-            )[1],
-        )
+        mp.setattr(runner, "run", _checks_passed)
         repos = smoke._source_repos(base / "repos")
         root = base / "checkout"
         root.mkdir()
@@ -286,7 +302,10 @@ def test_every_row_holds_on_the_clean_record_set_in_the_documented_order(co):
     assert detail["provenance signer"].startswith("by the matrix's signing.public_key")
     assert detail["provenance signature"].startswith("verifies over the payload")
     assert detail["registry: signature"].startswith("missing")  # no identity configured: holds
-    assert detail["matrix <-> image.json"].endswith("1 third-party source(s)")
+    gpu = co.target.gpu
+    assert detail["matrix <-> image.json"].endswith(
+        f"1 third-party source(s); GPU floor none <= {gpu.driver_floor}, {len(gpu.capabilities)} families covered"
+    )
     assert co.rows() == rows[: len(OFFLINE)]  # offline: the registry rows are not asked
 
 
@@ -1094,7 +1113,8 @@ def test_each_clean_row_says_what_it_checked(co):
         "image checks": "the recorded image passed its checks before it was recorded",
         "Dockerfile <-> image.json": "Dockerfile sha256 matches",
         "lock <-> image.json": "both lock sha256 match",
-        "matrix <-> image.json": f"{record['digest'][:19]}, bases and commit match the matrix, 1 third-party source(s)",
+        "matrix <-> image.json": f"{record['digest'][:19]}, bases and commit match the matrix, 1 third-party source(s)"
+        f"; GPU floor none <= {co.target.gpu.driver_floor}, {len(co.target.gpu.capabilities)} families covered",
         "image.json <-> SBOM": f"CycloneDX 1.6 valid, {components} components, describes {record['digest'][:19]}",
         "lock <-> SBOM": "all 1 lock entries in the SBOM, same version, installed wheel's hash in the lock",
         "image.json <-> provenance": "subject, identities and resolved dependencies match image.json and the matrix",
