@@ -1,7 +1,8 @@
 """Properties of the secret scan (builder/checks/secretscan.py), on generated inputs (hypothesis):
 a secret is found at any offset, wherever the reads split it (a chunk boundary, the short reads of
 a gzip stream); every registered value of MIN_SCANNED characters or more is looked for and none
-shorter; a symlink's or hard link's target is read as well as a file's bytes; a value with
+shorter; a symlink's or hard link's target is read as well as a file's bytes, in a layer and in an
+image as `docker save` writes it, and only a regular file's bytes are read; a value with
 characters outside ASCII is looked for as its UTF-8 bytes, and a registered written form (the
 shell-quoted line of a secret file) as itself. Each property runs a few dozen fixed examples
 (derandomized, no database): a failure tomorrow means the code changed, not the dice.
@@ -20,6 +21,7 @@ from hypothesis import strategies as st
 
 from builder import log
 from builder.checks import secretscan
+from tests.unit.test_secretscan import _digest, _saved
 
 MUTATION_RUN = "K3_HYPOTHESIS_EXAMPLES" in os.environ
 SETTINGS = settings(
@@ -162,9 +164,13 @@ NAMES = st.lists(st.text(alphabet="abcdefghij", min_size=1, max_size=8), min_siz
 )
 
 
+def _where(kind: str) -> str:
+    return "content" if kind == "file" else "link target"
+
+
 @SETTINGS
 @given(names=NAMES, secret=TOKEN, data=st.data())
-def test_the_first_member_holding_a_secret_is_named(tmp_path, names, secret, data):
+def test_the_first_member_holding_a_secret_is_named(names, secret, data):
     kinds = [data.draw(st.sampled_from(["file", "symlink", "hardlink"]), label=n) for n in names]
     holder = data.draw(st.integers(0, len(names) - 1), label="holder")
     members = []
@@ -175,32 +181,49 @@ def test_the_first_member_holding_a_secret_is_named(tmp_path, names, secret, dat
         else:
             content = f"../share/{secret}" if i == holder else "../share/target"
         members.append((kind, name, content))
-    layer = tmp_path / "layer.tar"
+    wanted = [secret.encode()]
     for compress in (False, True):
-        layer.write_bytes(_tar(members, compress))
-        assert secretscan.find_in_layer(layer, [secret.encode()]) == names[holder]
-    layer.write_bytes(_tar([m for i, m in enumerate(members) if i != holder], True))
-    assert secretscan.find_in_layer(layer, [secret.encode()]) is None
+        layer = _tar(members, compress)
+        assert secretscan.find_in_layer(io.BytesIO(layer), wanted) == (names[holder], _where(kinds[holder]))
+        # the same layer in an image as `docker save` writes it: the blob and the member named
+        found = secretscan.find_in_archive(_saved([_tar([("file", "ok", b"ok")], False), layer]), wanted)
+        assert found == secretscan.Hit(_digest(layer), names[holder], _where(kinds[holder]))
+    clean = _tar([m for i, m in enumerate(members) if i != holder], True)
+    assert secretscan.find_in_layer(io.BytesIO(clean), wanted) is None
+    assert secretscan.find_in_archive(_saved([clean]), wanted) is None
 
 
-def test_a_symlink_to_a_file_holding_the_secret_names_the_file(tmp_path):
-    layer = tmp_path / "layer.tar"
-    layer.write_bytes(
-        _tar([("symlink", "etc/token", "../opt/k3/token"), ("file", "opt/k3/token", b"k3-TOKEN-0123456789\n")], True)
+def test_a_symlink_to_a_file_holding_the_secret_names_the_file():
+    layer = _tar(
+        [("symlink", "etc/token", "../opt/k3/token"), ("file", "opt/k3/token", b"k3-TOKEN-0123456789\n")], True
     )
-    assert secretscan.find_in_layer(layer, [b"k3-TOKEN-0123456789"]) == "opt/k3/token"
+    assert secretscan.find_in_layer(io.BytesIO(layer), [b"k3-TOKEN-0123456789"]) == ("opt/k3/token", "content")
 
 
-def test_directories_and_devices_are_not_read(tmp_path):
-    buf = io.BytesIO()
-    with tarfile.open(fileobj=buf, mode="w") as tar:
-        for kind in (tarfile.DIRTYPE, tarfile.FIFOTYPE, tarfile.CHRTYPE):
-            info = tarfile.TarInfo(f"k3-TOKEN-0123456789-{kind!r}")
-            info.type = kind
-            tar.addfile(info)
-    layer = tmp_path / "layer.tar"
-    layer.write_bytes(buf.getvalue())
-    assert secretscan.find_in_layer(layer, [b"k3-TOKEN-0123456789"]) is None
+def test_only_regular_files_are_read_directories_and_devices_by_name(monkeypatch):
+    # Their names are scanned (as every member's is); only a regular file has bytes to read.
+    read: list[str] = []
+    extract = tarfile.TarFile.extractfile
+    monkeypatch.setattr(tarfile.TarFile, "extractfile", lambda tar, m: (read.append(m.name), extract(tar, m))[1])
+    kinds = (tarfile.DIRTYPE, tarfile.FIFOTYPE, tarfile.CHRTYPE, tarfile.SYMTYPE, tarfile.LNKTYPE)
+
+    def layer(name: str) -> io.BytesIO:
+        buf = io.BytesIO()
+        with tarfile.open(fileobj=buf, mode="w") as tar:
+            for kind in kinds:
+                info = tarfile.TarInfo(f"{name}-{kind!r}")
+                info.type = kind
+                info.linkname = "plain" if kind in (tarfile.SYMTYPE, tarfile.LNKTYPE) else ""
+                tar.addfile(info)
+            tar.addfile(tarfile.TarInfo("plain"), io.BytesIO(b""))
+        return io.BytesIO(buf.getvalue())
+
+    assert secretscan.find_in_layer(layer("clean"), [b"k3-TOKEN-0123456789"]) is None
+    assert read == ["plain"]
+    assert secretscan.find_in_layer(layer("k3-TOKEN-0123456789"), [b"k3-TOKEN-0123456789"]) == (
+        f"k3-TOKEN-0123456789-{tarfile.DIRTYPE!r}",
+        "name",
+    )
 
 
 # --- encodings: what the scan claims to see ------------------------------------------------------

@@ -1,26 +1,32 @@
-"""The secret scan of a pushed image (builder/checks/secretscan.py ``scan``) against a registry that
-holds the image under its own name only: every read names the repository, the platform manifest
-is the one read, a manifest without a config still has its layers scanned, and the message names
-the layer and the file as the image has it (a tar's "./" and a leading "/" written once).
+"""The secret scan of a built image before its push (builder/checks/secretscan.py
+``find_in_archive``, builder/pipeline/prepush.py ``scan``) on archives shaped as `docker save`
+writes them (tests/unit/test_secretscan.py ``_saved``): the message names the layer and the file as
+the image has it (a tar's "./" and a leading "/" written once), a secret in the config is found,
+every blob is read whatever the manifests name, a skipped layer is never read, and an image that
+cannot be read is refused with exactly that said.
+
+(The registry-based scan these tests first pinned is gone with the scan before the push: which
+repository a read names and which platform manifest is read no longer exist as behaviour.)
 """
 
 from __future__ import annotations
 
-import hashlib
+import contextlib
 import io
 import json
 import tarfile
+from types import SimpleNamespace
 
 import pytest
 
 from builder import log
 from builder.checks import secretscan
-from builder.engine.registry import Manifest
 from builder.errors import BuildError
+from builder.pipeline import prepush
+from tests.unit.test_secretscan import _digest, _files, _layer, _member, _saved
 
-NAME = "registry.test:5000/k3/smoke"
-INDEX = "sha256:" + "1" * 64
 SECRET = "k3-TOKEN-0123456789"
+IMAGE_ID = "sha256:" + "7" * 64
 
 
 @pytest.fixture(autouse=True)
@@ -29,51 +35,8 @@ def no_secrets(monkeypatch):
     log.register_secret(SECRET)
 
 
-def _digest(data: bytes) -> str:
-    return "sha256:" + hashlib.sha256(data).hexdigest()
-
-
-def _layer(files: dict[str, bytes]) -> bytes:
-    buf = io.BytesIO()
-    with tarfile.open(fileobj=buf, mode="w") as tar:
-        for name, data in files.items():
-            info = tarfile.TarInfo(name)
-            info.size = len(data)
-            tar.addfile(info, io.BytesIO(data))
-    return buf.getvalue()
-
-
-class StrictRegistry:
-    """Serves one repository: any read under another name fails the test. The image is pushed
-    as an index (INDEX) whose platform manifest is the one holding the layers."""
-
-    def __init__(self, layers: list[bytes], config: bytes | None = b'{"config": {}}') -> None:
-        self.blobs = {_digest(b): b for b in [*layers, *([config] if config is not None else [])]}
-        self.doc: dict = {"layers": [{"digest": _digest(b)} for b in layers]}
-        if config is not None:
-            self.doc["config"] = {"digest": _digest(config)}
-        self.platform = _digest(json.dumps(self.doc).encode())
-
-    def _name(self, name):
-        assert name == NAME, f"read under {name!r}"
-
-    def platform_digest(self, name, digest):
-        self._name(name)
-        return self.platform if digest == INDEX else digest
-
-    def raw_manifest(self, name, reference):
-        self._name(name)
-        if reference != self.platform:
-            return None
-        return Manifest("application/vnd.oci.image.manifest.v1+json", reference, json.dumps(self.doc).encode())
-
-    def blob(self, name, digest):
-        self._name(name)
-        return self.blobs[digest]
-
-    def blob_to(self, name, digest, dest):
-        self._name(name)
-        dest.write_bytes(self.blobs[digest])
+def _scan(archive: io.BytesIO, skip=frozenset()) -> secretscan.Hit | None:
+    return secretscan.find_in_archive(archive, secretscan.needles(), skip)
 
 
 @pytest.mark.parametrize(
@@ -81,45 +44,66 @@ class StrictRegistry:
     [("./usr/lib/leak.txt", "/usr/lib/leak.txt"), ("/X11/leak", "/X11/leak"), ("opt/k3/leak", "/opt/k3/leak")],
 )
 def test_the_file_is_named_as_the_image_has_it(member, shown):
-    layers = [_layer({"clean": b"nothing\n"}), _layer({member: f"token={SECRET}\n".encode()})]
-    registry = StrictRegistry(layers)
+    layers = [_files({"clean": b"nothing\n"}), _files({member: f"token={SECRET}\n".encode()})]
+    hit = _scan(_saved(layers))
+    assert hit == secretscan.Hit(_digest(layers[1]), member, "content")
+    assert hit.describe() == f"layer {_digest(layers[1])[:19]}, file '{shown}' (content)"
+
+
+def test_a_secret_in_the_config_is_found():
+    config = json.dumps({"config": {"Env": [f"T={SECRET}"]}}).encode()
+    hit = _scan(_saved([_files({"a": b"x"})], config))
+    assert hit == secretscan.Hit(_digest(config), "", "blob")
+    assert hit.describe() == f"blob {_digest(config)[:19]} (the image config: env, labels or history)"
+
+
+def test_every_blob_is_read_whatever_the_manifests_name():
+    # An archive whose manifest names neither a config nor this layer: its blobs are scanned all the same.
+    leak = _files({"leak": SECRET.encode()})
+    blobs = {"blobs/sha256/" + _digest(leak)[7:]: leak, "index.json": b'{"manifests": []}', "manifest.json": b"[]"}
+    archive = io.BytesIO(_layer([_member(n, d) for n, d in blobs.items()], tarfile.USTAR_FORMAT))
+    assert _scan(archive) == secretscan.Hit(_digest(leak), "leak", "content")
+
+
+def test_a_blob_that_is_no_tar_is_searched_as_bytes():
+    odd = b"this is not a tar file at all " * 40 + SECRET.encode()
+    assert _scan(_saved([_files({"a": b"x"}), odd])) == secretscan.Hit(_digest(odd), "", "blob")
+
+
+def test_skipped_layers_are_not_read():
+    base, added = _files({"base": SECRET.encode()}), _files({"ok": b"x"})
+    assert _scan(_saved([base, added]), skip=frozenset({_digest(base)})) is None
+    # a skipped layer that could not even be read: were it read, the scan would raise
+    broken = b"\x1f\x8b" + b"\0" * 600
+    assert _scan(_saved([broken, added]), skip=frozenset({_digest(broken)})) is None
+    with pytest.raises((tarfile.TarError, EOFError, OSError)):
+        _scan(_saved([broken, added]))
+
+
+class SavingEngine:
+    """export_image streams ``archive``; remove_image records what it removed."""
+
+    def __init__(self, archive: io.BytesIO) -> None:
+        self.archive, self.removed = archive, []
+
+    @contextlib.contextmanager
+    def export_image(self, image_id):
+        assert image_id == IMAGE_ID
+        yield self.archive
+
+    def remove_image(self, image_id):
+        self.removed.append(image_id)
+
+
+def test_an_unreadable_image_is_refused_exactly_and_removed(tmp_path, monkeypatch):
+    monkeypatch.setattr(prepush, "base_layers", lambda engine, target: frozenset())
+    target = SimpleNamespace(name="smoke", image=SimpleNamespace(name="registry.test:5000/k3/smoke"))
+    engine = SavingEngine(_saved([_files({"a": b"x"}), b"\x1f\x8b" + b"\0" * 600]))
     with pytest.raises(BuildError) as err:
-        secretscan.scan(registry, NAME, INDEX)
-    assert err.value.message == (
-        f"{NAME}@{INDEX}: a build secret is in layer 1 ({_digest(layers[1])[:19]}), file {shown}: a build "
-        "step copied it into the image; not recorded"
+        prepush.scan(engine, target, IMAGE_ID, tmp_path / "build.log")
+    assert err.value.message.startswith(
+        f"registry.test:5000/k3/smoke: the image {IMAGE_ID[:19]} cannot be read to scan it (ReadError); "
+        "nothing was pushed"
     )
-
-
-def test_a_secret_in_the_platform_manifest_s_config_is_found():
-    registry = StrictRegistry([_layer({"a": b"x"})], config=json.dumps({"config": {"Env": [f"T={SECRET}"]}}).encode())
-    with pytest.raises(BuildError, match=r"a build secret is in the image config \(env, labels or history\)"):
-        secretscan.scan(registry, NAME, INDEX)
-
-
-def test_a_manifest_without_a_config_still_has_its_layers_scanned():
-    registry = StrictRegistry([_layer({"leak": SECRET.encode()})], config=None)
-    with pytest.raises(BuildError, match="file /leak"):
-        secretscan.scan(registry, NAME, INDEX)
-
-
-def test_a_manifest_the_registry_does_not_serve_holds_nothing_to_scan():
-    registry = StrictRegistry([_layer({"leak": SECRET.encode()})])
-    registry.raw_manifest = lambda name, reference: None  # the index names a manifest the registry lacks
-    secretscan.scan(registry, NAME, INDEX)
-
-
-def test_an_unreadable_layer_is_named_exactly():
-    bad = b"this is not a tar file at all" * 40
-    registry = StrictRegistry([_layer({"a": b"x"}), bad])
-    with pytest.raises(BuildError) as err:
-        secretscan.scan(registry, NAME, INDEX)
-    assert err.value.message == (
-        f"{NAME}@{INDEX}: layer 1 ({_digest(bad)[:19]}) cannot be read to scan it for secrets (ReadError); not recorded"
-    )
-
-
-def test_skipped_layers_are_not_fetched():
-    base, added = _layer({"base": SECRET.encode()}), _layer({"ok": b"x"})
-    registry = StrictRegistry([base, added])
-    secretscan.scan(registry, NAME, INDEX, skip=frozenset({_digest(base)}))
+    assert engine.removed == [IMAGE_ID]
+    assert f"refused the local image {IMAGE_ID}; nothing pushed" in (tmp_path / "build.log").read_text()

@@ -516,6 +516,39 @@ def test_the_matrix_row_names_what_matches(co):
     assert row.ok and row.detail.startswith(co.record()["digest"][:19] + ", bases and commit match the matrix")
 
 
+def _gpu(fn):
+    return lambda r: fn(r[contract.RECORD_GPU])
+
+
+GPU_TAMPERS = {
+    "no gpu block": (lambda r: r.pop(contract.RECORD_GPU), "image.json lacks the gpu block the GPU-code checks record"),
+    "floor": (_gpu(lambda g: g.__setitem__("driver_floor", "999.1")), "gpu.driver_floor 999.1 != matrix "),
+    "families": (_gpu(lambda g: g["families"].pop()), "gpu.families "),
+    "derived above the claim": (
+        _gpu(lambda g: g.__setitem__("derived_floor", "999.99")),
+        "gpu.derived_floor 999.99 exceeds the claimed ",
+    ),
+    "coverage gap": (
+        _gpu(lambda g: g["coverage"]["k3smoke._C"].__setitem__("9.0", "none (has PTX compute_100)")),
+        "gpu.coverage has no code for k3smoke._C on 9.0",
+    ),
+}
+
+
+@pytest.mark.parametrize("tamper", list(GPU_TAMPERS))
+def test_the_record_s_gpu_block_against_the_matrix(co, tamper):
+    edit, message = GPU_TAMPERS[tamper]
+    assert "9.0" in co.target.gpu.required_on("k3smoke._C")  # the coverage tamper's family is required
+    co.edit_record(edit)
+    failing = co.failing()
+    assert list(failing) == ["matrix <-> image.json"] and failing["matrix <-> image.json"].startswith(message)
+
+
+def test_a_gpu_block_the_matrix_does_not_claim_fails_the_matrix_row(co):
+    failing = co.failing(target=co.target.model_copy(update={"gpu": None}))
+    assert failing["matrix <-> image.json"] == "image.json has a gpu block, the matrix claims no GPU code"
+
+
 # --- image.json <-> SBOM --------------------------------------------------------------------------
 
 SBOM_TAMPERS = {
