@@ -118,6 +118,8 @@ def base_layers(engine: Engine, target: Target) -> frozenset[str]:
 def push(engine: Engine, target: Target, req: BuildRequest, image_id: str, log_path: Path) -> BuildResult:
     """Push the scanned image, then make sure the registry serves it and that what it serves is
     the image scanned (its config, which lists every layer's diff_id, is the local image's ID)."""
+    with log_path.open("a", encoding="utf-8") as build_log:  # the log names what leaves the host, and when
+        build_log.write(f"[k3-builder] pushing {req.tags[0]} (docker push), after the secret scan\n")
     with log.step(f"{target.name}: push {req.tags[0]}"):
         try:
             digest = engine.push(req.tags[0])
@@ -140,6 +142,6 @@ def push(engine: Engine, target: Target, req: BuildRequest, image_id: str, log_p
                 f"{name}@{digest}: the registry's image has config {config}, not the scanned image's "
                 f"{image_id} (the tag moved during the push?); not recorded"
             )
-    with log_path.open("a", encoding="utf-8") as build_log:  # the log names what left the host, and when
-        build_log.write(f"[k3-builder] pushed {req.tags[0]} as {name}@{digest}, after the secret scan\n")
+    with log_path.open("a", encoding="utf-8") as build_log:
+        build_log.write(f"[k3-builder] pushed {req.tags[0]} as {name}@{digest}\n")
     return BuildResult(digest)

@@ -37,9 +37,10 @@ VARIANTS = {
     # and its CLI fail with it, each saying so.
     "no-kernel": (
         f"USER 0\nRUN rm -f {SITE}/k3smoke/_C.*.so\nUSER 2000:2000",
-        # and the image no longer starts, and a file its RECORD lists is gone (the whole-image rules)
+        # and the image no longer starts, and a file its RECORD lists is gone (the whole-image rules),
+        # and the required extension's GPU code went with it (gpu_coverage)
         {"compiled_modules", "ops_registered", "python_trees", "recipe_cli"}
-        | {"installed_files", "image_starts", "loaded_libraries"},
+        | {"installed_files", "image_starts", "loaded_libraries", "gpu_coverage"},
         "k3smoke._C: ImportError",
     ),
     "cuda13": (

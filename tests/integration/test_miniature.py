@@ -79,7 +79,23 @@ def test_a_forgotten_third_party_source_fails_the_compile_not_the_image(built, t
         assert "third_party" not in cut
         return cut
 
-    work = smoke.variant(tmp_path / "forgotten", "forgotten", forget_third_party)
+    # First line of defense: the fetch inventory refuses the unpinned FetchContent in seconds,
+    # naming the file and line, before anything is fetched or built (exit 2: bad input).
+    refused = smoke.variant(tmp_path / "refused", "refused", forget_third_party)
+    r = cli("--matrix", str(refused.matrix), "--target", "smoke")
+    assert r.code == 2, r.err[-2000:]
+    assert "unpinned fetch in the build files: CMakeLists.txt:" in r.err and "k3kernels" in r.err
+    assert not (refused.root / "artifacts" / "smoke").exists() or not list(
+        (refused.root / "artifacts" / "smoke").glob("*/build.log")
+    )
+
+    # Second line: with the fetch waived (as a wrong waiver would), the compile still cannot
+    # download it: CMake, disconnected, stops while configuring.
+    def forget_and_waive(text: str) -> str:
+        waiver = "    kernels:\n      fetch_waivers:\n        CMakeLists.txt:k3kernels: a wrong waiver, for the test\n"
+        return forget_third_party(text).rstrip("\n") + "\n" + waiver
+
+    work = smoke.variant(tmp_path / "forgotten", "forgotten", forget_and_waive)
     record_before = work.record.read_bytes()
     r = cli("--matrix", str(work.matrix), "--target", "smoke")
     assert r.code == 1, r.err[-2000:]
@@ -173,12 +189,20 @@ def test_no_driver_library_fails_the_imports_and_says_why(toolchain_variants):
     assert r.code == 1
     failed = _failed(r.err)
     # Every k3smoke module imports _C first, so without the driver library its Python tree and its
-    # CLI do not import either; each check says so, the compiled module's says where it looked.
-    assert set(failed) == {"compiled_modules", "ops_registered", "python_trees", "recipe_cli"}, r.err[-2000:]
+    # CLI do not import either; each check says so, the compiled module's says where it looked. The
+    # entrypoint's imports fail too, so the image cannot start (the whole-image rules say so).
+    assert set(failed) == {
+        "compiled_modules",
+        "ops_registered",
+        "python_trees",
+        "recipe_cli",
+        "loaded_libraries",
+        "image_starts",
+    }, r.err[-2000:]
     assert "libcuda.so.1" in failed["compiled_modules"]
 
 
-def test_an_nvcc_of_another_cuda_fails_runtime_toolchain_only(toolchain_variants, tmp_path):
+def test_an_nvcc_of_another_cuda_fails_runtime_toolchain_and_gpu_code(toolchain_variants, tmp_path):
     smoke, tags = toolchain_variants
     work = smoke.copy(tmp_path / "nvcc")
     text = work.matrix.read_text()
@@ -188,8 +212,11 @@ def test_an_nvcc_of_another_cuda_fails_runtime_toolchain_only(toolchain_variants
     r = cli("--matrix", str(work.matrix), "test", "--target", "smoke", "--image", tags["nvcc-13"])
     assert r.code == 1
     failed = _failed(r.err)
-    assert set(failed) == {"runtime_toolchain"}, r.err[-2000:]
+    # FlashInfer and DeepGEMM JIT with $CUDA_HOME's nvcc: a CUDA 13 one is also a run-time compiler
+    # newer than the 12.9 driver floor (gpu_code), not only the wrong toolkit (runtime_toolchain).
+    assert set(failed) == {"runtime_toolchain", "gpu_code"}, r.err[-2000:]
     assert "nvcc: expected release 12.9, found 13.0" in failed["runtime_toolchain"]
+    assert "13.0" in failed["gpu_code"]
 
 
 def test_the_cu129_lock_rehearses_against_pypi(tmp_path):
