@@ -5,6 +5,7 @@ pushed manifests are deleted from the registry and local tags from the engine at
 from __future__ import annotations
 
 import json
+import os
 import secrets
 import shutil
 import socket
@@ -13,6 +14,7 @@ import time
 import urllib.error
 import urllib.request
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -42,6 +44,50 @@ class Run:
 def cli(*args: str, cwd: Path | None = None, env: dict | None = None) -> Run:
     proc = subprocess.run([BUILD, *args], capture_output=True, text=True, cwd=cwd, env=env)
     return Run(proc.returncode, proc.stdout, proc.stderr)
+
+
+# Variant images are independent: built and checked side by side. Most of a `build test` is
+# waiting on `docker exec` round trips, so a few at a time fill the machine's cores (CI has two).
+WORKERS = max(2, min(4, (os.cpu_count() or 2) + 1))
+
+
+def side_by_side(calls: dict[str, Callable[[], object]]) -> dict[str, object]:
+    """Run independent calls WORKERS at a time; their results by name (the first error raises)."""
+    with ThreadPoolExecutor(WORKERS) as pool:
+        futures = {name: pool.submit(call) for name, call in calls.items()}
+        return {name: future.result() for name, future in futures.items()}
+
+
+def variant_images(ref: str, bodies: dict[str, str], suffix: str, context: Path | None = None) -> dict[str, str]:
+    """One image per body (Dockerfile lines after ``FROM ref``), tagged ``k3-check-variant:NAME-SUFFIX``,
+    built side by side into the engine (``context``, when given, is the shared build context)."""
+
+    def make(name: str, body: str) -> Callable[[], str]:
+        def build() -> str:
+            tag = f"k3-check-variant:{name}-{suffix}"
+            dockerfile = f"FROM {ref}\n{body}\n"
+            where = ["-f", "-", str(context)] if context else ["-"]
+            subprocess.run(
+                ["docker", "buildx", "build", "--load", "-q", "-t", tag, *where],
+                input=dockerfile,
+                text=True,
+                capture_output=True,
+                check=True,
+            )
+            return tag
+
+        return build
+
+    return side_by_side({name: make(name, body) for name, body in bodies.items()})  # type: ignore[return-value]
+
+
+def check_images(matrix: Path, tags: dict[str, str], *extra: str) -> dict[str, Run]:
+    """`build test --image TAG` for each variant, side by side; the runs by name."""
+    calls = {
+        name: (lambda tag=tag: cli("--matrix", str(matrix), "test", "--target", "smoke", *extra, "--image", tag))
+        for name, tag in tags.items()
+    }
+    return side_by_side(calls)  # type: ignore[return-value]
 
 
 def registry_digest(repository: str, reference: str) -> str | None:

@@ -18,7 +18,7 @@ import pytest
 from builder.config import contract, matrix
 from builder.deps import lock
 from builder.deps.hermetic import hermetic_env
-from tests.integration.conftest import cli
+from tests.integration.conftest import check_images, cli, variant_images
 
 SITE = "/opt/k3/venv/lib/python3.11/site-packages"
 CUDART = f"{SITE}/nvidia/cuda_runtime/lib/libcudart.so.12"
@@ -207,21 +207,13 @@ def _cudart_12_8(into: Path) -> None:
 
 @pytest.fixture(scope="module")
 def variants(built, tmp_path_factory):
+    """Every variant built and checked once, side by side: (smoke, tags, the `build test` runs)."""
     smoke, ref = built
     context = tmp_path_factory.mktemp("variant-context")
     _cudart_12_8(context)
-    tags = {}
-    for name, (lines, _, _) in VARIANTS.items():
-        tag = f"k3-check-variant:{name}-{smoke.repository.rsplit('-', 1)[-1]}"
-        (context / "Dockerfile").write_text(f"FROM {ref}\n{lines}\n")
-        subprocess.run(
-            ["docker", "buildx", "build", "--load", "-q", "-t", tag, str(context)],
-            text=True,
-            capture_output=True,
-            check=True,
-        )
-        tags[name] = tag
-    yield smoke, tags
+    bodies = {name: lines for name, (lines, _, _) in VARIANTS.items()}
+    tags = variant_images(ref, bodies, smoke.repository.rsplit("-", 1)[-1], context)
+    yield smoke, tags, check_images(smoke.matrix, tags)
     subprocess.run(["docker", "image", "rm", "-f", *tags.values()], capture_output=True)
 
 
@@ -249,9 +241,9 @@ def test_the_built_image_passes_and_leaves_a_junit_report(built):
 
 @pytest.mark.parametrize("name", sorted(VARIANTS))
 def test_each_broken_variant_fails_the_right_check(variants, name):
-    smoke, tags = variants
+    _, _, runs = variants
     _, expected_failures, expected_text = VARIANTS[name]
-    r = cli("--matrix", str(smoke.matrix), "test", "--target", "smoke", "--image", tags[name])
+    r = runs[name]
     assert r.code == 1, r.err[-3000:]
     failed = _failed(r.err)
     assert set(failed) == expected_failures, r.err[-3000:]

@@ -15,7 +15,7 @@ import pytest
 import yaml
 
 from builder.config import contract
-from tests.integration.conftest import cli
+from tests.integration.conftest import check_images, variant_images
 from tests.integration.test_checks import SITE, _failed
 from tests.unit import gpuassets
 
@@ -104,27 +104,21 @@ def _context(context: Path) -> None:
 
 @pytest.fixture(scope="module")
 def gpu_variants(built, tmp_path_factory):
+    """Every GPU variant built and checked once, side by side: the `build test` runs by name."""
     smoke, ref = built
     work = smoke.variant(tmp_path_factory.mktemp("gpu") / "work", "gpu", with_gpu)
     context = tmp_path_factory.mktemp("gpu-context")
     _context(context)
-    tags = {}
-    for name, (lines, _, _) in VARIANTS.items():
-        tag = f"k3-check-variant:{name}-{smoke.repository.rsplit('-', 1)[-1]}"
-        (context / "Dockerfile").write_text(f"FROM {ref}\n{LABELS}\n{lines}\n")
-        subprocess.run(
-            ["docker", "buildx", "build", "--load", "-q", "-t", tag, str(context)], check=True, capture_output=True
-        )
-        tags[name] = tag
-    yield work, tags
+    bodies = {name: f"{LABELS}\n{lines}" for name, (lines, _, _) in VARIANTS.items()}
+    tags = variant_images(ref, bodies, smoke.repository.rsplit("-", 1)[-1], context)
+    yield check_images(work.matrix, tags)
     subprocess.run(["docker", "image", "rm", "-f", *tags.values()], capture_output=True)
 
 
 @pytest.mark.parametrize("name", sorted(VARIANTS))
 def test_each_gpu_variant_fails_exactly_its_check(gpu_variants, name):
-    work, tags = gpu_variants
     _, check, text = VARIANTS[name]
-    r = cli("--matrix", str(work.matrix), "test", "--target", "smoke", "--image", tags[name])
+    r = gpu_variants[name]
     assert r.code == 1, r.err[-3000:]
     failed = _failed(r.err)
     assert set(failed) == {check}, r.err[-3000:]

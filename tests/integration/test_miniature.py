@@ -14,7 +14,7 @@ import pytest
 
 from builder.records import provsign
 from tests.conftest import REPO
-from tests.integration.conftest import cli
+from tests.integration.conftest import cli, variant_images
 from tests.integration.test_checks import _failed
 
 SITE = "/opt/k3/venv/lib/python3.11/site-packages"
@@ -158,17 +158,7 @@ def toolchain_variants(built):
             "ENV CUDA_HOME=/usr/local/cuda\nUSER 2000:2000"
         ),
     }
-    tags = {}
-    for name, body in lines.items():
-        tag = f"k3-check-variant:{name}-{suffix}"
-        subprocess.run(
-            ["docker", "buildx", "build", "--load", "-q", "-t", tag, "-"],
-            input=f"FROM {ref}\n{body}\n",
-            text=True,
-            capture_output=True,
-            check=True,
-        )
-        tags[name] = tag
+    tags = variant_images(ref, lines, suffix)
     yield smoke, tags
     subprocess.run(["docker", "image", "rm", "-f", *tags.values()], capture_output=True)
 
