@@ -295,8 +295,11 @@ def _pytest(expect: Expectations, config: ImageConfig, container: str, tmp: Path
     ini = tmp / "pytest.ini"
     ini.write_text("[pytest]\n")
     output = io.StringIO()
-    # testinfra's own plugin is off: its parametrized "host" fixture would run checks on this
-    # machine; the checklist gets a testinfra host for the container from image_host.
+    # No plugin is auto-loaded: the checks run the same whatever pytest plugins the tool's
+    # environment holds (pytest-randomly would reorder them; hypothesis's plugin alone imported 73
+    # modules through the assertion rewriter, seconds per run). testinfra's own plugin stays off:
+    # its parametrized "host" fixture would run checks on this machine; the checklist gets a
+    # testinfra host for the container from image_host.
     with contextlib.redirect_stdout(output):
         code = pytest.main(
             [
@@ -305,6 +308,7 @@ def _pytest(expect: Expectations, config: ImageConfig, container: str, tmp: Path
                 str(ini),
                 "--rootdir",
                 str(tmp),
+                "--disable-plugin-autoload",
                 "-p",
                 "no:cacheprovider",
                 "-p",
