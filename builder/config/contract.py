@@ -383,6 +383,10 @@ CHECKS.update(
         "source's hash, and no sourceless .pyc stands in for a missing module source",
     }
 )
+# The most a python.standalone download may stream before it is refused (its sha256 is checked
+# after): python-build-standalone's install_only tarballs are tens of MB (not measured here: this
+# machine reaches no GitHub); 256 MiB leaves room for a debug build and stops an endless stream.
+STANDALONE_MAX_BYTES = 256 * 1024 * 1024
 # The variables that name a run-time cache directory (least_privilege): CUDA_CACHE_PATH,
 # TRITON_CACHE_DIR, XDG_CACHE_HOME, VLLM_CACHE_ROOT; not CUDA_CACHE_MAXSIZE (a size).
 CACHE_ENV = r"(?:[A-Z0-9]+_)*CACHE_(?:PATH|DIR|HOME|ROOT)"
