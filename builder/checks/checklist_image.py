@@ -134,13 +134,15 @@ def test_image_starts(image_host, image, expect, report_warning):
 
 
 def test_least_privilege(image_host, expect, report_warning):
-    found = _probe(image_host, "privilege", {"roots": [contract.APP_PREFIX]})
+    found = _probe(image_host, "privilege", {"roots": [contract.APP_PREFIX], "caches": contract.CACHE_ENV})
     findings = [(p, f"set-id mode {mode}") for p, mode in found["setid"]]
+    findings += [(path, f"{var} {why}") for var, (path, why) in sorted(found["caches"].items()) if why]
     findings += [(p, f"writable by uid {found['uid']} (mode {m}, owner {u}:{g})") for p, m, u, g in found["writable"]]
     problems = _unwaived(expect, "least_privilege", findings, report_warning)
     assert not problems, (
         f"expected no setuid/setgid file under {contract.APP_PREFIX} and nothing on sys.path or PATH writable by "
-        f"the runtime user (uid {found['uid']}, groups {found['gids']}; {found['scanned']} paths), "
+        f"the runtime user (uid {found['uid']}, groups {found['gids']}; {found['scanned']} paths), its "
+        f"{len(found['caches'])} cache directories writable and off both paths, "
         f"found {found['count']}: " + _listing(problems)
     )
 

@@ -377,11 +377,19 @@ CHECKS.update(
         "exits 0 without a GPU, and every console_scripts/gui_scripts entry of every distribution has its script, "
         "an existing shebang interpreter and a module:attr that resolves",
         "least_privilege": "no setuid/setgid file under the prefix; nothing on sys.path (recursively) or PATH is "
-        "writable by, or owned by, the runtime user (checked as that user)",
+        "writable by, or owned by, the runtime user (checked as that user); each cache directory the image's Env "
+        "names (CACHE_ENV) is writable by that user and neither on nor above a sys.path or PATH directory",
         "bytecode_matches": "every .pyc under the prefix with a source is checked hash-based (PEP 552) with the "
         "source's hash, and no sourceless .pyc stands in for a missing module source",
     }
 )
+# The most a python.standalone download may stream before it is refused (its sha256 is checked
+# after): python-build-standalone's install_only tarballs are tens of MB (not measured here: this
+# machine reaches no GitHub); 256 MiB leaves room for a debug build and stops an endless stream.
+STANDALONE_MAX_BYTES = 256 * 1024 * 1024
+# The variables that name a run-time cache directory (least_privilege): CUDA_CACHE_PATH,
+# TRITON_CACHE_DIR, XDG_CACHE_HOME, VLLM_CACHE_ROOT; not CUDA_CACHE_MAXSIZE (a size).
+CACHE_ENV = r"(?:[A-Z0-9]+_)*CACHE_(?:PATH|DIR|HOME|ROOT)"
 # The base's dpkg database: the md5sums installed_files holds the base's files to.
 DPKG_INFO_DIR = "/var/lib/dpkg/info"
 # The OS root's own dpkg records, as distroless images keep them (syft and trivy read them); the

@@ -148,24 +148,14 @@ def _wheels_into(target: Target, lock: Path, dest_for: dict[str, Path]) -> None:
 
 
 def _standalone_python(target: Target) -> Path:
+    """The pinned CPython tarball from the machine-wide cache (keyed by its sha256), downloaded once,
+    no further than contract.STANDALONE_MAX_BYTES, and hash-checked."""
     spec = target.python.standalone
     assert spec is not None
+    where = f"{target.name}: python.standalone.url"
+    limit = (contract.STANDALONE_MAX_BYTES, f"the {contract.STANDALONE_MAX_BYTES} bytes a CPython tarball may have")
     dest = cache_dir() / "python" / f"{spec.sha256}.tar.gz"
-    if dest.exists() and sha256_file(dest) == spec.sha256:
-        return dest
-    dest.parent.mkdir(parents=True, exist_ok=True)
-    tmp = dest.with_suffix(".partial")
-    try:
-        with urllib.request.urlopen(spec.url, timeout=120) as resp, tmp.open("wb") as out:  # noqa: S310
-            shutil.copyfileobj(resp, out)
-    except OSError as exc:
-        raise LockError(f"{target.name}: cannot download python.standalone.url: {exc}") from None
-    got = sha256_file(tmp)
-    if got != spec.sha256:
-        tmp.unlink()
-        raise LockError(f"{target.name}: python.standalone sha256 mismatch: matrix {spec.sha256}, downloaded {got}")
-    tmp.rename(dest)
-    return dest
+    return _fetch_pinned(spec.url, spec.sha256, dest, where, "the CPython tarball", limit, "the matrix")
 
 
 def copy_capped(src, out, limit: int, chunk: int = 1 << 16) -> int:
@@ -183,35 +173,43 @@ def copy_capped(src, out, limit: int, chunk: int = 1 << 16) -> int:
 
 def _fetch_deb(entry) -> Path:
     """One locked .deb from the machine-wide cache (keyed by its sha256), downloaded once, no
-    further than its locked size, and hash-checked: a download that does not match the lock is
-    deleted and refused (exit 2), so no file of another hash is ever cached or put in a context."""
+    further than its locked size, and hash-checked."""
     dest = cache_dir() / "debs" / f"{entry.sha256}.deb"
+    limit = (entry.size, f"the locked {entry.size} bytes")
+    return _fetch_pinned(entry.url, entry.sha256, dest, contract.OS_LOCK_NAME, entry.filename, limit, "the lock")
+
+
+def _fetch_pinned(url: str, sha256: str, dest: Path, where: str, what: str, limit: tuple[int, str], pin: str) -> Path:
+    """``dest``, the file at ``url`` whose sha256 ``pin`` (the lock, the matrix) states, downloaded
+    under the entry's lock no further than ``limit`` (bytes, how the message says it) and refused
+    unless it has that hash: a download that does not match is deleted and refused (exit 2), one
+    that does not arrive is Unreachable (exit 3), so no file of another hash is ever cached or put
+    in a context."""
     with _entry_lock(dest):
-        if dest.exists() and sha256_file(dest) == entry.sha256:
+        if dest.exists() and sha256_file(dest) == sha256:
             return dest
         dest.unlink(missing_ok=True)  # damaged or swapped: fetched again below
         tmp = dest.with_name(dest.name + f".{os.getpid()}.partial")
         try:
-            with urllib.request.urlopen(entry.url, timeout=120) as resp, tmp.open("wb") as out:  # noqa: S310
-                copied = copy_capped(resp, out, entry.size)
+            with urllib.request.urlopen(url, timeout=120) as resp, tmp.open("wb") as out:  # noqa: S310
+                copied = copy_capped(resp, out, limit[0])
         except OSError as exc:
             tmp.unlink(missing_ok=True)
             raise Unreachable(
-                f"{entry.url}: cannot download {entry.filename} ({getattr(exc, 'reason', exc)}); "
-                "is the archive reachable from here?"
+                f"{url}: cannot download {what} ({getattr(exc, 'reason', exc)}); is the archive reachable from here?"
             ) from None
-        if copied > entry.size:
+        if copied > limit[0]:
             tmp.unlink()
             raise LockError(
-                f"{contract.OS_LOCK_NAME}: {entry.filename} from {entry.url} is longer than the locked "
-                f"{entry.size} bytes; the archive changed the file, refused (the download was stopped there)"
+                f"{where}: {what} from {url} is longer than {limit[1]}; the archive changed the file, refused "
+                "(the download was stopped there)"
             )
         got = sha256_file(tmp)
-        if got != entry.sha256:
+        if got != sha256:
             tmp.unlink()
             raise LockError(
-                f"{contract.OS_LOCK_NAME}: {entry.filename} from {entry.url} has sha256 {got[:16]}..., "
-                f"the lock says {entry.sha256[:16]}...; the archive changed the file, refused"
+                f"{where}: {what} from {url} has sha256 {got[:16]}..., {pin} says {sha256[:16]}...; "
+                "the archive changed the file, refused"
             )
         tmp.rename(dest)
     return dest

@@ -103,12 +103,21 @@ class DockerContainers:
 
     def remove_stale(self) -> int:
         """Remove every container an earlier run of this tool left behind when it was killed."""
+        from python_on_whales.exceptions import NoSuchContainer
+
         with docker_errors("cannot list containers", unreachable=True):
             ours = self.docker.container.list(all=True, filters={"label": contract.CONTAINER_LABEL})
-        stale = [c for c in ours if not _alive((c.config.labels or {}).get(contract.CONTAINER_LABEL, ""))]
-        for container in stale:
-            self.remove(container.id)
-        return len(stale)
+        removed = 0
+        for container in ours:
+            with docker_errors("cannot inspect a container of this tool"):
+                try:
+                    labels = container.config.labels or {}  # inspected here, after the list
+                except NoSuchContainer:
+                    continue  # removed since the list (another run's, finished): nothing left to remove
+            if not _alive(labels.get(contract.CONTAINER_LABEL, "")):
+                self.remove(container.id)
+                removed += 1
+        return removed
 
     def run_python(self, ref: str, script: str) -> str:
         """Run a Python script in a throwaway container of ``ref`` with whichever python it has."""

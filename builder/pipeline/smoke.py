@@ -72,6 +72,14 @@ DRIVER_FLOOR = "575.51.03"
 # The CUDA 12.9 ptxas in the image (nvidia-cuda-nvcc-cu12, as cu129 carries it), for Triton on
 # Blackwell (runtime.env below).
 PTXAS = f"/opt/k3/venv/lib/python{PYTHON}/site-packages/nvidia/cuda_nvcc/bin/ptxas"
+# The run-time compile caches under one directory, as cu129 sets them (matrix.yaml,
+# targets.cu129.runtime.env; a unit test holds the two equal): least_privilege holds each variable
+# to a directory the runtime user can write, off sys.path and PATH.
+CACHES = {
+    "CUDA_CACHE_PATH": "/tmp/k3-cache/cuda",
+    "TRITON_CACHE_DIR": "/tmp/k3-cache/triton",
+    "XDG_CACHE_HOME": "/tmp/k3-cache",
+}
 
 # The runtime base has a C compiler and Python.h, as code compiling at run time (Triton) needs.
 BASES = {
@@ -408,8 +416,9 @@ def matrix_text(
                 # The stand-in's launch command, parsed by its own CLI with its registries, as the
                 # cu129 recipe is by vLLM's (check recipe_cli).
                 # Triton's Blackwell assembler pointed at the image's 12.9 ptxas, TRITON_PTXAS_PATH
-                # left unset: as cu129 does with the toolkit's (matrix.yaml, targets.cu129.runtime.env).
-                "runtime": {"recipe": LAUNCH, "env": {"TRITON_PTXAS_BLACKWELL_PATH": PTXAS}},
+                # left unset: as cu129 does with the toolkit's (matrix.yaml, targets.cu129.runtime.env),
+                # and its compile caches where cu129 puts them.
+                "runtime": {"recipe": LAUNCH, "env": {"TRITON_PTXAS_BLACKWELL_PATH": PTXAS, **CACHES}},
                 **({"os_packages": os_packages_doc(os_pins)} if os_pins else {}),
                 "entrypoint": ["python", "-m", "k3smoke"],
                 # The provenance is signed with a TEST-ONLY key smoke-init made on this machine.

@@ -437,7 +437,7 @@ def test_a_fact_the_probe_could_not_gather_fails_only_its_own_checks():
     assert failed == ["no_other_cuda_major", "pinned_versions", "lock_contents"]
 
 
-def test_the_real_facts_probe_survives_a_stub_libcudart(tmp_path):
+def test_the_real_facts_probe_survives_a_stub_libcudart(tmp_path, monkeypatch):
     """The probe itself, on this machine: a libcudart.so.12 that lacks cudaRuntimeGetVersion is
     recorded with its error instead of raising."""
     import shutil
@@ -456,6 +456,9 @@ def test_the_real_facts_probe_survives_a_stub_libcudart(tmp_path):
         import facts as probe  # the probe file as a module
     finally:
         sys.path.pop(0)
+    from builder.checks.probes import _cuda  # prepended to facts.py at run time (probes.PRELUDES)
+
+    monkeypatch.setattr(probe, "runtime_version", _cuda.runtime_version, raising=False)
     version, error = probe.cudart_version(str(lib))
     assert version is None and "cudaRuntimeGetVersion" in error
 

@@ -279,7 +279,15 @@ def _expect(**kw) -> checks.Expectations:
     return checks.Expectations(**base)
 
 
-PRIV = {"uid": 2000, "gids": [2000], "setid": [["/opt/k3/bin/su", "0o4755"]], "writable": [], "scanned": 9, "count": 1}
+PRIV = {
+    "uid": 2000,
+    "gids": [2000],
+    "setid": [["/opt/k3/bin/su", "0o4755"]],
+    "writable": [],
+    "caches": {"XDG_CACHE_HOME": ["/tmp/k3-cache", None]},
+    "scanned": 9,
+    "count": 1,
+}
 
 
 def test_a_waiver_is_the_only_way_past_a_finding_and_it_is_shown():

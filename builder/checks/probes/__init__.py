@@ -18,9 +18,17 @@ MARKER = "K3-PROBE "
 HERE = Path(__file__).resolve().parent
 NAMES = ("facts", "trees", "elf", "hygiene", "recipe", "os", "files", "gpucode")
 # The whole-image probes (builder/checks/checklist_image.py), and the preludes a probe needs
-# besides _report.py (_dyn.py: the ELF dynamic section).
+# besides _report.py (_dyn.py: the ELF dynamic section; _fork.py: one thing run in a forked child;
+# _cuda.py: the CUDA libraries in the image and what they report). Shared code lives there: a probe
+# runs as one text and cannot import another.
 IMAGE_NAMES = ("installed", "loads", "loaded", "starts", "privilege", "bytecode")
-PRELUDES = {"hygiene": ("_dyn",), "loads": ("_dyn",), "loaded": ("_dyn",)}
+PRELUDES = {
+    "facts": ("_cuda",),
+    "hygiene": ("_dyn",),
+    "loads": ("_dyn", "_fork"),
+    "loaded": ("_cuda", "_dyn", "_fork"),
+    "starts": ("_fork",),
+}
 
 
 @cache

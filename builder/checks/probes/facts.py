@@ -15,7 +15,8 @@ import json
 import os
 from typing import TYPE_CHECKING
 
-if TYPE_CHECKING:  # at run time builder/checks/probes/_report.py is prepended: report() is defined
+if TYPE_CHECKING:  # at run time _report.py and _cuda.py are prepended
+    from builder.checks.probes._cuda import image_files, mapped_files, runtime_version
     from builder.checks.probes._report import report
 
 
@@ -38,27 +39,19 @@ def libcuda():
 
 def cudart_version(path):
     try:
-        fn = ctypes.CDLL(path).cudaRuntimeGetVersion
+        value = runtime_version(path)
     except (OSError, AttributeError) as exc:
         return None, f"{type(exc).__name__}: {exc}"
-    value = ctypes.c_int()
-    rc = fn(ctypes.byref(value))
-    return (value.value, None) if rc == 0 else (None, f"cudaRuntimeGetVersion returned {rc}")
+    return (value, None) if isinstance(value, int) else (None, value)
 
 
 def libraries():
     found = {}
-    for top, dirs, files in os.walk("/"):
-        if top in ("/proc", "/sys", "/dev"):
-            dirs[:] = []
-            continue
-        for f in files:
-            if f.startswith(("libcudart.so", "libcublas.so")):
-                path = os.path.join(top, f)
-                entry = {"real": os.path.realpath(path)}
-                if f.startswith("libcudart.so"):
-                    entry["version"], entry["error"] = cudart_version(path)
-                found[path] = entry
+    for path in image_files(("libcudart.so", "libcublas.so")):
+        entry = {"real": os.path.realpath(path)}
+        if os.path.basename(path).startswith("libcudart.so"):
+            entry["version"], entry["error"] = cudart_version(path)
+        found[path] = entry
     return found
 
 
@@ -86,9 +79,7 @@ def dists():
 def mapped():
     """The libcudart files this process has mapped (after the modules' imports): the runtime
     the app really uses, not one that merely sits in the image."""
-    with open("/proc/self/maps") as fh:
-        paths = {line.split(None, 5)[5].strip() for line in fh if len(line.split(None, 5)) == 6}
-    return sorted(p for p in paths if "/libcudart.so" in p)
+    return [p for p in mapped_files() if "/libcudart.so" in p]
 
 
 def resolve(path):

@@ -15,64 +15,25 @@ own). Request: {"argv": [...], "package": "...", "roots": [...], "env": {...}}.
 
 import ctypes
 import importlib
-import json
 import os
 import sys
 from typing import TYPE_CHECKING, Any
 
-if TYPE_CHECKING:  # at run time _report.py and _dyn.py are prepended
+if TYPE_CHECKING:  # at run time _report.py, _cuda.py, _dyn.py and _fork.py are prepended
+    from builder.checks.probes._cuda import image_files, mapped_files, runtime_version
     from builder.checks.probes._dyn import elf_files
+    from builder.checks.probes._fork import in_child
     from builder.checks.probes._report import report
 
 RUNTIMES = ("libcudart.so", "libnvrtc.so")
 
 
-def mapped():
-    with open("/proc/self/maps") as fh:
-        return sorted({line.split(None, 5)[5].strip() for line in fh if len(line.split(None, 5)) == 6})
-
-
-def version(path):
-    """What the runtime at ``path`` reports, as major*1000 + minor*10, or an error string."""
-    lib = ctypes.CDLL(path)
-    if "libnvrtc" in os.path.basename(path):
-        major, minor = ctypes.c_int(), ctypes.c_int()
-        rc = lib.nvrtcVersion(ctypes.byref(major), ctypes.byref(minor))
-        return major.value * 1000 + minor.value * 10 if rc == 0 else f"nvrtcVersion returned {rc}"
-    value = ctypes.c_int()
-    rc = lib.cudaRuntimeGetVersion(ctypes.byref(value))
-    return value.value if rc == 0 else f"cudaRuntimeGetVersion returned {rc}"
-
-
-def in_child(fn, *args):
-    r, w = os.pipe()
-    pid = os.fork()
-    if pid == 0:
-        os.close(r)
-        try:
-            result = fn(*args)
-        except BaseException as exc:  # noqa: BLE001
-            result = f"{type(exc).__name__}: {exc}"[:300]
-        os.write(w, json.dumps(result).encode())
-        os._exit(0)
-    os.close(w)
-    data = b"".join(iter(lambda: os.read(r, 65536), b""))
-    os.close(r)
-    os.waitpid(pid, 0)
-    return json.loads(data) if data else "the process died"
-
-
 def copies():
-    found = {}
-    for top, dirs, files in os.walk("/"):
-        if top in ("/proc", "/sys", "/dev"):
-            dirs[:] = []
-            continue
-        for f in files:
-            path = os.path.join(top, f)
-            if f.startswith(RUNTIMES) and not os.path.islink(path) and ".so." in f + ".":
-                found[path] = in_child(version, path)
-    return found
+    return {
+        path: in_child(runtime_version, path)
+        for path in image_files(RUNTIMES)
+        if not os.path.islink(path) and ".so." in os.path.basename(path) + "."
+    }
 
 
 def search_paths(roots, env):
@@ -142,7 +103,7 @@ def main(req):
         except BaseException as exc:  # noqa: BLE001
             out["imports"][name] = f"{type(exc).__name__}: {exc}"[:300]
     RECORDING[0] = False
-    maps = mapped()
+    maps = mapped_files()
     out["cudart"] = sorted({os.path.realpath(p) for p in maps if "/libcudart.so" in p})
     out["nccl"] = {}
     for path in sorted({os.path.realpath(p) for p in maps if "/libnccl.so" in p}):

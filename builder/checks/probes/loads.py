@@ -17,15 +17,15 @@ Run with the compat libcuda.so.1 on LD_LIBRARY_PATH. Request: {"roots": [...],
 
 import importlib
 import importlib.machinery
-import json
 import os
 import re
 import signal
 import sys
 from typing import TYPE_CHECKING, Any
 
-if TYPE_CHECKING:  # at run time _report.py and _dyn.py are prepended: report(), elf_files() are defined
+if TYPE_CHECKING:  # at run time _report.py, _dyn.py and _fork.py are prepended
     from builder.checks.probes._dyn import elf_files
+    from builder.checks.probes._fork import child_result, fork_call, in_child
     from builder.checks.probes._report import report
 
 MISSING = re.compile(r"([^\s:/]+\.so[.\d]*): cannot open shared object file")
@@ -95,40 +95,23 @@ def attempt(path, module, providers, drivers):
     return None if where == os.path.realpath(path) else f"import {module} loads {where or 'no file'} instead"
 
 
-def child(path, module, providers, drivers, timeout, fd):
-    devnull = os.open(os.devnull, os.O_WRONLY)
-    os.dup2(devnull, 1)
-    os.dup2(devnull, 2)
-    signal.alarm(timeout)
-    try:
-        result = attempt(path, module, providers, drivers)
-    except BaseException as exc:  # noqa: BLE001
-        result = f"{type(exc).__name__}: {exc}"
-    os.write(fd, json.dumps(result if not isinstance(result, str) else result[:400]).encode())
-    os._exit(0)
-
-
 def run_all(items, providers, drivers, timeout, jobs):
     results: dict[str, Any] = {}
     running: dict[int, tuple[str, int]] = {}
     queue = list(items)
+    none = object()
     while queue or running:
         while queue and len(running) < jobs:
             path, module = queue.pop(0)
-            r, w = os.pipe()
-            pid = os.fork()
-            if pid == 0:
-                os.close(r)
-                child(path, module, providers, drivers, timeout, w)
-            os.close(w)
+            pid, r = fork_call(attempt, path, module, providers, drivers, quiet=True, timeout=timeout, cut=400)
             running[pid] = (path, r)
         pid, status = os.waitpid(-1, 0)
         if pid not in running:
             continue
         path, r = running.pop(pid)
-        data = read_all(r)
-        if data:
-            results[path] = json.loads(data)
+        found = child_result(r, none)
+        if found is not none:
+            results[path] = found
         elif os.WIFSIGNALED(status) and os.WTERMSIG(status) == signal.SIGALRM:
             results[path] = f"did not load within {timeout}s"
         else:
@@ -136,10 +119,12 @@ def run_all(items, providers, drivers, timeout, jobs):
     return results
 
 
-def read_all(fd):
-    data = b"".join(iter(lambda: os.read(fd, 65536), b""))
-    os.close(fd)
-    return data
+def zygote(top, group, providers, drivers, timeout, jobs):
+    try:
+        importlib.import_module(top)
+    except BaseException:  # noqa: BLE001, S110 - each child imports again and reports why
+        pass
+    return run_all(group, providers, drivers, timeout, jobs)
 
 
 def by_package(items, providers, drivers, timeout, jobs):
@@ -151,23 +136,8 @@ def by_package(items, providers, drivers, timeout, jobs):
         groups.setdefault(module.split(".")[0] if module else "", []).append((path, module))
     results = run_all(groups.pop("", []), providers, drivers, timeout, jobs)
     for top, group in sorted(groups.items()):
-        r, w = os.pipe()
-        pid = os.fork()
-        if pid == 0:
-            os.close(r)
-            devnull = os.open(os.devnull, os.O_WRONLY)
-            os.dup2(devnull, 1)
-            os.dup2(devnull, 2)
-            try:
-                importlib.import_module(top)
-            except BaseException:  # noqa: BLE001, S110 - each child imports again and reports why
-                pass
-            os.write(w, json.dumps(run_all(group, providers, drivers, timeout, jobs)).encode())
-            os._exit(0)
-        os.close(w)
-        data = read_all(r)
-        os.waitpid(pid, 0)
-        found = json.loads(data) if data else {}
+        found = in_child(zygote, top, group, providers, drivers, timeout, jobs, quiet=True)
+        found = found if isinstance(found, dict) else {}
         results.update({p: found.get(p, f"the process importing {top} died") for p, _ in group})
     return results
 

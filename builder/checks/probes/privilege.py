@@ -2,10 +2,15 @@
 
 No setuid or setgid file under the roots. Nothing on sys.path (recursively) or on PATH (each
 directory and what it holds) is writable by this user: write access by mode for the user or one of
-its groups, or owned by it (an owner can chmod). Request: {"roots": [...]}.
+its groups, or owned by it (an owner can chmod). Each cache directory the environment names (a
+variable whose name matches the request's pattern: CUDA_CACHE_PATH, TRITON_CACHE_DIR, XDG_CACHE_HOME)
+is an absolute path this user can write (or create: its nearest existing ancestor is a directory it
+can write), neither on nor holding a sys.path or PATH directory: what lands in a cache must not be
+importable or run. Request: {"roots": [...], "caches": "<regex of the variable names>"}.
 """
 
 import os
+import re
 import stat
 import sys
 from typing import TYPE_CHECKING, Any
@@ -18,6 +23,34 @@ LIMIT = 200
 
 def writable(path, st, uid):
     return st.st_uid == uid or os.access(path, os.W_OK, follow_symlinks=False)
+
+
+def cache_problem(path, code_dirs):
+    """Why the cache directory ``path`` is unfit, or None."""
+    if not os.path.isabs(path):
+        return "is not an absolute path"
+    real = os.path.realpath(path)
+    for d in code_dirs:
+        if real == d or real.startswith(d.rstrip("/") + "/"):
+            return f"is on sys.path or PATH ({d})"
+        if d.startswith(real.rstrip("/") + "/"):
+            return f"holds the sys.path or PATH directory {d}"
+    existing = real
+    while not os.path.lexists(existing):
+        existing = os.path.dirname(existing)
+    if not os.path.isdir(existing):
+        return f"cannot be a directory: {existing} is not one"
+    if not os.access(existing, os.W_OK | os.X_OK):
+        return f"is not writable by uid {os.getuid()}" + (
+            f" ({existing} is the nearest that exists)" if existing != real else ""
+        )
+    return None
+
+
+def caches(pattern, code_dirs):
+    """{variable: [its value, why it is unfit or None]} for each cache variable set here."""
+    names = sorted(n for n in os.environ if pattern and re.fullmatch(pattern, n))
+    return {n: [os.environ[n], cache_problem(os.environ[n], code_dirs)] for n in names}
 
 
 def main(req):
@@ -45,7 +78,8 @@ def main(req):
                 if not stat.S_ISLNK(st.st_mode) and writable(path, st, uid):
                     out["writable"].append([path, oct(st.st_mode & 0o7777), st.st_uid, st.st_gid])
     out["scanned"] = len(seen)
-    out["count"] = len(out["writable"]) + len(out["setid"])
+    out["caches"] = caches(req.get("caches"), sorted({os.path.realpath(p) for p in py + path_dirs}))
+    out["count"] = len(out["writable"]) + len(out["setid"]) + sum(1 for _, why in out["caches"].values() if why)
     out["writable"] = out["writable"][:LIMIT]
     return out
 

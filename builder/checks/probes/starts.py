@@ -10,14 +10,14 @@ child). Request: {"argv": [...], "help": [...], "timeout": 120}.
 
 import importlib
 import importlib.metadata as md
-import json
 import os
 import shutil
 import subprocess
 import sysconfig
 from typing import TYPE_CHECKING, Any
 
-if TYPE_CHECKING:  # at run time builder/checks/probes/_report.py is prepended: report() is defined
+if TYPE_CHECKING:  # at run time _report.py and _fork.py are prepended: report(), in_child() are defined
+    from builder.checks.probes._fork import in_child
     from builder.checks.probes._report import report
 
 
@@ -46,27 +46,6 @@ def resolve(value):
     for part in [p for p in attr.split("[")[0].strip().split(".") if p]:
         obj = getattr(obj, part)
     return None
-
-
-def in_child(value):
-    r, w = os.pipe()
-    pid = os.fork()
-    if pid == 0:
-        os.close(r)
-        devnull = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(devnull, 1)
-        os.dup2(devnull, 2)
-        try:
-            result = resolve(value)
-        except BaseException as exc:  # noqa: BLE001
-            result = f"{type(exc).__name__}: {exc}"[:300]
-        os.write(w, json.dumps(result).encode())
-        os._exit(0)
-    os.close(w)
-    data = b"".join(iter(lambda: os.read(r, 65536), b""))
-    os.close(r)
-    os.waitpid(pid, 0)
-    return json.loads(data) if data else "the process died"
 
 
 def entrypoint(req):
@@ -99,7 +78,7 @@ def main(req):
                 continue
             seen.add(ep.name)
             path = os.path.join(scripts, ep.name)
-            why = interpreter(path) or in_child(ep.value)
+            why = interpreter(path) or in_child(resolve, ep.value, quiet=True)
             out["scripts"][path] = {"dist": f"{dist.metadata['Name']} {dist.version}", "value": ep.value, "error": why}
     return out
 
