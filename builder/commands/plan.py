@@ -1,5 +1,6 @@
-"""`build plan`: everything a build of --target reads and produces, from local files only; with
---source or --rehearse also the kernel plan and the fetch inventory of the source at the pin."""
+"""`build plan`: everything a build of --target reads and produces, and the kernel plan and the
+fetch inventory of the source at the pin (from the local mirror when it holds the pinned commit, no
+network; else the git host; ``--rehearse``: PyPI's sdist). ``--no-source``: local files only."""
 
 from __future__ import annotations
 
@@ -18,29 +19,34 @@ NAME = "plan"
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         NAME,
-        help="show everything a build of --target reads and produces (no network)",
+        help="show everything a build of --target reads and produces, and the kernel plan at the pin",
         description="Print bases with digests, source commit, versions, build args, locks "
-        "and the output reference. Reads only the matrix and local files. With --source "
-        "(the pinned commit, fetched from the source's git host into the local mirror) or "
-        "--rehearse (the PyPI sdist of source.package==source.version, tied to the pin by "
-        "its _version.py): also the kernel plan (the archs each kernel's arch selection "
-        "gives under cuda.version and cuda.arch_list, computed by upstream's own "
-        "cmake/utils.cmake with cmake -P, per GPU family the target claims) and every "
-        "fetch in the build files. Exit 1 when a kernels.required selection misses a "
-        "claimed family or a fetch is neither pinned nor waived.",
+        "and the output reference (from the matrix and local files), then the kernel plan "
+        "(the archs each kernel's arch selection gives under cuda.version and cuda.arch_list, "
+        "computed by upstream's own cmake/utils.cmake with cmake -P, per GPU family the target "
+        "claims) and every fetch in the build files, read from the source at the pin: the local "
+        "mirror when an earlier lock, build or track put the pinned commit there (no network), "
+        "else fetched from the source's git host (unreachable: exit 3). Exit 1 when a "
+        "kernels.required selection misses a claimed family or a fetch is neither pinned nor waived.",
     )
     add_globals(p)
     how = p.add_mutually_exclusive_group()
     how.add_argument(
         "--source",
         action="store_true",
-        help="read the source at the pin from its git host: add the kernel plan and the fetch inventory",
+        help="fetch the branch from the git host even when the local mirror holds the pin (re-verifies the pin "
+        "is on the branch)",
     )
     how.add_argument(
         "--rehearse",
         action="store_true",
-        help="read the source from its PyPI sdist (machines that reach only PyPI): add the kernel plan "
-        "and the fetch inventory",
+        help="read the source from its PyPI sdist (machines that reach only PyPI)",
+    )
+    how.add_argument(
+        "--no-source",
+        action="store_true",
+        help="read only the matrix and local files: no kernel plan, no network (what a script reading the "
+        "output reference needs)",
     )
 
 
@@ -49,21 +55,28 @@ def run(args: argparse.Namespace, out: Output) -> int:
 
 
 def _show(plan: Plan, out: Output, args: argparse.Namespace) -> int:
+    from builder.source import planread
+
     width = max(len(k) for k, _ in plan.rows())
     for key, value in plan.rows():
         out.line(f"{key:<{width}}  {value}")
     out.data["plan"] = plan.to_json()
-    if not (getattr(args, "source", False) or getattr(args, "rehearse", False)):
-        out.line(f"{'kernel plan':<{width}}  not read (--source reads the pinned commit, --rehearse PyPI's sdist)")
+    if getattr(args, "no_source", False):
+        out.line(f"{'kernel plan':<{width}}  not read (--no-source)")
         return 0
-    return _kernel_plan(plan, out, rehearse=bool(getattr(args, "rehearse", False)))
+    how = planread.MIRROR
+    if getattr(args, "rehearse", False):
+        how = planread.SDIST
+    elif getattr(args, "source", False):
+        how = planread.GIT
+    return _kernel_plan(plan, out, how)
 
 
-def _kernel_plan(plan: Plan, out: Output, *, rehearse: bool) -> int:
-    from builder.source import kernelmap
+def _kernel_plan(plan: Plan, out: Output, how: str) -> int:
+    from builder.source import kernelmap, planread
 
     target = plan.target
-    tree, origin = kernelmap.read_source(target, rehearse=rehearse)
+    tree, origin = planread.read_source(target, how)
     result = kernelmap.compute(tree, target, origin)
     for line in kernelmap.render_lines(result, target):
         out.line(line)

@@ -368,6 +368,12 @@ def _cuda() -> dict:
         "cuda": {"version": CUDA, "arch_list": ARCH_LIST, "compat_dir": COMPAT_DIR},
         # The GPU families the smoke's kernels serve; k3smoke._C must carry code for each.
         "gpu": {"families": GPU_FAMILIES, "required": {"k3smoke._C": "all"}, "driver_floor": DRIVER_FLOOR},
+        # The kernel plan holds the source's arch selections to these (`build plan`, `build track`):
+        # the SM90+ kernel's `a` list must reach 9.0, 10.0 and 10.3 (B300 through 10.3f), as cu129's
+        # FlashKDA and dsv3_fused_a_gemm must; RMSNorm every claimed family.
+        "kernels": {
+            "required": {"RMS_NORM_ARCHS": "all", "FUSED_ADD_RMS_NORM_ARCHS": ["9.0", "10.0", "10.3"]},
+        },
         # A real CUDA 12.9 runtime library from PyPI: the image checks read its version. And the
         # 12.9 ptxas (with libnvvm and headers), as cu129 carries it for Triton.
         "requirements": ["nvidia-cuda-runtime-cu12==12.9.79", "nvidia-cuda-nvcc-cu12==12.9.86"],

@@ -274,7 +274,7 @@ def check(tree: SourceTree, target: Target) -> list[Fetch]:
     fetches = inventory(tree, listing(tree), target)
     unpinned = [f for f in fetches if f.status == "UNPINNED"]
     if unpinned:
-        more = f" (and {len(unpinned) - 1} more: `build plan --source` lists them)" if len(unpinned) > 1 else ""
+        more = f" (and {len(unpinned) - 1} more: `build plan` lists them)" if len(unpinned) > 1 else ""
         raise SourceError(
             f"source: unpinned fetch in the build files: {unpinned[0].describe()}{more}; pin it in "
             f"targets.{target.name}.source.third_party or waive it in kernels.fetch_waivers"

@@ -233,15 +233,3 @@ def to_json(plan: SourcePlan) -> dict:
         "fetches": [f.to_json() for f in plan.fetches],
         "stale_waivers": plan.stale,
     }
-
-
-def read_source(target: Target, *, rehearse: bool) -> tuple[SourceTree, str]:
-    """The source at the pin: PyPI's sdist (``rehearse``) or the pinned commit from its git host."""
-    if rehearse:
-        from builder.source.sdist import sdist_source
-
-        sdist = sdist_source(target.source)
-        return sdist, f"PyPI sdist {target.source.package}=={target.source.version} @ {target.source.commit[:12]}"
-    from builder.source import pinned
-
-    return pinned.fetch(target.source), f"git {target.source.url} @ {target.source.commit[:12]}"

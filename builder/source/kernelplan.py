@@ -20,6 +20,7 @@ files are not replayed; a selection there is reported as not computed.
 
 from __future__ import annotations
 
+import functools
 import os
 import re
 import shutil
@@ -251,6 +252,7 @@ def _replayed(c: Command, funcs: dict) -> bool:
     return False
 
 
+@functools.cache  # one `cmake --version` per process: track plans two commits
 def cmake_binary() -> tuple[str, str]:
     """The pinned cmake (the ``cmake`` wheel in the tool's lock) and its version, >= CMAKE_MIN."""
     try:
@@ -272,7 +274,8 @@ def _prelude(cuda_version: str, arch_list: tuple[str, ...]) -> list[str]:
     """What the build would know at the first selection. CUDA_ARCH_FLAGS is what torch hands vLLM for
     TORCH_CUDA_ARCH_LIST (one ``-gencode arch=compute_XY,code=sm_XY`` per entry, as vLLM's
     clear_cuda_gencode_flags leaves them); vLLM's own extract_unique_cuda_archs_ascending turns it
-    into CUDA_ARCHS."""
+    into CUDA_ARCHS. TORCH_CUDA_ARCH_LIST itself is in the compile's environment too (the Dockerfile
+    sets it), so build files that read ``$ENV{TORCH_CUDA_ARCH_LIST}`` (the smoke's) see the list."""
     flags = ";".join(f"-gencode arch=compute_{a.replace('.', '')},code=sm_{a.replace('.', '')}" for a in arch_list)
     major_minor = ".".join(cuda_version.split(".")[:2])
     return [
@@ -282,6 +285,7 @@ def _prelude(cuda_version: str, arch_list: tuple[str, ...]) -> list[str]:
         f"set(CUDA_VERSION {major_minor})",
         f'set(CUDA_ARCH_FLAGS "{flags}")',
         f'set(CUDA_ARCHS "{";".join(arch_list)}")',
+        f'set(ENV{{TORCH_CUDA_ARCH_LIST}} "{" ".join(arch_list)}")',
         'include("${CMAKE_CURRENT_LIST_DIR}/utils.cmake")',
     ]
 
@@ -298,6 +302,7 @@ def replay(tree: SourceTree) -> tuple[Replay, bytes]:
     return out, utils
 
 
+@functools.cache
 def _isolation() -> list[str]:
     """``unshare -rn`` (no network) where this host lets an unprivileged user make namespaces."""
     unshare = shutil.which("unshare")

@@ -390,3 +390,35 @@ def test_a_build_file_the_reader_refuses_blocks_the_bump(upstream):
         "fetch inventory cannot be computed" in b and "extra.cmake:1: unclosed parenthesis" in b
         for b in report["blocking"]
     )
+
+
+def test_plain_plan_reads_the_pin_and_then_stays_offline(upstream, tmp_path):
+    """Plain `build plan` prints the kernel plan: fetched on first use, then from the local mirror
+    with the git host gone (no network), and the mirror's copy is still upstream's own files."""
+    matrix = str(upstream["matrix"])
+    code, out, err = _run("--matrix", matrix, "--json", "plan", "--target", "cu129")
+    assert code == 0, err
+    first = json.loads(out)["kernel_plan"]
+    assert first["origin"].startswith("git file://") and "(local mirror)" not in first["origin"]
+    (tmp_path / "upstream.git").rename(tmp_path / "gone.git")
+    code, out, err = _run("--matrix", matrix, "--json", "plan", "--target", "cu129")
+    assert code == 0, err
+    again = json.loads(out)["kernel_plan"]
+    assert again["origin"].endswith("(local mirror)")
+    assert again["kernels"] == first["kernels"] and again["fetches"] == first["fetches"]
+    # --source insists on the git host: gone, it says so (exit 2: a file:// path is input, not the network).
+    assert _run("--matrix", matrix, "plan", "--target", "cu129", "--source")[0] == 2
+
+
+def test_plain_plan_without_the_pin_in_the_mirror_needs_the_host(upstream, tmp_path):
+    """A pin the mirror does not hold, from a host out of reach: exit 3, one line naming --rehearse;
+    --no-source reads only local files and says the kernel plan was not read."""
+    text = upstream["matrix"].read_text().replace(f"file://{tmp_path}/upstream.git", "https://127.0.0.1:9/k3.git")
+    upstream["matrix"].write_text(text)
+    code, _, err = _run("--matrix", str(upstream["matrix"]), "plan", "--target", "cu129")
+    assert code == 3, err
+    (line,) = [ln for ln in err.splitlines() if "127.0.0.1:9" in ln]
+    assert "`build plan --target cu129 --rehearse` reads it from PyPI's sdist" in line and "--no-source" in line
+    code, out, err = _run("--matrix", str(upstream["matrix"]), "plan", "--target", "cu129", "--no-source")
+    assert code == 0, err
+    assert "kernel plan" in out and "not read (--no-source)" in out

@@ -43,7 +43,7 @@ def _selection(arch_list: list[str], cuda: str) -> dict[str, list[str]]:
     start = text.index("include(${CMAKE_CURRENT_LIST_DIR}/cmake/utils.cmake)")
     block = text[start : text.index("# End of the arch selection")].replace("${CMAKE_CURRENT_LIST_DIR}", str(SRC))
     script = (
-        f'set(K3_CUDA_VERSION {cuda})\nset(ENV{{TORCH_CUDA_ARCH_LIST}} "{" ".join(arch_list)}")\n{block}'
+        f'set(CMAKE_CUDA_COMPILER_VERSION {cuda})\nset(ENV{{TORCH_CUDA_ARCH_LIST}} "{" ".join(arch_list)}")\n{block}'
         'foreach(v CUDA_ARCHS RMS_NORM_ARCHS FUSED_ADD_RMS_NORM_ARCHS)\n  message("${v}=${${v}}")\nendforeach()\n'
     )
     found = re.findall(r"^(\w+)=(.*)$", _cmake_script(script), re.M)

@@ -136,9 +136,10 @@ endfunction()
 # SM 9.0-and-later kernels (vLLM: cuda_archs_sm90plus). The version gate is vLLM's: from CUDA 13
 # on, family `f` lists, whose cubins load on every GPU of the family (sm_100f on 10.0 and 10.3);
 # below 13, arch-specific `a` lists, so a Blackwell arch the build does not target gets no code.
-# K3_CUDA_VERSION is the CUDA the kernels are compiled with (CMakeLists.txt; -D in script mode).
+# CMAKE_CUDA_COMPILER_VERSION is the CUDA the kernels are compiled with (CMakeLists.txt sets it, as
+# CMake does for vLLM from nvcc; a script sets it itself).
 function(cuda_archs_sm90plus OUT_CUDA_ARCHS TGT_CUDA_ARCHS)
-  if(K3_CUDA_VERSION VERSION_GREATER_EQUAL 13.0)
+  if(CMAKE_CUDA_COMPILER_VERSION VERSION_GREATER_EQUAL 13.0)
     cuda_archs_loose_intersection(_archs "9.0a;10.0f;12.0f" "${TGT_CUDA_ARCHS}")
   else()
     cuda_archs_loose_intersection(_archs "9.0a;10.0a;10.3a;12.0a" "${TGT_CUDA_ARCHS}")
