@@ -329,6 +329,9 @@ def test_python_trees(image_host, expect, report_warning):
     problems = [f"set-up {ref}: {err}" for ref, err in sorted(found["setup"].items()) if err]
     problems += [f"tree {tree}: {err}" for tree, err in sorted(found["trees"].items()) if err]
     problems += [f"{name}: {err}" for name, err in sorted(found["imported"].items()) if err]
+    for name, effects in sorted(found.get("side_effects", {}).items()):  # report-only (issue 34, rule 8)
+        shown = "; ".join(f"{kind} {what}" for kind, what in effects[:5])
+        report_warning(f"python_trees: importing {name} made {len(effects)} side effect(s): {shown}")
     for pattern in sorted(expect.python_skip):
         count = sum(1 for p in found["skipped"].values() if p == pattern)
         if count:
@@ -399,14 +402,15 @@ def test_image_hygiene(image_host, expect, report_warning):
     )
 
 
-def test_package_files(image_host, expect):
+def test_package_files(image_host, expect, report_warning):
     # A release built from a checkout ships every tracked file under the package (setuptools-scm's
     # file finder); PyPI's vLLM 0.30.0 wheel holds all 3,088 files of its sdist's vllm/. A build
     # from an export without VCS metadata drops the non-Python ones silently, and nothing imports
     # a shell wrapper or a tuning config until a user's flag needs it.
     if not expect.package_files:
         pytest.skip(f"the source carries no {expect.package}/ directory at the pinned commit")
-    request = {"distribution": expect.source_package[0], "package": expect.package}
+    blobs = expect.package_blobs
+    request = {"distribution": expect.source_package[0], "package": expect.package, "blobs": sorted(blobs)}
     found = run_probe(image_host, "files", request)
     assert "error" not in found, f"expected the files probe to list {expect.package}/, found {found.get('error')}"
     installed = found["files"]
@@ -415,10 +419,20 @@ def test_package_files(image_host, expect):
     # preserve_mode=False: vLLM's executable envs.py is 0644 in PyPI's wheel); data files keep it.
     want_exec = {p for p, x in expect.package_files.items() if x and not p.endswith(".py")}
     not_exec = sorted(p for p in want_exec if p in installed and not installed[p])
+    # By content too: setuptools copies every tracked file byte for byte (what a build generates, such
+    # as vLLM's _version.py or its FlashAttention files, is untracked: not compared here).
+    where = found["root"].rsplit("/", 1)[0]
+    changed = [
+        (f"{where}/{p}", f"differs from the pinned commit's (git blob {blobs[p][:12]}, installed {got[:12]})")
+        for p, got in sorted(found.get("blobs", {}).items())
+        if got != blobs.get(p)
+    ]
     problems = [f"{p} missing" for p in missing] + [f"{p} not executable" for p in not_exec]
+    problems += [f"{p}: {what}" for p, what in unwaived(expect.waivers, "package_files", changed, report_warning)]
     assert not problems, (
         f"expected every file of {expect.package}/ at the pinned commit ({len(expect.package_files)}) in "
-        f"{found['root']}, found {len(missing)} missing and {len(not_exec)} not executable: " + _listing(problems)
+        f"{found['root']} with its content, found {len(missing)} missing, {len(not_exec)} not executable and "
+        f"{len(changed)} changed: " + _listing(problems)
     )
 
 

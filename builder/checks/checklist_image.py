@@ -41,13 +41,26 @@ def _argv(image) -> list[str]:
 
 
 def test_installed_files(image_host, expect, report_warning):
-    request = {"roots": [contract.APP_PREFIX], "dpkg_info": contract.DPKG_INFO_DIR}
+    request = {"roots": [contract.APP_PREFIX], "dpkg_info": contract.DPKG_INFO_DIR, "wheels": expect.wheel_records}
     found = _probe(image_host, "installed", request)
+    if expect.wheel_records is None:
+        report_warning(
+            "installed_files: no wheel RECORD digests recorded for this image (a record made before them, or "
+            "another lock): each RECORD is checked against its files only, so a re-hashed RECORD line passes"
+        )
+    else:
+        added = found["pip_added"]
+        report_warning(
+            f"installed_files: {found['wheel_checked']} RECORDs equal their locked wheel's; pip added "
+            f"{added['metadata']} INSTALLER/REQUESTED/direct_url.json, {added['bytecode']} bytecode and "
+            f"{added['outside']} script/header entries outside site-packages (hashed above like every other line)"
+        )
     problems = _unwaived(expect, "installed_files", found["problems"], report_warning)
     assert not problems, (
         f"expected every file of the {found['dists']} distributions under {contract.APP_PREFIX} to equal its "
-        f"RECORD ({found['hashed']} hashed) and the base's {found['dpkg_checked']} dpkg files their md5sums, "
-        f"found {found['count']}: " + _listing(problems)
+        f"RECORD ({found['hashed']} hashed), each RECORD the locked wheel's ({found['wheel_checked']} compared) "
+        f"and the base's {found['dpkg_checked']} dpkg files their md5sums, found {found['count']}: "
+        + _listing(problems)
     )
 
 

@@ -93,6 +93,9 @@ class Expectations:
     os_packages: OsExpectations | None = None  # None: the target has no os_packages
     package: str = ""  # the source's top-level package directory (vllm)
     package_files: dict[str, bool] = field(default_factory=dict)  # its files at the pin -> executable
+    package_blobs: dict[str, str] = field(default_factory=dict)  # the same files -> git blob id (their content)
+    # Each locked wheel's RECORD digest (deps.buildcontext.wheel_records); None: not recorded for this image.
+    wheel_records: dict[str, dict] | None = None
     dropped: dict[str, str] = field(default_factory=dict)  # normalized requirement the matrix drops -> why
     gpu: GpuCode | None = None  # the matrix's gpu block (None: the GPU-code checks skip)
     waivers: dict[str, dict[str, str]] = field(default_factory=dict)  # check -> path pattern -> why
@@ -126,10 +129,16 @@ class BuiltFrom(Protocol):
 
 
 def expectations(
-    target: Target, pinned: PinnedSource, locks: BuiltFrom, build_date: dt.date, today: dt.date | None = None
+    target: Target,
+    pinned: PinnedSource,
+    locks: BuiltFrom,
+    build_date: dt.date,
+    today: dt.date | None = None,
+    wheel_records: dict[str, dict] | None = None,
 ) -> Expectations:
     """What the image must hold, from the matrix, the source and ``locks`` (a plan.LockSet: the
-    lock bytes the build read, hashed and built from, never the files again)."""
+    lock bytes the build read, hashed and built from, never the files again), and ``wheel_records``
+    (each installed wheel's RECORD digest: made from the wheelhouse by the build, else the record's)."""
     policy = target.source.extensions
     modules = extensions.plan({path: pinned.read(path) for path in policy.declared_in}, policy)
     entries = locks.runtime_entries
@@ -172,6 +181,8 @@ def expectations(
         os_packages=os_expectations(target, locks.os_entries),
         package=package,
         package_files=pinned.files_under(package),
+        package_blobs=pinned.blob_ids_under(package),
+        wheel_records=wheel_records,
         dropped={normalize(n): r for n, r in target.source.drop.items()},
         gpu=target.gpu,
         waivers={check: dict(paths) for check, paths in target.runtime.waivers.items()},
@@ -396,11 +407,12 @@ def check_target(
     pinned: PinnedSource,
     build_date: dt.date,
     out_dir: Path,
+    wheel_records: dict[str, dict] | None = None,
 ) -> Report:
     """Run every check on ``ref`` for ``target`` (built from ``locks`` and ``pinned`` on
     ``build_date``), the report under ``out_dir``, and log a table; the caller decides what a
     failure means."""
-    expect = expectations(target, pinned, locks, build_date)
+    expect = expectations(target, pinned, locks, build_date, wheel_records=wheel_records)
     report = run(engine, ref, expect, out_dir / contract.CHECK_REPORT_NAME)
     for r in report.results:
         log.info(f"    {r.status}  {r.name:<20} {r.message}")

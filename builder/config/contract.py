@@ -188,6 +188,11 @@ RECORD_FIELDS = (
 # matrix ``gpu`` block whose checks ran): the claimed and the derived driver floor, the families
 # and the coverage table (builder/records/store.py; docs/auditor.md).
 RECORD_GPU = "gpu"
+# Optional field of image.json, after "gpu": each locked wheel's RECORD as the build installed it
+# (normalized name -> version, entries, sha256 of the canonical entries: builder/deps/buildcontext.py),
+# which installed_files holds the installed RECORDs to; the provenance names its sha256
+# (resolvedDependencies "wheel-records"), so an edit is found offline.
+RECORD_WHEELS = "wheel_records"
 
 THIRD_PARTY_CONTEXT_PREFIX = "tp-"  # build context name of a pinned third-party source: tp-<name>
 
@@ -330,9 +335,9 @@ CHECKS = {
     "(/third_party, /src, /build, /ctx, /layers, /install, /opt/python), and no ELF file's DT_RPATH/DT_RUNPATH "
     "entry is under one, missing from the image or relative ($ORIGIN entries resolve beside the file)",
     "package_files": "every file the source carries under its package directory at the pinned commit (vllm/: "
-    "configs, shell wrappers, templates, not only .py) is installed in the image's package, and every "
-    "data file git records executable is executable (modules are not: setuptools drops their mode), as "
-    "a release built from a checkout ships it",
+    "configs, shell wrappers, templates, not only .py) is installed in the image's package with the pinned "
+    "commit's content (git blob id), and every data file git records executable is executable (modules are "
+    "not: setuptools drops their mode), as a release built from a checkout ships it",
     "recipe_cli": "the matrix's launch command (runtime.recipe) parses with the image's own CLI parser, passes "
     "its validation, every option the matrix names resolves through the CLI's registry, and the "
     "model architecture resolves through the model registry; nothing is started",
@@ -365,7 +370,9 @@ CHECKS.update(
     {
         "installed_files": "every file every dist-info RECORD under the application prefix lists (RECORD.native "
         "included) exists with that sha256, every file in site-packages is listed by some RECORD (bytecode aside), "
-        "and every present file of the base's OS packages has its dpkg md5sum (configuration under /etc aside)",
+        "every present file of the base's OS packages has its dpkg md5sum (configuration under /etc aside), and each "
+        "runtime-lock distribution's RECORD is its locked wheel's (the digest the build recorded: image.json "
+        "wheel_records), so a file edited with its RECORD line re-hashed fails too",
         "everything_loads": "every Python extension module under a sys.path directory of the prefix imports in its "
         "own forked child and is the file that import loads; every other shared object loads with RTLD_NOW (every "
         "undefined symbol and version bound); only the driver libraries the container runtime mounts may be missing",

@@ -28,6 +28,7 @@ WaivableCheck = Literal[
     "least_privilege",
     "bytecode_matches",
     "image_hygiene",
+    "package_files",
 ]
 Waivers = dict[WaivableCheck, dict[PathPattern, Reason]]
 

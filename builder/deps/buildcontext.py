@@ -9,16 +9,20 @@ is set to SOURCE_DATE_EPOCH so the context, like the source export, is a pure fu
 from __future__ import annotations
 
 import contextlib
+import csv
+import email.parser
 import fcntl
 import fnmatch
 import hashlib
+import io
 import os
 import shutil
 import subprocess
 import sys
 import tempfile
 import urllib.request
-from collections.abc import Iterator
+import zipfile
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 from builder import log
@@ -292,3 +296,61 @@ def assemble(target: Target, locks, dest: Path, epoch: int, dockerfile_text: str
     atomic_write(dest / ".dockerignore", "")  # the context is already exactly what the build reads
     clamp_mtimes(dest, epoch)
     return dest
+
+
+# --- each locked wheel's RECORD, recorded at build time (image.json ``wheel_records``) ---------------
+# pip rewrites RECORD as it installs: it adds INSTALLER, REQUESTED and direct_url.json, moves
+# ``<name>.data/purelib|platlib/`` into site-packages and scripts and headers out of it (rewriting
+# scripts' shebangs, so their hashes change), and adds the console scripts it generates; every
+# other line (path, hash, size) it copies verbatim. The canonical entries are the lines both RECORDs
+# share, so one digest of them, made here from the wheel pip installed, must equal the one the
+# installed_files probe (builder/checks/probes/installed.py, which repeats this rule in its own
+# standard-library text) makes from the RECORD in the image: a file edited after the install and
+# its RECORD line re-hashed to match changes the digest.
+PIP_WRITES = ("INSTALLER", "REQUESTED", "direct_url.json", "RECORD", "RECORD.jws", "RECORD.p7s")
+
+
+def canonical_entries(rows: Iterable[list[str]]) -> list[str]:
+    """The "path,hash,size" lines of RECORD ``rows`` that pip installs into site-packages as they
+    are, sorted (bytecode under __pycache__ aside: the bytecode_matches check owns it)."""
+    kept = set()
+    for row in rows:
+        if not row or not row[0]:
+            continue
+        parts = row[0].split("/")
+        if parts[0].endswith(".data"):
+            if len(parts) < 3 or parts[1] not in ("purelib", "platlib"):
+                continue  # scripts, headers, data: installed outside site-packages
+            parts = parts[2:]
+        if parts[0] == ".." or (len(parts) == 2 and parts[0].endswith(".dist-info") and parts[1] in PIP_WRITES):
+            continue
+        if "__pycache__" in parts and parts[-1].endswith(".pyc"):
+            continue
+        kept.add(",".join(["/".join(parts), *(row[1:3] + ["", ""])[:2]]))
+    return sorted(kept)
+
+
+def record_digest(rows: Iterable[list[str]]) -> dict[str, object]:
+    entries = canonical_entries(rows)
+    return {"entries": len(entries), "sha256": hashlib.sha256("".join(e + "\n" for e in entries).encode()).hexdigest()}
+
+
+def _wheel_record(path: Path) -> tuple[str, dict[str, object]]:
+    name, version = path.name.split("-")[:2]
+    try:
+        with zipfile.ZipFile(path) as whl:
+            infos = [n for n in whl.namelist() if n.count("/") == 1 and n.split("/")[0].endswith(".dist-info")]
+            meta = next(n for n in infos if n.endswith("/METADATA"))
+            head = email.parser.Parser().parsestr(whl.read(meta).decode("utf-8"), headersonly=True)
+            name, version = head["Name"] or name, head["Version"] or version
+            rows = list(csv.reader(io.StringIO(whl.read(meta[: -len("METADATA")] + "RECORD").decode("utf-8"))))
+    except (OSError, StopIteration, KeyError, UnicodeDecodeError, zipfile.BadZipFile, csv.Error) as exc:
+        return normalize(name), {"version": version, "error": f"{path.name}: no readable RECORD ({exc})"[:200]}
+    return normalize(name), {"version": version, **record_digest(rows)}
+
+
+def wheel_records(wheelhouse: Path) -> dict[str, dict[str, object]]:
+    """Normalized name -> {version, entries, sha256} of the canonical RECORD entries of every wheel
+    under ``wheelhouse`` (the context's wheelhouse/layers: what the image installs, each wheel
+    hash-checked against the lock); {version, error} for a wheel whose RECORD cannot be read."""
+    return dict(sorted((_wheel_record(p) for p in wheelhouse.rglob("*.whl")), key=lambda kv: kv[0]))

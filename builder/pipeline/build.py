@@ -298,8 +298,17 @@ def test(plan: Plan, engine: Engine, image: str | None):
         "test-" + dt.datetime.now(dt.timezone.utc).strftime("%Y%m%dT%H%M%SZ") + "-" + token_hex(3),
     )
     with log.step(f"{target.name}: image checks on {ref}"):
+        # The record's wheel RECORD digests hold for an image of the recorded lock (installed_files).
+        wheels = record.wheel_records if record and record.lock_sha256 == locks.runtime_sha256 else None
         report = runner.check_target(
-            engine, ref, target=target, locks=locks, pinned=pinned, build_date=build_date, out_dir=out_dir
+            engine,
+            ref,
+            target=target,
+            locks=locks,
+            pinned=pinned,
+            build_date=build_date,
+            out_dir=out_dir,
+            wheel_records=wheels,
         )
         report.raise_for_failures()
     return report

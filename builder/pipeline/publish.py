@@ -34,9 +34,17 @@ def check_image(prep: Prepared, pushed: str) -> dict[str, Any] | None:
             pinned=prep.pinned,
             build_date=today,
             out_dir=prep.workdir,
+            wheel_records=wheel_records(prep),
         )
         report.raise_for_failures()
     return gpu_record(report.facts)
+
+
+def wheel_records(prep: Prepared) -> dict[str, Any]:
+    """Each installed wheel's RECORD digest, from the hash-checked wheelhouse in the context."""
+    from builder.deps import buildcontext
+
+    return buildcontext.wheel_records(prep.request.context / "wheelhouse" / "layers")
 
 
 def gpu_record(facts: dict) -> dict[str, Any] | None:
@@ -70,6 +78,7 @@ def record_of(
         tool_version=__version__,
         checks="passed" if checked else "skipped",
         gpu=gpu,
+        wheel_records=wheel_records(prep),
         build={
             "id": prep.build_id,
             "finished": contract.now_iso(),

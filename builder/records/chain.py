@@ -30,7 +30,12 @@ ROWS: tuple[tuple[str, str, bool], ...] = (
         False,
     ),
     ("Dockerfile <-> image.json", "the Dockerfile's sha256 is the recorded one", False),
-    ("lock <-> image.json", "both locks' sha256 are the recorded ones", False),
+    (
+        "lock <-> image.json",
+        "both locks' sha256 are the recorded ones, and `wheel_records` (where recorded) holds a RECORD "
+        "digest for each runtime lock entry at its version, and for nothing else",
+        False,
+    ),
     (
         "matrix <-> image.json",
         "target, image name, base digests, source URL and commit, third-party trees match the matrix; "
@@ -53,7 +58,8 @@ ROWS: tuple[tuple[str, str, bool], ...] = (
     ),
     (
         "image.json <-> provenance",
-        "the envelope's Statement: subject and every resolved dependency match the record, "
+        "the envelope's Statement: subject and every resolved dependency match the record (`wheel-records`: "
+        "the sha256 of `wheel_records`, so an edited digest fails here), "
         "`externalParameters` the matrix, `buildType` and `builder.id` the expected "
         "identities, `builderDependencies` name this repository",
         False,

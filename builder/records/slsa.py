@@ -24,7 +24,7 @@ from builder.deps.lock import normalize
 from builder.deps.oslock import DebEntry
 from builder.fsutil import sha256_bytes, sha256_file
 from builder.records.artifacts import SBOM_TYPE, WHEEL_NAME, oci_purl, third_party_trees
-from builder.records.store import Record
+from builder.records.store import Record, wheel_records_sha256
 
 # --- identities and the tool itself --------------------------------------------------------------
 # SLSA asks for a buildType that documents its parameters and a builder.id that names who ran the
@@ -177,6 +177,10 @@ def resolved_dependencies(
     if record.os_lock_sha256:
         uri, notes = _repo_uri(target, contract.os_lock_path(root, target.name))
         deps.append(_dep("os-lock", uri, {"sha256": record.os_lock_sha256}, notes))
+    if record.wheel_records is not None:  # what installed_files holds each installed RECORD to
+        uri, notes = _repo_uri(target, contract.record_path(root, target.name))
+        digest = {"sha256": wheel_records_sha256(record.wheel_records)}
+        deps.append(_dep("wheel-records", uri, digest, {**notes, "field": contract.RECORD_WHEELS}))
     for e in os_lock:  # each .deb unpacked into the OS layer, as fetched on the host
         deps.append(_dep(f"deb:{e.name}", e.url, {"sha256": e.sha256}, {"version": e.version, "arch": e.arch}))
     for template in sorted(TEMPLATES.iterdir()):

@@ -59,6 +59,8 @@ class Record:
     # binaries), derived_from, families, coverage (required extension -> cc -> what serves it),
     # waived, toolkit_unknown. docs/auditor.md describes each field.
     gpu: dict[str, Any] | None = None
+    # contract.RECORD_WHEELS: each locked wheel's RECORD digest (absent in records made before it).
+    wheel_records: dict[str, Any] | None = None
 
     def to_json(self) -> str:
         doc: dict[str, Any] = {"schema": contract.RECORD_SCHEMA}
@@ -68,6 +70,8 @@ class Record:
                 doc["os_lock_sha256"] = self.os_lock_sha256
             if k == "checks" and self.gpu is not None:
                 doc[contract.RECORD_GPU] = self.gpu
+            if k == "checks" and self.wheel_records is not None:
+                doc[contract.RECORD_WHEELS] = self.wheel_records
         return json.dumps(doc, indent=2, sort_keys=False) + "\n"
 
 
@@ -112,12 +116,14 @@ def read(path: Path) -> Record | None:
         raise RecordError(f"{path}: record fields of the wrong type: {', '.join(wrong)}; restore it from git")
     if not isinstance(doc.get("os_lock_sha256", ""), str):
         raise RecordError(f"{path}: record fields of the wrong type: os_lock_sha256; restore it from git")
-    if not isinstance(doc.get(contract.RECORD_GPU, {}), dict):
-        raise RecordError(f"{path}: record fields of the wrong type: {contract.RECORD_GPU}; restore it from git")
+    for key in (contract.RECORD_GPU, contract.RECORD_WHEELS):
+        if not isinstance(doc.get(key, {}), dict):
+            raise RecordError(f"{path}: record fields of the wrong type: {key}; restore it from git")
     return Record(
         **{k: doc[k] for k in contract.RECORD_FIELDS if k != "schema"},
         os_lock_sha256=doc.get("os_lock_sha256"),
         gpu=doc.get(contract.RECORD_GPU),
+        wheel_records=doc.get(contract.RECORD_WHEELS),
     )
 
 
@@ -198,6 +204,11 @@ def _fsync_dir(directory: Path) -> None:
         os.fsync(fd)
     finally:
         os.close(fd)
+
+
+def wheel_records_sha256(wheel_records: dict[str, Any]) -> str:
+    """The digest the provenance names for image.json's wheel_records (canonical JSON)."""
+    return sha256_bytes(json.dumps(wheel_records, sort_keys=True, separators=(",", ":")).encode())
 
 
 def audit_hashes(sbom_text: str, provenance_text: str) -> dict[str, str]:

@@ -161,7 +161,20 @@ class Verifier:
         for path, want in ((self.lock, self.record.lock_sha256), (self.build_lock, self.record.build_lock_sha256)):
             got = sha256_file(path) if path.exists() else "missing"
             _need(got == want, f"{path.name} sha256 {got[:16]} != image.json {want[:16]}")
-        return "both lock sha256 match"
+        wheels = self.record.wheel_records
+        if wheels is None:
+            return "both lock sha256 match (a record without wheel RECORD digests)"
+        try:
+            locked = {normalize(e.name): e.version for e in lock.read_entries(self.lock)}
+        except BuilderError as exc:
+            raise _Fail(exc.message) from None
+        got_versions = {name: str(w.get("version")) if isinstance(w, dict) else None for name, w in wheels.items()}
+        _need(
+            got_versions == locked,
+            f"{contract.RECORD_WHEELS} names {sorted(set(got_versions) ^ set(locked)) or 'other versions'}, "
+            f"not the {self.lock.name} entries",
+        )
+        return f"both lock sha256 match; a RECORD digest for each of the {len(locked)} locked wheels"
 
     def matrix_record(self) -> str:
         r = self.record
@@ -326,6 +339,8 @@ class Verifier:
         }
         if self.t.os_packages:  # its .debs (deb:<name>) are the lock's: "OS lock <-> SBOM" checks those
             want["os-lock"] = {"sha256": r.os_lock_sha256}
+        if r.wheel_records is not None or "wheel-records" in deps:  # a dropped field must not pass either
+            want["wheel-records"] = {"sha256": records.wheel_records_sha256(r.wheel_records or {})}
         for ref, _, _, commit in artifacts.third_party_trees(r):
             want[ref] = {"gitCommit": commit}
         for name, digest in want.items():

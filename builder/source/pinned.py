@@ -60,23 +60,24 @@ class PinnedSource:
             return None
         return blob.data_stream.read()
 
-    def files_under(self, directory: str) -> dict[str, bool]:
-        """Every regular file the commit carries under ``directory`` (a path relative to the root),
-        with whether git records it as executable; symlinks and submodules are not files."""
+    def _regular_files(self, directory: str) -> list:
+        """The regular files (100644 or 100755) the commit carries under ``directory``: traverse()
+        yields blobs, trees and submodules (typed as a union with tuples); symlinks are not files."""
         try:
             tree = self.repo.commit(self.commit).tree / directory
         except KeyError:
-            return {}
+            return []
         if tree.type != "tree":
-            return {}
-        files = {}
-        for item in tree.traverse():
-            # traverse() yields blobs, trees and submodules (typed as a union with tuples): keep the
-            # regular files, 100644 or 100755; a symlink (120000) or a submodule is not one.
-            mode = getattr(item, "mode", 0)
-            if getattr(item, "type", None) == "blob" and mode & 0o170000 == 0o100000:
-                files[str(getattr(item, "path"))] = bool(mode & 0o111)  # noqa: B009 - the union has no .path
-        return files
+            return []
+        return [i for i in tree.traverse() if getattr(i, "type", None) == "blob" and i.mode & 0o170000 == 0o100000]  # type: ignore[union-attr]
+
+    def files_under(self, directory: str) -> dict[str, bool]:
+        """Every regular file under ``directory`` (relative to the root) -> git records it executable."""
+        return {str(i.path): bool(i.mode & 0o111) for i in self._regular_files(directory)}
+
+    def blob_ids_under(self, directory: str) -> dict[str, str]:
+        """The same files -> git blob id (sha1 of ``blob <size>`` NUL + the bytes, which the commit pins)."""
+        return {str(i.path): str(i.hexsha) for i in self._regular_files(directory)}
 
     def export(self, dest: Path) -> Path:
         """The commit's tree written into dest (replaced), mtimes fixed to the commit time, with a

@@ -169,7 +169,42 @@ VARIANTS = {
         {"image_hygiene"},
         "DT_RUNPATH /install/lib is under a build-only root",
     ),
+    # --- issue 34, the rest of rule 1: forgeries no RECORD in the image can show ---------------------
+    # A dependency's file edited and its RECORD line re-hashed: only the locked wheel's RECORD, whose
+    # digest the build recorded (image.json wheel_records), differs.
+    "forged-record": (
+        f"COPY forge.py /tmp/forge.py\nUSER 0\nRUN python /tmp/forge.py {SITE} packaging-26.4.dist-info/RECORD "
+        "packaging/py.typed forged && rm /tmp/forge.py\nUSER 2000:2000",
+        {"installed_files"},
+        "not the locked wheel's RECORD (packaging 26.4)",
+    ),
+    # A module of the source's own package edited in a later layer, its RECORD line re-hashed and its
+    # checked bytecode written again: only the pinned commit's tree says it is not the source.
+    "edited-package": (
+        f"COPY forge.py /tmp/forge.py\nUSER 0\nRUN python /tmp/forge.py {SITE} k3smoke-0.1.0+cu129.dist-info/RECORD "
+        "k3smoke/argparse_utils.py '# edited in a later layer' && rm /tmp/forge.py\nUSER 2000:2000",
+        {"package_files"},
+        "k3smoke/argparse_utils.py: differs from the pinned commit's",
+    ),
 }
+
+# Appends a line to SITE/REL, re-hashes REL's line in SITE/RECORD and, for a module, writes its
+# checked hash-based bytecode again (as the build's layer step does): every rule that reads the
+# image alone still holds.
+FORGE = """import base64, hashlib, importlib.util, py_compile, sys
+site, record, rel, text = sys.argv[1:5]
+path = site + "/" + rel
+with open(path, "a") as fh:
+    fh.write(text + "\\n")
+data = open(path, "rb").read()
+digest = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
+lines = open(site + "/" + record).read().splitlines(keepends=True)
+with open(site + "/" + record, "w") as fh:
+    fh.writelines(f"{rel},sha256={digest},{len(data)}\\n" if ln.startswith(rel + ",") else ln for ln in lines)
+if rel.endswith(".py"):
+    mode = py_compile.PycInvalidationMode.CHECKED_HASH
+    py_compile.compile(path, cfile=importlib.util.cache_from_source(path), dfile=path, invalidation_mode=mode)
+"""
 
 
 def _cudart_12_8(into: Path) -> None:
@@ -211,6 +246,7 @@ def variants(built, tmp_path_factory):
     smoke, ref = built
     context = tmp_path_factory.mktemp("variant-context")
     _cudart_12_8(context)
+    (context / "forge.py").write_text(FORGE)
     bodies = {name: lines for name, (lines, _, _) in VARIANTS.items()}
     tags = variant_images(ref, bodies, smoke.repository.rsplit("-", 1)[-1], context)
     yield smoke, tags, check_images(smoke.matrix, tags)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 import datetime as dt
+import hashlib
 import inspect
 import json
 from pathlib import Path
@@ -1020,6 +1021,13 @@ class _Pinned:
     def files_under(self, directory):
         return {p: p.endswith(".sh") for p in self.files if p.startswith(directory + "/")}
 
+    def blob_ids_under(self, directory):
+        return {
+            p: hashlib.sha1(b"blob %d\0" % len(d) + d).hexdigest()
+            for p, d in self.files.items()
+            if p.startswith(directory + "/")
+        }  # noqa: S324
+
 
 def test_expectations_come_from_the_matrix_the_lock_and_the_source(tmp_path):
     t = matrix.load(REPO / "matrix.yaml").target("cu129")
@@ -1057,6 +1065,10 @@ def test_expectations_come_from_the_matrix_the_lock_and_the_source(tmp_path):
     assert e.source_package == ("vllm", "0.30.0+cu129")
     assert e.package == "vllm"
     assert e.package_files == {"vllm/utils/numa_wrapper.sh": True, "vllm/__init__.py": False}
+    assert set(e.package_blobs) == set(e.package_files) and e.package_blobs["vllm/__init__.py"] == (
+        "e69de29bb2d1d6434b8b29ae775ad8c2e48c5391"  # git's id of the empty blob
+    )
+    assert e.wheel_records is None  # none given: installed_files says so
     assert e.nvcc_arch == "sm_" + t.cuda.arch_list[0].split("+")[0].replace(".", "")
     assert set(t.source.extensions.add) <= set(e.modules.required) and e.cuda_home == t.runtime.cuda_home
     bare = t.model_copy(update={"flashinfer": None, "nccl": None})
@@ -1340,7 +1352,7 @@ def test_package_files_names_what_the_wheel_dropped_and_what_lost_its_execute_bi
         _run_one("package_files", f, e, image, host)
     message = str(failed.value)
     assert "vllm/configs/E=8.json missing" in message and "vllm/utils/numa_wrapper.sh not executable" in message
-    assert "found 1 missing and 1 not executable" in message
+    assert "found 1 missing, 1 not executable and 0 changed" in message
     # A module git records executable is not expected to stay so (setuptools drops modules' modes).
     e = dataclasses.replace(e, package_files={**e.package_files, "vllm/envs.py": True})
     host.probes["files"]["files"]["vllm/envs.py"] = False
@@ -1348,7 +1360,7 @@ def test_package_files_names_what_the_wheel_dropped_and_what_lost_its_execute_bi
         _run_one("package_files", f, e, image, host)
     assert "vllm/envs.py" not in str(failed.value)
     request = next(json.loads(args[1]) for _, args in host.calls if args and args[0] == probes.script("files"))
-    assert request == {"distribution": "vllm", "package": "vllm"}
+    assert request == {"distribution": "vllm", "package": "vllm", "blobs": []}  # _correct() gives no blob ids
 
 
 def test_package_files_skips_a_source_without_the_package_directory():

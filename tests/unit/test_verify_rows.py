@@ -388,6 +388,38 @@ def test_a_missing_build_lock(co):
     assert "lock hash-pinned" in failing
 
 
+# --- wheel_records: each locked wheel's RECORD digest (installed_files holds the image to it) -------
+
+
+def test_the_recorded_wheel_records_name_the_lock_s_wheels(co):
+    # the fake's stand-in wheel is no zip: recorded by its file name, with the error the check reports
+    wheels = co.record()[contract.RECORD_WHEELS]
+    assert list(wheels) == list(RUNTIME) and wheels["nvidia-cuda-runtime-cu12"]["version"] == "12.9.79"
+    assert "no readable RECORD" in wheels["nvidia-cuda-runtime-cu12"]["error"]
+    detail = {r.check: r.detail for r in co.rows()}["lock <-> image.json"]
+    assert detail == "both lock sha256 match; a RECORD digest for each of the 1 locked wheels"
+
+
+def test_an_edited_wheel_record_digest_fails_the_provenance_row(co):
+    co.edit_record(lambda r: r[contract.RECORD_WHEELS]["nvidia-cuda-runtime-cu12"].__setitem__("sha256", "f" * 64))
+    failing = _only(co, "image.json <-> provenance")
+    assert failing["image.json <-> provenance"].startswith("resolvedDependencies wheel-records {'sha256': ")
+
+
+def test_a_dropped_wheel_records_field_fails_the_provenance_row(co):
+    co.edit_record(lambda r: r.pop(contract.RECORD_WHEELS))
+    failing = _only(co, "image.json <-> provenance")
+    assert failing["image.json <-> provenance"].startswith("resolvedDependencies wheel-records")
+
+
+def test_a_wheel_record_of_no_lock_entry_fails_the_lock_row_too(co):
+    co.edit_record(lambda r: r[contract.RECORD_WHEELS].__setitem__("extra-pkg", {"version": "1.0"}))
+    failing = _only(co, "lock <-> image.json", "image.json <-> provenance")
+    assert failing["lock <-> image.json"] == (
+        f"{contract.RECORD_WHEELS} names ['extra-pkg'], not the {contract.LOCK_NAME} entries"
+    )
+
+
 # --- image.json <-> audit files -------------------------------------------------------------------
 
 
@@ -1145,7 +1177,7 @@ def test_each_clean_row_says_what_it_checked(co):
         "image.json <-> audit files": "image.json names this SBOM and this provenance (sha256)",
         "image checks": "the recorded image passed its checks before it was recorded",
         "Dockerfile <-> image.json": "Dockerfile sha256 matches",
-        "lock <-> image.json": "both lock sha256 match",
+        "lock <-> image.json": "both lock sha256 match; a RECORD digest for each of the 1 locked wheels",
         "matrix <-> image.json": f"{record['digest'][:19]}, bases and commit match the matrix, 1 third-party source(s)"
         f"; GPU floor none <= {co.target.gpu.driver_floor}, {len(co.target.gpu.capabilities)} families covered",
         "image.json <-> SBOM": f"CycloneDX 1.6 valid, {components} components, describes {record['digest'][:19]}",

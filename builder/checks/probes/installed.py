@@ -7,7 +7,16 @@ sha256. Every file in those sys.path directories (site-packages) must be listed 
 except bytecode (the bytecode_matches check owns it). For the base's OS packages, every file a
 ``/var/lib/dpkg/info/*.md5sums`` lists that is present must have that md5 (dpkg's path-exclude
 drops docs from slim bases, so a missing file is counted, not failed; configuration under /etc
-is the admin's to change). Request: {"roots": [...], "dpkg_info": "/var/lib/dpkg/info"}.
+is the admin's to change).
+
+Each RECORD is also held to the locked wheel's, as the build recorded it (``wheels``: normalized
+name -> {version, entries, sha256}, builder/deps/buildcontext.py wheel_records): the digest of the
+lines pip copies unchanged must be the wheel's, so a file edited after the install whose RECORD
+line was re-hashed to match is found too. What pip adds (INSTALLER, REQUESTED, direct_url.json,
+bytecode, scripts and headers outside site-packages) is counted as such. The rule repeats
+buildcontext.canonical_entries (this file runs in the image, standard library only).
+
+Request: {"roots": [...], "dpkg_info": "/var/lib/dpkg/info", "wheels": {...} or null}.
 """
 
 import base64
@@ -16,6 +25,7 @@ import glob
 import hashlib
 import json
 import os
+import re
 import sys
 from typing import TYPE_CHECKING, Any
 
@@ -23,6 +33,76 @@ if TYPE_CHECKING:  # at run time builder/checks/probes/_report.py is prepended: 
     from builder.checks.probes._report import report
 
 LIMIT = 200
+PIP_WRITES = ("INSTALLER", "REQUESTED", "direct_url.json", "RECORD", "RECORD.jws", "RECORD.p7s")
+
+
+def canonical(rows, added):
+    """buildcontext.canonical_entries: the sorted "path,hash,size" lines pip copies from the wheel;
+    what else the RECORD lists is counted in ``added`` by kind."""
+    kept = set()
+    for row in rows:
+        if not row or not row[0]:
+            continue
+        parts = row[0].split("/")
+        if parts[0].endswith(".data"):
+            if len(parts) < 3 or parts[1] not in ("purelib", "platlib"):
+                continue
+            parts = parts[2:]
+        if parts[0] == "..":
+            added["outside"] += 1  # scripts (the console scripts pip generates too), headers, data
+        elif len(parts) == 2 and parts[0].endswith(".dist-info") and parts[1] in PIP_WRITES:
+            added["metadata"] += parts[1] != "RECORD"
+        elif "__pycache__" in parts and parts[-1].endswith(".pyc"):
+            added["bytecode"] += 1
+        else:
+            kept.add(",".join(["/".join(parts), *(row[1:3] + ["", ""])[:2]]))
+    return sorted(kept)
+
+
+def dist_name(dist_info):
+    name = version = None
+    try:
+        with open(os.path.join(dist_info, "METADATA"), encoding="utf-8", errors="replace") as fh:
+            for line in fh:
+                if not line.strip():
+                    break
+                key, _, value = line.partition(":")
+                if key == "Name" and name is None:
+                    name = value.strip()
+                elif key == "Version" and version is None:
+                    version = value.strip()
+    except OSError:
+        return None, None
+    return (re.sub(r"[-_.]+", "-", name).lower() if name else None), version
+
+
+def against_wheel(dist_info, wheels, out):
+    """The installed RECORD against the locked wheel's digest (wheels: None when not recorded)."""
+    name, version = dist_name(dist_info)
+    want = (wheels or {}).get(name)
+    if want is None or want.get("version") != version:
+        out["wheel_unmatched"] += 1  # not a locked wheel at its version (lock_contents judges it), or the source's
+        return
+    if want.get("error"):
+        out["problems"].append([dist_info, f"the build could not read the locked wheel's RECORD: {want['error']}"])
+        return
+    try:
+        with open(os.path.join(dist_info, "RECORD"), newline="", encoding="utf-8") as fh:
+            entries = canonical(csv.reader(fh), out["pip_added"])
+    except (OSError, csv.Error, UnicodeDecodeError) as exc:
+        out["problems"].append([dist_info, f"RECORD unreadable: {exc}"])
+        return
+    out["wheel_checked"] += 1
+    got = hashlib.sha256("".join(e + "\n" for e in entries).encode()).hexdigest()
+    if got != want["sha256"]:
+        out["problems"].append(
+            [
+                os.path.join(dist_info, "RECORD"),
+                f"not the locked wheel's RECORD ({name} {version}): the build recorded {want['entries']} entries "
+                f"(sha256 {want['sha256'][:12]}), found {len(entries)} (sha256 {got[:12]}); a file was changed, "
+                "added or dropped and its RECORD line rewritten to match",
+            ]
+        )
 
 
 def digest(path, algorithm):
@@ -47,12 +127,13 @@ def record_lines(dist_info):
     return rows
 
 
-def verify(dist_info, out, listed):
+def verify(dist_info, out, listed, wheels=None):
     site = os.path.dirname(dist_info)
     rows = record_lines(dist_info)
     if rows is None:  # lock_contents judges a distribution nothing installed; nothing to verify here
         out["unrecorded"].append(dist_info)
         return
+    against_wheel(dist_info, wheels, out)
     for rel, hashed in rows.items():
         path = os.path.normpath(os.path.join(site, rel))
         listed.add(path)
@@ -135,7 +216,10 @@ def dpkg(info_dir, out, jobs):
         out["dpkg_absent"] += part.get("dpkg_absent", 0)
 
 
-def verify_all(dist_infos, jobs):
+WHEEL_COUNTS = ("wheel_checked", "wheel_unmatched")
+
+
+def verify_all(dist_infos, jobs, wheels=None):
     """verify() over ``dist_infos``, split over ``jobs`` forked children (a CUDA image is GBs)."""
     children = []
     for i in range(jobs):
@@ -143,16 +227,18 @@ def verify_all(dist_infos, jobs):
         pid = os.fork()
         if pid == 0:
             os.close(r)
-            part: dict[str, Any] = {"hashed": 0, "problems": [], "unrecorded": []}
+            part: dict[str, Any] = {"hashed": 0, "problems": [], "unrecorded": [], "wheel_checked": 0}
+            part.update(wheel_unmatched=0, pip_added={"metadata": 0, "bytecode": 0, "outside": 0})
             listed: set = set()
             for d in dist_infos[i::jobs]:
-                verify(d, part, listed)
+                verify(d, part, listed, wheels)
             part["listed"] = sorted(listed)
             os.write(w, json.dumps(part).encode())
             os._exit(0)
         os.close(w)
         children.append((pid, r))
     out: dict[str, Any] = {"hashed": 0, "problems": [], "unrecorded": [], "listed": set()}
+    out.update({k: 0 for k in WHEEL_COUNTS}, pip_added={"metadata": 0, "bytecode": 0, "outside": 0})
     for pid, r in children:
         data = read_all(r)
         os.waitpid(pid, 0)
@@ -161,6 +247,10 @@ def verify_all(dist_infos, jobs):
         out["problems"] += part["problems"]
         out["unrecorded"] += part.get("unrecorded", [])
         out["listed"].update(part.get("listed", []))
+        for k in WHEEL_COUNTS:
+            out[k] += part.get(k, 0)
+        for k, n in part.get("pip_added", {}).items():
+            out["pip_added"][k] += n
     return out
 
 
@@ -183,7 +273,7 @@ def main(req):
                     dist_infos.append(os.path.join(top, d))
                 else:
                     vendored += 1
-    out: dict[str, Any] = verify_all(dist_infos, jobs)
+    out: dict[str, Any] = verify_all(dist_infos, jobs, req.get("wheels"))
     out.update(dists=len(dist_infos), vendored=vendored, dpkg_checked=0, dpkg_absent=0)
     unowned(sites, out.pop("listed"), out)
     if req.get("dpkg_info"):

@@ -9,6 +9,10 @@ effects cannot fail another: vLLM's unused flash_linear_attention.ops.fused_norm
 the same custom-op name as ops.kda, and fmha_sm100 puts its own import root on sys.path. A
 module matching a skip pattern is listed, not imported. Run with the compat driver library on
 the library path. Request: {"trees": [...], "skip": [...], "setup": [...], "timeout": seconds}.
+
+Report-only (issue 34, rule 8): an audit hook records what the set-up and each import do besides
+importing (network connects, writes outside /tmp, /dev and /proc, subprocesses), per module; the
+same rule as the loaded probe's for the entrypoint's imports (builder/checks/probes/loaded.py).
 """
 
 import fnmatch
@@ -47,24 +51,45 @@ def described(exc):
     return text[:400]
 
 
+EFFECTS: list = []  # this process's side effects; a forked child starts from an empty list
+SPAWNS = ("subprocess.Popen", "os.system", "os.exec", "os.posix_spawn", "os.spawn", "os.startfile")
+
+
+def audit(event, args):
+    if len(EFFECTS) >= 20:
+        return
+    if event == "socket.connect":
+        EFFECTS.append(["connect", repr(args[1])[:200]])
+    elif event in SPAWNS:
+        EFFECTS.append(["subprocess", repr(args[:2])[:200]])
+    elif event == "open" and isinstance(args[0], str):
+        path = os.path.abspath(args[0])  # "/tmp/../etc/x" is no write under /tmp
+        mode, flags = args[1], args[2] if len(args) > 2 else 0
+        writes = any(c in mode for c in "wax+") if isinstance(mode, str) else bool(flags & (os.O_WRONLY | os.O_RDWR))
+        if writes and not path.startswith(("/tmp/", "/dev/", "/proc/")):
+            EFFECTS.append(["write", path[:200]])
+
+
 def start(name):
     """Fork a child that imports ``name`` and writes its outcome (None or the error) to a pipe."""
     read, write = os.pipe()
     pid = os.fork()
     if pid == 0:
         os.close(read)
+        del EFFECTS[:]
         try:
             importlib.import_module(name)
             outcome = None
         except BaseException as exc:  # noqa: BLE001 - SystemExit too: the child always reports
             outcome = described(exc)
-        os.write(write, json.dumps(outcome).encode())
+        os.write(write, json.dumps([outcome, EFFECTS]).encode())
         os._exit(0)  # no atexit handlers, no flush of what the parent had buffered
     os.close(write)
     return pid, read
 
 
 def finish(pid, read, killed=False):
+    """(None or why the import failed, its side effects)."""
     chunks = []
     while True:
         chunk = os.read(read, 65536)
@@ -74,17 +99,20 @@ def finish(pid, read, killed=False):
     os.close(read)
     _, status = os.waitpid(pid, 0)
     if chunks:
-        return json.loads(b"".join(chunks))
+        outcome, effects = json.loads(b"".join(chunks))
+        return outcome, effects
     if killed:
-        return "timed out"
+        return "timed out", []
     if os.WIFSIGNALED(status):
-        return f"the import crashed the interpreter (signal {os.WTERMSIG(status)})"
-    return f"the import ended the interpreter (exit {os.WEXITSTATUS(status)})"
+        return f"the import crashed the interpreter (signal {os.WTERMSIG(status)})", []
+    return f"the import ended the interpreter (exit {os.WEXITSTATUS(status)})", []
 
 
-def import_each(names, timeout, workers):
-    """{name: None or why} with every import in its own forked child, ``workers`` at a time."""
+def import_each(names, timeout, workers, effects=None):
+    """{name: None or why} with every import in its own forked child, ``workers`` at a time; what
+    each import did besides importing goes to ``effects`` (name -> [[kind, what], ...])."""
     results: dict[str, Any] = {}
+    effects = {} if effects is None else effects
     queue = list(names)
     running: dict[int, tuple[str, int, float]] = {}  # the pipe it reports on -> (name, pid, started)
     while queue or running:
@@ -99,7 +127,9 @@ def import_each(names, timeout, workers):
             if read in ready or late:
                 if late and read not in ready:
                     os.kill(pid, signal.SIGKILL)
-                results[name] = finish(pid, read, killed=late and read not in ready)
+                results[name], found = finish(pid, read, killed=late and read not in ready)
+                if found:
+                    effects[name] = found
                 del running[read]
     return results
 
@@ -134,13 +164,16 @@ def skipped(name, pattern):
 
 
 def main(req):
-    out: dict[str, dict[str, Any]] = {"setup": {}, "trees": {}, "imported": {}, "skipped": {}}
+    out: dict[str, dict[str, Any]] = {"setup": {}, "trees": {}, "imported": {}, "skipped": {}, "side_effects": {}}
+    sys.addaudithook(audit)
     for ref in req["setup"]:
         try:
             call(ref)
             out["setup"][ref] = None
         except BaseException as exc:  # noqa: BLE001 - SystemExit too: a probe never exits early
             out["setup"][ref] = f"{type(exc).__name__}: {exc}"
+    if EFFECTS:
+        out["side_effects"]["(set-up)"] = list(EFFECTS)
     wanted = []
     for tree in req["trees"]:
         try:
@@ -158,7 +191,7 @@ def main(req):
     sys.stdout.flush()
     sys.stderr.flush()
     workers = max(1, min(8, os.cpu_count() or 1))
-    out["imported"] = import_each(wanted, req.get("timeout", 300), workers)
+    out["imported"] = import_each(wanted, req.get("timeout", 300), workers, out["side_effects"])
     return out
 
 
