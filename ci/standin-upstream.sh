@@ -25,8 +25,8 @@ unset PIP_FIND_LINKS PIP_EXTRA_INDEX_URL PIP_INDEX_URL
 site=$(docker run --rm --network none --entrypoint python "$base" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
 pyver=$(docker run --rm --network none --entrypoint python "$base" -c 'import sys; print("%d.%d" % sys.version_info[:2])')
 common=(--quiet --only-binary :all: --python-version "$pyver" --index-url https://pypi.org/simple --target "$work/site")
-common+=(--platform manylinux_2_28_x86_64 --platform manylinux_2_27_x86_64 --platform manylinux_2_24_x86_64)
-common+=(--platform manylinux2014_x86_64 --platform manylinux_2_17_x86_64)
+for glibc in $(seq 35 -1 17); do common+=(--platform "manylinux_2_${glibc}_x86_64"); done
+common+=(--platform manylinux2014_x86_64)
 .venv/bin/pip install "${common[@]}" torch==2.13.0
 .venv/bin/pip install "${common[@]}" --no-deps vllm==0.30.0
 rm -rf "$work/site/bin"

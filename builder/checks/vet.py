@@ -188,7 +188,18 @@ class Scorecard:
             tag = " (advisory)" if r.advisory else ""
             lines.append(f"  {r.status:<5} {r.check:<20} {r.finding}{tag}".rstrip())
         lines += [f"  note: {w}" for w in self.warnings]
-        return [*lines, self.verdict()]
+        return [*lines, *self.gpu_lines(), self.verdict()]
+
+    def gpu_lines(self) -> list[str]:
+        """The GPU-code inventory the checks proved: the derived driver floor, coverage per family."""
+        gpu, coverage = self.facts.get("gpu"), self.facts.get("gpu_coverage") or {}
+        lines = []
+        if gpu:
+            floor, cuda = gpu.get("derived_floor") or "none (no GPU code)", gpu.get("derived_cuda")
+            lines.append(f"  gpu: derived driver floor {floor} (CUDA {cuda}), claimed {gpu.get('driver_floor')}")
+        for ext, table in sorted(coverage.items()):
+            lines.append(f"  coverage {ext}: " + ", ".join(f"{cc} {how}" for cc, how in sorted(table.items())))
+        return lines
 
     def markdown(self) -> str:
         """A table for $GITHUB_STEP_SUMMARY and the decision record; findings cut to one cell."""
@@ -196,7 +207,9 @@ class Scorecard:
         for r in self.rows:
             cell = _cell(r.finding) + (" *(advisory: does not decide)*" if r.advisory else "")
             rows.append(f"| {r.check} | {'**FAIL**' if r.status == 'fail' else r.status} | {cell} |")
-        return f"### vet `{self.pinned}` for {self.target}\n\n**{self.verdict()}**\n\n" + "\n".join(rows) + "\n"
+        gpu = "".join(f"- {line.strip()}\n" for line in self.gpu_lines())
+        head = f"### vet `{self.pinned}` for {self.target}\n\n**{self.verdict()}**\n\n"
+        return head + (gpu + "\n" if gpu else "") + "\n".join(rows) + "\n"
 
 
 def _cell(text: str, limit: int = 400) -> str:

@@ -246,6 +246,15 @@ def test_the_text_and_markdown_forms_show_every_row():
     md = card.markdown()
     assert "| cuda_runtime | **FAIL** | expected 12090, found 13000 \\| at x |" in md
     assert "NOT fit for cu129's hosts: cuda_runtime failed" in md
+    card.facts = {
+        "gpu": {"driver_floor": "575.51.03", "derived_floor": "580.65.06", "derived_cuda": "13.0"},
+        "gpu_coverage": {"vllm._C": {"9.0": "sass", "10.3": "none: no code"}},
+    }
+    assert card.gpu_lines() == [
+        "  gpu: derived driver floor 580.65.06 (CUDA 13.0), claimed 575.51.03",
+        "  coverage vllm._C: 10.3 none: no code, 9.0 sass",
+    ]
+    assert "- gpu: derived driver floor 580.65.06" in card.markdown() and card.text()[-2] == card.gpu_lines()[-1]
 
 
 def test_side_by_side_says_whether_the_reference_passes_what_ours_passes():
@@ -279,3 +288,31 @@ def test_the_decision_record_gets_the_scorecard(checkout, checks, capsys, tmp_pa
     record.write_text("[]")
     code, out = _vet(path, "--target", "cu129", "--image", IMAGE, "--decision", str(record), capsys=capsys)
     assert code == 2 and "not a decision record" in out["error"]
+
+
+def test_build_compare_vet_shows_both_scorecards_side_by_side(checkout, checks, capsys, monkeypatch):
+    path, engine = checkout
+    config = {"architecture": "amd64", "os": "linux", "config": {"Env": ["CUDA_VERSION=12.9.1"]}}
+    engine.registry.push("127.0.0.1:5000/k3/upstream", "cu129", config, [b"other layer"])
+    monkeypatch.setattr(vet, "prefix_of", lambda engine, ref: "/usr/local/lib/python3.12/dist-packages")
+    real = checks.run
+
+    def run(engine, ref, expect, junit, plugins=()):  # upstream's carries a CUDA 13 runtime
+        checks.failing = {"no_other_cuda_major": "found libcudart.so.13"} if "upstream" in ref else {}
+        return real(engine, ref, expect, junit, plugins)
+
+    monkeypatch.setattr(runner, "run", run)
+    upstream = "127.0.0.1:5000/k3/upstream:cu129"
+    argv = ["--matrix", str(path), "compare", "--target", "cu129", "--image", IMAGE, "--against", upstream]
+    with pytest.raises(SystemExit) as info:
+        main([*argv, "--vet", "--no-source"])
+    assert info.value.code == 0  # compare reports; it does not judge
+    text = capsys.readouterr().out
+    assert "  no_other_cuda_major  pass   fail" in text
+    assert "the reference fails what ours passes: no_other_cuda_major" in text
+    with pytest.raises(SystemExit):
+        main([*argv, "--vet", "--no-source", "--json"])
+    doc = json.loads(capsys.readouterr().out)["vet"]
+    assert doc["ours"]["fit"] and not doc["reference"]["fit"] and not doc["reference_as_fit"]
+    assert doc["reference"]["pinned"].startswith(upstream + "@sha256:")
+    assert [r for r in doc["rows"] if r[0] == "labels"] == [["labels", "n/a", "n/a"]]
