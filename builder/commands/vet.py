@@ -12,7 +12,7 @@ from secrets import token_hex
 from typing import TYPE_CHECKING
 
 from builder.commands._common import Output, add_globals, docker_engine, written
-from builder.errors import ConfigError, Unreachable
+from builder.errors import BuildError, ConfigError, Unreachable, is_network_failure
 
 if TYPE_CHECKING:
     from builder.checks.vet import Scorecard
@@ -78,10 +78,18 @@ def pick_target(matrix: Matrix, names: list[str], image: str | None) -> Target:
 
 def pin(engine: Engine, ref: str) -> str:
     """``ref`` by digest: as given when it carries one, else the digest its registry serves, else
-    the local image's ID. A reference that is malformed or not served is bad input (exit 2)."""
+    the local image's ID. A reference that is malformed or not served is bad input (exit 2), one
+    whose registry cannot be reached is exit 3."""
     from builder.engine.buildx import image_config
 
-    config = image_config(engine, ref)
+    try:
+        config = image_config(engine, ref)
+    except BuildError as exc:  # a pull that never reached the registry (no Docker Hub here): exit 3
+        if is_network_failure(exc.message):
+            raise Unreachable(f"--image {ref}: out of reach: {exc.message}") from None
+        if any(m in exc.message.lower() for m in ("manifest unknown", "not found", "repository does not exist")):
+            raise ConfigError(f"--image {ref}: the registry does not serve it: {exc.message}") from None
+        raise
     if "@sha256:" in ref:
         return ref
     first = ref.split("/", 1)[0]

@@ -14,7 +14,7 @@ import pytest
 from builder.checks import runner, vet
 from builder.cli import main
 from builder.config import contract, matrix
-from builder.errors import ConfigError, RegistryUnavailable
+from builder.errors import BuildError, ConfigError, RegistryUnavailable
 from builder.host import compare, decisionmd
 from tests.conftest import REPO
 from tests.unit.fakeengine import FakeEngine
@@ -155,6 +155,24 @@ def test_an_unreachable_registry_exits_3(checkout, checks, capsys, monkeypatch):
     monkeypatch.setattr(engine.registry, "image_config", down)
     code, doc = _vet(path, "--target", "cu129", "--image", IMAGE, capsys=capsys)
     assert code == 3 and not checks.calls
+
+
+def test_a_pull_that_cannot_reach_its_registry_exits_3(checkout, checks, capsys, monkeypatch):
+    path, engine = checkout
+
+    def pull(ref):  # what the Docker engine says on this machine, which has no Docker Hub
+        raise BuildError(
+            f"cannot pull or inspect {ref}: Error response from daemon: Get "
+            '"https://registry-1.docker.io/v2/": dial tcp: lookup registry-1.docker.io: no such host'
+        )
+
+    monkeypatch.setattr(engine, "image_config", pull)
+    code, doc = _vet(path, "--target", "cu129", capsys=capsys)  # the reference: Docker Hub
+    assert code == 3 and "out of reach" in doc["error"] and not checks.calls
+    for said, want in (("manifest for x not found: manifest unknown", 2), ("no space in the image store", 1)):
+        monkeypatch.setattr(engine, "image_config", lambda ref, said=said: (_ for _ in ()).throw(BuildError(said)))
+        code, doc = _vet(path, "--target", "cu129", capsys=capsys)
+        assert code == want and said in doc["error"]  # not served: bad input; anything else: the engine's exit
 
 
 def test_a_target_without_reference_needs_image(tmp_path):
