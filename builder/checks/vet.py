@@ -185,8 +185,8 @@ class Scorecard:
     def text(self) -> list[str]:
         lines = [f"vet {self.pinned} for {self.target} (prefix {self.prefix})"]
         for r in self.rows:
-            tag = " (advisory)" if r.advisory else ""
-            lines.append(f"  {r.status:<5} {r.check:<20} {r.finding}{tag}".rstrip())
+            said = " ".join(x for x in (r.finding, "(advisory)" if r.advisory else "") if x)
+            lines.append(f"  {r.status:<5} {r.check:<20} {said}".rstrip())
         lines += [f"  note: {w}" for w in self.warnings]
         return [*lines, *self.gpu_lines(), self.verdict()]
 
