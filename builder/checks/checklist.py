@@ -346,7 +346,7 @@ def test_python_trees(image_host, expect, report_warning):
 
 def test_shared_libraries(image_host, image, expect, report_warning):
     request = {
-        "roots": [contract.APP_PREFIX],
+        "roots": [expect.app_prefix],
         "ld_library_path": image.env.get("LD_LIBRARY_PATH", ""),
         "cuda_major": expect.cuda_major,
         "tracking": list(contract.CUDA_TRACKING_LIBS),
@@ -354,7 +354,7 @@ def test_shared_libraries(image_host, image, expect, report_warning):
     }
     found = run_probe(image_host, "elf", request)
     assert "error" not in found, f"expected the ELF probe to run, found {found.get('error')}"
-    assert found["elves"], f"expected ELF files under {contract.APP_PREFIX}, found none"
+    assert found["elves"], f"expected ELF files under {expect.app_prefix}, found none"
 
     def who(entry):
         return f"{entry['path']}" + (f" ({entry['dist']})" if entry.get("dist") else "")
@@ -383,12 +383,12 @@ def test_shared_libraries(image_host, image, expect, report_warning):
             problems.append(f"{name} (loaded by name: {expect.dlopen[name]}) does not load: {err}")
     assert not problems, (
         f"expected every NEEDED library of the {found['elves']} ELF files under "
-        f"{contract.APP_PREFIX} to resolve, found: " + _listing(problems)
+        f"{expect.app_prefix} to resolve, found: " + _listing(problems)
     )
 
 
 def test_image_hygiene(image_host, expect, report_warning):
-    request = {"roots": [contract.APP_PREFIX], "build_roots": list(contract.BUILD_ONLY_ROOTS)}
+    request = {"roots": [expect.app_prefix], "build_roots": list(contract.BUILD_ONLY_ROOTS)}
     found = run_probe(image_host, "hygiene", request)
     assert "error" not in found, f"expected the hygiene probe to run, found {found.get('error')}"
     problems = [f"symlink {path} -> {target} dangles" for path, target in found["dangling"]]
@@ -397,7 +397,7 @@ def test_image_hygiene(image_host, expect, report_warning):
     problems += [f"{path} {what}" for path, what in unwaived(expect.waivers, "image_hygiene", named, report_warning)]
     total = sum(found["counts"].values())
     assert not problems, (
-        f"expected nothing under {contract.APP_PREFIX} to point at a build-only path "
+        f"expected nothing under {expect.app_prefix} to point at a build-only path "
         f"({', '.join(contract.BUILD_ONLY_ROOTS)}), found {total}: " + _listing(problems)
     )
 

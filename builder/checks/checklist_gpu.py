@@ -12,7 +12,6 @@ import pytest
 
 from builder.checks import gpurules
 from builder.checks.checklist import _listing, run_probe
-from builder.config import contract
 
 
 @pytest.fixture(scope="session")
@@ -21,7 +20,7 @@ def gpu_found(image_host, image, expect):
     if expect.gpu is None:
         pytest.skip("the target claims no GPU code (no `gpu` block in the matrix)")
     env = {k: image.env[k] for k in ("TRITON_PTXAS_PATH", "TRITON_PTXAS_BLACKWELL_PATH") if image.env.get(k)}
-    request = {"roots": [contract.APP_PREFIX], "cuda_home": expect.cuda_home, "env": env}
+    request = {"roots": [expect.app_prefix], "cuda_home": expect.cuda_home, "env": env}
     found = run_probe(image_host, "gpucode", request)
     assert "error" not in found, f"expected the GPU-code probe to run, found {found.get('error')}"
     return found

@@ -41,7 +41,7 @@ def _argv(image) -> list[str]:
 
 
 def test_installed_files(image_host, expect, report_warning):
-    request = {"roots": [contract.APP_PREFIX], "dpkg_info": contract.DPKG_INFO_DIR, "wheels": expect.wheel_records}
+    request = {"roots": [expect.app_prefix], "dpkg_info": contract.DPKG_INFO_DIR, "wheels": expect.wheel_records}
     found = _probe(image_host, "installed", request)
     if expect.wheel_records is None:
         report_warning(
@@ -57,7 +57,7 @@ def test_installed_files(image_host, expect, report_warning):
         )
     problems = _unwaived(expect, "installed_files", found["problems"], report_warning)
     assert not problems, (
-        f"expected every file of the {found['dists']} distributions under {contract.APP_PREFIX} to equal its "
+        f"expected every file of the {found['dists']} distributions under {expect.app_prefix} to equal its "
         f"RECORD ({found['hashed']} hashed), each RECORD the locked wheel's ({found['wheel_checked']} compared) "
         f"and the base's {found['dpkg_checked']} dpkg files their md5sums, found {found['count']}: "
         + _listing(problems)
@@ -65,7 +65,7 @@ def test_installed_files(image_host, expect, report_warning):
 
 
 def test_everything_loads(image_host, expect, report_warning):
-    request = {"roots": [contract.APP_PREFIX], "driver_libraries": sorted(contract.DRIVER_LIBRARIES), "timeout": 120}
+    request = {"roots": [expect.app_prefix], "driver_libraries": sorted(contract.DRIVER_LIBRARIES), "timeout": 120}
     found = _probe(image_host, "loads", request, _compat_env(expect))
     gaps: dict[str, int] = {}
     for _, soname in found["gaps"]:
@@ -91,7 +91,7 @@ def test_everything_loads(image_host, expect, report_warning):
     problems = _unwaived(expect, "everything_loads", left, report_warning)
     assert not problems, (
         f"expected each of the {found['extensions']} extension modules to import and the {found['shared']} other "
-        f"shared objects under {contract.APP_PREFIX} to load with every symbol bound ({found['covered']} more in "
+        f"shared objects under {expect.app_prefix} to load with every symbol bound ({found['covered']} more in "
         f"their dependents' load), found {found['count']}: " + _listing(problems)
     )
 
@@ -100,7 +100,7 @@ def test_loaded_libraries(image_host, image, expect, report_warning):
     env = {var: image.env[var] for var in ("PYTHONPATH", "LD_LIBRARY_PATH", "LD_PRELOAD") if var in image.env}
     for var, value in sorted(env.items()):
         report_warning(f"loaded_libraries: the image config sets {var}={value}")
-    request = {"argv": _argv(image), "package": expect.package, "roots": [contract.APP_PREFIX], "env": env}
+    request = {"argv": _argv(image), "package": expect.package, "roots": [expect.app_prefix], "env": env}
     found = _probe(image_host, "loaded", request, _compat_env(expect))
     for kind, what in found.get("side_effects", []):  # report-only (issue 34, rule 8)
         report_warning(f"loaded_libraries: importing the app made a {kind}: {what}")
@@ -147,13 +147,13 @@ def test_image_starts(image_host, image, expect, report_warning):
 
 
 def test_least_privilege(image_host, expect, report_warning):
-    found = _probe(image_host, "privilege", {"roots": [contract.APP_PREFIX], "caches": contract.CACHE_ENV})
+    found = _probe(image_host, "privilege", {"roots": [expect.app_prefix], "caches": contract.CACHE_ENV})
     findings = [(p, f"set-id mode {mode}") for p, mode in found["setid"]]
     findings += [(path, f"{var} {why}") for var, (path, why) in sorted(found["caches"].items()) if why]
     findings += [(p, f"writable by uid {found['uid']} (mode {m}, owner {u}:{g})") for p, m, u, g in found["writable"]]
     problems = _unwaived(expect, "least_privilege", findings, report_warning)
     assert not problems, (
-        f"expected no setuid/setgid file under {contract.APP_PREFIX} and nothing on sys.path or PATH writable by "
+        f"expected no setuid/setgid file under {expect.app_prefix} and nothing on sys.path or PATH writable by "
         f"the runtime user (uid {found['uid']}, groups {found['gids']}; {found['scanned']} paths), its "
         f"{len(found['caches'])} cache directories writable and off both paths, "
         f"found {found['count']}: " + _listing(problems)
@@ -161,11 +161,11 @@ def test_least_privilege(image_host, expect, report_warning):
 
 
 def test_bytecode_matches(image_host, expect, report_warning):
-    found = _probe(image_host, "bytecode", {"roots": [contract.APP_PREFIX]})
+    found = _probe(image_host, "bytecode", {"roots": [expect.app_prefix]})
     if found["checked"] == 0 and not found["problems"]:
-        pytest.fail(f"expected checked hash-based bytecode under {contract.APP_PREFIX}, found no .pyc with a source")
+        pytest.fail(f"expected checked hash-based bytecode under {expect.app_prefix}, found no .pyc with a source")
     problems = _unwaived(expect, "bytecode_matches", found["problems"], report_warning)
     assert not problems, (
-        f"expected every .pyc under {contract.APP_PREFIX} checked hash-based with its source's hash "
+        f"expected every .pyc under {expect.app_prefix} checked hash-based with its source's hash "
         f"({found['checked']} checked) and none sourceless, found {found['count']}: " + _listing(problems)
     )

@@ -99,6 +99,7 @@ class Expectations:
     dropped: dict[str, str] = field(default_factory=dict)  # normalized requirement the matrix drops -> why
     gpu: GpuCode | None = None  # the matrix's gpu block (None: the GPU-code checks skip)
     waivers: dict[str, dict[str, str]] = field(default_factory=dict)  # check -> path pattern -> why
+    app_prefix: str = contract.APP_PREFIX  # what the whole-image checks scan (build vet: a foreign image's own)
 
     @property
     def cuda_major(self) -> int:
@@ -298,7 +299,9 @@ class _Plugin:
         return self.facts.__setitem__
 
 
-def _pytest(expect: Expectations, config: ImageConfig, container: str, tmp: Path, junit: Path) -> tuple[int, _Plugin]:
+def _pytest(
+    expect: Expectations, config: ImageConfig, container: str, tmp: Path, junit: Path, extra: tuple = ()
+) -> tuple[int, _Plugin]:
     """Run the checklist against the container; pytest's own output goes to a file beside the
     JUnit report (the terminal gets the check table)."""
     plugin = _Plugin(expect, config, container, "/tmp/k3-check-pip")
@@ -335,17 +338,18 @@ def _pytest(expect: Expectations, config: ImageConfig, container: str, tmp: Path
                 "-o",
                 "junit_suite_name=k3-image-checks",
             ],
-            plugins=[plugin],
+            plugins=[plugin, *extra],
         )
     junit.with_name(CHECK_OUTPUT_NAME).write_text(log.redact(output.getvalue()))
     return code, plugin
 
 
-def run(engine: Engine, ref: str, expect: Expectations, junit: Path) -> Report:
+def run(engine: Engine, ref: str, expect: Expectations, junit: Path, plugins: tuple = ()) -> Report:
     """Start a container of ``ref``, run the checklist against it, remove the container.
 
     The container is started inside the cleanup scope; one a killed run left behind (they carry
-    the tool's label and their starter's pid) is removed first."""
+    the tool's label and their starter's pid) is removed first. ``plugins``: more pytest plugins
+    (build vet's marks the checks that do not apply to a foreign image)."""
     config = engine.image_config(ref)
     engine.containers.remove_stale()
     container = None
@@ -358,7 +362,7 @@ def run(engine: Engine, ref: str, expect: Expectations, junit: Path) -> Report:
                 Path(pip.__file__).parent, Path(tmp) / "pip-path" / "pip", ignore=shutil.ignore_patterns("__pycache__")
             )
             engine.containers.copy_into(container, Path(tmp) / "pip-path", "/tmp/k3-check-pip")
-            code, plugin = _pytest(expect, config, container, Path(tmp), junit)
+            code, plugin = _pytest(expect, config, container, Path(tmp), junit, plugins)
     finally:
         if container:
             engine.containers.remove(container)

@@ -22,6 +22,7 @@ from builder.commands import (
     test,
     track,
     verify,
+    vet,
 )
 from builder.commands._common import Output, add_build_options, add_globals
 
@@ -49,6 +50,7 @@ MODULES = (
     doctor,
     evidence,
     compare,
+    vet,
     prune,
     smoke_init,
     schema,

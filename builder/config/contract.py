@@ -397,6 +397,23 @@ STANDALONE_MAX_BYTES = 256 * 1024 * 1024
 # The variables that name a run-time cache directory (least_privilege): CUDA_CACHE_PATH,
 # TRITON_CACHE_DIR, XDG_CACHE_HOME, VLLM_CACHE_ROOT; not CUDA_CACHE_MAXSIZE (a size).
 CACHE_ENV = r"(?:[A-Z0-9]+_)*CACHE_(?:PATH|DIR|HOME|ROOT)"
+# `build vet` on an image this pipeline did not build (issue 37): the checks that read our own
+# labels, lock, record or pinned source are rows "n/a", never skipped silently; the advisory ones
+# run and are shown but do not decide whether the image is fit for the target's hosts (they are
+# this pipeline's hardening and reproducibility rules, not conditions for running on a driver).
+VET_NOT_APPLICABLE = {
+    "expiry": "reads this pipeline's expiry label",
+    "labels": "compares this pipeline's labels with the matrix",
+    "lock_contents": "compares the environment with this pipeline's lock",
+    "os_packages": "compares with this pipeline's OS lock",
+    "package_files": "compares with the source tree at this pipeline's pinned commit",
+}
+VET_ADVISORY = {
+    "non_root": "a hardening rule of this pipeline",
+    "least_privilege": "a hardening rule of this pipeline",
+    "no_world_writable": "a hardening rule of this pipeline",
+    "bytecode_matches": "this pipeline's reproducibility rule (checked hash-based .pyc)",
+}
 # The base's dpkg database: the md5sums installed_files holds the base's files to.
 DPKG_INFO_DIR = "/var/lib/dpkg/info"
 # The OS root's own dpkg records, as distroless images keep them (syft and trivy read them); the

@@ -118,6 +118,16 @@ class Bases(Frozen):
     runtime: PinnedImage  # the final image's parent (vLLM: CUDA base image)
 
 
+class Reference(Frozen):
+    """Upstream's own image for this target's hosts, pinned by digest: what `build vet` holds to the
+    same checks by default and `build compare --vet` sets beside ours (issue 37). It changes
+    nothing that is built (``Target.as_input`` leaves it out)."""
+
+    image: PinnedImage
+    platform: Literal["linux/amd64", "linux/arm64"] = "linux/amd64"  # the manifest ``image``'s digest names
+    note: Text  # where the digest comes from, and whether it was confirmed
+
+
 class ImageTarget(Frozen):
     registry: Registry
     repository: Repository
@@ -433,6 +443,7 @@ class Target(Frozen):
     layers: tuple[Layer, ...] = DEFAULT_LAYERS
     signing: Signing = Signing()
     entrypoint: tuple[Arg, ...] = Field(min_length=1)
+    reference: Reference | None = None  # upstream's image for these hosts (build vet, build compare --vet)
 
     @property
     def labels(self) -> contract.LabelKeys:
@@ -440,9 +451,10 @@ class Target(Frozen):
 
     def as_input(self) -> dict:
         """The entry as an input of the image (the input key, the provenance's externalParameters):
-        everything but ``signing``, which says who signs the record, not what is built. Rotating a
+        everything but ``signing`` and ``reference`` (upstream's image), which say who signs the record
+        and what ours is vetted beside, not what is built. Rotating a
         key or setting $K3_SIGNING_IDENTITY rebuilds nothing, and no key path is published."""
-        return self.model_dump(mode="json", exclude={"signing"})
+        return self.model_dump(mode="json", exclude={"signing", "reference"})
 
     def pinned_requirements(self) -> tuple[str, ...]:
         """Top-level runtime pins for the lock: the matrix's own list plus the named pins."""

@@ -33,14 +33,47 @@ def _versions(section: dict) -> dict[str, tuple]:
 HEADLINE = ("torch", "vllm", "flashinfer-python", "nvidia-nccl", "cuda-bindings", "triton")
 
 
+def side_by_side(ours: dict, reference: dict) -> dict:
+    """Two `build vet` scorecards (their JSON), check by check, and whether the reference passes
+    every deciding check ours passes (advisory rows aside): the bridge's exit condition."""
+    theirs = {c["name"]: c for c in reference["checks"]}
+
+    def deciding_passes(card: dict) -> set[str]:
+        return {c["name"] for c in card["checks"] if c["status"] == "pass" and not c["advisory"]}
+
+    short = sorted(deciding_passes(ours) - deciding_passes(reference))
+    return {
+        "ours": ours,
+        "reference": reference,
+        "rows": [[c["name"], c["status"], theirs.get(c["name"], {}).get("status", "-")] for c in ours["checks"]],
+        "reference_short_of_ours": short,
+        "reference_as_fit": bool(reference["fit"]) and not short,
+    }
+
+
+def _vet_text(vet: dict) -> list[str]:
+    lines = [f"vet scorecards ({vet['ours']['target']}): {'check':<20} {'ours':<6} reference"]
+    lines += [f"  {name:<20} {a:<6} {b}" for name, a, b in vet["rows"]]
+    lines += [f"ours:      {vet['ours']['verdict']}", f"reference: {vet['reference']['verdict']}"]
+    short = vet["reference_short_of_ours"]
+    lines.append(
+        "the reference passes every check ours passes"
+        if not short
+        else f"the reference fails what ours passes: {', '.join(short)}"
+    )
+    return lines
+
+
 @dataclass
 class Comparison:
     ours: str
     reference: str
     sections: dict[str, dict]
+    vet: dict | None = None  # side_by_side of the two scorecards (build compare --vet)
 
     def to_json(self) -> dict:
-        return {"ours": self.ours, "reference": self.reference, "headline": self.headline(), **self.sections}
+        extra = {"vet": self.vet} if self.vet else {}
+        return {"ours": self.ours, "reference": self.reference, "headline": self.headline(), **self.sections, **extra}
 
     def headline(self) -> dict[str, list]:
         """What decides between the images: CUDA, torch, NCCL, FlashInfer, vLLM, ours vs theirs."""
@@ -61,7 +94,7 @@ class Comparison:
                 f"{title}: {d['same']} same, {len(d['changed'])} changed, "
                 f"{len(d['only_ours'])} only ours, {len(d['only_reference'])} only in the reference"
             )
-        return lines
+        return lines + (_vet_text(self.vet) if self.vet else [])
 
     def markdown(self) -> str:
         """For $GITHUB_STEP_SUMMARY: the headline and the counts, details folded."""
@@ -73,11 +106,17 @@ class Comparison:
             for t, d in self.sections.items()
         ]
         details = "\n".join(self.text()[2:])
+        vet = ""
+        if self.vet:
+            table = ["| check | ours | reference |", "| --- | --- | --- |"]
+            table += [f"| {n} | {a} | {b} |" for n, a, b in self.vet["rows"]]
+            vet = "\n\n" + "\n".join(_vet_text(self.vet)[-3:]) + "\n\n" + "\n".join(table)
         return (
             f"### `{self.ours}` vs `{self.reference}`\n\n"
             + "\n".join(rows)
             + "\n\n"
             + "\n".join(counts)
+            + vet
             + f"\n\n<details><summary>every difference</summary>\n\n```\n{details}\n```\n</details>\n"
         )
 

@@ -43,6 +43,7 @@ def decision_markdown(doc: dict) -> str:
         "",
         *_verification_lines(doc["verification"]),
         "",
+        *_vet_lines(doc.get("vet") or []),
         *_exit_lines(doc["exit_conditions"]),
         "",
         "## Rollback",
@@ -117,3 +118,16 @@ def _exit_lines(ex: dict) -> list[str]:
         f"- status: {ex['status']}",
         *([f"- exit when: {ex['exit_when']}"] if ex.get("exit_when") else []),
     ]
+
+
+def _vet_lines(cards: list[dict]) -> list[str]:
+    """The `build vet --decision` scorecards added to this record (issue 37), one table each."""
+    lines = []
+    for card in cards:
+        lines += [f"## Vet scorecard: {card['pinned']}", "", f"- target: {card['target']}", f"- {card['verdict']}", ""]
+        lines += ["| check | status | finding |", "| --- | --- | --- |"]
+        for c in card["checks"]:
+            finding = " ".join(str(c["finding"]).split()).replace("|", "\\|")[:300]
+            lines.append(f"| {c['name']} | {c['status']}{' (advisory)' if c['advisory'] else ''} | {finding} |")
+        lines.append("")
+    return lines

@@ -33,6 +33,8 @@ REVIEWED_PERMISSIONS = {
     ("k3-branch.yml", "sign"): {"id-token": "write", "packages": "write", "attestations": "write"},
     ("k3-branch.yml", "verify"): {"contents": "read", "packages": "read"},
     ("k3-branch.yml", "pull-request"): {"contents": "read"},
+    ("k3-branch.yml", "vet-upstream"): {"contents": "read", "packages": "read"},
+    ("k3-branch.yml", "retire-bridge"): {"issues": "write"},
     ("k3-promote.yml", "promote"): {"contents": "read", "packages": "write"},
     ("tests.yml", "tests"): {"contents": "read"},
 }
