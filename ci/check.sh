@@ -49,7 +49,7 @@ side_pid=$!
 
 step "pytest --integration tests/integration (static checks and unit tests beside it)"
 integration=0
-"$bin/python" -m pytest --integration tests/integration -p no:cacheprovider || integration=$?
+"$bin/python" -m pytest --integration tests/integration -p no:cacheprovider --durations=25 || integration=$?
 
 side_rc=0
 wait "$side_pid" || side_rc=$?
