@@ -117,6 +117,8 @@ def template_vars(target: Target) -> dict:
     tps = third_party(target)
     return {
         "name": target.name,
+        # The platform this Dockerfile builds, for a target that names platforms (one per platform).
+        "platform": target.platform_names()[0] if target.platforms else None,
         "bases": target.bases,
         "arch_list": " ".join(target.cuda.arch_list),
         "nvcc_threads": target.compile.nvcc_threads,
