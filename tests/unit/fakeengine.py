@@ -188,7 +188,7 @@ class FakeContainers:
     def logs(self, name: str) -> str:
         raise NotImplementedError(_NO_CONTAINER)
 
-    def run_online(self, ref: str, script: str) -> str:
+    def run_online(self, ref: str, script: str, platform: str | None = None) -> str:
         raise NotImplementedError(_NO_CONTAINER)
 
 

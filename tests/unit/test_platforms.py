@@ -294,3 +294,37 @@ def test_the_whole_targets_input_is_its_first_platforms():
     assert t.as_input() == t.for_platform("linux/amd64").as_input()
     assert list(t.as_input()["platforms"]) == ["linux/amd64"]
     assert t.for_platform("linux/arm64").as_input()["bases"]["runtime"]["digest"] == INDEX
+
+
+def test_each_platforms_os_lock_is_resolved_in_a_container_of_that_platform(monkeypatch):
+    """cu129's arm64 base is pinned through the index: the resolution must ask for linux/arm64,
+    or the engine would run its own machine's image and lock amd64 packages for arm64."""
+    from builder.deps import oslock
+
+    class Asked(Exception):
+        pass
+
+    seen = []
+
+    class Containers:
+        def run_online(self, ref, script, platform=None):
+            seen.append((ref, platform))
+            raise Asked
+
+    class Engine:
+        containers = Containers()
+
+    class Reply:
+        def close(self):
+            pass
+
+    monkeypatch.setattr(oslock.urllib.request, "urlopen", lambda *a, **k: Reply())
+    t = _cu129()
+    for view in (t, t.for_platform("linux/amd64"), t.for_platform("linux/arm64")):
+        with pytest.raises(Asked):
+            oslock.resolve(Engine(), view, "matrix.yaml: ")
+    assert [p for _, p in seen] == ["linux/amd64", "linux/amd64", "linux/arm64"]
+    assert seen[2][0].endswith(INDEX)
+    with pytest.raises(Asked):
+        oslock.resolve(Engine(), t.model_copy(update={"platforms": {}}), "matrix.yaml: ")
+    assert seen[-1][1] is None  # a one-platform target: the engine's own, as before
