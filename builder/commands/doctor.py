@@ -57,7 +57,15 @@ def run(args: argparse.Namespace, out: Output) -> int:
     engine = docker_engine()
 
     def one(image: str, o: Output, built: dict | None = None) -> int:
-        config = image_config(engine, image)
+        # Of an index, the host's platform is the image the host would run: its labels (floor,
+        # families) are that platform's. Not offered: the default one, and the CPU verdict says so.
+        host_arch = imagefacts.arch_name(ctx.machine) if ctx.machine else None
+        offered = imagefacts.platforms(engine, image)[0]
+        pick = host_arch if host_arch and f"linux/{host_arch}" in offered and len(offered) > 1 else None
+        config = image_config(engine, image, pick)
+        if pick:
+            o.line(f"platform: linux/{pick} of {', '.join(offered)} (the host's)")
+            o.data["platform"] = f"linux/{pick}"
         record = Path(built["record"]) if built and built["image"] == image else None
         facts = imagefacts.read(engine, image, config.labels, record)
         d = doctor.diagnose(smi_text, smi_source, config.labels, config.env, image, facts=facts, ctx=ctx)

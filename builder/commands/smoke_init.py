@@ -21,12 +21,19 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--out", type=Path, default=Path("smoke"), help="where to write (default: ./smoke)")
     p.add_argument("--registry", default="127.0.0.1:5000", help="registry for the bases and the image")
     p.add_argument("--repository", default="k3/smoke", help="repository of the smoke image (default: k3/smoke)")
+    p.add_argument(
+        "--arm64",
+        action="store_true",
+        help="name linux/arm64 beside linux/amd64: bases made with debootstrap --arch arm64 (under QEMU "
+        "on an x86 machine), each joined with its amd64 base into one index",
+    )
 
 
 def run(args: argparse.Namespace, out: Output) -> int:
-    from builder.pipeline import smoke
+    from builder.pipeline import smoke, smokearm64
 
-    matrix_path = smoke.init(args.out, args.registry, docker_engine(), repository=args.repository)
+    second = smokearm64.second_platform if args.arm64 else None
+    matrix_path = smoke.init(args.out, args.registry, docker_engine(), repository=args.repository, second=second)
     out.line(str(matrix_path))
     out.data["matrix"] = str(matrix_path)
     return 0

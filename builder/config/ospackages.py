@@ -14,6 +14,8 @@ from builder.config.patterns import ArchiveUrl, Arg, Component, DebName, DebVers
 # a plain archive drops old versions, so a target using one must say it accepts drift.
 SNAPSHOT_ARCHIVES = (
     re.compile(r"https://snapshot\.ubuntu\.com/ubuntu/[0-9]{8}T[0-9]{6}Z"),
+    # Ubuntu serves arm64 (and every machine but amd64 and i386) from ubuntu-ports.
+    re.compile(r"https://snapshot\.ubuntu\.com/ubuntu-ports/[0-9]{8}T[0-9]{6}Z"),
     re.compile(r"https://snapshot\.debian\.org/archive/debian/[0-9]{8}T[0-9]{6}Z"),
 )
 

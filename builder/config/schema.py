@@ -8,10 +8,9 @@ The defaults written in these models are the built-in layer of the options casca
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Annotated, Literal
 
-from pydantic import BeforeValidator, ConfigDict, Field, StrictBool, StrictInt
-from pydantic.json_schema import WithJsonSchema
+from pydantic import ConfigDict, Field, StrictBool, StrictInt
 
 from builder.config import contract
 from builder.config.cudamajor import major_minor
@@ -19,8 +18,6 @@ from builder.config.gpu import GpuCode
 from builder.config.kernels import Kernels
 from builder.config.ospackages import OsPackages
 from builder.config.patterns import (
-    IMAGE_RE,
-    PINNED_IMAGE_JSON,
     AbsPath,
     AptPackage,
     Arg,
@@ -61,7 +58,6 @@ from builder.config.patterns import (
     ReqName,
     Requirement,
     SecretId,
-    Sha256,
     Soname,
     SpdxExpression,
     Tag,
@@ -73,49 +69,13 @@ from builder.config.patterns import (
     Version,
     Words,
     did_you_mean,
-    show,
 )
+from builder.config.platforms import DEFAULT_PLATFORM, PLATFORM_ARCH, PinnedImage, Platform, PlatformName
+from builder.config.platforms import BaseImage as BaseImage
+from builder.config.platforms import Bases as Bases
+from builder.config.platforms import Standalone as Standalone
 from builder.config.waivers import Waivers
 from builder.errors import ConfigError
-
-
-class BaseImage(Frozen):
-    """A base image pinned by digest. Written in the matrix as ``name[:tag]@sha256:...``."""
-
-    name: str  # repository with optional registry host, e.g. nvidia/cuda
-    tag: str | None = None
-    digest: str
-
-    @property
-    def ref(self) -> str:
-        """The pinned reference the Dockerfile uses (tag kept for readers, digest decides)."""
-        tagged = f"{self.name}:{self.tag}" if self.tag else self.name
-        return f"{tagged}@{self.digest}"
-
-    @property
-    def display_name(self) -> str:
-        return f"{self.name}:{self.tag}" if self.tag else self.name
-
-
-def _parse_base(value: Any) -> Any:
-    if isinstance(value, BaseImage):
-        return value
-    if not isinstance(value, str):
-        raise ValueError(f"must be an image reference 'name[:tag]@sha256:<64 hex>' (got {show(value)})")
-    m = IMAGE_RE.fullmatch(value)
-    if not m:
-        raise ValueError(f"must be an image reference 'name[:tag]@sha256:<64 hex>' (got {show(value)})")
-    if not m.group("digest"):
-        raise ValueError(f"must be pinned by digest: add @sha256:<64 hex> to {show(value)}")
-    return BaseImage(name=m.group("name"), tag=m.group("tag"), digest=m.group("digest"))
-
-
-PinnedImage = Annotated[BaseImage, BeforeValidator(_parse_base), WithJsonSchema(PINNED_IMAGE_JSON)]
-
-
-class Bases(Frozen):
-    build: PinnedImage  # compiles the source (vLLM: CUDA devel image)
-    runtime: PinnedImage  # the final image's parent (vLLM: CUDA base image)
 
 
 class Reference(Frozen):
@@ -265,13 +225,6 @@ class Cuda(Frozen):
     @property
     def short(self) -> str:  # 12.9.1 -> cu129
         return "cu" + "".join(self.version.split(".")[:2])
-
-
-class Standalone(Frozen):
-    """A relocatable CPython tarball (python-build-standalone), verified on the host."""
-
-    url: HttpsUrl
-    sha256: Sha256
 
 
 class Python(Frozen):
@@ -444,6 +397,32 @@ class Target(Frozen):
     signing: Signing = Signing()
     entrypoint: tuple[Arg, ...] = Field(min_length=1)
     reference: Reference | None = None  # upstream's image for these hosts (build vet, build compare --vet)
+    # The platforms one build makes into one image index (builder/config/platforms.py): the first
+    # is the target's own bases, python and arch list; none named: one platform, linux/amd64.
+    platforms: dict[PlatformName, Platform] = Field(default_factory=dict)
+
+    def platform_names(self) -> tuple[str, ...]:
+        return tuple(self.platforms) or (DEFAULT_PLATFORM,)
+
+    def for_platform(self, platform: str) -> Target:
+        """The target as ``platform`` sees it: its bases, CPython, arch list and OS loads."""
+        p = self.platforms.get(platform)
+        if p is None:
+            return self
+        # Narrowed to its own entry: what another platform pins is no input of this one.
+        if platform == self.platform_names()[0]:
+            return self.model_copy(update={"platforms": {platform: p}})
+        python = self.python.model_copy(
+            update={"arch": PLATFORM_ARCH[platform], "standalone": p.python or self.python.standalone}
+        )
+        cuda = self.cuda.model_copy(update={"arch_list": p.arch_list or self.cuda.arch_list})
+        osp = self.os_packages
+        if osp is not None:
+            osp = osp.model_copy(
+                update={"loads": osp.loads if p.loads is None else p.loads, "archive": p.archive or osp.archive}
+            )
+        update = {"bases": p.bases or self.bases, "python": python, "cuda": cuda, "os_packages": osp}
+        return self.model_copy(update={**update, "platforms": {platform: p}})
 
     @property
     def labels(self) -> contract.LabelKeys:
@@ -454,7 +433,14 @@ class Target(Frozen):
         everything but ``signing`` and ``reference`` (upstream's image), which say who signs the record
         and what ours is vetted beside, not what is built. Rotating a
         key or setting $K3_SIGNING_IDENTITY rebuilds nothing, and no key path is published."""
-        return self.model_dump(mode="json", exclude={"signing", "reference"})
+        if len(self.platforms) > 1:
+            # One platform's input at a time: what another platform pins is no input of this one,
+            # so an arm64-only change leaves the amd64 input key and provenance as they were.
+            return self.for_platform(self.platform_names()[0]).as_input()
+        # A one-platform target's input is what it was before platforms existed.
+        return self.model_dump(
+            mode="json", exclude={"signing", "reference", *(() if self.platforms else ("platforms",))}
+        )
 
     def pinned_requirements(self) -> tuple[str, ...]:
         """Top-level runtime pins for the lock: the matrix's own list plus the named pins."""

@@ -288,15 +288,21 @@ def parse_lock(text: str, path: Path) -> tuple[str | None, list[LockEntry]]:
     return input_sha, result
 
 
-def write(root: Path, target: Target, pinned: SourceTree) -> dict[str, Path]:
-    """Compute both locks, then write them atomically (both computed before either is written)."""
-    texts = {
+def compute(target: Target, pinned: SourceTree) -> dict[str, str]:
+    """Both locks' texts (file name -> text), resolved for the target's platform (python.arch)."""
+    return {
         contract.LOCK_NAME: compile_lock(target, inputs(target, pinned, "runtime")),
         contract.BUILD_LOCK_NAME: compile_lock(target, inputs(target, pinned, "build")),
     }
+
+
+def write(root: Path, target: Target, pinned: SourceTree, lock_dir: Path | None = None) -> dict[str, Path]:
+    """Compute both locks, then write them atomically (both computed before either is written)
+    into ``lock_dir`` (default locks/<target>/; a further platform's is its own directory)."""
+    texts = compute(target, pinned)
     written = {}
     for name, text in texts.items():
-        path = root / contract.LOCKS_DIR / target.name / name
+        path = (lock_dir or root / contract.LOCKS_DIR / target.name) / name
         atomic_write(path, text)
         written[name] = path
     return written

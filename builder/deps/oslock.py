@@ -266,7 +266,10 @@ def resolve(engine, target: Target, file: str = "") -> str:
     ``file`` prefixes every message (the matrix's path), so the line names the file and the key."""
     where = f"{file}targets.{target.name}.os_packages"
     assert target.os_packages is not None, "only a target with os_packages has an OS lock"
-    entries = _resolve(engine, target.bases.runtime.ref, target.os_packages, where)
+    # A target naming platforms: its view's own (builder/config/platforms.py), so a base pinned
+    # through its index resolves that platform's packages, not the engine's machine's.
+    platform = target.platform_names()[0] if target.platforms else None
+    entries = _resolve(engine, target.bases.runtime.ref, target.os_packages, where, platform)
     if not entries:
         raise LockError(
             f"{where}.packages: the runtime base already has every package listed; remove os_packages (nothing to lock)"
@@ -279,7 +282,7 @@ def closure(engine, base_ref: str, osp: OsPackages, where: str) -> dict[str, str
     return {e.name: e.version for e in _resolve(engine, base_ref, osp, where)}
 
 
-def _resolve(engine, base_ref: str, osp: OsPackages, where: str) -> list[DebEntry]:
+def _resolve(engine, base_ref: str, osp: OsPackages, where: str, platform: str | None = None) -> list[DebEntry]:
     probe = f"{osp.archive}/dists/{osp.suites[0]}/InRelease"
     try:  # from the host first: an archive out of reach is exit 3 before any base is pulled
         urllib.request.urlopen(urllib.request.Request(probe, method="HEAD"), timeout=15).close()  # noqa: S310
@@ -293,4 +296,4 @@ def _resolve(engine, base_ref: str, osp: OsPackages, where: str) -> list[DebEntr
             f"({getattr(exc, 'reason', exc)}); the OS lock cannot be made on this machine: run "
             "`build lock` where it is, and commit the lock"
         ) from None
-    return parse_resolution(engine.containers.run_online(base_ref, resolve_script(osp)), osp, where)
+    return parse_resolution(engine.containers.run_online(base_ref, resolve_script(osp), platform), osp, where)

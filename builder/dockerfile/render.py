@@ -13,6 +13,7 @@ import jinja2
 
 from builder.config import contract
 from builder.config.matrix import Target
+from builder.config.platforms import slug
 from builder.dockerfile import compilecache
 from builder.errors import DriftError
 
@@ -117,6 +118,8 @@ def template_vars(target: Target) -> dict:
     tps = third_party(target)
     return {
         "name": target.name,
+        # The platform this Dockerfile builds, for a target that names platforms (one per platform).
+        "platform": target.platform_names()[0] if target.platforms else None,
         "bases": target.bases,
         "arch_list": " ".join(target.cuda.arch_list),
         "nvcc_threads": target.compile.nvcc_threads,
@@ -164,6 +167,17 @@ def render(target: Target) -> str:
 def output_path(matrix_path: Path, target: str) -> Path:
     """Rendered Dockerfiles live beside the matrix that produced them."""
     return contract.dockerfile_path(matrix_path.resolve().parent, target)
+
+
+def outputs(target: Target, matrix_path: Path) -> list[tuple[Path, str]]:
+    """Every Dockerfile a target renders to, with its text: one per platform it names, the first
+    at dockerfiles/<target>/Dockerfile, each further one under <os>-<arch>/ (as pipeline.plan's)."""
+    first = output_path(matrix_path, target.name)
+    names = target.platform_names()
+    out = [(first, render(target))]
+    for p in names[1:]:
+        out.append((first.parent / slug(p) / first.name, render(target.for_platform(p))))
+    return out
 
 
 def drift(target: Target, path: Path, rendered: str | None = None) -> str | None:

@@ -105,7 +105,7 @@ class Engine(Protocol):
     def export_image(self, image_id: str) -> AbstractContextManager[IO[bytes]]: ...
     def push(self, ref: str) -> str: ...
     def remove_image(self, image_id: str) -> None: ...
-    def import_and_push(self, rootfs_tar: Path, ref: str) -> str: ...
+    def import_and_push(self, rootfs_tar: Path, ref: str, platform: str | None = None) -> str: ...
     def image_config(self, ref: str) -> ImageConfig: ...
     def describe(self) -> dict[str, str]: ...
     def image_inspect(self, ref: str) -> str: ...
@@ -150,17 +150,19 @@ def _start_stream(make: Callable[[], Iterator[str]], env: dict[str, str]) -> tup
 _IMAGE_REF = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:/-]{0,250}(?:@sha256:[0-9a-f]{64})?")
 
 
-def image_config(engine: Engine, ref: str) -> ImageConfig:
+def image_config(engine: Engine, ref: str, arch: str | None = None) -> ImageConfig:
     """An image's config for doctor and compare: read from the registry when the reference names
-    one (no pull of a multi-GB image), else from the local engine. A malformed reference is bad
-    input (exit 2), an image the registry does not serve too, an unreachable registry exit 3."""
+    one (no pull of a multi-GB image), else from the local engine. Of an index, the linux/``arch``
+    image's (doctor: the host's; default amd64). A malformed reference is bad input (exit 2), an
+    image the registry does not serve too, an unreachable registry exit 3."""
     if not _IMAGE_REF.fullmatch(ref):
         raise ConfigError(f"--image {ref!r}: not an image reference (name[:tag][@sha256:...])")
     first = ref.split("/", 1)[0]
     if "/" in ref and ("." in first or ":" in first or first == "localhost"):
-        doc = engine.registry.image_config(ref)
+        doc = engine.registry.image_config(ref, arch or "amd64")
         if doc is None:
-            raise ConfigError(f"--image {ref}: the registry does not serve it")
+            offered = f" (no linux/{arch} image in it)" if arch else ""
+            raise ConfigError(f"--image {ref}: the registry does not serve it{offered}")
         cfg = doc.get("config") or {}
         env = dict(item.split("=", 1) for item in cfg.get("Env") or [] if "=" in item)
         return ImageConfig(
@@ -344,10 +346,11 @@ class DockerEngine:
         with docker_errors(f"cannot remove the local image {image_id[:19]}"):
             self.docker.image.remove(image_id, force=True)
 
-    def import_and_push(self, rootfs_tar: Path, ref: str) -> str:
-        """Import a root filesystem tarball as an image, push it, return the registry's digest."""
+    def import_and_push(self, rootfs_tar: Path, ref: str, platform: str | None = None) -> str:
+        """Import a root filesystem tarball as an image (of ``platform``, default the engine's own),
+        push it, return the registry's digest."""
         with docker_errors(f"cannot import and push {ref}"):
-            self.docker.import_(rootfs_tar, tag=ref)
+            self.docker.import_(rootfs_tar, tag=ref, platform=platform)
             self.docker.image.push(ref, quiet=True)
         digest = self.registry.resolve_digest(ref)
         if not digest:

@@ -31,7 +31,7 @@ class ContainerSeam(Protocol):
     def run_python(self, ref: str, script: str) -> str: ...
     def run_capture(self, ref: str, entrypoint: str, args: list[str]) -> str: ...
     def logs(self, name: str) -> str: ...
-    def run_online(self, ref: str, script: str) -> str: ...
+    def run_online(self, ref: str, script: str, platform: str | None = None) -> str: ...
 
 
 @contextlib.contextmanager
@@ -128,12 +128,15 @@ class DockerContainers:
         with docker_errors(f"cannot run {entrypoint} in {ref}"):
             return self.docker.run(ref, args, entrypoint=entrypoint, remove=True, networks=["none"], labels=_labels())
 
-    def run_online(self, ref: str, script: str) -> str:
+    def run_online(self, ref: str, script: str, platform: str | None = None) -> str:
         """Run ``sh -c script`` in a throwaway container of ``ref`` WITH the engine's default network
         (the OS package resolution reaches the archive this way); its stdout. A base that cannot be
-        pulled is out of reach (exit 3): the engine has no other way to get it."""
+        pulled is out of reach (exit 3): the engine has no other way to get it. ``platform``: of an
+        index, that platform's image (another machine's runs emulated), else the engine's own."""
         with docker_errors(f"cannot run the OS package resolution in {ref}", unreachable=True):
-            return self.docker.run(ref, ["-c", script], entrypoint="sh", remove=True, labels=_labels())
+            return self.docker.run(
+                ref, ["-c", script], entrypoint="sh", remove=True, labels=_labels(), platform=platform
+            )
 
     def logs(self, name: str) -> str:
         with docker_errors(f"cannot read the log of container {name}"):

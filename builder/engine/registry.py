@@ -277,7 +277,8 @@ class RegistrySeam(Protocol):
     def image_size(self, ref: str) -> int | None: ...
     def blob_to(self, name: str, digest: str, dest: Path) -> None: ...
     def delete_manifest(self, name: str, digest: str) -> bool: ...
-    def image_config(self, ref: str) -> dict | None: ...
+    def image_config(self, ref: str, arch: str = "amd64") -> dict | None: ...
+    def push_index(self, name: str, tag: str, manifests: dict[str, str]) -> str: ...
 
 
 def split_reference(ref: str) -> tuple[str, str]:
@@ -315,6 +316,28 @@ class RegistryClient:
         registry, repo = self._repo(name)
         with self._reaching(f"{name}@{reference}" if reference.startswith("sha256:") else f"{name}:{reference}"):
             return registry.manifest(repo, reference)
+
+    def push_index(self, name: str, tag: str, manifests: dict[str, str]) -> str:
+        """Tag an OCI image index of ``manifests`` (platform "os/arch" -> digest of an image manifest
+        the repository serves) as ``name:tag``; returns the index digest."""
+        entries = []
+        for platform, digest in manifests.items():
+            manifest = self.raw_manifest(name, digest)
+            if manifest is None:
+                raise RegistryUnavailable(f"registry: {name}@{digest}: not served, so no index can name it")
+            os_name, _, arch = platform.partition("/")
+            entries.append(
+                {
+                    "mediaType": manifest.media_type,
+                    "digest": digest,
+                    "size": len(manifest.raw),
+                    "platform": {"architecture": arch, "os": os_name},
+                }
+            )
+        raw = json.dumps({"schemaVersion": 2, "mediaType": OCI_INDEX, "manifests": entries}, sort_keys=True).encode()
+        registry, repo = self._repo(name)
+        with self._reaching(f"{name}:{tag}"):
+            return registry.push_manifest(repo, tag, raw, OCI_INDEX)
 
     def resolve_digest(self, ref: str) -> str | None:
         """The manifest digest the registry serves for ``ref`` (tag or digest), or None."""
@@ -389,9 +412,10 @@ class RegistryClient:
         except (KeyError, TypeError, ValueError):
             return None  # a manifest without sizes: the size is unknown, nothing more
 
-    def image_config(self, ref: str) -> dict | None:
+    def image_config(self, ref: str, arch: str = "amd64") -> dict | None:
         """The image's config JSON read from the registry (no pull): labels, env, user, entrypoint.
-        An index is followed to its one linux/amd64 (or only) image. None when not served."""
+        An index is followed to its linux/``arch`` image (doctor asks for the host's; default
+        amd64), or its only one. None when not served or when the index has no such platform."""
         name, reference = split_reference(ref)
         manifest = self.raw_manifest(name, reference)
         if manifest is None:
@@ -403,10 +427,10 @@ class RegistryClient:
                 for d in doc["manifests"]
                 if (d.get("annotations") or {}).get("vnd.docker.reference.type") != "attestation-manifest"
             ]
-            amd64 = [d for d in images if (d.get("platform") or {}).get("architecture") in ("amd64", None)]
-            if not amd64:
+            mine = [d for d in images if (d.get("platform") or {}).get("architecture") in (arch, None)]
+            if not mine:
                 return None
-            manifest = self.raw_manifest(name, amd64[0]["digest"])
+            manifest = self.raw_manifest(name, mine[0]["digest"])
             if manifest is None:
                 return None
             doc = manifest.doc

@@ -28,6 +28,7 @@ from builder import log
 from builder.config import contract
 from builder.config.matrix import Matrix
 from builder.config.options import BuildOptions
+from builder.config.platforms import slug
 from builder.deps import lock, oslock
 from builder.dockerfile import compilecache, render
 from builder.engine.buildx import Engine
@@ -74,20 +75,28 @@ class Outcome:
 
 
 def render_all(matrix: Matrix, names: list[str], *, check: bool) -> dict[str, str]:
-    """`build render`: every named target's Dockerfile, all rendered before any is written.
-    Returns name -> "up to date", "written", or (with ``check``, nothing written) the drift."""
-    rendered = {n: render.render(matrix.target(n)) for n in names}
+    """`build render`: every named target's Dockerfile (one per platform it names: the first at
+    dockerfiles/<target>/Dockerfile, each further one under dockerfiles/<target>/<os>-<arch>/), all
+    rendered before any is written. Returns "<target>[/<os>-<arch>]" -> "up to date", "written", or
+    (with ``check``, nothing written) the drift."""
+    plans = {}
+    for n in names:
+        whole = Plan.of(matrix, n)
+        for pp in whole.platform_plans()[1:]:
+            plans[f"{n}/{slug(str(pp.platform))}"] = pp
+        plans[n] = whole
+    rendered = {key: render.render(pp.target) for key, pp in plans.items()}
     status = {}
-    for name, text in rendered.items():
-        path = render.output_path(matrix.path, name)
-        problem = render.drift(matrix.target(name), path, text)
+    for key, text in sorted(rendered.items()):
+        path = plans[key].dockerfile
+        problem = render.drift(plans[key].target, path, text)
         if problem is None:
-            status[name] = "up to date"
+            status[key] = "up to date"
         elif check:
-            status[name] = problem
+            status[key] = problem
         else:
             atomic_write(path, text)
-            status[name] = "written"
+            status[key] = "written"
     return status
 
 
@@ -113,27 +122,36 @@ def lock_target(plan: Plan, engine_factory=None) -> dict[str, Path]:
 
 
 def _lock_target(plan: Plan, engine_factory=None) -> dict[str, Path]:
+    """Every platform's locks (one platform: the target's own), all resolved before any is written."""
     target = plan.target
-    os_text = None
-    if target.os_packages:
-        with log.step(
-            f"{target.name}: resolve the OS packages against the runtime base's dpkg database "
-            f"({target.os_packages.archive} {' '.join(target.os_packages.suites)})",
-            long=True,
-        ):
-            os_text = oslock.resolve(engine_factory(), target, f"{plan.matrix_path or 'matrix.yaml'}: ")
+    plans = plan.platform_plans() or [plan]
+    os_texts: dict[Path, str] = {}
+    for pp in plans:
+        osp, where = pp.target.os_packages, f" ({pp.platform})" if pp.platform else ""
+        if osp and pp.lock_paths.os:
+            with log.step(
+                f"{target.name}{where}: resolve the OS packages against the runtime base's dpkg database "
+                f"({osp.archive} {' '.join(osp.suites)})",
+                long=True,
+            ):
+                os_texts[pp.lock_paths.os] = oslock.resolve(
+                    engine_factory(), pp.target, f"{plan.matrix_path or 'matrix.yaml'}: "
+                )
     with log.step(f"{target.name}: fetch source {target.source.branch} @ {target.source.commit[:12]}", long=True):
         pinned = source.fetch(target.source)
-    with log.step(
-        f"{target.name}: resolve the runtime and build locks (uv, for Python {target.python.version} on "
-        f"{target.python.uv_platform()})",
-        long=True,
-    ):
-        written = lock.write(plan.root, target, pinned)
-    if os_text is not None:
-        path = contract.os_lock_path(plan.root, target.name)
-        atomic_write(path, os_text)
-        written[contract.OS_LOCK_NAME] = path
+    texts: dict[Path, str] = {}
+    for pp in plans:
+        with log.step(
+            f"{target.name}: resolve the runtime and build locks (uv, for Python {pp.target.python.version} on "
+            f"{pp.target.python.uv_platform()})",
+            long=True,
+        ):
+            for name, text in lock.compute(pp.target, pinned).items():
+                texts[pp.lock_paths.runtime.parent / name] = text
+    written = {}
+    for path, text in {**texts, **os_texts}.items():
+        atomic_write(path, text)
+        written[str(path.relative_to(plan.root / contract.LOCKS_DIR / target.name))] = path
     return written
 
 
@@ -169,6 +187,9 @@ def _drop_inputs(plan: Plan) -> None:
 
 def _build(plan: Plan, engine: Engine, options: BuildOptions) -> Outcome:
     target, started = plan.target, time.monotonic()
+    for other in target.platform_names()[1:] if plan.platform is None else ():
+        # Said on every run, never silently: the per-platform build into one index is issue 36's next step.
+        log.warn(f"{target.name}: {other} is NOT built by this version (only {target.platform_names()[0]})")
     record_path = contract.record_path(plan.root, target.name)
     previous = records.read(record_path)  # a damaged record stops the build before anything runs
     _record_holds(plan, previous)

@@ -12,10 +12,12 @@ from pathlib import Path
 from builder import __version__, log
 from builder.config import cascade, contract
 from builder.config.matrix import Matrix, Target
+from builder.config.platforms import pinned_through_index, slug
 from builder.deps import lock, oslock
 from builder.deps.lock import LockEntry
 from builder.deps.oslock import DebEntry
 from builder.dockerfile import render
+from builder.errors import ConfigError
 from builder.fsutil import sha256_bytes
 
 GIB = 1024**3
@@ -87,23 +89,87 @@ class Plan:
     lock_paths: LockPaths
     output: str
     matrix_path: Path | None = None  # the file the target came from, for messages that name a key
+    platform: str | None = None  # one platform of a target that names several; None: the target as a whole
 
     @classmethod
-    def of(cls, matrix: Matrix, name: str) -> Plan:
-        target = matrix.target(name)
-        root = matrix.path.resolve().parent
+    def of(cls, matrix: Matrix, name: str, platform: str | None = None) -> Plan:
+        whole = matrix.target(name)
+        if platform is not None and platform not in whole.platform_names():
+            raise ConfigError(
+                f"{matrix.path}: targets.{name}.platforms: {platform} is not one of its platforms "
+                f"({', '.join(whole.platform_names())})"
+            )
+        return cls.at(whole, matrix.path.resolve().parent, platform, matrix.path)
+
+    @classmethod
+    def at(cls, whole: Target, root: Path, platform: str | None, matrix_path: Path | None = None) -> Plan:
+        target = whole.for_platform(platform) if platform else whole
+        name = whole.name
+        # The first platform's files are where a one-platform target keeps them (naming a second
+        # platform moves no committed lock); each further platform's sit in a directory of its own.
+        sub = slug(platform) if platform and platform != whole.platform_names()[0] else ""
+
+        def at(path: Path) -> Path:
+            return path.parent / sub / path.name if sub else path
+
         return cls(
             target=target,
             root=root,
-            dockerfile=contract.dockerfile_path(root, name),
+            dockerfile=at(contract.dockerfile_path(root, name)),
             lock_paths=LockPaths(
-                runtime=contract.lock_path(root, name),
-                build=contract.build_lock_path(root, name),
-                os=contract.os_lock_path(root, name) if target.os_packages else None,
+                runtime=at(contract.lock_path(root, name)),
+                build=at(contract.build_lock_path(root, name)),
+                os=at(contract.os_lock_path(root, name)) if target.os_packages else None,
             ),
             output=target.image.tagged,
-            matrix_path=matrix.path,
+            matrix_path=matrix_path,
+            platform=platform,
         )
+
+    def platform_plans(self) -> list[Plan]:
+        """One plan per platform a target names (the first platform's files are this plan's own)."""
+        if not self.target.platforms:
+            return []
+        return [Plan.at(self.target, self.root, p, self.matrix_path) for p in self.target.platform_names()]
+
+    def platform_rows(self) -> list[tuple[str, str]]:
+        """`build plan`'s rows for each platform of a target that names several (none for one platform)."""
+        if self.platform is not None or not self.target.platforms:
+            return []
+        rows = [
+            ("platforms", ", ".join(self.target.platform_names()) + " (one image index; each platform's rows below)")
+        ]
+        for pp in self.platform_plans():
+            t, p = pp.target, str(pp.platform)
+            for role in ("build", "runtime"):
+                base = getattr(t.bases, role)
+                how = (
+                    " (the index: manifest resolved per build, unconfirmed)" if pinned_through_index(t, p, role) else ""
+                )
+                index = t.platforms[p].index.get(role)
+                rows.append((f"{p} {role} base", base.ref + how + (f" index {index}" if index and not how else "")))
+            py = t.python.standalone
+            rows.append((f"{p} python", f"{t.python.uv_platform()}" + (f" {py.url} sha256:{py.sha256}" if py else "")))
+            rows.append((f"{p} arch", " ".join(t.cuda.arch_list)))
+            rows.append((f"{p} files", f"{pp.dockerfile.parent} {pp.lock_paths.runtime.parent}"))
+        return rows
+
+    def platform_json(self) -> dict:
+        doc = {}
+        for pp in self.platform_plans():
+            t, p = pp.target, str(pp.platform)
+            doc[p] = {
+                "bases": {r: getattr(t.bases, r).ref for r in ("build", "runtime")},
+                "index": {str(r): d for r, d in t.platforms[p].index.items()},
+                "python": {
+                    "platform": t.python.uv_platform(),
+                    "standalone": t.python.standalone.url if t.python.standalone else None,
+                },
+                "arch_list": list(t.cuda.arch_list),
+                "dockerfile": str(pp.dockerfile),
+                "locks": {k: str(path) for k, path in pp.lock_paths.named()},
+            }
+        return doc
 
     def to_json(self) -> dict:
         """The plan as structured data (`build plan --json`): values, not display strings."""
@@ -144,6 +210,7 @@ class Plan:
             "locks": {k: {"path": str(p), "present": p.exists()} for k, p in self.lock_paths.named()},
             "output": self.output,
             "record": str(contract.record_path(self.root, t.name)),
+            **({"platforms": self.platform_json()} if t.platforms and self.platform is None else {}),
         }
         return doc
 
@@ -168,6 +235,7 @@ class Plan:
             ),
             ("cuda", f"{t.cuda.version} arch {' '.join(t.cuda.arch_list)}"),
         ]
+        rows += self.platform_rows()
         for label, pin in (("torch", t.torch), ("flashinfer", t.flashinfer), ("nccl (override)", t.nccl)):
             if pin:
                 rows.append((label, pin.version + (f" from {pin.index}" if pin.index else "")))
@@ -278,7 +346,7 @@ def input_key(plan: Plan, dockerfile_text: str, locks: LockSet) -> str:
         "lock": locks.runtime_sha256,
         "build_lock": locks.build_sha256,
         **({"os_lock": locks.os_sha256} if locks.os_sha256 else {}),
-        "target": plan.target.as_input(),
+        "target": plan.target.as_input(),  # one platform's (Target.as_input)
         "tool": __version__,
     }
     # Compact, keys sorted: exactly `jq -cjS` of the same object (the hand check in docs/auditor.md recomputes it).

@@ -38,6 +38,7 @@ import shutil
 import subprocess
 import tarfile
 import tempfile
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -144,6 +145,28 @@ def _driver_stub(dest: Path) -> Path:
     return out
 
 
+def _stub_inside(rootfs: Path) -> Path:
+    """The stub libcuda.so.1 compiled by the root's own C compiler (another machine's: under QEMU)."""
+    shutil.copy2(ASSETS / "driver" / "libcuda_stub.c", rootfs / "tmp" / "libcuda_stub.c")
+    cmd = [
+        "cc",
+        "-shared",
+        "-fPIC",
+        "-O2",
+        "-Wl,-soname,libcuda.so.1",
+        "-o",
+        "/tmp/libcuda.so.1",
+        "/tmp/libcuda_stub.c",
+    ]
+    proc = subprocess.run(["chroot", str(rootfs), *cmd], capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise BuildError(f"compiling the stub libcuda.so.1 in {rootfs} failed: {proc.stderr.strip()[-300:]}")
+    out = rootfs.parent / "libcuda.so.1"
+    shutil.move(rootfs / "tmp" / "libcuda.so.1", out)
+    (rootfs / "tmp" / "libcuda_stub.c").unlink()
+    return out
+
+
 def _install_stub(rootfs: Path, stub: Path, devel: bool) -> None:
     compat = rootfs / COMPAT_DIR.lstrip("/")
     compat.mkdir(parents=True, exist_ok=True)
@@ -154,7 +177,9 @@ def _install_stub(rootfs: Path, stub: Path, devel: bool) -> None:
         shutil.copy2(stub, stubs / "libcuda.so")
 
 
-def _debootstrap(role: str, packages: list[str], dest: Path, stub: Path, attempts: int = 3) -> Path:
+def _debootstrap(
+    role: str, packages: list[str], dest: Path, stub: Path | None, attempts: int = 3, arch: str | None = None
+) -> Path:
     """A minbase root filesystem as a tarball (apt caches and lists left out).
 
     Each base has its own package cache: two debootstraps writing one --cache-dir at once corrupt
@@ -162,10 +187,12 @@ def _debootstrap(role: str, packages: list[str], dest: Path, stub: Path, attempt
     it already downloaded (a mirror hiccup should not fail CI).
     """
     rootfs = dest / "rootfs"
-    debs = cache_dir() / "debootstrap" / role
+    # Another machine (arch, e.g. arm64: its second stage runs under QEMU, ci/setup.sh) has its own cache.
+    debs = cache_dir() / "debootstrap" / (f"{role}-{arch}" if arch else role)
     debs.mkdir(parents=True, exist_ok=True)
     cmd = [
         "debootstrap",
+        *([f"--arch={arch}"] if arch else []),
         "--variant=minbase",
         f"--include={','.join(packages)}",
         f"--cache-dir={debs}",
@@ -182,7 +209,7 @@ def _debootstrap(role: str, packages: list[str], dest: Path, stub: Path, attempt
             tail = (proc.stdout + proc.stderr).strip().splitlines()[-3:]
             raise BuildError(f"debootstrap of the {role} base failed {attempts} times: {' | '.join(tail)}")
         log.warn(f"debootstrap of the {role} base failed (attempt {attempt} of {attempts}); retrying")
-    _install_stub(rootfs, stub, devel=role == "devel")
+    _install_stub(rootfs, stub or _stub_inside(rootfs), devel=role == "devel")
     tar_path = dest / "rootfs.tar"
     excluded = ("./var/cache/apt/archives/", "./var/lib/apt/lists/")
     with tarfile.open(tar_path, "w") as tar:
@@ -452,7 +479,12 @@ def _test_signing_key(out: Path) -> dict:
 
 
 def init(
-    out: Path, registry: str, engine: Engine, expires: dt.date | None = None, repository: str = "k3/smoke"
+    out: Path,
+    registry: str,
+    engine: Engine,
+    expires: dt.date | None = None,
+    repository: str = "k3/smoke",
+    second: Callable[[str, Engine, dict[str, str]], tuple[dict[str, str], Callable[[str], str]]] | None = None,
 ) -> Path:
     if out.exists() and not out.is_dir():
         raise ConfigError(f"--out {out}: exists and is not a directory")
@@ -460,7 +492,10 @@ def init(
     with log.step("smoke: engine preflight"):
         engine.preflight()
     with log.step("smoke: base images (debootstrap, stub driver, import, push; reused when the registry has them)"):
-        bases = _bases(registry, engine)
+        # A second platform (smokearm64.second_platform): the amd64 bases as indexes, the matrix extended.
+        bases, extend = (
+            second(registry, engine, _bases(registry, engine)) if second else (_bases(registry, engine), None)
+        )
         for role, ref in bases.items():
             log.info(f"    {role}: {ref}")
     with log.step("smoke: stand-in source and third-party repositories"):
@@ -472,5 +507,6 @@ def init(
         log.info("    " + ", ".join(f"{n} {v}" for n, v in pins.items()))
     expires = expires or (dt.date.today() + dt.timedelta(days=180))
     path = out / "matrix.yaml"
-    atomic_write(path, matrix_text(registry, bases, repos, expires, repository, _test_signing_key(out), os_pins=pins))
+    text = matrix_text(registry, bases, repos, expires, repository, _test_signing_key(out), os_pins=pins)
+    atomic_write(path, extend(text) if extend else text)
     return path

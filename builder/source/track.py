@@ -162,8 +162,9 @@ def track(matrix_path: Path, matrix: Matrix, name: str, *, check: bool) -> Track
     lines[line] = lines[line].replace(old, new, 1)
     new_text = "".join(lines)
     new_matrix = parse(new_text, matrix_path)  # validate before anything is written
-    dockerfile = render.render(new_matrix.target(name))
+    dockerfiles = render.outputs(new_matrix.target(name), matrix_path)  # one per platform
     atomic_write(matrix_path, new_text)
-    atomic_write(render.output_path(matrix_path, name), dockerfile)
+    for path, dockerfile in dockerfiles:
+        atomic_write(path, dockerfile)
     result.updated = True
     return result

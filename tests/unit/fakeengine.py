@@ -106,6 +106,9 @@ class FakeRegistry:
     def platform_digest(self, name: str, digest: str) -> str:
         return digest  # the fake pushes image manifests, never an index
 
+    def push_index(self, name: str, tag: str, manifests: dict[str, str]) -> str:
+        raise NotImplementedError("the fake registry serves image manifests only")
+
     def blob(self, name: str, digest: str) -> bytes:
         if digest not in self.blobs:
             raise RegistryUnavailable(f"registry: {name} blob {digest[:19]}: not found")
@@ -138,7 +141,7 @@ class FakeRegistry:
             del self.tags[key]
         return True
 
-    def image_config(self, ref: str) -> dict | None:
+    def image_config(self, ref: str, arch: str = "amd64") -> dict | None:
         manifest = self.raw_manifest(*split_reference(ref))
         return json.loads(self.blobs[manifest.doc["config"]["digest"]]) if manifest else None
 
@@ -185,7 +188,7 @@ class FakeContainers:
     def logs(self, name: str) -> str:
         raise NotImplementedError(_NO_CONTAINER)
 
-    def run_online(self, ref: str, script: str) -> str:
+    def run_online(self, ref: str, script: str, platform: str | None = None) -> str:
         raise NotImplementedError(_NO_CONTAINER)
 
 
@@ -264,10 +267,11 @@ class FakeEngine:
         for tag in [t for t, i in self.local_tags.items() if i == image_id]:
             del self.local_tags[tag]
 
-    def import_and_push(self, rootfs_tar: Path, ref: str) -> str:
+    def import_and_push(self, rootfs_tar: Path, ref: str, platform: str | None = None) -> str:
         data = Path(rootfs_tar).read_bytes()
         name, tag = split_reference(ref)
-        return self.registry.push(name, tag, {"architecture": "amd64", "os": "linux"}, [gzip.compress(data, mtime=0)])
+        os_name, _, arch = (platform or "linux/amd64").partition("/")
+        return self.registry.push(name, tag, {"architecture": arch, "os": os_name}, [gzip.compress(data, mtime=0)])
 
     def image_config(self, ref: str) -> ImageConfig:
         config = self._config(ref)
