@@ -53,12 +53,25 @@ SCOPE: dict[str, tuple[str, ...] | None] = {
     "deps.oslock": None,
 }
 
+# Module -> the unit test files that test it. A module listed here runs in its own copy of the
+# checkout (mutants/isolated/<module>/) whose [tool.mutmut] mutates that module only and runs only these
+# files: mutmut's first step runs the whole selection once to learn which tests reach which function,
+# and a per-module selection keeps that step (and every mutant's run) to seconds. The copy is needed
+# because mutmut discards every cached result when its test selection changes.
+TESTS: dict[str, tuple[str, ...]] = {
+    "records.verify": ("test_verify_rows.py", "test_records.py"),
+    "records.provsign": ("test_provsign.py", "test_dsse_more.py", "test_attest.py", "test_verify_rows.py"),
+    "records.store": ("test_records.py", "test_store_more.py", "test_journal_order.py"),
+    "checks.secretscan": ("test_secretscan.py", "test_secretscan_props.py", "test_secretscan_scan.py"),
+    "deps.oslock": ("test_oslock.py", "test_oslock_more.py"),
+}
+
 KILLED = {1, 3, 36, 24, -24, 152, 255, 37}  # a failing test, pytest's internal error, a timeout, a type check
 # Everything else that ran is a survivor: 0 (the tests passed), 5 and 33 (no test covers it).
 
 
-def _globs(module: str) -> list[str]:
-    functions = SCOPE[module]
+def _globs(module: str, only: list[str] | None = None) -> list[str]:
+    functions = only or SCOPE[module]
     if functions is None:
         return [f"builder.{module}.*"]
     return [f"builder.{module}.{f if f.startswith('xǁ') else 'x_' + f}__mutmut_*" for f in functions]
@@ -72,8 +85,45 @@ def _in_scope(module: str, name: str) -> bool:
     return any(short == (f if f.startswith("xǁ") else f"x_{f}") for f in functions)
 
 
+def workdir(module: str) -> Path:
+    return REPO / "mutants" / "isolated" / module if module in TESTS else REPO
+
+
+def _isolate(module: str) -> Path:
+    """A copy of this checkout's files (committed or not, minus ignored ones) whose [tool.mutmut]
+    mutates `module` only and selects TESTS[module]; an earlier run's mutants/ there is kept (the cache)."""
+    work = workdir(module)
+    files = subprocess.run(
+        ["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
+        cwd=REPO,
+        check=True,
+        capture_output=True,
+    ).stdout.split(b"\0")
+    for name in filter(None, files):
+        src, dst = REPO / os.fsdecode(name), work / os.fsdecode(name)
+        if src.is_file() and (not dst.exists() or dst.read_bytes() != src.read_bytes()):
+            dst.parent.mkdir(parents=True, exist_ok=True)
+            dst.write_bytes(src.read_bytes())
+    text = (REPO / "pyproject.toml").read_text()
+    selection = ", ".join(f'"tests/unit/{t}"' for t in TESTS[module])
+    only = f'only_mutate = ["builder/{module.replace(".", "/")}.py"]\n'
+    lines, skip = [], False
+    for line in text.splitlines(keepends=True):
+        if line.startswith("only_mutate ="):
+            lines.append(only)
+            skip = not line.rstrip().endswith("]")
+        elif skip:
+            skip = not line.rstrip().endswith("]")
+        elif line.startswith("pytest_add_cli_args_test_selection"):
+            lines.append(f"pytest_add_cli_args_test_selection = [{selection}]\n")
+        else:
+            lines.append(line)
+    (work / "pyproject.toml").write_text("".join(lines))
+    return work
+
+
 def results(module: str) -> dict[str, int | None]:
-    meta = REPO / "mutants" / "builder" / f"{module.replace('.', '/')}.py.meta"
+    meta = workdir(module) / "mutants" / "builder" / f"{module.replace('.', '/')}.py.meta"
     if not meta.exists():
         return {}
     codes = json.loads(meta.read_text())["exit_code_by_key"]
@@ -103,6 +153,42 @@ def report(modules: list[str], threshold: float) -> int:
     return 0 if ratio >= threshold else 1
 
 
+def recheck(module: str, tests: list[str], env: dict[str, str], functions: list[str] | None = None) -> int:
+    """Each survivor of ``module``'s last run against ``tests`` as they are now (copied into the
+    run's mutants/): one pytest per mutant, with mutmut's switch set to it. For tests written after
+    a run, without a whole new run; nothing is written to mutmut's results."""
+    work = workdir(module) / "mutants"
+    for test in (REPO / "tests" / "unit").glob("*.py"):
+        (work / "tests" / "unit" / test.name).write_bytes(test.read_bytes())
+    survivors = sorted(n for n, c in results(module).items() if c is not None and c != 34 and c not in KILLED)
+    if functions:  # these functions' mutants, whatever the last run said (or did not run)
+        prefixes = [g.removesuffix("*") for g in _globs(module, functions)]
+        survivors = sorted(n for n in results(module) if any(n.startswith(p) for p in prefixes))
+    still = []
+    for name in survivors:
+        run = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "pytest",
+                "-q",
+                "-x",
+                "-p",
+                "no:cacheprovider",
+                *tests,
+                *env.get("K3_RECHECK_ARGS", "").split(),
+            ],
+            cwd=work,
+            env={**env, "MUTANT_UNDER_TEST": name},
+            capture_output=True,
+        )
+        print(f"{'killed  ' if run.returncode == 1 else 'SURVIVES' if run.returncode == 0 else run.returncode}  {name}")
+        if run.returncode == 0:
+            still.append(name)
+    print(f"{module}: {len(survivors) - len(still)} of {len(survivors)} survivors killed by {' '.join(tests)}")
+    return 0 if not still else 1
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m tests.unit.mutation", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -117,22 +203,40 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--report", action="store_true", help="print the last results; run nothing")
     parser.add_argument("--threshold", type=float, default=0.85, help="minimum total kill ratio (default 0.85)")
+    parser.add_argument(
+        "--functions",
+        nargs="+",
+        metavar="FUNCTION",
+        help="mutate only these functions of the (single) module: name, or mutmut's xǁClassǁmethod",
+    )
     parser.add_argument("--max-children", type=int, default=None, help="parallel mutmut workers")
+    parser.add_argument(
+        "--recheck",
+        nargs="+",
+        metavar="TEST",
+        help="run the (single) module's survivors against these test files as they are now; nothing else",
+    )
     args = parser.parse_args(argv)
     modules = args.modules or list(SCOPE)
+    if args.recheck:
+        env = {**os.environ, "K3_HYPOTHESIS_EXAMPLES": os.environ.get("K3_HYPOTHESIS_EXAMPLES", "10")}
+        return recheck(modules[0], args.recheck, env, args.functions)
     if not args.report:
-        cmd = [str(MUTMUT), "run", *(g for m in modules for g in _globs(m))]
+        cmd = [str(MUTMUT), "run"]
         if args.max_children:
             cmd[2:2] = ["--max-children", str(args.max_children)]
         # The generated-input tests run once per mutant: a few examples each (the fixed seed keeps
         # them the same every run); the deterministic tests do the killing.
         env = {**os.environ, "K3_HYPOTHESIS_EXAMPLES": os.environ.get("K3_HYPOTHESIS_EXAMPLES", "10")}
+        rows = any(m not in TESTS or "test_verify_rows.py" in TESTS[m] for m in modules)
         with tempfile.TemporaryDirectory(prefix="k3-mutation-") as prebuilt:
             # test_verify_rows.py's clean record set and the SBOMs that validate, made once from the
             # unmutated sources (its PREBUILT): otherwise every mutant's run would make them again.
             env["K3_VERIFY_ROWS_PREBUILT"] = prebuilt
             subprocess.run(
-                [
+                [sys.executable, "-c", ""]
+                if not rows
+                else [
                     sys.executable,
                     "-m",
                     "pytest",
@@ -146,7 +250,12 @@ def main(argv: list[str] | None = None) -> int:
                 env=env,
                 stdout=subprocess.DEVNULL,
             )
-            subprocess.run(cmd, cwd=REPO, check=False, env=env)
+            shared = [m for m in modules if m not in TESTS]
+            if shared:
+                subprocess.run([*cmd, *(g for m in shared for g in _globs(m))], cwd=REPO, check=False, env=env)
+            for module in (m for m in modules if m in TESTS):
+                globs = _globs(module, args.functions)
+                subprocess.run([*cmd, *globs], cwd=_isolate(module), check=False, env=env)
     return report(modules, args.threshold)
 
 

@@ -7,6 +7,8 @@ would not download).
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from builder.deps import oslock
@@ -205,3 +207,100 @@ def test_apt_cache_and_apt_must_describe_the_same_packages():
     out = _out(sim=["Inst numactl (2.0.14-3ubuntu2 Ubuntu:22.04/jammy [amd64])"], have=(*BASE_HAS, "libnuma1"))
     with pytest.raises(LockError, match=r"apt-cache describes \['libnuma1', 'numactl'\], apt installs \['numactl'\]"):
         _parse(out)
+
+
+# --- issue 38's mutation run: the inputs hash, the header, and which file each message names --------
+
+
+def _with_pins(t, pins: dict[str, str | None]):
+    osp = t.os_packages
+    packages = tuple(p.model_copy(update={"version": pins[p.name]}) for p in osp.packages if p.name in pins)
+    return t.model_copy(update={"os_packages": osp.model_copy(update={"packages": packages})})
+
+
+def test_the_inputs_hash_is_the_sha256_of_the_documented_canonical_document():
+    """The hash every committed OS lock carries: a change of its document's keys or of their order
+    makes every lock ever committed stale, so the document is pinned here as the docs state it."""
+    t = _cu129()
+    osp = t.os_packages
+    doc = (
+        f'{{"archive": "{osp.archive}", "base": "{t.bases.runtime.digest}", '
+        f'"components": {json.dumps(list(osp.components))}, '
+        f'"packages": {json.dumps([[p.name, p.version] for p in osp.packages])}, '
+        f'"suites": {json.dumps(list(osp.suites))}}}'
+    )
+    assert oslock.inputs_sha256(t) == sha256_bytes(doc.encode())
+
+
+def test_a_request_carries_its_pin_and_an_unpinned_one_is_the_bare_name():
+    t = _with_pins(_cu129(), {"libibverbs1": "39.0-1", "ibverbs-providers": None})
+    script = oslock.resolve_script(t.os_packages)
+    assert " libibverbs1=39.0-1 ibverbs-providers " in script.replace("\n", " ")
+    assert "ibverbs-providers=" not in script
+
+
+def test_the_header_names_the_base_archive_every_suite_and_component(tmp_path):
+    t = _cu129()
+    osp = t.os_packages.model_copy(update={"suites": ("jammy", "jammy-updates"), "components": ("main", "universe")})
+    t = t.model_copy(update={"os_packages": osp})
+    head = oslock.lock_text(t, []).splitlines()[:3]
+    assert head == [
+        f"# OS packages of target {t.name}, made by `build lock`; do not edit.",
+        f"# Resolved against {t.bases.runtime.ref} from {osp.archive} jammy jammy-updates (main universe)",
+        "# name version arch url size sha256 (packages the base already has are not listed)",
+    ]
+
+
+def test_a_stale_lock_an_edited_lock_and_a_malformed_line_each_name_the_file(tmp_path):
+    t = _cu129()
+    path = tmp_path / "os-packages.txt"
+    path.write_text(lock(GOOD + "\n"))  # made from other inputs ("i" * 64)
+    with pytest.raises(LockError) as e:
+        oslock.check_current(path, t)
+    assert e.value.message == (
+        f"{path}: stale: made from another os_packages list, archive or runtime base than the matrix gives now; "
+        f"run `build lock --target {t.name}`"
+    )
+    path.write_text(lock(GOOD + "\n", body_sha="0" * 64))
+    for call in (lambda: oslock.check_current(path, t), lambda: oslock.read(path)):
+        with pytest.raises(LockError) as e:
+            call()
+        assert e.value.message == (
+            f"{path}: the lock's body does not match its {BODY_HEADER.strip()} header (truncated or edited by "
+            "hand); restore it from git or re-run `build lock`"
+        )
+    long = GOOD + " and trailing text that makes the line longer than sixty characters"
+    path.write_text(lock(long + "\n"))
+    with pytest.raises(LockError) as e:
+        oslock.read(path)
+    assert e.value.message == f"{path}:5: not 'name version arch url size sha256:<hex>': {long[:60]!r}"
+
+
+def test_a_missing_lock_says_where_to_make_it(tmp_path):
+    path = tmp_path / "cu129" / "os-packages.txt"
+    with pytest.raises(LockError) as e:
+        oslock.read(path)
+    assert e.value.message == (
+        f"{path}: no OS package lock for this target; run `build lock --target cu129` where the archive is "
+        "reachable, and commit it"
+    )
+
+
+def test_an_index_block_without_a_package_name_or_hash_is_named_as_unknown():
+    out = _out().replace("K3-PKG Package: numactl\n", "").replace(f"K3-PKG SHA256: {SHA['numactl']}\n", "")
+    with pytest.raises(LockError) as e:
+        _parse(out)
+    assert e.value.message == ("targets.cu129.os_packages: the archive's index gives no SHA256 for ?; a lock needs one")
+
+
+def test_an_index_filename_with_upper_case_letters_is_a_pool_path():
+    out = _out(
+        pkgs=[
+            ("libnuma1", "2.0.14-3ubuntu2", "pool/main/n/numactl/libnuma1_2.0.14-3ubuntu2_amd64.deb"),
+            ("numactl", "2.0.14-3ubuntu2", "pool/main/n/numactl/NumaCtl_2.0.14-3ubuntu2_amd64.deb"),
+        ]
+    )
+    assert [e.url.rsplit("/", 1)[1] for e in _parse(out)] == [
+        "libnuma1_2.0.14-3ubuntu2_amd64.deb",
+        "NumaCtl_2.0.14-3ubuntu2_amd64.deb",
+    ]

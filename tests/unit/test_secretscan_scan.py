@@ -107,3 +107,65 @@ def test_an_unreadable_image_is_refused_exactly_and_removed(tmp_path, monkeypatc
     )
     assert engine.removed == [IMAGE_ID]
     assert f"refused the local image {IMAGE_ID}; nothing pushed" in (tmp_path / "build.log").read_text()
+
+
+# --- issue 38's mutation run ----------------------------------------------------------------------
+
+
+class _Pipe(io.RawIOBase):
+    """`docker save`'s stdout: read once, front to back; it cannot seek."""
+
+    def __init__(self, data: bytes) -> None:
+        self._data = io.BytesIO(data)
+
+    def readable(self) -> bool:
+        return True
+
+    def seekable(self) -> bool:
+        return False
+
+    def readinto(self, buffer) -> int:
+        chunk = self._data.read(len(buffer))
+        buffer[: len(chunk)] = chunk
+        return len(chunk)
+
+
+def test_the_archive_is_read_as_a_stream_that_cannot_seek():
+    leak = _files({"opt/k3/leak": SECRET.encode()})
+    pipe = _Pipe(_saved([_files({"a": b"x"}), leak]).getvalue())
+    assert _scan(pipe) == secretscan.Hit(_digest(leak), "opt/k3/leak", "content")
+
+
+def test_a_blob_of_any_first_block_that_is_no_tar_is_searched_as_bytes():
+    # 512 bytes that are neither gzip, ustar, nor an empty archive's zeros: a blob, read whole
+    odd = b"X" * 512 + b"\0" * 512 + SECRET.encode()
+    assert _scan(_saved([_files({"a": b"x"}), odd])) == secretscan.Hit(_digest(odd), "", "blob")
+
+
+def test_a_long_path_is_cut_to_two_hundred_characters_in_the_message():
+    path = "opt/" + "d" * 300 + "/leak"
+    hit = secretscan.Hit("sha256:" + "1" * 64, path, "content")
+    quoted = repr("/" + path)[:197] + "..."
+    assert hit.describe() == f"layer sha256:{'1' * 12}, file {quoted} (content)"
+
+
+def test_a_file_name_that_is_not_utf_8_is_read_as_the_tar_stored_it():
+    name = b"opt/k3/caf\xe9-" + SECRET.encode()  # latin-1 bytes in the name, the secret after them
+    data = b"nothing here\n"
+    info = tarfile.TarInfo(name.decode("utf-8", "surrogateescape"))
+    info.size = len(data)
+    out = io.BytesIO()
+    with tarfile.open(
+        fileobj=out, mode="w", format=tarfile.GNU_FORMAT, encoding="utf-8", errors="surrogateescape"
+    ) as t:
+        t.addfile(info, io.BytesIO(data))
+    layer = out.getvalue()
+    hit = _scan(_saved([layer]))
+    assert hit is not None and (hit.blob, hit.where) == (_digest(layer), "name")
+
+
+def test_a_member_outside_blobs_is_named_by_its_path_not_as_a_digest():
+    # the older `docker save` layout: <id>/layer.tar, no blobs/sha256/
+    leak = _files({"opt/k3/leak": SECRET.encode()})
+    archive = io.BytesIO(_layer([_member("abc123/layer.tar", leak)], tarfile.USTAR_FORMAT))
+    assert _scan(archive) == secretscan.Hit("abc123/layer.tar", "opt/k3/leak", "content")

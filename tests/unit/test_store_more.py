@@ -156,3 +156,78 @@ def test_a_missing_and_a_changed_audit_file_are_told_apart(tmp_path):
         f"{contract.SBOM_NAME} is missing",
         f"{contract.PROVENANCE_NAME} differs from what image.json names",
     ]
+
+
+def test_a_write_probe_a_killed_check_leaves_is_one_recover_removes(tmp_path, monkeypatch):
+    """check_writable's probe file, left behind as a check killed before its unlink leaves it: it is
+    in the record directory (the directory under test), hidden, and the next start's recover()
+    removes it, so no stray file is ever committed beside the record set."""
+    import os
+
+    directory = tmp_path / "locks" / "smoke"
+    monkeypatch.setattr(os, "unlink", lambda path: None)  # the check dies between create and unlink
+    store.check_writable(directory, "the record set")
+    monkeypatch.undo()
+    (left,) = directory.iterdir()
+    assert left.name.startswith(".") and left.name.endswith(".tmp"), left.name
+    assert store.recover(directory) == [f"removed {left.name}"]
+    assert list(directory.iterdir()) == []
+
+
+def test_a_full_disk_is_refused_naming_free_and_needed_room(tmp_path, monkeypatch):
+    import os
+
+    from builder.errors import HostResources
+
+    class Small:
+        f_bavail, f_frsize = 3 << 20, 4  # 12 MiB
+
+    monkeypatch.setattr(os, "statvfs", lambda path: Small())
+    with pytest.raises(HostResources) as err:
+        store.check_writable(tmp_path, "the record set")
+    assert err.value.message == (
+        f"{tmp_path}: 12 MiB free, the record set needs 32 MiB; free space and run again (nothing was built)"
+    )
+
+
+def test_exactly_the_room_a_record_set_needs_is_enough(tmp_path, monkeypatch):
+    import os
+
+    class Exact:
+        f_bavail, f_frsize = store.RECORD_ROOM, 1
+
+    monkeypatch.setattr(os, "statvfs", lambda path: Exact())
+    store.check_writable(tmp_path, "the record set")  # no exception: 32 MiB free holds 32 MiB
+
+
+def test_a_read_only_directory_is_refused_naming_the_fix(tmp_path, monkeypatch):
+    import errno
+    import tempfile
+
+    from builder.errors import HostResources
+
+    def read_only(*args, **kwargs):
+        raise OSError(errno.EROFS, "Read-only file system")
+
+    monkeypatch.setattr(tempfile, "mkstemp", read_only)
+    with pytest.raises(HostResources) as err:
+        store.check_writable(tmp_path, "the record set")
+    assert err.value.message == (
+        f"{tmp_path}: cannot write the record set here (Read-only file system); make it writable and run "
+        "again (nothing was built)"
+    )
+
+
+def test_a_payload_with_a_character_outside_base64_is_not_read_around_it(tmp_path):
+    """A lenient decoder would skip the stray character and read the Statement under it; the record
+    set reads the payload strictly, so an envelope edited that way describes nothing."""
+    digest = "sha256:" + "a" * 64
+    locks = _locks(tmp_path)
+    rec = _files(locks, digest)
+    good = json.loads(_envelope(digest))
+    prov = json.dumps({**good, "payload": good["payload"][:8] + "!" + good["payload"][8:]})
+    (locks / contract.PROVENANCE_NAME).write_text(prov)
+    rec = store.Record(**{**rec.__dict__, "build": {**rec.build, "provenance_sha256": sha256_bytes(prov.encode())}})
+    assert store.set_problems(tmp_path.parent, tmp_path.name, rec) == [
+        f"{contract.PROVENANCE_NAME} describes None, image.json names {digest}"
+    ]

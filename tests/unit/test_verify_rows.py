@@ -1349,3 +1349,101 @@ def test_a_builder_without_dependencies_names_no_tool(co):
     co.edit_statement(lambda d: d["predicate"]["runDetails"]["builder"].pop("builderDependencies"))
     failing = _only(co, "image.json <-> provenance")
     assert failing["image.json <-> provenance"] == f"builderDependencies names no tool at {co.target.project_url}"
+
+
+# --- issue 38's open survivors: what a row says about a document that lacks a part -----------------
+
+
+def _digest(co: Checkout) -> str:
+    return co.record()["digest"]
+
+
+def test_an_sbom_without_metadata_names_no_described_image(co):
+    co.edit_sbom(lambda d: d.pop("metadata"))
+    failing = _only(co, "image.json <-> SBOM", "image.json <-> audit files")  # the record set names the image too
+    assert failing["image.json <-> SBOM"] == f"SBOM describes None, image.json {_digest(co)}"
+
+
+def test_an_sbom_metadata_without_a_component_names_no_described_image(co):
+    co.edit_sbom(lambda d: d["metadata"].pop("component"))
+    failing = _only(co, "image.json <-> SBOM", "image.json <-> audit files")  # the record set names the image too
+    assert failing["image.json <-> SBOM"] == f"SBOM describes None, image.json {_digest(co)}"
+
+
+def test_a_described_image_without_a_purl_fails_on_the_purl_alone(co):
+    co.edit_sbom(lambda d: d["metadata"]["component"].pop("purl"))
+    failing = _only(co, "image.json <-> SBOM")
+    # the version still agrees: the message names the same digest twice
+    assert failing["image.json <-> SBOM"] == f"SBOM describes {_digest(co)}, image.json {_digest(co)}"
+
+
+def test_an_sbom_without_components_names_the_first_base_it_lacks(co):
+    co.edit_sbom(lambda d: d.pop("components"))
+    assert co.failing()["image.json <-> SBOM"] == "SBOM base build None != image.json"
+
+
+def test_an_sbom_base_without_a_version_or_a_bom_ref_is_named_as_missing(co):
+    def edit(d):
+        next(c for c in d["components"] if c.get("bom-ref") == "base:runtime").pop("version")
+        d["components"].append({"type": "file", "name": "no-ref.txt"})  # a component without bom-ref
+
+    co.edit_sbom(edit)
+    assert co.failing()["image.json <-> SBOM"] == "SBOM base runtime None != image.json"
+
+
+def test_an_sbom_without_the_source_component(co):
+    co.edit_sbom(lambda d: d["components"].remove(next(c for c in d["components"] if c.get("bom-ref") == "source")))
+    assert co.failing()["image.json <-> SBOM"] == "SBOM source commit != image.json"
+
+
+def test_an_sbom_without_a_third_party_component_names_its_url_and_commit(co):
+    tp = next(iter(co.record()["source"]["third_party"].values()))
+
+    def edit(d):
+        d["components"] = [c for c in d["components"] if not c.get("bom-ref", "").startswith("third_party:")]
+
+    co.edit_sbom(edit)
+    detail = co.failing()["image.json <-> SBOM"]
+    assert detail.startswith("SBOM third_party:") and detail.endswith(f" is not {tp['url']} @ {tp['commit']}")
+
+
+def test_a_schema_error_is_cut_to_two_hundred_characters(co):
+    co.edit_sbom(lambda d: d.__setitem__("bomFormat", "X" * 400))
+    detail = co.failing()["image.json <-> SBOM"]
+    assert detail.startswith("SBOM does not validate against CycloneDX 1.6: ")
+    assert len(detail) == 200
+
+
+def test_a_json_error_is_cut_to_eighty_characters(co):
+    text = "{" + " " * 100000 + "x"  # the parser's message names a column with six digits: over 80 characters
+    try:
+        json.loads(text)
+    except ValueError as exc:
+        message = str(exc)
+    assert len(message) > 80
+    co.set_sbom_text(text)
+    assert co.failing()["lock <-> SBOM"] == f"{contract.SBOM_NAME} is not JSON: {message[:80]}"
+
+
+def test_an_unreadable_provenance_error_is_cut_to_a_hundred_and_sixty_characters(co):
+    text = "{" + " " * 100000 + "x"
+    co.set_provenance_text(text)
+    detail = co.failing()["image.json <-> provenance"]
+    assert detail.startswith(f"{contract.PROVENANCE_NAME}: ")
+    try:
+        provsign.read(text)
+    except ValueError as exc:
+        message = str(exc)
+    assert detail == f"{contract.PROVENANCE_NAME}: {message[:160]}"
+
+
+def test_a_target_without_third_party_sources_says_none(co):
+    t = co.target
+    bare = t.model_copy(update={"source": t.source.model_copy(update={"third_party": {}})})
+    co.edit_record(lambda r: r["source"].__setitem__("third_party", {}))
+    row = next(r for r in co.rows(target=bare) if r.check == "matrix <-> image.json")
+    gpu = t.gpu
+    assert row.ok and row.detail == (
+        f"{_digest(co)[:19]}, bases and commit match the matrix; GPU floor none <= {gpu.driver_floor}, "
+        f"{len(gpu.capabilities)} families covered"
+    )
