@@ -93,6 +93,10 @@ def find_in_layer(fileobj: IO[bytes], wanted: list[bytes]) -> tuple[str, str] | 
                 data = tar.extractfile(member)
                 if data is not None and find_in_stream(data, wanted) is not None:
                     return member.name, "content"
+        # Bytes after the end-of-archive blocks belong to no member, yet they are pushed with the
+        # layer: a tar writer could hide a secret there (tar.fileobj is the decompressed stream).
+        if find_in_stream(tar.fileobj, wanted) is not None:
+            return "", "after the end of the archive"
     return None
 
 

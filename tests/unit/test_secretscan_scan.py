@@ -12,6 +12,7 @@ repository a read names and which platform manifest is read no longer exist as b
 from __future__ import annotations
 
 import contextlib
+import gzip
 import io
 import json
 import tarfile
@@ -169,3 +170,19 @@ def test_a_member_outside_blobs_is_named_by_its_path_not_as_a_digest():
     leak = _files({"opt/k3/leak": SECRET.encode()})
     archive = io.BytesIO(_layer([_member("abc123/layer.tar", leak)], tarfile.USTAR_FORMAT))
     assert _scan(archive) == secretscan.Hit("abc123/layer.tar", "opt/k3/leak", "content")
+
+
+@pytest.mark.parametrize("compress", [False, True], ids=["plain", "gzip"])
+def test_bytes_after_a_layers_end_of_archive_are_read_too(compress):
+    """A tar writer may append bytes after the end-of-archive blocks: no member holds them, but
+    they are pushed with the layer, so the scan reads them."""
+    body = io.BytesIO()
+    with tarfile.open(fileobj=body, mode="w") as tar:
+        info = tarfile.TarInfo("etc/clean.txt")
+        info.size = 5
+        tar.addfile(info, io.BytesIO(b"clean"))
+    clean = body.getvalue()
+    for tail, found in ((b"", None), (b"\0" * 10240 + SECRET.encode(), ("", "after the end of the archive"))):
+        raw = clean + tail
+        layer = gzip.compress(raw) if compress else raw
+        assert secretscan.find_in_layer(io.BytesIO(layer), secretscan.needles()) == found
