@@ -12,6 +12,7 @@ config, the manifests and the layers, each a plain or gzipped tar):
 - every member's name (so a file name, a directory name anywhere in the path, a long path carried
   in a PAX or GNU long-name record), its link target (symlinks and hard links) and every PAX
   record (key and value: extended attributes too);
+- a layer's bytes after its end-of-archive blocks (no member holds them, but they are pushed);
 - every blob that is not a layer (the image config: env, labels, history) as bytes.
 
 A hit names the blob and the file; the caller refuses the image before anything is pushed.
