@@ -49,9 +49,9 @@ from builder import log
 from builder.engine.buildx import Engine
 from builder.errors import BuildError, ConfigError
 from builder.fsutil import atomic_write, cache_dir
+from builder.pipeline import smokeos
+from builder.pipeline.smokeos import MIRROR, SUITE
 
-SUITE = "bookworm"
-MIRROR = "http://deb.debian.org/debian"
 ASSETS = Path(__file__).resolve().parents[1] / "smoke_assets"
 BRANCH = "k3-smoke"
 COMMIT_DATE = "2026-11-01T00:00:00+00:00"  # fixed: same tree, same commit id
@@ -305,47 +305,6 @@ def _source_repos(out: Path) -> dict:
     return {"url": url, "commit": commit, "kernels_url": kernels_url, "kernels_commit": kernels_commit}
 
 
-# The smoke's OS packages, from the plain Debian archive these machines reach (snapshot.debian.org
-# is out of reach), each with why the image needs it. `smoke-init` pins the versions the archive
-# serves when it runs, so the smoke's lock does not rot when Debian publishes an update.
-OS_SUITES = (SUITE, f"{SUITE}-updates")
-OS_PACKAGES = {
-    "libnuma1": "NUMA policy library: what fastsafetensors binds NUMA nodes with in cu129; the check loads it",
-    "numactl": "numactl --show, the operator's NUMA check; the image check runs it",
-}
-
-
-def os_package_pins(engine: Engine, runtime_ref: str) -> dict[str, str]:
-    """name -> the version the archive serves now, resolved in a container of the runtime base
-    the same way `build lock` resolves (builder/deps/oslock.py)."""
-    from builder.config.matrix import OsPackage, OsPackages
-    from builder.deps import oslock
-
-    spec = OsPackages(
-        archive=MIRROR,
-        suites=OS_SUITES,
-        accept_drift=True,
-        packages=tuple(OsPackage(name=n, why=w) for n, w in OS_PACKAGES.items()),
-    )
-    found = oslock.closure(engine, runtime_ref, spec, "smoke-init")
-    missing = [n for n in OS_PACKAGES if n not in found]
-    if missing:
-        raise BuildError(f"smoke-init: the runtime base already has {', '.join(missing)}; pick other packages")
-    return {n: found[n] for n in OS_PACKAGES}
-
-
-def os_packages_doc(pins: dict[str, str]) -> dict:
-    return {
-        "archive": MIRROR,
-        "suites": list(OS_SUITES),
-        "components": ["main"],
-        "accept_drift": True,
-        "packages": [{"name": n, "why": OS_PACKAGES[n], "version": v} for n, v in pins.items()],
-        "loads": ["libnuma.so.1"],
-        "runs": [["numactl", "--show"]],
-    }
-
-
 def _source(repos: dict) -> dict:
     """The smoke matrix's ``source``: the stand-in repository, its checks' expectations, its
     third-party tree."""
@@ -452,7 +411,7 @@ def matrix_text(
                 # left unset: as cu129 does with the toolkit's (matrix.yaml, targets.cu129.runtime.env),
                 # and its compile caches where cu129 puts them.
                 "runtime": {"recipe": LAUNCH, "env": {"TRITON_PTXAS_BLACKWELL_PATH": PTXAS, **CACHES}},
-                **({"os_packages": os_packages_doc(os_pins)} if os_pins else {}),
+                **({"os_packages": smokeos.os_packages_doc(os_pins)} if os_pins else {}),
                 "entrypoint": ["python", "-m", "k3smoke"],
                 # The provenance is signed with a TEST-ONLY key smoke-init made on this machine.
                 **({"signing": signing} if signing else {}),
@@ -502,8 +461,9 @@ def init(
         repos = _source_repos(out)
         log.info(f"    {repos['url']} {BRANCH} @ {repos['commit']}")
         log.info(f"    third party k3kernels: {repos['kernels_url']} @ {repos['kernels_commit']}")
-    with log.step(f"smoke: pin the OS packages {MIRROR} {' '.join(OS_SUITES)} serves now ({', '.join(OS_PACKAGES)})"):
-        pins = os_package_pins(engine, bases["runtime"])
+    served = f"{MIRROR} {' '.join(smokeos.OS_SUITES)} serves now ({', '.join(smokeos.OS_PACKAGES)})"
+    with log.step(f"smoke: pin the OS packages {served}"):
+        pins = smokeos.os_package_pins(engine, bases["runtime"])
         log.info("    " + ", ".join(f"{n} {v}" for n, v in pins.items()))
     expires = expires or (dt.date.today() + dt.timedelta(days=180))
     path = out / "matrix.yaml"

@@ -149,7 +149,7 @@ def test_bad_input_exits_2_with_one_line(checkout, checks, capsys, extra, messag
 def test_an_unreachable_registry_exits_3(checkout, checks, capsys, monkeypatch):
     path, engine = checkout
 
-    def down(ref):
+    def down(ref, arch="amd64"):
         raise RegistryUnavailable("127.0.0.1:5000: connection refused")
 
     monkeypatch.setattr(engine.registry, "image_config", down)
