@@ -91,8 +91,11 @@ def test_a_forgotten_third_party_source_fails_the_compile_not_the_image(built, t
     # Second line: with the fetch waived (as a wrong waiver would), the compile still cannot
     # download it: CMake, disconnected, stops while configuring.
     def forget_and_waive(text: str) -> str:
-        waiver = "    kernels:\n      fetch_waivers:\n        CMakeLists.txt:k3kernels: a wrong waiver, for the test\n"
-        return forget_third_party(text).rstrip("\n") + "\n" + waiver
+        waiver = "      fetch_waivers:\n        CMakeLists.txt:k3kernels: a wrong waiver, for the test\n"
+        text = forget_third_party(text)
+        if "\n    kernels:\n" in text:  # the smoke's kernel block (kernels.required): the waiver joins it
+            return text.replace("\n    kernels:\n", "\n    kernels:\n" + waiver, 1)
+        return text.rstrip("\n") + "\n    kernels:\n" + waiver
 
     work = smoke.variant(tmp_path / "forgotten", "forgotten", forget_and_waive)
     record_before = work.record.read_bytes()
