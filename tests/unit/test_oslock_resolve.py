@@ -55,9 +55,11 @@ class _Containers:
     def __init__(self, out: str) -> None:
         self.out = out
         self.runs: list[tuple[str, str]] = []
+        self.platforms: list[str | None] = []
 
-    def run_online(self, ref: str, script: str) -> str:
+    def run_online(self, ref: str, script: str, platform: str | None = None) -> str:
         self.runs.append((ref, script))
+        self.platforms.append(platform)  # the OS lock resolves in a container of the platform it locks
         return self.out
 
 
@@ -83,6 +85,7 @@ def test_a_resolution_asks_the_archive_then_the_runtime_base_and_returns_the_loc
     text = oslock.resolve(engine, t, "matrix.yaml: ")
     assert handler.seen == [("HEAD", f"/debian/dists/{t.os_packages.suites[0]}/InRelease")]
     assert engine.containers.runs == [(t.bases.runtime.ref, oslock.resolve_script(t.os_packages))]
+    assert engine.containers.platforms == [t.platform_names()[0]]  # resolved on the platform it locks
     entries = oslock.parse_resolution(_answer(url), t.os_packages, WHERE)
     assert text == oslock.lock_text(t, entries)
     assert [e.name for e in entries] == ["libnuma1", "numactl"]
