@@ -143,51 +143,60 @@ def expectations(
     policy = target.source.extensions
     modules = extensions.plan({path: pinned.read(path) for path in policy.declared_in}, policy)
     entries = locks.runtime_entries
+    labels = render.static_labels(target)
+    labels[contract.OCI_CREATED] = contract.created_iso(pinned.source_date_epoch)
+    labels[target.labels.lock_sha256] = locks.runtime_sha256
+    fields = target_fields(target)
+    return Expectations(
+        **fields,
+        modules=modules,
+        labels=labels,
+        build_date=build_date,
+        today=today or dt.date.today(),
+        lock={normalize(e.name): e.version for e in entries},
+        overrides=frozenset(normalize(e.name) for e in entries if e.override),
+        os_packages=os_expectations(target, locks.os_entries),
+        package_files=pinned.files_under(fields["package"]),
+        package_blobs=pinned.blob_ids_under(fields["package"]),
+        wheel_records=wheel_records,
+    )
+
+
+def target_fields(target: Target) -> dict:
+    """The expectations the matrix target alone gives: shared by a build's checks and `build vet`
+    (an image this pipeline did not build), so the two never hold an image to different rules."""
+    policy = target.source.extensions
     pins = {}
     if target.flashinfer:
         pins["flashinfer-python"] = target.flashinfer.version
     if target.nccl:
         pins[f"nvidia-nccl-cu{target.cuda.version.split('.')[0]}"] = target.nccl.version
-    labels = render.static_labels(target)
-    labels[contract.OCI_CREATED] = contract.created_iso(pinned.source_date_epoch)
-    labels[target.labels.lock_sha256] = locks.runtime_sha256
-    package = normalize(target.source.package).replace("-", "_")  # vllm -> vllm/, the import name
-    return Expectations(
-        target=target.name,
-        cuda_version=target.cuda.version,
-        modules=modules,
-        ops=tuple(target.source.extensions.ops),
-        pins=pins,
-        labels=labels,
-        expires=target.expires,
-        build_date=build_date,
-        today=today or dt.date.today(),
-        warning_days=target.expiry_warning_days,
-        horizon_days=target.expiry_horizon_days,
-        lock={normalize(e.name): e.version for e in entries},
-        overrides=frozenset(normalize(e.name) for e in entries if e.override),
-        source_package=(normalize(target.source.package), target.source.wheel_version),
-        other_major={normalize(n): r for n, r in target.cuda.other_major.items()},
-        absent=dict(policy.absent),
-        compat_dir=target.cuda.compat_dir,
-        cuda_home=target.runtime.cuda_home,
-        nvcc_arch="sm_" + target.cuda.arch_list[0].split("+")[0].replace(".", ""),
-        label_keys=target.labels,
-        python_trees=policy.python_trees,
-        python_skip=dict(policy.python_skip),
-        python_setup=policy.python_setup,
-        recipe=_recipe(target),
-        optional_libraries=dict(target.runtime.optional_libraries),
-        dlopen=dict(target.runtime.dlopen),
-        os_packages=os_expectations(target, locks.os_entries),
-        package=package,
-        package_files=pinned.files_under(package),
-        package_blobs=pinned.blob_ids_under(package),
-        wheel_records=wheel_records,
-        dropped={normalize(n): r for n, r in target.source.drop.items()},
-        gpu=target.gpu,
-        waivers={check: dict(paths) for check, paths in target.runtime.waivers.items()},
-    )
+    return {
+        "target": target.name,
+        "cuda_version": target.cuda.version,
+        "ops": tuple(policy.ops),
+        "pins": pins,
+        "expires": target.expires,
+        "warning_days": target.expiry_warning_days,
+        "horizon_days": target.expiry_horizon_days,
+        "source_package": (normalize(target.source.package), target.source.wheel_version),
+        "other_major": {normalize(n): r for n, r in target.cuda.other_major.items()},
+        "absent": dict(policy.absent),
+        "compat_dir": target.cuda.compat_dir,
+        "cuda_home": target.runtime.cuda_home,
+        "nvcc_arch": "sm_" + target.cuda.arch_list[0].split("+")[0].replace(".", ""),
+        "label_keys": target.labels,
+        "python_trees": policy.python_trees,
+        "python_skip": dict(policy.python_skip),
+        "python_setup": policy.python_setup,
+        "recipe": _recipe(target),
+        "optional_libraries": dict(target.runtime.optional_libraries),
+        "dlopen": dict(target.runtime.dlopen),
+        "package": normalize(target.source.package).replace("-", "_"),  # vllm -> vllm/, the import name
+        "dropped": {normalize(n): r for n, r in target.source.drop.items()},
+        "gpu": target.gpu,
+        "waivers": {check: dict(paths) for check, paths in target.runtime.waivers.items()},
+    }
 
 
 def _recipe(target: Target) -> dict | None:

@@ -62,43 +62,15 @@ def expectations(
         modules = extensions.plan({path: pinned.read(path) for path in policy.declared_in}, policy)
     else:
         modules = extensions.ModulePlan(tuple(sorted(policy.add)), (), tuple(sorted(policy.waive.items())))
-    pins = {}
-    if target.flashinfer:
-        pins["flashinfer-python"] = target.flashinfer.version
-    if target.nccl:
-        pins[f"nvidia-nccl-cu{target.cuda.major}"] = target.nccl.version
     day = today or dt.date.today()
     return runner.Expectations(
-        target=target.name,
-        cuda_version=target.cuda.version,
+        **runner.target_fields(target),
         modules=modules,
-        ops=tuple(policy.ops),
-        pins=pins,
         labels={},
-        expires=target.expires,
         build_date=day,
         today=day,
-        warning_days=target.expiry_warning_days,
-        horizon_days=target.expiry_horizon_days,
         lock={},
         overrides=frozenset(normalize(re.split(r"[<>=!~;\[ ]", r)[0]) for r in target.overrides),
-        source_package=(normalize(target.source.package), target.source.wheel_version),
-        other_major={normalize(n): r for n, r in target.cuda.other_major.items()},
-        absent=dict(policy.absent),
-        compat_dir=target.cuda.compat_dir,
-        cuda_home=target.runtime.cuda_home,
-        nvcc_arch="sm_" + target.cuda.arch_list[0].split("+")[0].replace(".", ""),
-        label_keys=target.labels,
-        python_trees=policy.python_trees,
-        python_skip=dict(policy.python_skip),
-        python_setup=policy.python_setup,
-        recipe=runner._recipe(target),
-        optional_libraries=dict(target.runtime.optional_libraries),
-        dlopen=dict(target.runtime.dlopen),
-        package=normalize(target.source.package).replace("-", "_"),
-        dropped={normalize(n): r for n, r in target.source.drop.items()},
-        gpu=target.gpu,
-        waivers={check: dict(paths) for check, paths in target.runtime.waivers.items()},
         app_prefix=prefix,
     )
 
