@@ -202,9 +202,15 @@ def summary(rows: list[SummaryRow]) -> None:
     for r in rows:
         table.add_row(r.image, r.digest, r.size, f"{r.seconds:.1f}s", r.status)
     _console.print(table)
+    lines = ["| image | digest | size | time | status |", "|---|---|---|---|---|"]
+    lines += [f"| `{r.image}` | `{r.digest}` | {r.size} | {r.seconds:.1f}s | {r.status} |" for r in rows]
+    step_summary("\n".join(lines) + "\n")
+
+
+def step_summary(markdown: str) -> None:
+    """Append ``markdown`` to the GitHub Actions job summary ($GITHUB_STEP_SUMMARY), when set:
+    the one writer every command's Markdown goes through, redacted like every other output."""
     path = os.environ.get("GITHUB_STEP_SUMMARY")
     if path:
-        lines = ["| image | digest | size | time | status |", "|---|---|---|---|---|"]
-        lines += [f"| `{r.image}` | `{r.digest}` | {r.size} | {r.seconds:.1f}s | {r.status} |" for r in rows]
         with open(path, "a", encoding="utf-8") as fh:
-            fh.write("\n".join(lines) + "\n")
+            fh.write(redact(markdown))

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import argparse
-import os
 
+from builder import log
 from builder.commands._common import Output, add_globals, docker_engine, on_images
 from builder.errors import ConfigError
 
@@ -51,10 +51,7 @@ def run(args: argparse.Namespace, out: Output) -> int:
             result.vet = _scorecards(engine, args, image, against)
         if args.format == "markdown":
             o.line(result.markdown())
-            summary = os.environ.get("GITHUB_STEP_SUMMARY")
-            if summary:
-                with open(summary, "a", encoding="utf-8") as fh:
-                    fh.write(result.markdown())
+            log.step_summary(result.markdown())
         else:
             for line in result.text() if args.all else result.summary():
                 o.line(line)

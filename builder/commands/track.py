@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import os
 from pathlib import Path
 
 from builder import log
@@ -82,7 +81,4 @@ def _report(report, path: Path | None, out: Output) -> None:
     markdown = report.markdown()
     if path:
         atomic_write(path, markdown)
-    summary = os.environ.get("GITHUB_STEP_SUMMARY")
-    if summary:
-        with open(summary, "a", encoding="utf-8") as fh:
-            fh.write(markdown)
+    log.step_summary(markdown)

@@ -6,11 +6,11 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import json
-import os
 from pathlib import Path
 from secrets import token_hex
 from typing import TYPE_CHECKING
 
+from builder import log
 from builder.commands._common import Output, add_globals, docker_engine, written
 from builder.errors import BuildError, ConfigError, Unreachable, is_network_failure
 
@@ -163,10 +163,7 @@ def add_to_decision(path: Path, card: dict) -> tuple[Path, Path]:
 def show(card: Scorecard, fmt: str, o: Output) -> None:
     if fmt == "markdown":
         o.line(card.markdown())
-        summary = os.environ.get("GITHUB_STEP_SUMMARY")
-        if summary:
-            with open(summary, "a", encoding="utf-8") as fh:
-                fh.write(card.markdown())
+        log.step_summary(card.markdown())
     else:
         for line in card.text():
             o.line(line)

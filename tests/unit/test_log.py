@@ -173,3 +173,15 @@ def test_info_warn_raw_and_result_lines_carry_no_control_character(capsys):
     for text in (captured.err, captured.out):
         assert not any(ord(c) < 32 and c not in "\n\t" or 0x7F <= ord(c) <= 0x9F for c in text), repr(text)
         assert "\u202e" not in text and "\\x1b]52" in text
+
+
+def test_the_job_summary_is_appended_redacted_and_only_when_github_sets_it(tmp_path, monkeypatch):
+    summary = tmp_path / "summary.md"
+    monkeypatch.delenv("GITHUB_STEP_SUMMARY", raising=False)
+    log.step_summary("| a |\n")
+    assert not summary.exists()
+    monkeypatch.setenv("GITHUB_STEP_SUMMARY", str(summary))
+    log.register_secret("hf_0123456789abcdef")
+    log.step_summary("first\n")
+    log.step_summary("token hf_0123456789abcdef\n")
+    assert summary.read_text() == "first\ntoken ***\n"
