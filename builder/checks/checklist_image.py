@@ -169,3 +169,28 @@ def test_bytecode_matches(image_host, expect, report_warning):
         f"expected every .pyc under {expect.app_prefix} checked hash-based with its source's hash "
         f"({found['checked']} checked) and none sourceless, found {found['count']}: " + _listing(problems)
     )
+
+
+def test_page_alignment(image_host, image, expect, report_warning):
+    # What the config's PATH and LD_LIBRARY_PATH name is run and loaded too (the toolkit's nvcc and
+    # ptxas, /usr/local/cuda/lib64); the probe adds the dynamic loader's own directories.
+    dirs = [d for var in ("PATH", "LD_LIBRARY_PATH") for d in image.env.get(var, "").split(":") if d.startswith("/")]
+    request = {"roots": [expect.app_prefix, *dirs], "pages": contract.LARGEST_PAGE, "loader": True}
+    found = _probe(image_host, "pagealign", request)
+    machine, page = found["machine"], found["page"]
+    if page is None:
+        known = ", ".join(f"{m} {p}" for m, p in sorted(contract.LARGEST_PAGE.items()))
+        pytest.skip(f"the image's interpreter is {machine}: no kernel page above 4 KiB to fit (only {known})")
+    if found["other_machine"]:
+        report_warning(
+            f"page_alignment: {found['other_machine']} ELF file(s) of another machine than {machine} not judged "
+            "(a process of this image cannot load them)"
+        )
+    where = ", ".join(found["roots"])
+    assert found["checked"], f"expected {machine} ELF files under {where}, found none"
+    problems = _unwaived(expect, "page_alignment", found["problems"], report_warning)
+    assert not problems, (
+        f"expected every {machine} ELF file under {where} ({found['checked']} checked) to map on a "
+        f"{page // 1024}K-page kernel: each PT_LOAD's p_align and p_vaddr - p_offset a multiple of {page:#x}, "
+        f"found {found['count']}: " + _listing(problems)
+    )

@@ -388,8 +388,17 @@ CHECKS.update(
         "names (CACHE_ENV) is writable by that user and neither on nor above a sys.path or PATH directory",
         "bytecode_matches": "every .pyc under the prefix with a source is checked hash-based (PEP 552) with the "
         "source's hash, and no sourceless .pyc stands in for a missing module source",
+        "page_alignment": "(images whose interpreter is of a machine LARGEST_PAGE names: linux/arm64) every ELF "
+        "executable and shared object of that machine under the prefix, the config's PATH and LD_LIBRARY_PATH "
+        "directories and the dynamic loader's directories (its defaults, every directory of the ld.so cache) has "
+        "each PT_LOAD's p_align a multiple of that page (65536) and p_vaddr - p_offset a multiple of it, as glibc "
+        "requires to map the file on a 64K-page kernel (elf/dl-load.c); other images skip it, saying why",
     }
 )
+# The largest page a kernel of the image's hosts may run, by the machine of the image's interpreter
+# (page_alignment). Grace hosts (GH200, GB200, GB300: aarch64) often run 64K-page kernels (Ubuntu's
+# linux-nvidia-64k flavour); x86_64 kernels have 4 KiB pages only, so amd64 images are not walked.
+LARGEST_PAGE = {"aarch64": 65536}
 # The most a python.standalone download may stream before it is refused (its sha256 is checked
 # after): python-build-standalone's install_only tarballs are tens of MB (not measured here: this
 # machine reaches no GitHub); 256 MiB leaves room for a debug build and stops an endless stream.

@@ -29,6 +29,7 @@ WaivableCheck = Literal[
     "bytecode_matches",
     "image_hygiene",
     "package_files",
+    "page_alignment",
 ]
 Waivers = dict[WaivableCheck, dict[PathPattern, Reason]]
 

@@ -266,8 +266,10 @@ def test_the_built_image_passes_and_leaves_a_junit_report(built):
     assert re.search(r"^\s+pass\s+cuda_runtime", r.err, re.M)
     # The smoke pins neither FlashInfer nor NCCL: that check is reported skipped, not passed.
     assert re.search(r"^\s+skip\s+pinned_versions\s+the target pins no FlashInfer or NCCL", r.err, re.M)
+    # The smoke is amd64: page_alignment (arm64 images only) says why it skipped.
+    assert re.search(r"^\s+skip\s+page_alignment\s+the image's interpreter is x86_64", r.err, re.M), r.err[-3000:]
     # A smoke whose matrix has no `gpu` block skips the two GPU-code checks too.
-    skips = 1 if matrix.load(smoke.matrix).target("smoke").gpu else 3
+    skips = 2 if matrix.load(smoke.matrix).target("smoke").gpu else 4
     assert f"checks: {len(contract.CHECKS) - skips} pass, {skips} skip, 0 FAIL" in r.err
     reports = list((smoke.root / "artifacts" / "smoke").glob("*/checks.xml"))
     assert any((p.parent / "build.log").exists() for p in reports), "the build's own checks sit beside its log"
@@ -326,7 +328,11 @@ def test_every_check_is_shown_failing_on_a_real_image():
     shown |= {"runtime_toolchain", "ops_registered", "compiled_modules"}  # test_miniature.py
     shown |= {"pinned_versions"}  # test_a_pin_the_image_does_not_carry_fails_pinned_versions_only
     shown |= {"gpu_code", "gpu_coverage"}  # test_gpu_checks.py
-    assert shown == set(contract.CHECKS)
+    # Not yet on a real image, and why (each is shown failing in the unit test named):
+    not_yet = {
+        "page_alignment": "arm64 images only; the smoke's arm64 leg builds none yet (tests/unit/test_pagealign.py)"
+    }
+    assert shown == set(contract.CHECKS) - set(not_yet)
 
 
 @pytest.fixture(scope="module")
@@ -353,7 +359,7 @@ def test_a_pinned_nccl_is_locked_as_an_override_and_checked_in_the_image(pinned)
     nccl = [e for e in entries if e.name == "nvidia-nccl-cu12"]
     assert [(e.version, e.override) for e in nccl] == [(NCCL, True)]
     assert re.search(r"^\s+pass\s+pinned_versions", err, re.M), err[-3000:]
-    assert f"checks: {len(contract.CHECKS)} pass, 0 skip, 0 FAIL" in err
+    assert f"checks: {len(contract.CHECKS) - 1} pass, 1 skip, 0 FAIL" in err  # page_alignment: amd64
 
 
 def test_a_pin_the_image_does_not_carry_fails_pinned_versions_only(pinned, tmp_path):

@@ -21,7 +21,7 @@ NAMES = ("facts", "trees", "elf", "hygiene", "recipe", "os", "files", "gpucode")
 # besides _report.py (_dyn.py: the ELF dynamic section; _fork.py: one thing run in a forked child;
 # _cuda.py: the CUDA libraries in the image and what they report). Shared code lives there: a probe
 # runs as one text and cannot import another.
-IMAGE_NAMES = ("installed", "loads", "loaded", "starts", "privilege", "bytecode")
+IMAGE_NAMES = ("installed", "loads", "loaded", "starts", "privilege", "bytecode", "pagealign")
 PRELUDES = {
     "facts": ("_cuda",),
     "hygiene": ("_dyn",),
