@@ -7,9 +7,10 @@
 #     upgrade); elsewhere the distribution's own docker.io (+ docker-cli where it is split out);
 #   - a local OCI registry (Debian's docker-registry, distribution 2.8) on 127.0.0.1:5000;
 #   - debootstrap (the smoke target's base image is made from Debian's archive);
-#   - with K3_SETUP_ARM64=1 only: arm64 emulation for the smoke's linux/arm64 bases: Debian's
-#     qemu-user-static and binfmt-support, binfmt_misc mounted if it is not, and the qemu-aarch64
-#     handler registered (with the F flag, so containers and chroots of another root find the
+#   - linux/arm64 for the smoke (unless K3_SETUP_ARM64=0): mmdebstrap and arch-test (the smoke's
+#     arm64 bases), and on a non-arm64 host arm64 emulation: Debian's qemu-user-static and
+#     binfmt-support, binfmt_misc mounted if it is not, and the qemu-aarch64 handler registered in
+#     the kernel (with the F flag, so containers and chroots of another root find the
 #     interpreter); each step says what it did;
 #   - gcc and libc6-dev where no C compiler is (the smoke's stub driver library, the probe tests);
 #   - apache2-utils (htpasswd: the credential tests run a registry that requires a password);
@@ -174,15 +175,22 @@ if ! command -v debootstrap >/dev/null 2>&1; then
 fi
 start_registry
 
-# Emulated arm64, only when asked (K3_SETUP_ARM64=1): `build smoke-init --arm64` makes the smoke's
-# linux/arm64 bases with debootstrap under QEMU. It is not part of CI yet (issue 36: an emulated
-# debootstrap of the two bases took over 25 minutes here), so a plain setup leaves the kernel's
-# binfmt handlers alone. binfmt_misc is a kernel filesystem: mounted here when the machine did not
-# (a container often has the directory and nothing in it). update-binfmts registers what
-# qemu-user-static declares; Debian's entries carry the F flag, so the engine's containers use the
-# host's interpreter.
+# linux/arm64 for the smoke, by default (K3_SETUP_ARM64=0 skips it): `build smoke-init --arm64`
+# makes the smoke's linux/arm64 bases with mmdebstrap, whose packages' maintainer scripts run under
+# QEMU (docs/smoke.md has what that costs: minutes on a fresh machine, nothing once cached).
+# mmdebstrap needs arch-test to see that arm64 runs here. binfmt_misc is a kernel filesystem:
+# mounted here when the machine did not (a container often has the directory and nothing in it).
+# update-binfmts registers what qemu-user-static declares; Debian's entries carry the F flag, so
+# the engine's containers and a chroot of another root use the host's interpreter.
 arm64_ready() { [ -e /proc/sys/fs/binfmt_misc/qemu-aarch64 ] || [ "$(uname -m)" = aarch64 ]; }
-if [ "${K3_SETUP_ARM64:-0}" = 1 ] && ! arm64_ready; then
+if [ "${K3_SETUP_ARM64:-1}" = 1 ]; then
+  if ! command -v mmdebstrap >/dev/null 2>&1 || ! command -v arch-test >/dev/null 2>&1; then
+    need_root; apt_update_once
+    log "installing mmdebstrap and arch-test (the smoke's linux/arm64 bases)"
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends mmdebstrap arch-test >/dev/null
+  fi
+fi
+if [ "${K3_SETUP_ARM64:-1}" = 1 ] && ! arm64_ready; then
   need_root
   if ! command -v qemu-aarch64-static >/dev/null 2>&1 || ! command -v update-binfmts >/dev/null 2>&1; then
     apt_update_once
