@@ -69,6 +69,9 @@ def _mmdebstrap(runtime: Path, devel: Path, runtime_pkgs: list[str], extra: list
         '-o DPkg::Options::=dpkg -o DPkg::Chroot-Directory="$1" install ' + " ".join(extra)
     )
     cmd = [
+        # In a mount namespace of its own: the /proc, /sys and /dev mounts mmdebstrap makes in the
+        # root go with it however it ends (a killed run leaves none behind on the host).
+        *("unshare", "--mount", "--propagation", "private", "--"),
         "mmdebstrap",
         "--mode=root",
         "--variant=minbase",
@@ -97,6 +100,19 @@ def _mmdebstrap(runtime: Path, devel: Path, runtime_pkgs: list[str], extra: list
         if attempt == 2:
             raise BuildError(f"mmdebstrap --architectures={ARCH} of the smoke bases failed twice: {tail}")
         log.warn(f"mmdebstrap --architectures={ARCH} of the smoke bases failed; retrying: {tail}")
+    _finish_runtime(runtime, devel)
+
+
+def _finish_runtime(runtime: Path, devel: Path) -> None:
+    """The runtime root as mmdebstrap's cleanup would have left it (it was copied out before)."""
+    # While it runs, mmdebstrap keeps services from starting (a policy-rc.d that says no, a fake
+    # start-stop-daemon beside the real one) and undoes that in its cleanup, after the hooks: the
+    # runtime copy gets what the finished devel root has at those paths.
+    for rel in ("usr/sbin/policy-rc.d", "usr/sbin/start-stop-daemon", "usr/sbin/start-stop-daemon.REAL"):
+        if (devel / rel).is_file():
+            shutil.copy2(devel / rel, runtime / rel)
+        else:
+            (runtime / rel).unlink(missing_ok=True)
     for leftover in _MMDEBSTRAP_LEFTOVERS:
         (runtime / leftover).unlink(missing_ok=True)
     for cache in (runtime / "var" / "cache" / "apt").glob("*.bin"):
@@ -245,9 +261,10 @@ def with_platforms(matrix_text: str, bases: dict[str, dict]) -> str:
     doc = yaml.safe_load(body)
     index = {"build": bases["index"]["devel"], "runtime": bases["index"]["runtime"]}
     arm = bases[PLATFORM]
+    # Two copies of the index: one object twice would be written as a YAML anchor and alias.
     doc["targets"]["smoke"]["platforms"] = {
-        "linux/amd64": {"index": index},
-        PLATFORM: {"bases": {"build": arm["devel"], "runtime": arm["runtime"]}, "index": index},
+        "linux/amd64": {"index": dict(index)},
+        PLATFORM: {"bases": {"build": arm["devel"], "runtime": arm["runtime"]}, "index": dict(index)},
     }
     return header + "\n" + yaml.safe_dump(doc, sort_keys=False, width=4096)
 
