@@ -27,11 +27,20 @@ def note(what):
     with open(events, "a") as fh:
         fh.write(json.dumps({"who": me, "what": what, "t": time.monotonic()}) + "\n")
 
+def someone_waits():
+    # Another process is blocked on this state's lock: /proc/locks lists it with '->'.
+    ino = os.stat(os.path.join(os.environ["K3_CACHE_DIR"], "smoke-bases-test.yaml.lock")).st_ino
+    with open("/proc/locks") as fh:
+        return any("->" in line and f":{ino} " in line for line in fh)
+
 def make():
     note("make-start")
     if mode == "die":
         os.kill(os.getpid(), 9)  # dies holding the lock, state unwritten
-    time.sleep(1.5)
+    if mode == "hold":  # until the other process is blocked on the lock (however slow the machine)
+        deadline = time.monotonic() + 60
+        while not someone_waits() and time.monotonic() < deadline:
+            time.sleep(0.05)
     note("make-end")
     return {"runtime": f"reg/base:tag@sha256:{me}"}
 
@@ -68,8 +77,8 @@ def _wait_for(tmp_path: Path, what: str) -> None:
 
 
 def test_two_processes_make_once_and_the_second_reuses(tmp_path):
-    first = _start(tmp_path, "a")
-    _wait_for(tmp_path, "make-start")  # a holds the lock, inside make()
+    first = _start(tmp_path, "a", mode="hold")
+    _wait_for(tmp_path, "make-start")  # a holds the lock, inside make(), until b waits for it
     second = _start(tmp_path, "b")
     out_a, err_a = first.communicate(timeout=60)
     out_b, err_b = second.communicate(timeout=60)
