@@ -34,11 +34,6 @@ PLATFORM = "linux/arm64"
 MAKER = "mmdebstrap-1"
 
 
-def _served(engine: Engine, ref: str) -> bool:
-    name, digest = ref.split("@")
-    return engine.registry.serves(name.rsplit(":", 1)[0], digest)
-
-
 # What mmdebstrap's own cleanup removes from its output (cleanup/mmdebstrap, cleanup/reproducible),
 # done to the runtime root, which is copied out before that cleanup runs.
 _MMDEBSTRAP_LEFTOVERS = (
@@ -233,7 +228,7 @@ def arm64_bases(registry: str, engine: Engine, amd64: dict[str, str]) -> dict[st
             return refs
 
     def usable(refs: dict[str, str]) -> bool:
-        return set(refs) == set(smoke.BASES) and all(_served(engine, ref) for ref in refs.values())
+        return set(refs) == set(smoke.BASES) and all(smoke._served(engine, ref) for ref in refs.values())
 
     return smokecache.made_once("smoke-bases-arm64.yaml", registry, f"{recipe}-{MAKER}", usable, make)
 
