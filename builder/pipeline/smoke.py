@@ -49,7 +49,7 @@ from builder import log
 from builder.engine.buildx import Engine
 from builder.errors import BuildError, ConfigError
 from builder.fsutil import atomic_write, cache_dir
-from builder.pipeline import smokeos
+from builder.pipeline import smokecache, smokeos
 from builder.pipeline.smokeos import MIRROR, SUITE
 
 ASSETS = Path(__file__).resolve().parents[1] / "smoke_assets"
@@ -145,28 +145,6 @@ def _driver_stub(dest: Path) -> Path:
     return out
 
 
-def _stub_inside(rootfs: Path) -> Path:
-    """The stub libcuda.so.1 compiled by the root's own C compiler (another machine's: under QEMU)."""
-    shutil.copy2(ASSETS / "driver" / "libcuda_stub.c", rootfs / "tmp" / "libcuda_stub.c")
-    cmd = [
-        "cc",
-        "-shared",
-        "-fPIC",
-        "-O2",
-        "-Wl,-soname,libcuda.so.1",
-        "-o",
-        "/tmp/libcuda.so.1",
-        "/tmp/libcuda_stub.c",
-    ]
-    proc = subprocess.run(["chroot", str(rootfs), *cmd], capture_output=True, text=True)
-    if proc.returncode != 0:
-        raise BuildError(f"compiling the stub libcuda.so.1 in {rootfs} failed: {proc.stderr.strip()[-300:]}")
-    out = rootfs.parent / "libcuda.so.1"
-    shutil.move(rootfs / "tmp" / "libcuda.so.1", out)
-    (rootfs / "tmp" / "libcuda_stub.c").unlink()
-    return out
-
-
 def _install_stub(rootfs: Path, stub: Path, devel: bool) -> None:
     compat = rootfs / COMPAT_DIR.lstrip("/")
     compat.mkdir(parents=True, exist_ok=True)
@@ -177,9 +155,7 @@ def _install_stub(rootfs: Path, stub: Path, devel: bool) -> None:
         shutil.copy2(stub, stubs / "libcuda.so")
 
 
-def _debootstrap(
-    role: str, packages: list[str], dest: Path, stub: Path | None, attempts: int = 3, arch: str | None = None
-) -> Path:
+def _debootstrap(role: str, packages: list[str], dest: Path, stub: Path, attempts: int = 3) -> Path:
     """A minbase root filesystem as a tarball (apt caches and lists left out).
 
     Each base has its own package cache: two debootstraps writing one --cache-dir at once corrupt
@@ -187,12 +163,10 @@ def _debootstrap(
     it already downloaded (a mirror hiccup should not fail CI).
     """
     rootfs = dest / "rootfs"
-    # Another machine (arch, e.g. arm64: its second stage runs under QEMU, ci/setup.sh) has its own cache.
-    debs = cache_dir() / "debootstrap" / (f"{role}-{arch}" if arch else role)
+    debs = cache_dir() / "debootstrap" / role
     debs.mkdir(parents=True, exist_ok=True)
     cmd = [
         "debootstrap",
-        *([f"--arch={arch}"] if arch else []),
         "--variant=minbase",
         f"--include={','.join(packages)}",
         f"--cache-dir={debs}",
@@ -209,8 +183,13 @@ def _debootstrap(
             tail = (proc.stdout + proc.stderr).strip().splitlines()[-3:]
             raise BuildError(f"debootstrap of the {role} base failed {attempts} times: {' | '.join(tail)}")
         log.warn(f"debootstrap of the {role} base failed (attempt {attempt} of {attempts}); retrying")
-    _install_stub(rootfs, stub or _stub_inside(rootfs), devel=role == "devel")
-    tar_path = dest / "rootfs.tar"
+    _install_stub(rootfs, stub, devel=role == "devel")
+    return tarball(rootfs, dest / "rootfs.tar")
+
+
+def tarball(rootfs: Path, tar_path: Path) -> Path:
+    """``rootfs`` as an uncompressed tarball to import, apt's caches and package lists left out;
+    the directory is removed."""
     excluded = ("./var/cache/apt/archives/", "./var/lib/apt/lists/")
     with tarfile.open(tar_path, "w") as tar:
         tar.add(
@@ -222,31 +201,33 @@ def _debootstrap(
     return tar_path
 
 
+def _served(engine: Engine, ref: str) -> bool:
+    name, digest = ref.split("@")
+    return engine.registry.serves(name.rsplit(":", 1)[0], digest)
+
+
 def _bases(registry: str, engine: Engine) -> dict[str, str]:
-    """Pinned references of both bases; reused while the registry still serves them."""
-    state = cache_dir() / "smoke-bases.yaml"
-    known = yaml.safe_load(state.read_text()) if state.exists() else {}
-    known = known if isinstance(known, dict) else {}
-    mine = known.get(registry, {})
+    """Pinned references of both bases; reused while the registry still serves them. Made under
+    the machine-wide lock (smokecache): a second smoke-init waits, then reuses them."""
     recipe = _recipe()
-    if mine.get("recipe") == recipe and all(
-        engine.registry.serves(ref.split("@")[0].rsplit(":", 1)[0], ref.split("@")[1]) for ref in mine["refs"].values()
-    ):
-        return mine["refs"]
-    with tempfile.TemporaryDirectory(prefix="k3-smoke-") as tmp, ThreadPoolExecutor(2) as pool:
-        stub = _driver_stub(Path(tmp))
-        jobs = {}
-        for role, (_, packages) in BASES.items():
-            (Path(tmp) / role).mkdir()
-            jobs[role] = pool.submit(_debootstrap, role, packages, Path(tmp) / role, stub)
-        refs = {}
-        for role, (repo, _) in BASES.items():
-            tagged = f"{registry}/{repo}:{SUITE}-{recipe}"
-            digest = engine.import_and_push(jobs[role].result(), tagged)
-            refs[role] = f"{tagged}@{digest}"
-    known[registry] = {"recipe": recipe, "refs": refs}
-    atomic_write(state, yaml.safe_dump(known))
-    return refs
+
+    def make() -> dict[str, str]:
+        with tempfile.TemporaryDirectory(prefix="k3-smoke-") as tmp, ThreadPoolExecutor(2) as pool:
+            stub = _driver_stub(Path(tmp))
+            jobs = {}
+            for role, (_, packages) in BASES.items():
+                (Path(tmp) / role).mkdir()
+                jobs[role] = pool.submit(_debootstrap, role, packages, Path(tmp) / role, stub)
+            refs = {}
+            for role, (repo, _) in BASES.items():
+                tagged = f"{registry}/{repo}:{SUITE}-{recipe}"
+                refs[role] = f"{tagged}@{engine.import_and_push(jobs[role].result(), tagged)}"
+            return refs
+
+    def usable(refs: dict[str, str]) -> bool:
+        return set(refs) == set(BASES) and all(_served(engine, ref) for ref in refs.values())
+
+    return smokecache.made_once("smoke-bases.yaml", registry, recipe, usable, make)
 
 
 _GIT_ENV = {
