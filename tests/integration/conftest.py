@@ -4,8 +4,6 @@ pushed manifests are deleted from the registry and local tags from the engine at
 
 from __future__ import annotations
 
-import contextlib
-import fcntl
 import json
 import os
 import secrets
@@ -27,6 +25,7 @@ from builder.engine.buildx import DockerEngine
 from builder.engine.registry import Registry, split_ref
 from builder.records import attest
 from tests.conftest import REPO
+from tests.integration.enginelock import engine_hold
 
 REGISTRY = "127.0.0.1:5000"
 BUILD = str(REPO / ".venv" / "bin" / "build")
@@ -225,23 +224,6 @@ SLOWEST_FIRST = [
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     rank = {name: i for i, name in enumerate(SLOWEST_FIRST)} | {LAST: len(SLOWEST_FIRST) + 1}
     items.sort(key=lambda item: rank.get(Path(str(item.fspath)).name, len(SLOWEST_FIRST)))  # stable sort
-
-
-@contextlib.contextmanager
-def engine_hold(root: Path, exclusive: bool) -> Iterator[None]:
-    """A readers-writer lock across the test processes (flock on files under ``root``)."""
-    with open(root / "engine.turnstile", "a+") as turnstile, open(root / "engine.lock", "a+") as lock:
-        fcntl.flock(turnstile, fcntl.LOCK_EX)
-        try:
-            fcntl.flock(lock, fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH)
-        finally:
-            if not exclusive:
-                fcntl.flock(turnstile, fcntl.LOCK_UN)
-        try:
-            yield
-        finally:
-            fcntl.flock(lock, fcntl.LOCK_UN)
-            fcntl.flock(turnstile, fcntl.LOCK_UN)
 
 
 @pytest.fixture(scope="session")
