@@ -47,9 +47,15 @@ trap 'rm -rf "$side"' EXIT
 ) >"$side/out" 2>&1 &
 side_pid=$!
 
-step "pytest --integration tests/integration (static checks and unit tests beside it)"
+# The integration suite in K3_TEST_PROCESSES processes (pytest-xdist), whole files to a process
+# (--dist loadfile: a file's tests share its fixtures and run in its order), handed out slowest
+# file first (tests/integration/conftest.py, SLOWEST_FIRST; --no-loadscope-reorder keeps that
+# order). Each process makes its own smoke; the test that empties the build cache runs alone.
+processes=${K3_TEST_PROCESSES:-3}
+step "pytest --integration tests/integration, $processes processes (static checks and unit tests beside it)"
 integration=0
-"$bin/python" -m pytest --integration tests/integration -p no:cacheprovider --durations=25 || integration=$?
+"$bin/python" -m pytest --integration tests/integration -p no:cacheprovider --durations=25 \
+  -n "$processes" --dist loadfile --no-loadscope-reorder || integration=$?
 
 side_rc=0
 wait "$side_pid" || side_rc=$?

@@ -24,7 +24,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--arm64",
         action="store_true",
-        help="name linux/arm64 beside linux/amd64: bases made with debootstrap --arch arm64 (under QEMU "
+        help="name linux/arm64 beside linux/amd64: bases made with mmdebstrap --architectures=arm64 (under QEMU "
         "on an x86 machine), each joined with its amd64 base into one index",
     )
 

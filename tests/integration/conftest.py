@@ -13,14 +13,19 @@ import subprocess
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
+from builder.config import contract
+from builder.engine.buildx import DockerEngine
+from builder.engine.registry import Registry, split_ref
+from builder.records import attest
 from tests.conftest import REPO
+from tests.integration.enginelock import engine_hold
 
 REGISTRY = "127.0.0.1:5000"
 BUILD = str(REPO / ".venv" / "bin" / "build")
@@ -190,6 +195,50 @@ class Smoke:
         return work
 
 
+# --- several test processes (ci/check.sh runs pytest-xdist with --dist loadfile) ----------------
+# Each process makes its own smoke (its own registry repository, checkout and records), so tests
+# in different processes share only the engine, its build cache and the registry. One test empties
+# the engine's build cache (marked engine_exclusive): it runs while no other test does. The rest
+# hold the engine shared. A turnstile keeps the exclusive test from waiting behind an endless
+# stream of shared holders: once it queues, new shared holders queue behind it.
+
+# Files by their measured time (CI's --durations), slowest first: handed to the processes in this
+# order, so no long file starts last and leaves the others idle. Files not named keep their place
+# after them; LAST goes last (it empties the build cache: what follows it builds cold).
+LAST = "test_rebuilds_pruned.py"
+SLOWEST_FIRST = [
+    "test_app_layers.py",
+    "test_checks.py",
+    "test_rebuilds.py",
+    "test_compile_cache.py",
+    "test_secrets.py",
+    "test_miniature.py",
+    "test_faults.py",
+    "test_hostile_upstream.py",
+    "test_audit.py",
+    "test_gpu_checks.py",
+    "test_install.py",
+]
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    rank = {name: i for i, name in enumerate(SLOWEST_FIRST)} | {LAST: len(SLOWEST_FIRST) + 1}
+    items.sort(key=lambda item: rank.get(Path(str(item.fspath)).name, len(SLOWEST_FIRST)))  # stable sort
+
+
+@pytest.fixture(scope="session")
+def engine_locks(tmp_path_factory) -> Path:
+    """The directory every process of this run shares (xdist gives each its own basetemp below it)."""
+    root = tmp_path_factory.getbasetemp()
+    return root.parent if os.environ.get("PYTEST_XDIST_WORKER") else root
+
+
+@pytest.fixture(autouse=True)
+def _engine(request, engine_locks) -> Iterator[None]:
+    with engine_hold(engine_locks, exclusive=request.node.get_closest_marker("engine_exclusive") is not None):
+        yield
+
+
 @pytest.fixture(scope="session")
 def smoke(tmp_path_factory) -> Smoke:
     """The smoke target made for this machine, rendered and locked (not yet built)."""
@@ -206,8 +255,32 @@ def smoke(tmp_path_factory) -> Smoke:
 
 
 @pytest.fixture(scope="session")
-def built(smoke) -> tuple[Smoke, str]:
+def built(smoke, engine_locks) -> tuple[Smoke, str]:
     """The smoke target built once and pushed: (smoke, printed image reference)."""
-    r = cli("--matrix", str(smoke.matrix), "--target", "smoke")
+    with engine_hold(engine_locks, exclusive=False):  # a session fixture: set up outside any test's hold
+        r = cli("--matrix", str(smoke.matrix), "--target", "smoke")
     assert r.code == 0, r.err[-3000:]
     return smoke, r.out.strip().splitlines()[-1]
+
+
+def restore_registry(smoke: Smoke) -> None:
+    """The registry as the smoke's record says: its tag on the recorded digest, the recorded SBOM and
+    provenance attached. Other tests build into the same repository (variants under their own
+    tags, but a reproducible build lands on the same digest and attaches its own records)."""
+    record = json.loads(smoke.record.read_text())
+    name = f"{REGISTRY}/{smoke.repository}"
+    registry = DockerEngine().registry
+    manifest = registry.raw_manifest(name, record["digest"])
+    assert manifest is not None, f"the registry lost {name}@{record['digest']}"
+    host, repo = split_ref(name)
+    Registry(host).push_manifest(repo, "smoke", manifest.raw, manifest.media_type)
+    annotations = {contract.OCI_CREATED: contract.created_iso(record["source_date_epoch"])}
+    for kind, path in ((attest.SBOM_TYPE, "sbom.cdx.json"), (attest.PROVENANCE_TYPE, "provenance.intoto.json")):
+        registry.attach(name, record["digest"], kind, (smoke.record.parent / path).read_bytes(), annotations)
+
+
+@pytest.fixture()
+def pristine(built) -> tuple[Smoke, str]:
+    """``built``, with the registry put back as its record says (see restore_registry)."""
+    restore_registry(built[0])
+    return built

@@ -19,7 +19,14 @@ from builder.engine.registry import OCI_INDEX, Registry
 from builder.pipeline import imagediff
 from builder.records import provsign
 from tests.conftest import REPO
-from tests.integration.conftest import REGISTRY, cli
+from tests.integration.conftest import REGISTRY, cli, restore_registry
+
+
+@pytest.fixture(autouse=True)
+def _as_recorded(built) -> None:
+    """Each test audits the registry as the smoke's record says: tests in other files build into
+    the same repository, and one that reproduces the digest attaches its own SBOM/provenance."""
+    restore_registry(built[0])
 
 
 def _rows(stderr: str) -> dict[str, bool]:

@@ -1,4 +1,5 @@
-"""Never pay for the same inputs twice: no-op builds, label-only rebuilds, cache after a prune."""
+"""Never pay for the same inputs twice: no-op builds, label-only rebuilds (the cache after a prune:
+test_rebuilds_pruned.py)."""
 
 from __future__ import annotations
 
@@ -59,28 +60,6 @@ def test_expiry_change_rebuilds_only_the_last_layers(built, tmp_path):
         for x in (ref, new_ref)
     ]
     assert layers[0] == layers[1]
-
-
-def test_cache_from_the_registry_after_pruning_the_engine(built, tmp_path):
-    smoke, _ = built
-    work = smoke.variant(tmp_path / "cache", "cached")
-    image = re.search(r"registry: (\S+)", work.matrix.read_text()).group(1) + "/" + smoke.repository + ":cached"
-    first = cli(
-        "--matrix", str(work.matrix), "--target", "smoke", "--no-checks", "--force", "--cache-to", "type=inline"
-    )
-    assert first.code == 0, first.err[-2000:]
-    # An empty engine, as on a fresh runner: no build cache, no local copy of the image.
-    subprocess.run(["docker", "buildx", "prune", "-af"], capture_output=True, check=True)
-    subprocess.run(["docker", "image", "rm", "-f", image], capture_output=True)
-    again = cli("--matrix", str(work.matrix), "--target", "smoke", "--no-checks", "--force", "--cache-from", image)
-    assert again.code == 0, again.err[-2000:]
-    log = _latest_log(work.root)
-    assert not buildlog.ran(log), [s.stage for s in buildlog.ran(log)]
-    assert len([s for s in buildlog.steps(log) if s.instruction == "RUN" and s.cached]) >= 3
-    # and without the cache the same build does run them, so the count above means something
-    subprocess.run(["docker", "buildx", "prune", "-af"], capture_output=True, check=True)
-    cold = cli("--matrix", str(work.matrix), "--target", "smoke", "--no-checks", "--force")
-    assert cold.code == 0 and len(buildlog.ran(_latest_log(work.root))) >= 3
 
 
 def test_several_targets_at_once_with_one_summary(built, tmp_path):
