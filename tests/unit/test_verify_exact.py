@@ -521,3 +521,59 @@ def test_the_lock_row_counts_each_lock_s_entries(co):
     assert _rows(co)["lock hash-pinned"] == verify.Row(
         "lock hash-pinned", True, "2 runtime + 1 build entries, all hash-pinned"
     )
+
+
+# --- the rows not pinned above: one failing input each, the failing set and detail exactly ---------
+
+
+def _base_runtime_x(co: Checkout) -> dict[str, str]:
+    co.edit_sbom(
+        lambda d: next(c for c in d["components"] if c["bom-ref"] == "base:runtime").__setitem__("version", "x")
+    )
+    return {"image.json <-> SBOM": "SBOM base runtime x != image.json"}
+
+
+def _sbom_other_bytes(co: Checkout) -> dict[str, str]:
+    path = co.path(contract.SBOM_NAME)
+    path.write_text(path.read_text() + "\n")  # not re-recorded: a file of another build
+    return {"image.json <-> audit files": f"{contract.SBOM_NAME} differs from what image.json names"}
+
+
+def _recorded_dockerfile(co: Checkout) -> dict[str, str]:
+    df = contract.dockerfile_path(co.root, "smoke")
+    co.edit_record(lambda r: r.__setitem__("dockerfile_sha256", "f" * 64))
+    return {
+        "Dockerfile <-> image.json": f"Dockerfile sha256 {sha256_file(df)[:16]} != image.json ffffffffffffffff",
+        "image.json <-> provenance": "resolvedDependencies dockerfile "
+        f"{{'sha256': '{sha256_file(df)}'}} != image.json {{'sha256': '{'f' * 64}'}}",
+    }
+
+
+def _recorded_os_lock(co: Checkout) -> dict[str, str]:
+    path = co.path(contract.OS_LOCK_NAME)
+    co.edit_record(lambda r: r.__setitem__("os_lock_sha256", "f" * 64))
+    return {
+        "OS lock <-> image.json": f"{path.name} sha256 {sha256_file(path)[:16]} != image.json ffffffffffffffff",
+        "image.json <-> provenance": "resolvedDependencies os-lock "
+        f"{{'sha256': '{sha256_file(path)}'}} != image.json {{'sha256': '{'f' * 64}'}}",
+    }
+
+
+@pytest.mark.parametrize("tamper", [_base_runtime_x, _sbom_other_bytes, _recorded_dockerfile, _recorded_os_lock])
+def test_each_remaining_row_fails_alone_with_its_detail(co, tamper):
+    _exactly(co, {})  # the clean set: every row holds
+    _exactly(co, tamper(co))
+
+
+def test_the_registry_image_row_holds_and_fails_on_a_moved_tag(co):
+    digest, tag = _digest(co), co.target.image.tag
+    rows = _rows(co, registry=True)
+    assert rows["registry: image"] == verify.Row(
+        "registry: image", True, f"serves {digest[:19]}; tag {tag} points at it"
+    )
+    moved = co.engine.registry.push(co.target.image.name, tag, {"architecture": "amd64"}, [b"other"])
+    _exactly(
+        co,
+        {"registry: image": f"tag {tag} now points at {moved}, image.json says {digest}"},
+        registry=True,
+    )
