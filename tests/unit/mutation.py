@@ -62,8 +62,13 @@ TESTS: dict[str, tuple[str, ...]] = {
     "records.verify": ("test_verify_rows.py", "test_records.py"),
     "records.provsign": ("test_provsign.py", "test_dsse_more.py", "test_attest.py", "test_verify_rows.py"),
     "records.store": ("test_records.py", "test_store_more.py", "test_journal_order.py"),
-    "checks.secretscan": ("test_secretscan.py", "test_secretscan_props.py", "test_secretscan_scan.py"),
-    "deps.oslock": ("test_oslock.py", "test_oslock_more.py"),
+    "checks.secretscan": (
+        "test_secretscan.py",
+        "test_secretscan_props.py",
+        "test_secretscan_scan.py",
+        "test_secretscan_exact.py",
+    ),
+    "deps.oslock": ("test_oslock.py", "test_oslock_more.py", "test_oslock_exact.py"),
 }
 
 KILLED = {1, 3, 36, 24, -24, 152, 255, 37}  # a failing test, pytest's internal error, a timeout, a type check
