@@ -187,3 +187,63 @@ def test_a_secret_after_the_end_of_a_layer_is_reported_through_the_image_scan():
     assert hit == secretscan.Hit(_digest(layer), "", "after the end of the archive")
     # the message names the layer and where in it, not the image config (a blob that is no layer)
     assert hit.describe() == f"layer {_digest(layer)[:19]}, after the end of the archive (bytes no file holds)"
+
+
+# --- what the image scan walks past and what it reads (mutation survivors of the first run) -------
+
+
+def test_a_clean_pax_record_is_not_a_hit():
+    # Only a record whose key or value holds the secret counts: an xattr without it is no finding.
+    log.register_secret(SECRET.decode())
+    layer = _layer([_member("opt/k3/x", b"clean", pax_headers={"SCHILY.xattr.user.k3": "clean-value"})])
+    assert secretscan.find_in_archive(_saved([layer]), secretscan.needles()) is None
+    leak = _layer([_member("opt/k3/x", b"clean", pax_headers={"SCHILY.xattr.user.k3": SECRET.decode()})])
+    assert secretscan.find_in_layer(io.BytesIO(leak), secretscan.needles()) == ("opt/k3/x", "PAX record")
+
+
+def _archive(members: list[tuple[tarfile.TarInfo, bytes]]) -> io.BytesIO:
+    return io.BytesIO(_layer(members, tarfile.USTAR_FORMAT))
+
+
+def test_directories_of_the_image_archive_are_walked_past_not_an_end():
+    # `docker save` writes blobs/ and blobs/sha256/ as directory entries before the blobs
+    log.register_secret(SECRET.decode())
+    leak = _files({"opt/k3/leak": SECRET})
+    archive = _archive(
+        [
+            _member("blobs", type=tarfile.DIRTYPE),
+            _member("blobs/sha256", type=tarfile.DIRTYPE),
+            _member("blobs/sha256/" + _digest(leak)[7:], leak),
+        ]
+    )
+    assert secretscan.find_in_archive(archive, secretscan.needles()) == secretscan.Hit(
+        _digest(leak), "opt/k3/leak", "content"
+    )
+
+
+def test_a_skipped_base_layer_before_ours_does_not_end_the_scan():
+    log.register_secret(SECRET.decode())
+    base = _files({"etc/base": SECRET})
+    leak = _files({"opt/k3/leak": SECRET})
+    skip = frozenset({_digest(base)})
+    assert secretscan.find_in_archive(_saved([base, leak]), secretscan.needles(), skip) == secretscan.Hit(
+        _digest(leak), "opt/k3/leak", "content"
+    )
+
+
+def test_a_blob_that_starts_as_an_empty_tar_is_a_layer_and_what_follows_is_after_its_end():
+    # the first 512 bytes decide: one zero block is an (empty) tar, so bytes after it are a
+    # layer's bytes after its end-of-archive, not a plain blob's
+    log.register_secret(SECRET.decode())
+    blob = b"\0" * 512 + SECRET
+    archive = _archive([_member("blobs/sha256/" + _digest(blob)[7:], blob)])
+    assert secretscan.find_in_archive(archive, secretscan.needles()) == secretscan.Hit(
+        _digest(blob), "", "after the end of the archive"
+    )
+
+
+def test_nothing_is_carried_between_reads_but_the_stream_s_own_bytes(monkeypatch):
+    # a one-byte value keeps no overlap: each read is searched alone, with nothing invented
+    monkeypatch.setattr(secretscan, "_CHUNK", 1)
+    assert _find(b"abcd", [b"X"]) is None
+    assert _find(b"abXd", [b"X"]) == b"X"
