@@ -14,7 +14,7 @@ from builder.deps import oslock
 from builder.deps.lock import BODY_HEADER, INPUT_HEADER
 from builder.errors import LockError
 from builder.fsutil import sha256_bytes
-from tests.unit.test_oslock import _cu129
+from tests.unit.test_oslock import _cu129, _out, _parse
 
 GOOD = (
     "libnuma1 2.0.16-1 amd64 http://deb.debian.org/debian/pool/main/n/numactl/libnuma1_2.0.16-1_amd64.deb "
@@ -153,3 +153,27 @@ def test_a_garbled_lock_is_one_line_on_stderr_and_exit_2(tmp_path, monkeypatch, 
     assert info.value.code == 2
     err = capsys.readouterr().err
     assert err == f"error: {path}:4: {MESSAGE}{bad[:60]!r}\n"
+
+
+# --- the archive index's Filename, exactly (what the error shows) -------------------------------------
+
+GOOD_POOL = "pool/main/n/numactl/numactl_2.0.14-3ubuntu2_amd64.deb"
+WHERE = "targets.cu129.os_packages"
+
+
+@pytest.mark.parametrize(
+    ("filename", "shown"),
+    [
+        ("dists/x.deb", "dists/x.deb"),
+        ("pool/" + "d" * 70 + " .deb", ("pool/" + "d" * 70 + " .deb")[:60]),  # cut at 60 characters
+        (None, ""),  # no Filename field at all
+    ],
+    ids=["not-pool", "long", "missing"],
+)
+def test_a_bad_index_filename_is_shown_exactly_cut_at_sixty(filename, shown):
+    line = f"K3-PKG Filename: {GOOD_POOL}\n"
+    out = _out().replace(line, "" if filename is None else f"K3-PKG Filename: {filename}\n")
+    with pytest.raises(LockError) as err:
+        _parse(out)
+    assert err.value.message == f"{WHERE}: numactl: unexpected Filename {shown!r} in the index"
+    assert err.value.exit_code == 2
