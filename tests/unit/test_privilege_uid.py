@@ -169,3 +169,24 @@ def test_the_group_bits_apply_to_a_member_of_the_group_not_the_others_bits(world
     assert found["writable"] == [_entry(others)]
     assert _entry(rx) not in found["writable"] and _entry(wider) not in found["writable"]
     assert found["count"] == 1
+
+
+def test_path_is_split_on_colons_and_a_path_seen_before_does_not_end_a_listing(world):
+    # PATH lists a missing directory first; one of PATH's directories holds a sys.path directory,
+    # walked (and seen) first: the listing goes on past it to the writable tool after it
+    bin_dir = _make(world / "bin", 0o755, directory=True)
+    _make(bin_dir / "alib", 0o755, directory=True)  # on sys.path too: seen before PATH is walked
+    _make(bin_dir / "alib" / "m.py", 0o644)
+    tool = _make(bin_dir / "tool", 0o777)
+    env = {"PYTHONPATH": str(bin_dir / "alib"), "PATH": f"{world / 'missing'}:{bin_dir}"}
+    found = _probe({"roots": [], "caches": ""}, env, world)
+    assert found["writable"] == [_entry(tool)]
+    assert found["scanned"] > 4  # every path looked at is counted (the standard library's too)
+
+
+def test_writable_findings_are_capped_at_the_limit_and_all_counted(world):
+    site = _make(world / "site", 0o755, directory=True)
+    for i in range(203):
+        _make(site / f"m{i:03}.py", 0o666)
+    found = _probe({"roots": [], "caches": ""}, {"PYTHONPATH": str(site), "PATH": ""}, world)
+    assert (len(found["writable"]), found["count"]) == (200, 203)

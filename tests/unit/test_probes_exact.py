@@ -96,7 +96,8 @@ def test_each_bad_search_path_entry_of_an_elf_file_is_named(tree):
     tmp, prefix, build = tree
     there = tmp / "usr" / "lib"
     there.mkdir(parents=True)
-    rpath = f"lib/rel:{build}/wheels:{tmp}/nowhere::{there}:$ORIGIN/../gone:${{ORIGIN}}/x:$LIB/y"
+    # $ORIGIN, ${ORIGIN} and other $ tokens pass, and the entries after them are still judged
+    rpath = f"$ORIGIN/../gone:lib/rel:${{ORIGIN}}/x:{build}/wheels:$LIB/y:{tmp}/nowhere::{there}"
     old = cc(prefix / "lib" / "old.so", rpath=rpath)
     new = cc(prefix / "lib" / "new.so", runpath=f"{build}:./here:{there}")
     found = _hyg(prefix, [str(build)])
