@@ -190,3 +190,15 @@ def test_writable_findings_are_capped_at_the_limit_and_all_counted(world):
         _make(site / f"m{i:03}.py", 0o666)
     found = _probe({"roots": [], "caches": ""}, {"PYTHONPATH": str(site), "PATH": ""}, world)
     assert (len(found["writable"]), found["count"]) == (200, 203)
+
+
+def test_a_sys_path_directory_inside_another_does_not_end_the_outer_listing(world):
+    # site/inner is on sys.path before site: walking site, its (already seen) inner directory
+    # comes before the files beside it, which are still judged
+    site = _make(world / "site", 0o755, directory=True)
+    _make(site / "inner", 0o755, directory=True)
+    _make(site / "inner" / "m.py", 0o644)
+    late = _make(site / "z.py", 0o666)
+    env = {"PYTHONPATH": f"{site / 'inner'}:{site}", "PATH": ""}
+    found = _probe({"roots": [], "caches": ""}, env, world)
+    assert found["writable"] == [_entry(late)]
