@@ -39,12 +39,14 @@ class Hit:
     """Where a secret was found: the blob (``sha256:...``), and in a layer the member and how."""
 
     blob: str
-    path: str  # the member's path in the layer; "" for a blob that is not a layer (the config)
+    path: str  # the member's path in the layer; "" for a blob that is not a layer (the config) or past a layer's end
     where: str  # "content", "name", "link target", "PAX record" or "blob"
 
     def describe(self) -> str:
-        if not self.path:
+        if self.where == "blob":
             return f"blob {self.blob[:19]} (the image config: env, labels or history)"
+        if not self.path:  # a layer's bytes after its end-of-archive: no file holds them
+            return f"layer {self.blob[:19]}, {self.where} (bytes no file holds)"
         shown = "/" + self.path.removeprefix("./").lstrip("/")
         return f"layer {self.blob[:19]}, file {log.shown(shown, 200)} ({self.where})"
 

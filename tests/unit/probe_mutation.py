@@ -29,15 +29,24 @@ PROBES = REPO / "builder" / "checks" / "probes"
 # probe:function -> the unit tests that run it. The rules each check relies on.
 _ELF = (
     "tests/unit/test_elf_ld.py",
+    "tests/unit/test_elf_exact.py",
     "tests/unit/test_probes.py::test_elf_resolves_runpath_origin_and_reports_what_nothing_provides",
 )
 _HYGIENE = (
     "tests/unit/test_probes_more.py",
+    "tests/unit/test_probes_exact.py",
     "tests/unit/test_probes.py::test_hygiene_finds_dangling_links_links_into_build_paths_and_named_build_paths",
 )
 _TREES = (
     "tests/unit/test_probes_more.py",
+    "tests/unit/test_probes_exact.py",
     "tests/unit/test_probes.py::test_trees_imports_every_module_and_names_what_fails",
+)
+# The least-privilege probe as an unprivileged user (as root every "can write" is yes, so its rules
+# would hide); test_privilege_uid.py skips unless run as root, which it needs to become uid 65534.
+_PRIVILEGE = (
+    "tests/unit/test_privilege_uid.py",
+    "tests/unit/test_checks_image.py::test_least_privilege_finds_set_id_files_and_paths_the_user_can_write",
 )
 SCOPE = {
     "elf:search": _ELF,
@@ -46,6 +55,11 @@ SCOPE = {
     "hygiene:under": _HYGIENE,
     "hygiene:scanned": _HYGIENE,
     "hygiene:main": _HYGIENE,
+    "hygiene:search_paths": _HYGIENE,
+    "privilege:writable": _PRIVILEGE,
+    "privilege:cache_problem": _PRIVILEGE,
+    "privilege:caches": _PRIVILEGE,
+    "privilege:main": _PRIVILEGE,
     "trees:modules_of": _TREES,
     "trees:skipped": _TREES,
 }

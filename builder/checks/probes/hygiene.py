@@ -33,7 +33,8 @@ def pattern(build_roots):
 
 
 def under(path, build_roots):
-    return any(path == r or path.startswith(r.rstrip("/") + "/") for r in build_roots)
+    # a root given as "/build/" is "/build" too: the root itself, not only what is below it
+    return any(path == r.rstrip("/") or path.startswith(r.rstrip("/") + "/") for r in build_roots)
 
 
 def scanned(path, name):
