@@ -19,6 +19,10 @@ A hit names the blob and the file; the caller refuses the image before anything 
 
 What this cannot see: a value the step transformed first (base64, split, reversed, encrypted, or
 compressed inside a file: a zip, a wheel, a gzip). The threat model (docs/guarantees.md) says so.
+Not searched: a member's padding up to its 512-byte block and the header bytes no field names.
+BuildKit writes a layer's tar from the filesystem a step left, so a build step chooses files,
+names, links, modes, owners and extended attributes (all searched above), never those bytes; a
+raw search of every byte would also match a short all-digit value in the headers' octal fields.
 """
 
 from __future__ import annotations
