@@ -4,9 +4,9 @@
 # --strict: a broken link or a page missing from the nav fails), then the whole test suite.
 # Arguments go to pytest (`ci/check.sh tests/unit` for the fast suite alone).
 #
-# With no arguments (CI), the static checks and the unit suite run beside the integration suite:
-# the integration tests spend most of their time waiting on BuildKit, the registry and PyPI, so
-# on a 2-core machine the single-threaded static checks and unit tests fit in the gaps (measured:
+# With no arguments (CI), the static checks and the unit suite run beside the integration suite
+# (itself in a few processes): the integration tests spend most of their time waiting on BuildKit,
+# the registry and PyPI, so on a 2-core machine the rest fits in the gaps (measured:
 # CONTRIBUTING.md, "CI time"). Each side's output is printed whole, one after the other, and the
 # run fails if either side failed. ruff runs first and alone: a lint error stops the run at once.
 set -euo pipefail
