@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from builder import log
+from builder.config import contract
 
 
 @pytest.fixture(autouse=True)
@@ -13,3 +16,14 @@ def _no_registered_secrets(monkeypatch):
     so a value one test registers (a netrc line, a word such as "vllm") would otherwise be redacted
     out of every later test's messages, depending on the order the tests run in."""
     monkeypatch.setattr(log, "_secrets", set())
+
+
+@pytest.fixture()
+def old_set(tmp_path) -> Path:
+    """A record set on disk (SBOM, provenance, record), each file "old <name>\\n": what the
+    journal tests (test_journal_order.py, test_store_exact.py) write a new set over."""
+    directory = tmp_path / "locks"
+    directory.mkdir()
+    for name in (contract.SBOM_NAME, contract.PROVENANCE_NAME, contract.RECORD_NAME):
+        (directory / name).write_text(f"old {name}\n")
+    return directory

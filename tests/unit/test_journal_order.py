@@ -23,7 +23,7 @@ from builder.errors import HostResources
 from builder.records import store
 
 NAMES = (contract.SBOM_NAME, contract.PROVENANCE_NAME, contract.RECORD_NAME)
-OLD = {n: f"old {n}\n" for n in NAMES}
+OLD = {n: f"old {n}\n" for n in NAMES}  # what the old_set fixture (conftest.py) holds
 NEW = {n: f"new {n}\n" for n in NAMES}
 # What write_set renames, in order: each pending file into place (the record's last), the
 # marker into place (the commit point), then each pending file over its final name, record last.
@@ -68,15 +68,6 @@ class Journal:
 
         monkeypatch.setattr(os, "replace", replace)
         monkeypatch.setattr(store, "_fsync_dir", fsync_dir)
-
-
-@pytest.fixture()
-def old_set(tmp_path) -> Path:
-    directory = tmp_path / "locks"
-    directory.mkdir()
-    for name, text in OLD.items():
-        (directory / name).write_text(text)
-    return directory
 
 
 def test_the_renames_in_order_record_last_and_the_marker_between(old_set, monkeypatch):

@@ -26,7 +26,7 @@ from builder.records import store
 
 SBOM, PROV, RECORD = contract.SBOM_NAME, contract.PROVENANCE_NAME, contract.RECORD_NAME
 NAMES = (SBOM, PROV, RECORD)
-OLD = {n: f"old {n}\n" for n in NAMES}
+OLD = {n: f"old {n}\n" for n in NAMES}  # what the old_set fixture (conftest.py) holds
 NEW = {n: f"new {n}\n" for n in NAMES}
 MARKER = store.COMMIT_MARKER
 P = store.PENDING
@@ -110,15 +110,6 @@ class Steps:
 
 def files(directory: Path) -> dict[str, str]:
     return {p.name: p.read_text() for p in sorted(directory.iterdir())}
-
-
-@pytest.fixture()
-def old_set(tmp_path) -> Path:
-    directory = tmp_path / "locks"
-    directory.mkdir()
-    for name, text in OLD.items():
-        (directory / name).write_text(text)
-    return directory
 
 
 def test_write_set_makes_exactly_these_steps_in_this_order(old_set, monkeypatch):

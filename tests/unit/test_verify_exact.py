@@ -322,9 +322,10 @@ def test_the_render_row_names_the_drift(co):
     )
 
 
-def _lock_error(path) -> str:
+def _read_error(read, path) -> str:
+    """The one-line error ``read`` (the lock's or the OS lock's reader) gives for ``path``."""
     try:
-        lock.read_entries(path)
+        read(path)
     except BuilderError as exc:
         return exc.message
     raise AssertionError(f"{path} reads")
@@ -336,26 +337,18 @@ def test_the_lock_row_names_the_lock_s_own_error(co):
     _exactly(
         co,
         {
-            "lock hash-pinned": _lock_error(path),
+            "lock hash-pinned": _read_error(lock.read_entries, path),
             "lock <-> image.json": f"{path.name} sha256 {sha256_file(path)[:16]} != image.json "
             f"{co.record()['build_lock_sha256'][:16]}",
         },
     )
 
 
-def _os_lock_error(path) -> str:
-    try:
-        oslock.read(path)
-    except BuilderError as exc:
-        return exc.message
-    raise AssertionError(f"{path} reads")
-
-
 def test_the_os_lock_rows_name_the_lock_s_own_error_and_the_recorded_hash(co):
     path = co.path(contract.OS_LOCK_NAME)
     recorded = co.record()["os_lock_sha256"]
     path.write_text(path.read_text().replace("numactl 2.0.16-1", "numactl 2.0.16-9", 1))
-    why = _os_lock_error(path)
+    why = _read_error(oslock.read, path)
     _exactly(
         co,
         {
@@ -468,7 +461,7 @@ def test_a_damaged_lock_the_record_names_fails_the_record_row_with_the_lock_s_er
     path = co.path(contract.LOCK_NAME)
     path.write_text(path.read_text().replace("==", "== ", 1))  # its body no longer matches its header
     co.edit_record(lambda r: r.__setitem__("lock_sha256", sha256_file(path)))  # ...and re-recorded
-    why = _lock_error(path)
+    why = _read_error(lock.read_entries, path)
     failing = {r.check: r.detail for r in co.rows() if not r.ok}
     assert failing["lock hash-pinned"] == why
     assert failing["lock <-> image.json"] == why
