@@ -202,3 +202,25 @@ def test_a_sys_path_directory_inside_another_does_not_end_the_outer_listing(worl
     env = {"PYTHONPATH": f"{site / 'inner'}:{site}", "PATH": ""}
     found = _probe({"roots": [], "caches": ""}, env, world)
     assert found["writable"] == [_entry(late)]
+
+
+def test_a_cache_on_or_holding_a_sys_path_or_path_entry_that_does_not_exist_yet_is_refused(world):
+    """Made later, such an entry is importable or run from the moment the cache creates it."""
+    _make(world / "open", 0o777, directory=True)
+    future_site = world / "open" / "site"  # on sys.path, not made yet: the user could make it
+    future_bin = world / "open" / "bin"
+    env = {
+        "PYTHONPATH": str(future_site),
+        "PATH": str(future_bin),
+        "K3_CACHE_SITE": str(future_site / "cache"),
+        "K3_CACHE_BIN": str(future_bin),
+        "K3_CACHE_ABOVE": str(world / "open"),
+        "K3_CACHE_BESIDE": str(world / "open" / "cache"),
+    }
+    found = _probe({"roots": [], "caches": "K3_CACHE_.*"}, env, world)
+    assert found["caches"] == {
+        "K3_CACHE_ABOVE": [str(world / "open"), f"holds the sys.path or PATH directory {future_bin}"],
+        "K3_CACHE_BESIDE": [str(world / "open" / "cache"), None],
+        "K3_CACHE_BIN": [str(future_bin), f"is on sys.path or PATH ({future_bin})"],
+        "K3_CACHE_SITE": [str(future_site / "cache"), f"is on sys.path or PATH ({future_site})"],
+    }

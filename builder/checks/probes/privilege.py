@@ -5,8 +5,9 @@ directory and what it holds) is writable by this user: write access by mode for 
 its groups, or owned by it (an owner can chmod). Each cache directory the environment names (a
 variable whose name matches the request's pattern: CUDA_CACHE_PATH, TRITON_CACHE_DIR, XDG_CACHE_HOME)
 is an absolute path this user can write (or create: its nearest existing ancestor is a directory it
-can write), neither on nor holding a sys.path or PATH directory: what lands in a cache must not be
-importable or run. Request: {"roots": [...], "caches": "<regex of the variable names>"}.
+can write), neither on nor holding a sys.path or PATH entry (one that does not exist yet too):
+what lands in a cache must not be importable or run.
+Request: {"roots": [...], "caches": "<regex of the variable names>"}.
 """
 
 import os
@@ -78,7 +79,10 @@ def main(req):
                 if not stat.S_ISLNK(st.st_mode) and writable(path, st, uid):
                     out["writable"].append([path, oct(st.st_mode & 0o7777), st.st_uid, st.st_gid])
     out["scanned"] = len(seen)
-    out["caches"] = caches(req.get("caches"), sorted({os.path.realpath(p) for p in py + path_dirs}))
+    # Every entry, made or not: a cache directory created later at a sys.path or PATH entry that
+    # does not exist yet is importable or run from the moment it exists.
+    entries = [p for p in sys.path if p] + [p for p in os.environ.get("PATH", "").split(":") if p]
+    out["caches"] = caches(req.get("caches"), sorted({os.path.realpath(p) for p in entries}))
     out["count"] = len(out["writable"]) + len(out["setid"]) + sum(1 for _, why in out["caches"].values() if why)
     out["writable"] = out["writable"][:LIMIT]
     return out
