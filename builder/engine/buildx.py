@@ -70,6 +70,7 @@ class BuildRequest:
     attest: bool = False  # BuildKit provenance + SBOM attestations (not on the docker driver)
     cache_from: tuple[str, ...] = ()  # buildx --cache-from specs (a bare ref means type=registry)
     cache_to: str | None = None  # buildx --cache-to spec, e.g. type=inline or type=registry,ref=...,mode=max
+    platform: str | None = None  # buildx --platform (one "os/arch"; None: the builder's own)
 
 
 @dataclass(frozen=True)
@@ -294,6 +295,7 @@ class DockerEngine:
             sbom=True if req.attest else None,
             cache_from=[_cache_spec(spec) for spec in req.cache_from] or None,
             cache_to=_cache_spec(req.cache_to) if req.cache_to else None,
+            platforms=[req.platform] if req.platform else None,
             progress="plain",
             stream_logs=True,
         )

@@ -1,0 +1,121 @@
+"""One build, one image index: a target that names platforms (builder/config/platforms.py) is built
+once per platform and published as one OCI image index under its tag.
+
+Each platform goes through the whole one-image build on its own (builder/pipeline/build.py
+``_build``, with that platform's Dockerfile, locks and input key): built with ``--platform``
+(emulated where the builder is another machine), scanned, pushed as ``<tag>-<os>-<arch>``,
+checked, and recorded in ``locks/<target>/<os>-<arch>/``. A platform whose inputs are unchanged
+and whose manifest the registry still serves is up to date on its own, so an arm64-only change
+leaves the amd64 manifest (and its digest) alone. Only once every platform is recorded is the
+index pushed under the target's tag, its provenance (subjects: the index and every manifest)
+signed and attached, and ``locks/<target>/image.json`` (builder/records/index.py) written with it
+as one record set.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from builder import log
+from builder.config import contract
+from builder.config.options import BuildOptions
+from builder.engine.buildx import Engine
+from builder.errors import RecordError
+from builder.pipeline.plan import Plan
+from builder.records import artifacts, index
+from builder.records import store as records
+
+
+@dataclass(frozen=True)
+class IndexResult:
+    record: index.IndexRecord
+    changed: bool  # a new index digest (or a new record of it)
+    up_to_date: bool  # every platform up to date and the index as recorded, served under the tag
+    platforms: list[Any]  # each platform's build.Outcome, in the matrix's order
+    seconds: float
+
+
+def build_index(plan: Plan, engine: Engine, options: BuildOptions, build_one: Callable[..., Any]) -> IndexResult:
+    """Every platform built (or up to date) with ``build_one`` (pipeline.build._build), then the index."""
+    started, target = time.monotonic(), plan.target
+    record_path = plan.record_dir / contract.RECORD_NAME
+    previous = _previous(plan)  # a damaged index record stops the build before anything runs
+    outcomes: list[Any] = []
+    for pp in plan.platform_plans():
+        log.info(f"{target.name}: platform {pp.platform} ({len(outcomes) + 1} of {len(target.platforms)})")
+        outcomes.append(build_one(pp, engine, options))
+    manifests = {str(pp.platform): o.digest for pp, o in zip(plan.platform_plans(), outcomes, strict=True)}
+    with log.step(f"{target.name}: image index of {', '.join(manifests)} under {target.image.tagged}"):
+        if previous is not None and _index_current(plan, engine, previous, manifests):
+            log.info(f"    up to date: {previous.image} (the same manifests, served under the tag)")
+            result = IndexResult(previous, False, all(o.up_to_date for o in outcomes), outcomes, 0.0)
+        else:
+            record = _publish(plan, engine, manifests)
+            changed = previous is None or previous.digest != record.digest
+            result = IndexResult(record, changed, False, outcomes, 0.0)
+    log.info(f"    {result.record.image} recorded in {record_path}")
+    return dataclasses.replace(result, seconds=time.monotonic() - started)
+
+
+def _previous(plan: Plan) -> index.IndexRecord | None:
+    """The committed index record; a one-image record there (from before the target named
+    platforms) is no index: replaced, said so. A damaged one is refused (exit 2)."""
+    path = plan.record_dir / contract.RECORD_NAME
+    if index.kind_of(path) == "image":
+        records.read(path)  # damaged: refused like any record; a readable one is replaced below
+        log.info(f"    {path}: a one-image record; the index record replaces it (git keeps the old one)")
+        return None
+    previous = index.read(path)
+    if previous is not None:
+        problems = index.set_problems(plan.root, previous)
+        if problems:
+            raise RecordError(
+                f"{path}: the index record set does not hold: {'; '.join(problems)}; "
+                f"`build verify --target {plan.target.name}` explains; restore the files from git"
+            )
+    return previous
+
+
+def _index_current(plan: Plan, engine: Engine, previous: index.IndexRecord, manifests: dict[str, str]) -> bool:
+    """The recorded index names these manifests, the tag points at it and its provenance is attached."""
+    if previous.manifests() != manifests or previous.tag != plan.target.image.tag:
+        return False
+    name = plan.target.image.name
+    if engine.registry.resolve_digest(plan.target.image.tagged) != previous.digest:
+        return False
+    if any(
+        previous.platforms[p] != index.platform_entry(plan.root, plan.target.name, p, d) for p, d in manifests.items()
+    ):
+        return False  # a platform's record was written again (same digest): the index record names its bytes
+    attached = engine.registry.referrers(name, previous.digest).get(artifacts.PROVENANCE_TYPE)
+    return attached == (plan.record_dir / index.PROVENANCE_NAME).read_bytes()
+
+
+def _publish(plan: Plan, engine: Engine, manifests: dict[str, str]) -> index.IndexRecord:
+    """Push the index under the tag, sign and attach its provenance, write its record set."""
+    from builder.pipeline import publish
+    from builder.records import provsign
+
+    target, name = plan.target, plan.target.image.name
+    digest = engine.registry.push_index(name, target.image.tag, manifests)
+    log.info(f"    pushed {name}@{digest} under {target.image.tagged}")
+    record = index.IndexRecord(
+        target=target.name,
+        image=f"{name}@{digest}",
+        digest=digest,
+        tag=target.image.tag,
+        platforms={p: index.platform_entry(plan.root, target.name, p, d) for p, d in manifests.items()},
+        build={},
+    )
+    prov_text = provsign.envelope(index.statement(target, plan.root, record), publish.provenance_signer(plan))
+    first = records.read(plan.platform_plans()[0].record_dir / contract.RECORD_NAME)
+    epoch = first.source_date_epoch if first else 0
+    annotations = {contract.OCI_CREATED: contract.created_iso(epoch)}
+    engine.registry.attach(name, digest, artifacts.PROVENANCE_TYPE, prov_text.encode(), annotations)
+    final = dataclasses.replace(record, build={"provenance_sha256": index.provenance_sha256(prov_text)})
+    records.write_set(plan.record_dir, {index.PROVENANCE_NAME: prov_text, contract.RECORD_NAME: final.to_json()})
+    return final
