@@ -32,13 +32,14 @@ from builder.config.platforms import slug
 from builder.deps import lock, oslock
 from builder.dockerfile import compilecache, render
 from builder.engine.buildx import Engine
-from builder.errors import RecordError
+from builder.errors import CheckFailed, RecordError
 from builder.fsutil import atomic_write, sha256_bytes
 from builder.pipeline import publish, publishindex
 from builder.pipeline.context import BuildContext, Prepared, prepare, run_engine
 from builder.pipeline.plan import LockSet, Plan
 from builder.pipeline.reproduce import Reproduction, reproduce
 from builder.pipeline.targetlock import prune, target_lock
+from builder.records import index
 from builder.records import store as records
 from builder.source import pinned as source
 
@@ -103,8 +104,14 @@ def render_all(matrix: Matrix, names: list[str], *, check: bool) -> dict[str, st
 
 
 def recorded_image(plan: Plan) -> str:
-    """The image ``plan``'s record names (for test, doctor, compare without --image)."""
-    record = records.read(contract.record_path(plan.root, plan.target.name))
+    """The image ``plan``'s record names (for test, doctor, compare without --image): of a target
+    built into an image index, the index (doctor picks the host's platform from it)."""
+    path = plan.record_dir / contract.RECORD_NAME
+    if plan.indexed and index.kind_of(path) == contract.INDEX_KIND:
+        found = index.read(path)
+        assert found is not None  # kind_of found the file
+        return found.image
+    record = records.read(path)
     if record is None:
         raise RecordError(f"{plan.target.name} has no recorded image (no {contract.RECORD_NAME}); pass --image REF")
     return record.image
@@ -326,12 +333,30 @@ def _attached_as_recorded(plan: Plan, engine: Engine, previous: records.Record, 
 # --- test ---------------------------------------------------------------------------------------
 
 
-def test(plan: Plan, engine: Engine, image: str | None):
-    """`build test`: the image checks on ``image`` (default: the recorded image), JUnit beside."""
+def test(plan: Plan, engine: Engine, image: str | None) -> list:
+    """`build test`: the image checks on ``image`` (default: the recorded image), JUnit beside; one
+    report per platform of a target built into an image index (each platform's manifest, checked
+    on its platform: emulated where it is not this machine's). Every platform runs before a
+    failure is raised."""
+    if not plan.indexed:
+        return [_test_one(plan, engine, image)]
+    refs = publishindex.platform_refs(plan, engine, image)
+    reports, failures = [], []
+    for pp in plan.platform_plans():
+        try:
+            reports.append(_test_one(pp, engine, refs[str(pp.platform)]))
+        except CheckFailed as exc:
+            failures.append(exc)
+    if failures:
+        raise failures[0] if len(failures) == 1 else CheckFailed("; ".join(f.message for f in failures))
+    return reports
+
+
+def _test_one(plan: Plan, engine: Engine, image: str | None):
     from builder.checks import runner
 
     target = plan.target
-    record = records.read(contract.record_path(plan.root, target.name))
+    record = records.read(plan.record_dir / contract.RECORD_NAME)
     ref = image or recorded_image(plan)
     locks = LockSet.read(plan)
     with log.step(f"{target.name}: engine preflight"):
@@ -357,6 +382,7 @@ def test(plan: Plan, engine: Engine, image: str | None):
             build_date=build_date,
             out_dir=out_dir,
             wheel_records=wheels,
+            platform=plan.platform,
         )
         report.raise_for_failures()
     return report

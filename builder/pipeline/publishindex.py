@@ -24,7 +24,7 @@ from builder import log
 from builder.config import contract
 from builder.config.options import BuildOptions
 from builder.engine.buildx import Engine
-from builder.errors import RecordError
+from builder.errors import ConfigError, RecordError
 from builder.pipeline.plan import Plan
 from builder.records import artifacts, index
 from builder.records import store as records
@@ -119,3 +119,34 @@ def _publish(plan: Plan, engine: Engine, manifests: dict[str, str]) -> index.Ind
     final = dataclasses.replace(record, build={"provenance_sha256": index.provenance_sha256(prov_text)})
     records.write_set(plan.record_dir, {index.PROVENANCE_NAME: prov_text, contract.RECORD_NAME: final.to_json()})
     return final
+
+
+def platform_refs(plan: Plan, engine: Engine, image: str | None) -> dict[str, str]:
+    """platform -> the image `build test` checks on it: each platform's recorded manifest, or, with
+    ``image`` (an image index in a registry), the manifest it names for that platform."""
+    if image is None:
+        refs = {}
+        for pp in plan.platform_plans():
+            record = records.read(pp.record_dir / contract.RECORD_NAME)
+            if record is None:
+                raise RecordError(
+                    f"{plan.target.name} {pp.platform}: no recorded image in {pp.record_dir}; build first"
+                )
+            refs[str(pp.platform)] = record.image
+        return refs
+    from builder.engine.registry import split_reference
+
+    name, reference = split_reference(image)
+    served = engine.registry.raw_manifest(name, reference)
+    entries = (served.doc.get("manifests") if served else None) or []
+    named = {
+        f"{(m.get('platform') or {}).get('os')}/{(m.get('platform') or {}).get('architecture')}": m["digest"]
+        for m in entries
+    }
+    missing = [p for p in plan.target.platform_names() if p not in named]
+    if missing:
+        raise ConfigError(
+            f"--image {image}: not an image index naming {', '.join(missing)} (target {plan.target.name} "
+            f"is built for {', '.join(plan.target.platform_names())})"
+        )
+    return {p: f"{name}@{named[p]}" for p in plan.target.platform_names()}

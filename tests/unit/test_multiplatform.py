@@ -22,7 +22,7 @@ import pytest
 from builder.checks import runner
 from builder.config import contract, matrix
 from builder.config.options import BuildOptions
-from builder.errors import RecordError
+from builder.errors import ConfigError, RecordError
 from builder.pipeline import build as pipeline
 from builder.pipeline import smoke, smokearm64
 from builder.pipeline.plan import Plan
@@ -186,3 +186,82 @@ def test_verify_passes_then_finds_a_tampered_arm64_record(both, monkeypatch):
 
 def test_the_auditor_page_lists_the_index_rows():
     assert verifyindex.table_markdown() in (REPO / "docs" / "auditor.md").read_text()
+
+
+def test_build_test_checks_each_platform_on_its_platform(both, checks, monkeypatch):
+    engine = FakeEngine()
+    out = pipeline.build(both, engine, BuildOptions())
+    seen = []
+
+    def run(engine, ref, expect, junit):
+        seen.append((ref, expect.platform, expect.emulated))
+        junit.parent.mkdir(parents=True, exist_ok=True)  # as the real runner makes it
+        return checks.run(engine, ref, expect, junit)
+
+    monkeypatch.setattr(runner, "run", run)
+    monkeypatch.setattr(runner, "host_platform", lambda: "linux/amd64")
+    reports = pipeline.test(both, engine, None)
+    name = both.target.image.name
+    want = [(f"{name}@{o.digest}", o.platform, o.platform == "linux/arm64") for o in out.platforms]
+    assert seen == want and [r.image for r in reports] == [w[0] for w in want]
+    seen.clear()  # --image an index: each platform's manifest it names
+    pipeline.test(both, engine, out.image)
+    assert seen == want
+    with pytest.raises(ConfigError, match="not an image index naming linux/amd64, linux/arm64"):
+        pipeline.test(both, engine, out.platforms[0].image)
+
+
+def test_an_emulated_command_is_not_checked_and_says_so():
+    """test_os_packages under QEMU: a failing os_packages.runs command is NOT CHECKED (a skip with
+    the reason), natively the same failure fails; any other problem fails either way."""
+    from builder.checks import checklist
+
+    osp = runner.OsExpectations(locked=(("numactl", "1", "arm64"),), listed=(), loads=(), runs=(("numactl", "--show"),))
+    failing = {"checked": 1, "problems": ["numactl --show exited 1: get_mempolicy: Function not implemented"]}
+
+    def outcome(emulated: bool, facts: dict):
+        expect = type("E", (), {"os_packages": osp, "emulated": emulated, "platform": "linux/arm64"})()
+        original = checklist.run_probe
+        checklist.run_probe = lambda host, name, request: facts
+        try:
+            checklist.test_os_packages(None, expect, lambda w: None)
+        except pytest.skip.Exception as exc:
+            return "skip", str(exc)
+        except AssertionError as exc:
+            return "FAIL", str(exc)
+        finally:
+            checklist.run_probe = original
+        return "pass", ""
+
+    status, why = outcome(True, failing)
+    assert status == "skip" and why.startswith(
+        "NOT CHECKED (emulated, linux/arm64 under QEMU): numactl --show exited 1"
+    )
+    assert outcome(False, failing)[0] == "FAIL"
+    assert outcome(True, {"checked": 1, "problems": ["numactl: /usr/bin/numactl missing"]})[0] == "FAIL"
+    assert outcome(True, {"checked": 1, "problems": []}) == ("pass", "")
+
+
+def test_prune_doctor_and_the_recorded_image_read_the_index(both, checks, monkeypatch):
+    from builder.host import doctor
+    from builder.pipeline.targetlock import prune
+
+    engine = FakeEngine()
+    out = pipeline.build(both, engine, BuildOptions())
+    assert pipeline.recorded_image(both) == out.image  # doctor and compare: the index
+    monkeypatch.setattr("platform.machine", lambda: "aarch64")
+    mine = doctor.image_record(both)
+    assert mine is not None and (mine["image"], mine["platform"], mine["checks"]) == (
+        out.image,
+        "linux/arm64",
+        "passed",
+    )
+    assert mine["record"].endswith("locks/smoke/linux-arm64/image.json")
+    kept = {
+        json.loads((both.record_dir / p.replace("/", "-") / "image.json").read_text())["build"]["id"] for p in PLATFORMS
+    }
+    artifacts_dir = both.root / "artifacts" / "smoke"
+    for n in range(3):
+        (artifacts_dir / f"20000101T00000{n}Z-old{n}").mkdir(parents=True)
+    prune(both.root, ["smoke"], keep=0)
+    assert {p.name for p in artifacts_dir.iterdir() if not p.name.startswith("test-")} == kept
