@@ -123,6 +123,13 @@ def test_one_build_makes_one_index_of_both_platforms(both, checks):
     subjects = json.loads(base64.b64decode(json.loads(prov)["payload"]))["subject"]
     assert ["sha256:" + s["digest"]["sha256"] for s in subjects] == [out.digest, *entries.values()]
     assert engine.registry.referrers(name, out.digest)[artifacts.PROVENANCE_TYPE] == prov
+    from builder.commands.build import _build_doc  # `build --json`: the index, then each platform
+
+    doc = _build_doc(out)
+    assert (doc["digest"], [(p["platform"], p["digest"]) for p in doc["platforms"]]) == (
+        out.digest,
+        list(entries.items()),
+    )
 
 
 def test_unchanged_inputs_are_up_to_date_per_platform(both, checks):
@@ -265,3 +272,23 @@ def test_prune_doctor_and_the_recorded_image_read_the_index(both, checks, monkey
         (artifacts_dir / f"20000101T00000{n}Z-old{n}").mkdir(parents=True)
     prune(both.root, ["smoke"], keep=0)
     assert {p.name for p in artifacts_dir.iterdir() if not p.name.startswith("test-")} == kept
+
+
+def test_the_secret_scan_skips_the_layers_of_its_own_platform_s_base(both):
+    """A base pinned through its index: the scan skips the layers of the platform being built,
+    not the engine's own (an arm64 build skipping amd64's layers would scan the whole arm64 base)."""
+    from builder.config.platforms import BaseImage, Bases
+    from builder.pipeline import prepush
+
+    engine = FakeEngine()
+    name = f"{REGISTRY}/k3/base-index"
+    for arch in ("amd64", "arm64"):
+        config = {"architecture": arch, "os": "linux", "rootfs": {"type": "layers", "diff_ids": [f"sha256:{arch}"]}}
+        engine.registry.push(name, arch, config, [arch.encode()])
+    digest = engine.registry.push_index(
+        name, "multi", {f"linux/{a}": engine.registry.tags[(name, a)] for a in ("amd64", "arm64")}
+    )
+    for pp, arch in zip(both.platform_plans(), ("amd64", "arm64"), strict=True):
+        t = pp.target
+        pinned = t.model_copy(update={"bases": Bases(build=t.bases.build, runtime=BaseImage(name=name, digest=digest))})
+        assert prepush.base_layers(engine, pinned) == {f"sha256:{arch}"}
