@@ -187,7 +187,7 @@ def test_verify_passes_then_finds_a_tampered_arm64_record(both, monkeypatch):
     assert "index <-> platform records" in failed and "linux/arm64" in failed["index <-> platform records"]
     assert "linux/arm64: image.json <-> audit files" in failed
     assert not any(c.startswith("linux/amd64: ") for c in failed)
-    with pytest.raises(RecordError, match="index record set does not hold"):
+    with pytest.raises(RecordError, match="linux-arm64/image.json: the record set does not hold"):
         pipeline.build(both, engine, BuildOptions())  # evidence: refused, never rebuilt over
 
 
@@ -292,3 +292,26 @@ def test_the_secret_scan_skips_the_layers_of_its_own_platform_s_base(both):
         t = pp.target
         pinned = t.model_copy(update={"bases": Bases(build=t.bases.build, runtime=BaseImage(name=name, digest=digest))})
         assert prepush.base_layers(engine, pinned) == {f"sha256:{arch}"}
+
+
+def test_a_platform_that_failed_its_checks_leaves_the_index_to_the_next_build(both, checks, monkeypatch):
+    """amd64 recorded again, arm64's checks failed: the index record is stale (it names amd64's old
+    record), the build fails; the next build publishes the index again instead of refusing."""
+    from builder.errors import CheckFailed
+
+    engine = FakeEngine()
+    pipeline.build(both, engine, BuildOptions())
+    before = (both.record_dir / contract.RECORD_NAME).read_bytes()
+
+    def run(engine, ref, expect, junit):
+        checks.failing = "labels" if expect.platform == "linux/arm64" else None
+        return checks.run(engine, ref, expect, junit)
+
+    monkeypatch.setattr(runner, "run", run)
+    with pytest.raises(CheckFailed):
+        pipeline.build(both, engine, BuildOptions(force=True))
+    assert (both.record_dir / contract.RECORD_NAME).read_bytes() == before  # the index record untouched
+    assert index.set_problems(both.root, index.read(both.record_dir / contract.RECORD_NAME))  # and stale
+    again = pipeline.build(both, engine, BuildOptions())
+    rec = index.read(both.record_dir / contract.RECORD_NAME)
+    assert rec is not None and index.set_problems(both.root, rec) == [] and rec.digest == again.digest
