@@ -123,6 +123,13 @@ def test_one_build_makes_one_index_of_both_platforms(both, checks):
     subjects = json.loads(base64.b64decode(json.loads(prov)["payload"]))["subject"]
     assert ["sha256:" + s["digest"]["sha256"] for s in subjects] == [out.digest, *entries.values()]
     assert engine.registry.referrers(name, out.digest)[artifacts.PROVENANCE_TYPE] == prov
+    for p in PLATFORMS:  # each platform's provenance names the files that platform's build read
+        own = json.loads((both.record_dir / p.replace("/", "-") / contract.PROVENANCE_NAME).read_text())
+        deps = json.loads(base64.b64decode(own["payload"]))["predicate"]["buildDefinition"]["resolvedDependencies"]
+        uris = {d["name"]: d["uri"] for d in deps}
+        sub = "/linux-arm64" if p == "linux/arm64" else ""
+        assert uris["lock"].endswith(f"locks/smoke{sub}/requirements.txt")
+        assert uris["dockerfile"].endswith(f"dockerfiles/smoke{sub}/Dockerfile")
     from builder.commands.build import _build_doc  # `build --json`: the index, then each platform
 
     doc = _build_doc(out)
