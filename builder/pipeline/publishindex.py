@@ -120,6 +120,8 @@ def _publish(plan: Plan, engine: Engine, manifests: dict[str, str]) -> index.Ind
     engine.registry.attach(name, digest, artifacts.PROVENANCE_TYPE, prov_text.encode(), annotations)
     final = dataclasses.replace(record, build={"provenance_sha256": index.provenance_sha256(prov_text)})
     records.write_set(plan.record_dir, {index.PROVENANCE_NAME: prov_text, contract.RECORD_NAME: final.to_json()})
+    # An index's record set has no SBOM (each platform's is its own): one here is a one-image record's.
+    (plan.record_dir / contract.SBOM_NAME).unlink(missing_ok=True)
     return final
 
 
