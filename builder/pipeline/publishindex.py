@@ -18,6 +18,7 @@ import dataclasses
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from builder import log
@@ -25,6 +26,7 @@ from builder.config import contract
 from builder.config.options import BuildOptions
 from builder.engine.buildx import Engine
 from builder.errors import ConfigError, RecordError
+from builder.fsutil import sha256_file
 from builder.pipeline.plan import Plan
 from builder.records import artifacts, index
 from builder.records import store as records
@@ -71,15 +73,46 @@ def _previous(plan: Plan) -> index.IndexRecord | None:
         return None
     previous = index.read(path)
     if previous is not None:
-        # Only the index's own files: a platform recorded since (a build that failed on another
-        # platform) makes the index record stale, not false; each platform's set is checked by its build.
-        problems = [p for p in index.set_problems(plan.root, previous) if p.startswith(index.PROVENANCE_NAME)]
+        problems = _edited(plan, path, previous)
         if problems:
             raise RecordError(
                 f"{path}: the index record set does not hold: {'; '.join(problems)}; "
                 f"`build verify --target {plan.target.name}` explains; restore the files from git"
             )
     return previous
+    return previous
+
+
+def _edited(plan: Plan, path: Path, previous: index.IndexRecord) -> list[str]:
+    """What of the index record set was edited (an edited record is refused, never rebuilt over).
+
+    Its provenance must be the one it names, and the record must say what that provenance says
+    (the index digest and image, the tag, the platforms and each manifest). A platform whose record
+    differs from what the index names is tolerated only when stale, not edited: a build that failed
+    on another platform recorded it again since, so its own record set holds and is newer (its
+    provenance is not the one the index provenance names, or its record was written after)."""
+    problems = [p for p in index.set_problems(plan.root, previous) if p.startswith(index.PROVENANCE_NAME)]
+    if problems:
+        return problems
+    problems = index.provenance_disagrees(plan.root, previous)
+    base = plan.record_dir
+    named = index.provenance_deps(plan.root, previous)
+    for p, entry in previous.platforms.items():
+        one_path = base / entry["record"]
+        if one_path.is_file() and sha256_file(one_path) == entry["record_sha256"]:
+            continue  # as the index names it (a digest mismatch is the provenance check's above)
+        if not one_path.is_file() or one_path.parent != contract.platform_record_dir(plan.root, plan.target.name, p):
+            problems.append(f"{p}: {entry['record']} is missing or not that platform's record")
+            continue
+        one = records.read(one_path)
+        holds = one is not None and not records.set_problems(plan.root, plan.target.name, one, one_path.parent)
+        prov = one_path.parent / contract.PROVENANCE_NAME
+        if not holds:
+            continue  # the platform's own record set is edited: its build refuses it, with what does not hold
+        newer = sha256_file(prov) != named.get(p) or one_path.stat().st_mtime_ns > path.stat().st_mtime_ns
+        if not newer:
+            problems.append(f"{p}: {entry['record']} differs from what the index record names (record_sha256)")
+    return problems
 
 
 def _index_current(plan: Plan, engine: Engine, previous: index.IndexRecord, manifests: dict[str, str]) -> bool:

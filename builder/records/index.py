@@ -159,3 +159,47 @@ def set_problems(root: Path, record: IndexRecord) -> list[str]:
         if one is not None and one.digest != entry["digest"]:
             problems.append(f"{p}: {entry['record']} names {one.digest}, the index names {entry['digest']}")
     return problems
+
+
+def _statement(root: Path, record: IndexRecord) -> dict[str, Any]:
+    """The Statement the index provenance (locks/<target>/provenance.intoto.json) carries; {} when unreadable."""
+    import base64
+    import binascii
+
+    try:
+        env = json.loads((root / contract.LOCKS_DIR / record.target / PROVENANCE_NAME).read_text())
+        doc = json.loads(base64.b64decode(env["payload"], validate=True))
+    except (OSError, ValueError, KeyError, TypeError, binascii.Error):
+        return {}
+    return doc if isinstance(doc, dict) else {}
+
+
+def provenance_deps(root: Path, record: IndexRecord) -> dict[str, str]:
+    """platform -> the sha256 of that platform's provenance, as the index provenance names it."""
+    try:
+        deps = _statement(root, record)["predicate"]["buildDefinition"]["resolvedDependencies"]
+        return {d["name"].removeprefix("provenance:"): d["digest"]["sha256"] for d in deps}
+    except (KeyError, TypeError, AttributeError):
+        return {}
+
+
+def provenance_disagrees(root: Path, record: IndexRecord) -> list[str]:
+    """The index record's fields that its (signed) provenance contradicts: the index digest and
+    image, the tag, the platform list, each platform's manifest digest. An edit of any of them in
+    image.json is found here, offline."""
+    doc = _statement(root, record)
+    try:
+        subjects = [(s["name"], "sha256:" + s["digest"]["sha256"]) for s in doc["subject"]]
+        params = doc["predicate"]["buildDefinition"]["externalParameters"]
+    except (KeyError, TypeError):
+        return [f"{PROVENANCE_NAME}: no index Statement in it"]
+    name = record.image.split("@")[0]
+    expect = [(name, record.digest)] + [(f"{name}#{p}", d) for p, d in record.manifests().items()]
+    problems = []
+    if record.image != f"{name}@{record.digest}" or subjects[:1] != expect[:1]:
+        problems.append(f"image/digest {record.image} is not the index its provenance describes")
+    if params.get("platforms") != list(record.platforms) or subjects[1:] != expect[1:]:
+        problems.append("the platforms and their manifest digests are not the ones its provenance names")
+    if params.get("tag") != record.tag:
+        problems.append(f"tag {record.tag!r} is not the one its provenance names")
+    return problems

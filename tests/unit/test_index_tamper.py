@@ -1,0 +1,66 @@
+"""An edited index record (locks/smoke/image.json of kind image-index) is evidence: refused (exit 2),
+never rebuilt over; only the stale case (a platform recorded again since, by a build that failed on
+another platform) is published again. Same fixtures as test_multiplatform.py (fake engine)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from builder.config import contract
+from builder.config.options import BuildOptions
+from builder.errors import RecordError
+from builder.pipeline import build as pipeline
+from builder.records import index
+from tests.unit.fakeengine import FakeEngine
+from tests.unit.test_multiplatform import both, checks  # noqa: F401
+from tests.unit.test_pipeline_ordering import smoke_repos  # noqa: F401
+
+
+def _edit(plan, change) -> bytes:
+    path = plan.record_dir / contract.RECORD_NAME
+    doc = json.loads(path.read_text())
+    change(doc)
+    path.write_text(json.dumps(doc, indent=2) + "\n")
+    return path.read_bytes()
+
+
+def _arm_digest(doc):
+    doc["platforms"]["linux/arm64"]["digest"] = "sha256:" + "f" * 64
+
+
+def _arm_record_sha(doc):
+    doc["platforms"]["linux/arm64"]["record_sha256"] = "0" * 64
+
+
+def _tag(doc):
+    doc["tag"] = "other"
+
+
+def _index_digest(doc):
+    doc["digest"] = "sha256:" + "c" * 64
+    doc["image"] = doc["image"].split("@")[0] + "@" + doc["digest"]
+
+
+def _drop_arm(doc):
+    del doc["platforms"]["linux/arm64"]
+
+
+@pytest.mark.parametrize("change", [_arm_digest, _arm_record_sha, _tag, _index_digest, _drop_arm])
+def test_an_edited_index_record_is_refused_not_overwritten(both, checks, change):  # noqa: F811
+    engine = FakeEngine()
+    pipeline.build(both, engine, BuildOptions())
+    edited = _edit(both, change)
+    with pytest.raises(RecordError, match="the index record set does not hold") as info:
+        pipeline.build(both, engine, BuildOptions())
+    assert info.value.exit_code == 2
+    assert (both.record_dir / contract.RECORD_NAME).read_bytes() == edited  # the evidence left as it was
+
+
+def test_an_unedited_record_still_rebuilds_as_up_to_date(both, checks):  # noqa: F811
+    engine = FakeEngine()
+    first = pipeline.build(both, engine, BuildOptions())
+    again = pipeline.build(both, engine, BuildOptions())
+    assert again.up_to_date and again.digest == first.digest
+    assert index.read(both.record_dir / contract.RECORD_NAME).digest == first.digest
