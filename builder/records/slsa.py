@@ -189,7 +189,12 @@ def resolved_dependencies(
         uri, notes = _repo_uri(target, locks / contract.OS_LOCK_NAME)
         deps.append(_dep("os-lock", uri, {"sha256": record.os_lock_sha256}, notes))
     if record.wheel_records is not None:  # what installed_files holds each installed RECORD to
-        uri, notes = _repo_uri(target, contract.record_path(root, target.name))
+        # The record that holds them: the platform's own (locks/<target>/<os>-<arch>/image.json) for
+        # one platform of an image index, whose locks/<target>/image.json is the index's (no wheel_records).
+        held = contract.record_path(root, target.name)
+        if record.platform:
+            held = contract.platform_record_dir(root, target.name, record.platform) / contract.RECORD_NAME
+        uri, notes = _repo_uri(target, held)
         digest = {"sha256": wheel_records_sha256(record.wheel_records)}
         deps.append(_dep("wheel-records", uri, digest, {**notes, "field": contract.RECORD_WHEELS}))
     for e in os_lock:  # each .deb unpacked into the OS layer, as fetched on the host

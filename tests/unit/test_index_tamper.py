@@ -64,3 +64,16 @@ def test_an_unedited_record_still_rebuilds_as_up_to_date(both, checks):  # noqa:
     again = pipeline.build(both, engine, BuildOptions())
     assert again.up_to_date and again.digest == first.digest
     assert index.read(both.record_dir / contract.RECORD_NAME).digest == first.digest
+
+
+def test_each_platform_s_provenance_names_its_own_record_for_the_wheel_records(both, checks):  # noqa: F811
+    """wheel_records are in the platform's own image.json; locks/smoke/image.json is the index's."""
+    import base64
+
+    pipeline.build(both, FakeEngine(), BuildOptions())
+    for sub in ("linux-amd64", "linux-arm64"):
+        prov = json.loads((both.record_dir / sub / contract.PROVENANCE_NAME).read_text())
+        deps = json.loads(base64.b64decode(prov["payload"]))["predicate"]["buildDefinition"]["resolvedDependencies"]
+        (uri,) = [d["uri"] for d in deps if d["name"] == "wheel-records"]
+        assert uri.endswith(f"locks/smoke/{sub}/image.json"), uri
+        assert json.loads((both.record_dir / sub / "image.json").read_text()).get(contract.RECORD_WHEELS) is not None
