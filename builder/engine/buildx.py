@@ -291,8 +291,10 @@ class DockerEngine:
             builder=req.builder,
             secrets=list(req.secrets),
             metadata_file=metadata_file,
-            provenance={"mode": "max"} if req.attest else None,
-            sbom=True if req.attest else None,
+            # Off unless asked for, explicitly: buildx's default provenance would make the pushed
+            # digest an image + attestation index, which an image index must not nest.
+            provenance={"mode": "max"} if req.attest else False,
+            sbom=True if req.attest else False,
             cache_from=[_cache_spec(spec) for spec in req.cache_from] or None,
             cache_to=_cache_spec(req.cache_to) if req.cache_to else None,
             platforms=[req.platform] if req.platform else None,

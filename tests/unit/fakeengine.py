@@ -120,21 +120,10 @@ class FakeRegistry:
         return images[0]["digest"]
 
     def push_index(self, name: str, tag: str, manifests: dict[str, str]) -> str:
-        """An OCI image index naming served image manifests (as the real client refuses others)."""
-        entries = []
-        for platform, digest in manifests.items():
-            manifest = self.raw_manifest(name, digest)
-            if manifest is None:
-                raise RegistryUnavailable(f"registry: {name}@{digest}: not served, so no index can name it")
-            os_name, _, arch = platform.partition("/")
-            entries.append(
-                {
-                    "mediaType": manifest.media_type,
-                    "digest": digest,
-                    "size": len(manifest.raw),
-                    "platform": {"architecture": arch, "os": os_name},
-                }
-            )
+        """An OCI image index naming served image manifests (as the real client: others refused)."""
+        from builder.engine.registry import index_entry  # the real client's entries, from each config
+
+        entries = [index_entry(self, name, platform, digest) for platform, digest in manifests.items()]
         raw = json.dumps({"schemaVersion": 2, "mediaType": INDEX_TYPE, "manifests": entries}, sort_keys=True).encode()
         digest = _sha256(raw)
         self.events.append(("push_index", name, tag, digest))
