@@ -37,7 +37,7 @@ from builder.fsutil import atomic_write, sha256_bytes
 from builder.pipeline import publish, publishindex
 from builder.pipeline.context import BuildContext, Prepared, prepare, run_engine
 from builder.pipeline.plan import LockSet, Plan
-from builder.pipeline.reproduce import Reproduction, reproduce
+from builder.pipeline.reproduce import Reproduction, reproduce, reproduce_all
 from builder.pipeline.targetlock import prune, target_lock
 from builder.records import index
 from builder.records import store as records
@@ -53,6 +53,7 @@ __all__ = [
     "rehearse_lock",
     "render_all",
     "reproduce",
+    "reproduce_all",
     "test",
 ]
 

@@ -77,3 +77,19 @@ def test_each_platform_s_provenance_names_its_own_record_for_the_wheel_records(b
         (uri,) = [d["uri"] for d in deps if d["name"] == "wheel-records"]
         assert uri.endswith(f"locks/smoke/{sub}/image.json"), uri
         assert json.loads((both.record_dir / sub / "image.json").read_text()).get(contract.RECORD_WHEELS) is not None
+
+
+def test_build_reproduce_reproduces_each_platform_from_its_own_record(both, checks):  # noqa: F811
+    """locks/smoke/image.json is the index's (no inputs): each platform is rebuilt from its own."""
+    engine = FakeEngine()
+    out = pipeline.build(both, engine, BuildOptions())
+    built = len(engine.requests)
+    results = pipeline.reproduce_all(both, engine, BuildOptions())
+    again = engine.requests[built:]
+    assert [(r.platform, r.tags) for r in again] == [
+        (p, (f"{both.target.image.name}:{both.target.image.tag}-linux-{a}-reproduce",))
+        for p, a in (("linux/amd64", "amd64"), ("linux/arm64", "arm64"))
+    ]
+    assert [(r.target, r.reproduced, r.recorded) for r in results] == [
+        (f"smoke {o.platform}", True, o.digest) for o in out.platforms
+    ]
