@@ -62,3 +62,14 @@ def test_the_platform_builds_turn_buildx_attestations_off(tmp_path: Path):
     req = BuildRequest(tmp_path, tmp_path / "Dockerfile", ("x:t",), {}, platform="linux/arm64")
     list(engine._buildx_lines(req, tmp_path / "meta.json"))
     assert (seen["provenance"], seen["sbom"], seen["platforms"]) == (False, False, ["linux/arm64"])
+
+
+def test_build_compare_says_which_platform_of_an_index_it_compares():
+    from builder.host.compare import Comparison
+
+    empty = {"same": 0, "changed": [], "only_ours": [], "only_reference": []}
+    sections = {k: dict(empty) for k in ("python distributions", "os packages", "cuda", "labels")}
+    c = Comparison("ours:t", "theirs:t", sections)
+    assert c.summary()[2].startswith("platform:  linux/amd64 (of an image index, only")
+    assert c.to_json()["platform"] == "linux/amd64"
+    assert "platform:" not in c.markdown()  # the folded details start after the header lines
