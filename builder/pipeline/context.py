@@ -167,6 +167,7 @@ def _preflight(ctx: BuildContext) -> EngineInfo:
         log.info(
             f"    engine {info.server_version}, buildx {info.buildx_version}, builder {info.builder} ({info.driver})"
         )
+    emulated_refused(ctx.plan.target.name, ctx.plan.platform, info.native, ctx.options.allow_emulated)
     if info.driver != "docker":
         # BuildKit's attestations exist only in a push BuildKit makes; the image is pushed from the
         # local store once scanned, so the tool's own SBOM and provenance are the only ones.
@@ -175,6 +176,18 @@ def _preflight(ctx: BuildContext) -> EngineInfo:
             f"store after the secret scan); the tool's SBOM and provenance (locks/{target.name}/) are the record"
         )
     return info
+
+
+def emulated_refused(target: str, platform: str | None, native: tuple[str, ...], allowed: bool) -> None:
+    """A compile under QEMU takes hours (cu129's far more): refused unless --allow-emulated, but for
+    the smoke (minutes). Unknown native platforms (an engine that says nothing) refuse nothing."""
+    if platform is None or not native or platform in native or allowed or target == "smoke":
+        return
+    raise ConfigError(
+        f"{target} {platform}: the builder runs {', '.join(native)} natively, so this compile would run "
+        "emulated (QEMU, hours); use a native or multi-node builder (`docker buildx create --append` "
+        f"a {platform} node, then --builder), or pass --allow-emulated"
+    )
 
 
 def _request(

@@ -46,11 +46,17 @@ def build_index(plan: Plan, engine: Engine, options: BuildOptions, build_one: Ca
     started, target = time.monotonic(), plan.target
     record_path = plan.record_dir / contract.RECORD_NAME
     previous = _previous(plan)  # a damaged index record stops the build before anything runs
+    chosen = _chosen(plan, options)
     outcomes: list[Any] = []
-    for pp in plan.platform_plans():
-        log.info(f"{target.name}: platform {pp.platform} ({len(outcomes) + 1} of {len(target.platforms)})")
+    for pp in chosen:
+        log.info(f"{target.name}: platform {pp.platform} ({len(outcomes) + 1} of {len(chosen)})")
         outcomes.append(build_one(pp, engine, options))
-    manifests = {str(pp.platform): o.digest for pp, o in zip(plan.platform_plans(), outcomes, strict=True)}
+    built = {str(pp.platform): o.digest for pp, o in zip(chosen, outcomes, strict=True)}
+    manifests: dict[str, str] = {}
+    for p in target.platform_names():  # a platform neither built now nor recorded before: left out
+        digest = built.get(p) or _recorded(plan, p)
+        if digest:
+            manifests[p] = digest
     with log.step(f"{target.name}: image index of {', '.join(manifests)} under {target.image.tagged}"):
         if previous is not None and _index_current(plan, engine, previous, manifests):
             log.info(f"    up to date: {previous.image} (the same manifests, served under the tag)")
@@ -61,6 +67,23 @@ def build_index(plan: Plan, engine: Engine, options: BuildOptions, build_one: Ca
             result = IndexResult(record, changed, False, outcomes, 0.0)
     log.info(f"    {result.record.image} recorded in {record_path}")
     return dataclasses.replace(result, seconds=time.monotonic() - started)
+
+
+def _chosen(plan: Plan, options: BuildOptions) -> list[Plan]:
+    """The platforms this build builds: --platform's (each one the target names), else all."""
+    unknown = [p for p in options.platforms if p not in plan.target.platform_names()]
+    if unknown:
+        raise ConfigError(
+            f"--platform {', '.join(unknown)}: target {plan.target.name} is built for "
+            f"{', '.join(plan.target.platform_names())}"
+        )
+    return [pp for pp in plan.platform_plans() if not options.platforms or str(pp.platform) in options.platforms]
+
+
+def _recorded(plan: Plan, platform: str) -> str | None:
+    """The manifest a platform not built this time last recorded (its own record), if any."""
+    one = records.read(contract.platform_record_dir(plan.root, plan.target.name, platform) / contract.RECORD_NAME)
+    return one.digest if one else None
 
 
 def _previous(plan: Plan) -> index.IndexRecord | None:

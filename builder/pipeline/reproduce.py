@@ -79,7 +79,8 @@ def reproduce_all(plan: Plan, engine: Engine, options: BuildOptions) -> list[Rep
     index's record and names no inputs."""
     if not plan.indexed:
         return [reproduce(plan, engine, options)]
-    return [reproduce(pp, engine, options) for pp in plan.platform_plans()]
+    chosen = [pp for pp in plan.platform_plans() if not options.platforms or str(pp.platform) in options.platforms]
+    return [reproduce(pp, engine, options) for pp in chosen]  # --platform: only those
 
 
 def reproduce(plan: Plan, engine: Engine, options: BuildOptions) -> Reproduction:
