@@ -58,3 +58,14 @@ def test_platform_builds_a_subset_and_the_index_keeps_the_other_s_recorded_manif
     assert list(rec.platforms) == ["linux/amd64", "linux/arm64"] and rec.manifests()["linux/arm64"] == arm
     with pytest.raises(ConfigError, match="--platform linux/s390x"):
         pipeline.build(both, engine, BuildOptions(platforms=("linux/s390x",)))
+
+
+def test_each_platform_s_dockerfile_has_its_own_cache_mounts(both):  # noqa: F811
+    """BuildKit cache mounts are keyed by id alone: an arm64 apt/pip/sccache cache must not be amd64's."""
+    import re
+
+    ids = {}
+    for pp in both.platform_plans():
+        ids[str(pp.platform)] = set(re.findall(r"--mount=type=cache,id=([^,]+),", pp.dockerfile.read_text()))
+    assert ids["linux/amd64"] and ids["linux/arm64"] and not ids["linux/amd64"] & ids["linux/arm64"]
+    assert all(i.endswith("-smoke-linux-arm64") for i in ids["linux/arm64"])
