@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Protocol, cast
 
-from builder.config import contract
+from builder.config import contract, platforms
 from builder.engine.containers import ContainerSeam, DockerContainers, docker_errors
 from builder.engine.registry import RegistryClient, RegistrySeam
 from builder.errors import (
@@ -53,9 +53,7 @@ class EngineInfo:
     driver: str | None
     cpus: int
     memory_bytes: int
-    # The platforms the builder runs without emulation: the engine's own, and the first of each
-    # builder node's (buildx lists a node's native platforms first; QEMU's come after).
-    native: tuple[str, ...] = ()
+    native: tuple[str, ...] = ()  # the platforms it runs without QEMU (platforms.native_platforms)
 
 
 @dataclass(frozen=True)
@@ -151,17 +149,6 @@ def _start_stream(make: Callable[[], Iterator[str]], env: dict[str, str]) -> tup
     return first, stream
 
 
-_ARCH = {"x86_64": "amd64", "aarch64": "arm64", "arm64": "arm64", "amd64": "amd64"}
-
-
-def native_platforms(architecture: str | None, nodes: list[list[str]]) -> tuple[str, ...]:
-    """os/arch the builder runs natively: the engine's (docker info's Architecture) and the first
-    platform each builder node lists (a node appended with `docker buildx create --append`)."""
-    found = [f"linux/{_ARCH.get(architecture or '', architecture or '')}"] if architecture else []
-    found += ["/".join(n[0].split("/")[:2]) for n in nodes if n]
-    return tuple(dict.fromkeys(found))
-
-
 _IMAGE_REF = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:/-]{0,250}(?:@sha256:[0-9a-f]{64})?")
 
 
@@ -248,7 +235,7 @@ class DockerEngine:
             driver=b.driver,
             cpus=int(info.n_cpu or 1),
             memory_bytes=int(info.mem_total or 0),
-            native=native_platforms(info.architecture, [n.platforms or [] for n in b.nodes or []]),
+            native=platforms.native_platforms(info.architecture, [n.platforms or [] for n in b.nodes or []]),
         )
 
     def build(self, req: BuildRequest, log_path: Path, echo: Callable[[str], None]) -> BuildResult:

@@ -9,7 +9,7 @@ import pytest
 from builder.commands.parser import build_parser
 from builder.config import contract
 from builder.config.options import BuildOptions
-from builder.engine.buildx import native_platforms
+from builder.config.platforms import native_platforms
 from builder.errors import ConfigError
 from builder.pipeline import build as pipeline
 from builder.pipeline.context import emulated_refused
