@@ -472,4 +472,10 @@ def test_os_packages(image_host, expect, report_warning):
     assert facts["checked"] == len(osp.locked) > 0, (
         f"expected {len(osp.locked)} locked packages, checked {facts['checked']}"
     )
-    assert not facts["problems"], "expected the OS lock's packages in the image, found: " + "; ".join(facts["problems"])
+    problems, cmds = facts["problems"], [" ".join(c) + " " for c in osp.runs]
+    # Under QEMU a command may need what user-mode emulation lacks (numactl: NUMA syscalls): NOT CHECKED.
+    emulated = [p for p in problems if expect.emulated and any(p.startswith(c) for c in cmds)]
+    problems = [p for p in problems if p not in emulated]
+    assert not problems, "expected the OS lock's packages in the image, found: " + "; ".join(problems)
+    if emulated:
+        pytest.skip(f"NOT CHECKED (emulated, {expect.platform} under QEMU): " + "; ".join(emulated))

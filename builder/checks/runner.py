@@ -9,8 +9,10 @@ runs commands in it; the container is removed afterwards whatever happened.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import datetime as dt
 import io
+import platform as _host
 import re
 import shutil
 import tempfile
@@ -27,6 +29,7 @@ from builder.config import contract
 from builder.config.cudamajor import major_minor
 from builder.config.gpu import GpuCode
 from builder.config.matrix import Target
+from builder.config.platforms import PLATFORM_ARCH
 from builder.deps.lock import LockEntry, normalize
 from builder.deps.oslock import DebEntry
 from builder.dockerfile import render
@@ -100,6 +103,10 @@ class Expectations:
     gpu: GpuCode | None = None  # the matrix's gpu block (None: the GPU-code checks skip)
     waivers: dict[str, dict[str, str]] = field(default_factory=dict)  # check -> path pattern -> why
     app_prefix: str = contract.APP_PREFIX  # what the whole-image checks scan (build vet: a foreign image's own)
+    # The platform of the image checked (one manifest of an image index; None: the engine's own), and
+    # whether it runs emulated here (QEMU): a check that cannot run so says NOT CHECKED, never passes.
+    platform: str | None = None
+    emulated: bool = False
 
     @property
     def cuda_major(self) -> int:
@@ -127,6 +134,12 @@ class BuiltFrom(Protocol):
     def runtime_sha256(self) -> str: ...
     @property
     def os_entries(self) -> tuple[DebEntry, ...]: ...
+
+
+def host_platform() -> str:
+    """This machine's platform as a matrix names one (x86_64 -> linux/amd64, aarch64 -> linux/arm64)."""
+    machine = _host.machine()
+    return next((p for p, arch in PLATFORM_ARCH.items() if arch == machine), f"linux/{machine}")
 
 
 def expectations(
@@ -364,7 +377,7 @@ def run(engine: Engine, ref: str, expect: Expectations, junit: Path, plugins: tu
     container = None
     try:
         with interrupts.deferred():  # a signal now is raised once `container` names what to remove
-            container = engine.containers.start(ref)
+            container = engine.containers.start(ref, platform=expect.platform)
         with tempfile.TemporaryDirectory(prefix="k3-check-") as tmp:
             # pip is not in the image (nothing outside the lock is); pip check runs from a copy.
             shutil.copytree(
@@ -421,11 +434,16 @@ def check_target(
     build_date: dt.date,
     out_dir: Path,
     wheel_records: dict[str, dict] | None = None,
+    platform: str | None = None,
 ) -> Report:
     """Run every check on ``ref`` for ``target`` (built from ``locks`` and ``pinned`` on
     ``build_date``), the report under ``out_dir``, and log a table; the caller decides what a
-    failure means."""
+    failure means. ``platform``: the image's, when one manifest of an index (emulated if foreign)."""
     expect = expectations(target, pinned, locks, build_date, wheel_records=wheel_records)
+    if platform is not None:
+        expect = dataclasses.replace(expect, platform=platform, emulated=platform != host_platform())
+        if expect.emulated:
+            log.info(f"    {platform} on a {host_platform()} host: the checks run emulated (QEMU)")
     report = run(engine, ref, expect, out_dir / contract.CHECK_REPORT_NAME)
     for r in report.results:
         log.info(f"    {r.status}  {r.name:<20} {r.message}")

@@ -138,6 +138,25 @@ BUILD_OPTIONS: tuple[tuple[str, dict[str, Any]], ...] = (
             "(default: $K3_COMPILE_CACHE); it travels as a BuildKit secret",
         ),
     ),
+    (
+        "--allow-emulated",
+        dict(
+            action="store_true",
+            default=False,
+            help="compile a platform the builder runs only under QEMU (refused for every target but "
+            "the smoke: hours; use a native or multi-node builder, `docker buildx create --append`)",
+        ),
+    ),
+    (
+        "--platform",
+        dict(
+            action="append",
+            default=[],
+            metavar="OS/ARCH",
+            help="of a target built into an image index, build only this platform (repeatable); the "
+            "index names the others' last recorded manifests",
+        ),
+    ),
 )
 
 

@@ -72,6 +72,10 @@ def summarize(outcomes: list[Outcome], errors: list[tuple[str, BuilderError]], o
             status += f", {gpu_summary(o.gpu)}"
         size = f"{o.size / 1e6:.1f} MB" if o.size else "-"
         rows.append(log.SummaryRow(o.image.split("@")[0], o.digest, size, o.seconds, status))
+        for p in o.platforms:  # an image index: each platform's manifest under it
+            state = "up to date" if p.up_to_date else "pushed" if p.changed else "pushed (same digest)"
+            size = f"{p.size / 1e6:.1f} MB" if p.size else "-"
+            rows.append(log.SummaryRow(f"  {p.platform}", p.digest, size, p.seconds, state))
         if o.log:
             log.info(f"{o.target}: recorded in {o.record}; log in {o.log}")
     for name, exc in errors:
@@ -106,4 +110,6 @@ def _build_doc(o: Outcome) -> dict:
         "compile_cache": o.cache.__dict__ if o.cache else None,
         "gpu": o.gpu,
         "log": str(o.log) if o.log else None,
+        **({"platform": o.platform} if o.platform else {}),
+        **({"platforms": [_build_doc(p) for p in o.platforms]} if o.platforms else {}),
     }

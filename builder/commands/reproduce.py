@@ -18,7 +18,9 @@ def register(sub: argparse._SubParsersAction) -> None:
         NAME,
         help="rebuild the recorded image with no cache and compare digests",
         description="Rebuild --target from the committed records with no cache, push it as "
-        "<tag>-reproduce and compare with the recorded digest. On a difference, "
+        "<tag>-reproduce and compare with the recorded digest. A target built into an image "
+        "index is reproduced platform by platform (--platform), each from locks/<target>/<os>-<arch>/, "
+        "pushed as <tag>-<os>-<arch>-reproduce. On a difference, "
         "report config fields, then layer by layer and file by file. Takes the build "
         "options (--secret for targets that need one, --builder, ...).",
     )
@@ -27,15 +29,20 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace, out: Output) -> int:
-    from builder.pipeline.build import reproduce
+    from builder.pipeline.build import reproduce_all
 
     engine = docker_engine()
 
     def one(plan: Plan, o: Output) -> int:
-        result = reproduce(plan, engine, build_options(args, [plan]))
-        o.data.update(result.to_json())
-        result.raise_for_difference()
-        o.line(f"{plan.target.image.name}@{result.rebuilt}")
+        results = reproduce_all(plan, engine, build_options(args, [plan]))
+        if plan.indexed:  # each platform from its own record set
+            o.data["platforms"] = [r.to_json() for r in results]
+        else:
+            o.data.update(results[0].to_json())
+        for result in results:
+            result.raise_for_difference()
+        for result in results:
+            o.line(f"{plan.target.image.name}@{result.rebuilt}")
         return 0
 
     return per_target(args, out, one)

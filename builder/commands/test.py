@@ -41,9 +41,14 @@ def run(args: argparse.Namespace, out: Output) -> int:
         args.target = [label]
 
     def one(plan: Plan, o: Output) -> int:
-        report = test(plan, engine, args.image)
-        o.data.update(report.to_json())
-        o.line(report.image)
+        reports = test(plan, engine, args.image)
+        if len(reports) == 1 and not plan.target.platforms:
+            o.data.update(reports[0].to_json())
+        else:  # an image index: one report per platform, in the matrix's order
+            names = plan.target.platform_names()
+            o.data["platforms"] = [{"platform": p, **r.to_json()} for p, r in zip(names, reports, strict=True)]
+        for r in reports:
+            o.line(r.image)
         return 0
 
     return per_target(args, out, one)

@@ -158,6 +158,8 @@ def build_options(
         keep_context=flags["keep_context"],
         compile_cache=cache.value,
         compile_cache_from_env=cache.layer == "environment",
+        allow_emulated=bool(flags.get("allow_emulated")),
+        platforms=tuple(flags.get("platform") or ()),
     )
 
 

@@ -34,6 +34,8 @@ class BuildOptions:
     keep_context: bool = False  # keep the build's context/source/third_party copies under artifacts/
     compile_cache: str | None = None  # remote sccache backend URL (a secret: may carry credentials)
     compile_cache_from_env: bool = False  # it came from $K3_COMPILE_CACHE, not --compile-cache
+    allow_emulated: bool = False  # a compile for a platform the builder runs only under QEMU (hours)
+    platforms: tuple[str, ...] = ()  # --platform: build only these of an index's platforms (empty: all)
 
     def __post_init__(self) -> None:
         if self.max_jobs is not None and not 1 <= self.max_jobs <= MAX_JOBS_LIMIT:

@@ -212,3 +212,14 @@ def pinned_through_index(target: Any, platform: str, role: str) -> bool:
     """Whether a platform's base is pinned by the index digest (its manifest resolved per build)."""
     p = target.platforms.get(platform)
     return bool(p and p.index.get(role) == getattr(base_for(target, platform), role).digest)
+
+
+_ARCH = {"x86_64": "amd64", "aarch64": "arm64", "arm64": "arm64", "amd64": "amd64"}
+
+
+def native_platforms(architecture: str | None, nodes: list[list[str]]) -> tuple[str, ...]:
+    """os/arch the builder runs natively: the engine's (docker info's Architecture) and the first
+    platform each builder node lists (a node appended with `docker buildx create --append`)."""
+    found = [f"linux/{_ARCH.get(architecture or '', architecture or '')}"] if architecture else []
+    found += ["/".join(n[0].split("/")[:2]) for n in nodes if n]
+    return tuple(dict.fromkeys(found))

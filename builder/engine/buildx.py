@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Protocol, cast
 
-from builder.config import contract
+from builder.config import contract, platforms
 from builder.engine.containers import ContainerSeam, DockerContainers, docker_errors
 from builder.engine.registry import RegistryClient, RegistrySeam
 from builder.errors import (
@@ -53,6 +53,7 @@ class EngineInfo:
     driver: str | None
     cpus: int
     memory_bytes: int
+    native: tuple[str, ...] = ()  # the platforms it runs without QEMU (platforms.native_platforms)
 
 
 @dataclass(frozen=True)
@@ -70,6 +71,7 @@ class BuildRequest:
     attest: bool = False  # BuildKit provenance + SBOM attestations (not on the docker driver)
     cache_from: tuple[str, ...] = ()  # buildx --cache-from specs (a bare ref means type=registry)
     cache_to: str | None = None  # buildx --cache-to spec, e.g. type=inline or type=registry,ref=...,mode=max
+    platform: str | None = None  # buildx --platform (one "os/arch"; None: the builder's own)
 
 
 @dataclass(frozen=True)
@@ -233,6 +235,7 @@ class DockerEngine:
             driver=b.driver,
             cpus=int(info.n_cpu or 1),
             memory_bytes=int(info.mem_total or 0),
+            native=platforms.native_platforms(info.architecture, [n.platforms or [] for n in b.nodes or []]),
         )
 
     def build(self, req: BuildRequest, log_path: Path, echo: Callable[[str], None]) -> BuildResult:
@@ -290,10 +293,13 @@ class DockerEngine:
             builder=req.builder,
             secrets=list(req.secrets),
             metadata_file=metadata_file,
-            provenance={"mode": "max"} if req.attest else None,
-            sbom=True if req.attest else None,
+            # Off unless asked for, explicitly: buildx's default provenance would make the pushed
+            # digest an image + attestation index, which an image index must not nest.
+            provenance={"mode": "max"} if req.attest else False,
+            sbom=True if req.attest else False,
             cache_from=[_cache_spec(spec) for spec in req.cache_from] or None,
             cache_to=_cache_spec(req.cache_to) if req.cache_to else None,
+            platforms=[req.platform] if req.platform else None,
             progress="plain",
             stream_logs=True,
         )

@@ -24,7 +24,7 @@ if TYPE_CHECKING:
 class ContainerSeam(Protocol):
     """What the checks, the SBOM inventory and the evidence ask of containers; fakes implement this."""
 
-    def start(self, ref: str) -> str: ...
+    def start(self, ref: str, platform: str | None = None) -> str: ...
     def copy_into(self, container_id: str, src: Path, dest: str) -> None: ...
     def remove(self, container_id: str) -> None: ...
     def remove_stale(self) -> int: ...
@@ -81,11 +81,18 @@ class DockerContainers:
     def docker(self) -> DockerClient:
         return self._docker() if callable(self._docker) else self._docker
 
-    def start(self, ref: str) -> str:
-        """Start a container of ``ref`` that idles (no network) for checks; returns its id."""
+    def start(self, ref: str, platform: str | None = None) -> str:
+        """Start a container of ``ref`` that idles (no network) for checks; returns its id.
+        ``platform``: the image's (another machine's runs emulated), else the engine's own."""
         with docker_errors(f"cannot start a container of {ref}"):
             container = self.docker.run(
-                ref, ["infinity"], entrypoint="sleep", detach=True, networks=["none"], labels=_labels()
+                ref,
+                ["infinity"],
+                entrypoint="sleep",
+                detach=True,
+                networks=["none"],
+                labels=_labels(),
+                platform=platform,
             )
         return container.id
 

@@ -293,6 +293,30 @@ def split_reference(ref: str) -> tuple[str, str]:
     return ref, "latest"
 
 
+def index_entry(registry: RegistrySeam, name: str, platform: str, digest: str) -> dict:
+    """The entry of an image index for ``name@digest``, built for ``platform`` ("os/arch").
+
+    Only an image manifest: an index (buildx's image + attestation index, made when its default
+    attestations were on) nested in the published index is refused. The entry's os, architecture
+    and variant are the image config's, not the matrix's word, and must be ``platform``."""
+    manifest = registry.raw_manifest(name, digest)
+    if manifest is None:
+        raise RegistryUnavailable(f"registry: {name}@{digest}: not served, so no index can name it")
+    config_ref = manifest.doc.get("config")
+    if "manifests" in manifest.doc or not isinstance(config_ref, dict):
+        raise BuildError(
+            f"{name}@{digest} ({platform}) is not an image manifest ({manifest.media_type}); an image index "
+            "names image manifests only (were BuildKit attestations on?)"
+        )
+    config = json.loads(registry.blob(name, config_ref["digest"]))
+    entry = {"architecture": config.get("architecture"), "os": config.get("os")}
+    if config.get("variant"):
+        entry["variant"] = config["variant"]  # arm64 images say "v8"
+    if f"{entry['os']}/{entry['architecture']}" != platform:
+        raise BuildError(f"{name}@{digest}: its config says {entry['os']}/{entry['architecture']}, not {platform}")
+    return {"mediaType": manifest.media_type, "digest": digest, "size": len(manifest.raw), "platform": entry}
+
+
 class RegistryClient:
     """Registry operations by image reference, one HTTP client per registry host."""
 
@@ -320,20 +344,7 @@ class RegistryClient:
     def push_index(self, name: str, tag: str, manifests: dict[str, str]) -> str:
         """Tag an OCI image index of ``manifests`` (platform "os/arch" -> digest of an image manifest
         the repository serves) as ``name:tag``; returns the index digest."""
-        entries = []
-        for platform, digest in manifests.items():
-            manifest = self.raw_manifest(name, digest)
-            if manifest is None:
-                raise RegistryUnavailable(f"registry: {name}@{digest}: not served, so no index can name it")
-            os_name, _, arch = platform.partition("/")
-            entries.append(
-                {
-                    "mediaType": manifest.media_type,
-                    "digest": digest,
-                    "size": len(manifest.raw),
-                    "platform": {"architecture": arch, "os": os_name},
-                }
-            )
+        entries = [index_entry(self, name, platform, digest) for platform, digest in manifests.items()]
         raw = json.dumps({"schemaVersion": 2, "mediaType": OCI_INDEX, "manifests": entries}, sort_keys=True).encode()
         registry, repo = self._repo(name)
         with self._reaching(f"{name}:{tag}"):

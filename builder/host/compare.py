@@ -70,10 +70,14 @@ class Comparison:
     reference: str
     sections: dict[str, dict]
     vet: dict | None = None  # side_by_side of the two scorecards (build compare --vet)
+    # What is compared of an image index: this platform's manifest only (image_config and the
+    # inventory read linux/amd64 of an index); a one-image reference is compared as it is.
+    platform: str = "linux/amd64"
 
     def to_json(self) -> dict:
         extra = {"vet": self.vet} if self.vet else {}
-        return {"ours": self.ours, "reference": self.reference, "headline": self.headline(), **self.sections, **extra}
+        head = {"ours": self.ours, "reference": self.reference, "platform": self.platform}
+        return {**head, "headline": self.headline(), **self.sections, **extra}
 
     def headline(self) -> dict[str, list]:
         """What decides between the images: CUDA, torch, NCCL, FlashInfer, vLLM, ours vs theirs."""
@@ -87,6 +91,7 @@ class Comparison:
 
     def summary(self) -> list[str]:
         lines = [f"ours:      {self.ours}", f"reference: {self.reference}"]
+        lines.append(f"platform:  {self.platform} (of an image index, only this platform's manifest is compared)")
         for name, (a, b) in self.headline().items():
             lines.append(f"  {name:<18} {a or '-':<24} {b or '-'}")
         for title, d in self.sections.items():
@@ -105,7 +110,7 @@ class Comparison:
             f"| {t} | {d['same']} | {len(d['changed'])} | {len(d['only_ours'])} | {len(d['only_reference'])} |"
             for t, d in self.sections.items()
         ]
-        details = "\n".join(self.text()[2:])
+        details = "\n".join(self.text()[3:])
         vet = ""
         if self.vet:
             table = ["| check | ours | reference |", "| --- | --- | --- |"]

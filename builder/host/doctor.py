@@ -141,9 +141,13 @@ REVIEW_DAYS = 30  # the next review: this many days on, or the bridge's expiry d
 def image_record(plan) -> dict | None:
     """What the build record of ``plan``'s target says about its image (digest, whether the image
     checks ran), for the decision record; None when the target was never built here."""
+    from builder.records import index
     from builder.records import store as records
 
-    record = records.read(contract.record_path(plan.root, plan.target.name))
+    path = contract.record_path(plan.root, plan.target.name)
+    if index.kind_of(path) == contract.INDEX_KIND:
+        return _index_record(path)
+    record = records.read(path)
     if record is None:
         return None
     return {
@@ -389,3 +393,27 @@ def write_decision(out_dir: Path, doc: dict) -> tuple[Path, Path]:
     atomic_write(js, json.dumps(doc, indent=2) + "\n")
     atomic_write(md, printable(decision_markdown(doc)))  # capture text: no control character reaches Markdown
     return md, js
+
+
+def _index_record(path: Path) -> dict | None:
+    """image_record of a target built into an image index: the index, and this host's platform's
+    record (its checks, and the GPU coverage doctor reads from it), else the first platform's."""
+    import platform as host
+
+    from builder.config.platforms import PLATFORM_ARCH
+    from builder.records import index
+    from builder.records import store as records
+
+    found = index.read(path)
+    if found is None:
+        return None
+    mine = next((p for p in found.platforms if PLATFORM_ARCH.get(p) == host.machine()), next(iter(found.platforms)))
+    one = records.read(path.parent / found.platforms[mine]["record"])
+    return {
+        "target": found.target,
+        "image": found.image,
+        "digest": found.digest,
+        "checks": one.checks if one else "missing",
+        "record": str(path.parent / found.platforms[mine]["record"]),
+        "platform": mine,
+    }

@@ -20,7 +20,7 @@ from __future__ import annotations
 import datetime as dt
 import shutil
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from secrets import token_hex
 
@@ -32,13 +32,14 @@ from builder.config.platforms import slug
 from builder.deps import lock, oslock
 from builder.dockerfile import compilecache, render
 from builder.engine.buildx import Engine
-from builder.errors import RecordError
+from builder.errors import CheckFailed, RecordError
 from builder.fsutil import atomic_write, sha256_bytes
-from builder.pipeline import publish
+from builder.pipeline import publish, publishindex
 from builder.pipeline.context import BuildContext, Prepared, prepare, run_engine
 from builder.pipeline.plan import LockSet, Plan
-from builder.pipeline.reproduce import Reproduction, reproduce
+from builder.pipeline.reproduce import Reproduction, reproduce, reproduce_all
 from builder.pipeline.targetlock import prune, target_lock
+from builder.records import index
 from builder.records import store as records
 from builder.source import pinned as source
 
@@ -52,6 +53,7 @@ __all__ = [
     "rehearse_lock",
     "render_all",
     "reproduce",
+    "reproduce_all",
     "test",
 ]
 
@@ -69,6 +71,8 @@ class Outcome:
     up_to_date: bool = False
     cache: compilecache.Stats | None = None
     gpu: dict | None = None  # the record's gpu (derived driver floor, coverage): the summary shows it
+    platform: str | None = None  # one platform of an image index
+    platforms: list[Outcome] = field(default_factory=list)  # an image index's: each platform's build
 
 
 # --- render -------------------------------------------------------------------------------------
@@ -101,8 +105,14 @@ def render_all(matrix: Matrix, names: list[str], *, check: bool) -> dict[str, st
 
 
 def recorded_image(plan: Plan) -> str:
-    """The image ``plan``'s record names (for test, doctor, compare without --image)."""
-    record = records.read(contract.record_path(plan.root, plan.target.name))
+    """The image ``plan``'s record names (for test, doctor, compare without --image): of a target
+    built into an image index, the index (doctor picks the host's platform from it)."""
+    path = plan.record_dir / contract.RECORD_NAME
+    if plan.indexed and index.kind_of(path) == contract.INDEX_KIND:
+        found = index.read(path)
+        assert found is not None  # kind_of found the file
+        return found.image
+    record = records.read(path)
     if record is None:
         raise RecordError(f"{plan.target.name} has no recorded image (no {contract.RECORD_NAME}); pass --image REF")
     return record.image
@@ -171,10 +181,28 @@ def rehearse_lock(plan: Plan):
 def build(plan: Plan, engine: Engine, options: BuildOptions) -> Outcome:
     with target_lock(plan):
         try:
+            if plan.indexed:  # each platform built on its own, then one image index names them
+                return _index_outcome(plan, publishindex.build_index(plan, engine, options, _build))
             return _build(plan, engine, options)
         finally:
             if not options.keep_context:
                 _drop_inputs(plan)
+
+
+def _index_outcome(plan: Plan, result: publishindex.IndexResult) -> Outcome:
+    r = result.record
+    return Outcome(
+        plan.target.name,
+        r.image,
+        r.digest,
+        None,
+        result.seconds,
+        plan.record_dir / contract.RECORD_NAME,
+        None,
+        result.changed,
+        up_to_date=result.up_to_date,
+        platforms=result.platforms,
+    )
 
 
 def _drop_inputs(plan: Plan) -> None:
@@ -187,10 +215,7 @@ def _drop_inputs(plan: Plan) -> None:
 
 def _build(plan: Plan, engine: Engine, options: BuildOptions) -> Outcome:
     target, started = plan.target, time.monotonic()
-    for other in target.platform_names()[1:] if plan.platform is None else ():
-        # Said on every run, never silently: the per-platform build into one index is issue 36's next step.
-        log.warn(f"{target.name}: {other} is NOT built by this version (only {target.platform_names()[0]})")
-    record_path = contract.record_path(plan.root, target.name)
+    record_path = plan.record_dir / contract.RECORD_NAME
     previous = records.read(record_path)  # a damaged record stops the build before anything runs
     _record_holds(plan, previous)
     ctx = BuildContext.checked(plan, engine, options)
@@ -198,7 +223,8 @@ def _build(plan: Plan, engine: Engine, options: BuildOptions) -> Outcome:
         with log.step(f"{target.name}: compare inputs with the record"):
             current = previous is not None and up_to_date(ctx, previous)
         if previous is not None and current:
-            log.info(f"    up to date: {previous.image} (same inputs, served by the registry; --force rebuilds)")
+            of = f" ({plan.platform})" if plan.platform else ""
+            log.info(f"    up to date{of}: {previous.image} (same inputs, served by the registry; --force rebuilds)")
             return Outcome(
                 target.name,
                 previous.image,
@@ -210,6 +236,7 @@ def _build(plan: Plan, engine: Engine, options: BuildOptions) -> Outcome:
                 changed=False,
                 up_to_date=True,
                 gpu=previous.gpu,
+                platform=plan.platform,
             )
     signer = publish.provenance_signer(plan)  # a key that cannot sign fails now (exit 2), not after the compile
     with compilecache.secret_dir() as secret_dir:  # the backend's secret lives only as long as the build
@@ -234,6 +261,7 @@ def _build(plan: Plan, engine: Engine, options: BuildOptions) -> Outcome:
         changed,
         cache=cache,
         gpu=gpu,
+        platform=plan.platform,
     )
 
 
@@ -252,10 +280,10 @@ def _record_holds(plan: Plan, previous: records.Record | None) -> None:
     evidence: refused (exit 2), never called up to date, never rebuilt over."""
     if previous is None:
         return
-    problems = records.set_problems(plan.root, plan.target.name, previous)
+    problems = records.set_problems(plan.root, plan.target.name, previous, plan.record_dir)
     if problems:
         raise RecordError(
-            f"{contract.record_path(plan.root, plan.target.name)}: the record set does not hold: "
+            f"{plan.record_dir / contract.RECORD_NAME}: the record set does not hold: "
             f"{'; '.join(problems)}; `build verify --target {plan.target.name}` explains; restore "
             "the files from git"
         )
@@ -268,16 +296,17 @@ def up_to_date(ctx: BuildContext, previous: records.Record) -> bool:
     target, engine = ctx.target, ctx.engine
     if not engine.registry.serves(target.image.name, previous.digest):
         return False
-    if engine.registry.resolve_digest(target.image.tagged) != previous.digest:
+    if engine.registry.resolve_digest(f"{target.image.name}:{ctx.tag}") != previous.digest:
         return False
-    _attached_as_recorded(ctx.plan, engine, previous)
+    _attached_as_recorded(ctx.plan, engine, previous, ctx.plan.record_dir)
     return True
 
 
-def _attached_as_recorded(plan: Plan, engine: Engine, previous: records.Record) -> None:
+def _attached_as_recorded(plan: Plan, engine: Engine, previous: records.Record, directory: Path | None = None) -> None:
     """The registry's SBOM and provenance for the recorded digest are the record's. A record write
     that failed after the attach (a full or read-only disk) left the failed build's there: the
-    record's own are attached again (a roll back of the registry), no --force needed."""
+    record's own are attached again (a roll back of the registry), no --force needed. ``directory``:
+    the record set's (default locks/<target>/)."""
     name = plan.target.image.name
     attached = {sha256_bytes(content) for content in engine.registry.referrers(name, previous.digest).values()}
     if {previous.build.get("sbom_sha256"), previous.build.get("provenance_sha256")} <= attached:
@@ -286,8 +315,14 @@ def _attached_as_recorded(plan: Plan, engine: Engine, previous: records.Record) 
 
     annotations = {contract.OCI_CREATED: contract.created_iso(previous.source_date_epoch)}
     for kind, path in (
-        (attest.SBOM_TYPE, contract.sbom_path(plan.root, plan.target.name)),
-        (attest.PROVENANCE_TYPE, contract.provenance_path(plan.root, plan.target.name)),
+        (
+            attest.SBOM_TYPE,
+            (directory or contract.record_path(plan.root, plan.target.name).parent) / contract.SBOM_NAME,
+        ),
+        (
+            attest.PROVENANCE_TYPE,
+            (directory or contract.record_path(plan.root, plan.target.name).parent) / contract.PROVENANCE_NAME,
+        ),
     ):
         engine.registry.attach(name, previous.digest, kind, path.read_bytes(), annotations)
     log.info(
@@ -299,12 +334,30 @@ def _attached_as_recorded(plan: Plan, engine: Engine, previous: records.Record) 
 # --- test ---------------------------------------------------------------------------------------
 
 
-def test(plan: Plan, engine: Engine, image: str | None):
-    """`build test`: the image checks on ``image`` (default: the recorded image), JUnit beside."""
+def test(plan: Plan, engine: Engine, image: str | None) -> list:
+    """`build test`: the image checks on ``image`` (default: the recorded image), JUnit beside; one
+    report per platform of a target built into an image index (each platform's manifest, checked
+    on its platform: emulated where it is not this machine's). Every platform runs before a
+    failure is raised."""
+    if not plan.indexed:
+        return [_test_one(plan, engine, image)]
+    refs = publishindex.platform_refs(plan, engine, image)
+    reports, failures = [], []
+    for pp in plan.platform_plans():
+        try:
+            reports.append(_test_one(pp, engine, refs[str(pp.platform)]))
+        except CheckFailed as exc:
+            failures.append(exc)
+    if failures:
+        raise failures[0] if len(failures) == 1 else CheckFailed("; ".join(f.message for f in failures))
+    return reports
+
+
+def _test_one(plan: Plan, engine: Engine, image: str | None):
     from builder.checks import runner
 
     target = plan.target
-    record = records.read(contract.record_path(plan.root, target.name))
+    record = records.read(plan.record_dir / contract.RECORD_NAME)
     ref = image or recorded_image(plan)
     locks = LockSet.read(plan)
     with log.step(f"{target.name}: engine preflight"):
@@ -330,6 +383,7 @@ def test(plan: Plan, engine: Engine, image: str | None):
             build_date=build_date,
             out_dir=out_dir,
             wheel_records=wheels,
+            platform=plan.platform,
         )
         report.raise_for_failures()
     return report

@@ -58,7 +58,7 @@ class BuildContext:
             dockerfile_text=dockerfile_text,
             locks=locks,
             input_key=input_key(plan, dockerfile_text, locks),
-            tag=plan.target.image.tag if tag is None else tag,
+            tag=plan.tag if tag is None else tag,
             no_cache=options.no_cache if no_cache is None else no_cache,
         )
 
@@ -96,14 +96,15 @@ def prepare(ctx: BuildContext, secret_dir: Path | None = None) -> Prepared:
     extra_secrets = _cache_secret(target, ctx.options, secret_dir)
     # Room for what the build writes after the push (the record set) and along the way (the log):
     # refused now, not after the image is pushed and attached.
-    records.check_writable(contract.record_path(plan.root, target.name).parent, "the record set")
+    records.check_writable(plan.record_dir, "the record set")
     records.check_writable(contract.artifacts_path(plan.root, target.name, "x").parent, "the build's artifacts")
     info = _preflight(ctx)
     build_id = dt.datetime.now(dt.timezone.utc).strftime("%Y%m%dT%H%M%SZ") + "-" + token_hex(3)
     workdir = contract.artifacts_path(plan.root, target.name, build_id)
     workdir.mkdir(parents=True)
     log_path = workdir / contract.BUILD_LOG_NAME
-    log_path.write_text(f"[k3-builder] build {build_id} of target {target.name}, tool {__version__}\n")
+    of = f"target {target.name}" + (f" for {plan.platform}" if plan.platform else "")
+    log_path.write_text(f"[k3-builder] build {build_id} of {of}, tool {__version__}\n")
     started = contract.now_iso()
     pinned, third = _fetch_inputs(ctx)
     epoch = pinned.source_date_epoch
@@ -166,6 +167,7 @@ def _preflight(ctx: BuildContext) -> EngineInfo:
         log.info(
             f"    engine {info.server_version}, buildx {info.buildx_version}, builder {info.builder} ({info.driver})"
         )
+    emulated_refused(ctx.plan.target.name, ctx.plan.platform, info.native, ctx.options.allow_emulated)
     if info.driver != "docker":
         # BuildKit's attestations exist only in a push BuildKit makes; the image is pushed from the
         # local store once scanned, so the tool's own SBOM and provenance are the only ones.
@@ -174,6 +176,18 @@ def _preflight(ctx: BuildContext) -> EngineInfo:
             f"store after the secret scan); the tool's SBOM and provenance (locks/{target.name}/) are the record"
         )
     return info
+
+
+def emulated_refused(target: str, platform: str | None, native: tuple[str, ...], allowed: bool) -> None:
+    """A compile under QEMU takes hours (cu129's far more): refused unless --allow-emulated, but for
+    the smoke (minutes). Unknown native platforms (an engine that says nothing) refuse nothing."""
+    if platform is None or not native or platform in native or allowed or target == "smoke":
+        return
+    raise ConfigError(
+        f"{target} {platform}: the builder runs {', '.join(native)} natively, so this compile would run "
+        "emulated (QEMU, hours); use a native or multi-node builder (`docker buildx create --append` "
+        f"a {platform} node, then --builder), or pass --allow-emulated"
+    )
 
 
 def _request(
@@ -205,6 +219,7 @@ def _request(
         cache_from=options.cache_from,
         cache_to=options.cache_to,
         secrets=options.secrets + secrets,
+        platform=ctx.plan.platform,  # one platform of an image index: built for it (emulated if foreign)
     )
 
 

@@ -126,6 +126,25 @@ class Plan:
             platform=platform,
         )
 
+    @property
+    def record_dir(self) -> Path:
+        """Where this plan's record set is: locks/<target>/, or, for one platform of a target built
+        into an image index, locks/<target>/<os>-<arch>/ (the index's record is locks/<target>/)."""
+        if self.platform is None:
+            return contract.record_path(self.root, self.target.name).parent
+        return contract.platform_record_dir(self.root, self.target.name, self.platform)
+
+    @property
+    def indexed(self) -> bool:
+        """A whole target that names platforms: one build per platform, joined into one image index."""
+        return self.platform is None and bool(self.target.platforms)
+
+    @property
+    def tag(self) -> str:
+        """The tag this plan's build pushes: the target's, or <tag>-<os>-<arch> for one platform."""
+        tag = self.target.image.tag
+        return contract.platform_tag(tag, self.platform) if self.platform else tag
+
     def platform_plans(self) -> list[Plan]:
         """One plan per platform a target names (the first platform's files are this plan's own)."""
         if not self.target.platforms:

@@ -108,7 +108,9 @@ def base_layers(engine: Engine, target: Target) -> frozenset[str]:
     if "/" not in base.name or not ("." in first or ":" in first or first == "localhost"):
         return frozenset()
     try:
-        config = engine.registry.image_config(f"{base.name}@{base.digest}")
+        # Of a base pinned through its index: the image of the platform this build is for.
+        arch = target.platform_names()[0].partition("/")[2]
+        config = engine.registry.image_config(f"{base.name}@{base.digest}", arch)
     except BuilderError:
         return frozenset()
     diff_ids = ((config or {}).get("rootfs") or {}).get("diff_ids") or []

@@ -35,6 +35,7 @@ def check_image(prep: Prepared, pushed: str) -> dict[str, Any] | None:
             build_date=today,
             out_dir=prep.workdir,
             wheel_records=wheel_records(prep),
+            platform=prep.ctx.plan.platform,
         )
         report.raise_for_failures()
     return gpu_record(report.facts)
@@ -79,6 +80,7 @@ def record_of(
         checks="passed" if checked else "skipped",
         gpu=gpu,
         wheel_records=wheel_records(prep),
+        platform=prep.ctx.plan.platform,
         build={
             "id": prep.build_id,
             "finished": contract.now_iso(),
@@ -123,7 +125,7 @@ def attach_and_write(prep: Prepared, record: records.Record, signer) -> records.
         )
     final = dataclasses.replace(record, build={**record.build, **records.audit_hashes(sbom_text, prov_text)})
     records.write_set(
-        contract.record_path(root, target.name).parent,
+        prep.ctx.plan.record_dir,
         {contract.SBOM_NAME: sbom_text, contract.PROVENANCE_NAME: prov_text, contract.RECORD_NAME: final.to_json()},
     )
     return final

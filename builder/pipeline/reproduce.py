@@ -51,10 +51,10 @@ class Reproduction:
 
 def _recorded_inputs(plan: Plan) -> records.Record:
     """The record to reproduce; refuses when the files say something else now."""
-    target = plan.target
-    record = records.read(contract.record_path(plan.root, target.name))
+    target, path = plan.target, plan.record_dir / contract.RECORD_NAME  # a platform's own, of an index
+    record = records.read(path)
     if record is None:
-        raise RecordError(f"{contract.record_path(plan.root, target.name)}: no record to reproduce; build first")
+        raise RecordError(f"{path}: no record to reproduce; build first")
     for path, want in (
         (plan.dockerfile, record.dockerfile_sha256),
         (plan.lock_paths.runtime, record.lock_sha256),
@@ -73,18 +73,29 @@ def _recorded_inputs(plan: Plan) -> records.Record:
     return record
 
 
+def reproduce_all(plan: Plan, engine: Engine, options: BuildOptions) -> list[Reproduction]:
+    """A target built into an image index is reproduced platform by platform, each from its own
+    record set (locks/<target>/<os>-<arch>/) with --platform; locks/<target>/image.json is the
+    index's record and names no inputs."""
+    if not plan.indexed:
+        return [reproduce(plan, engine, options)]
+    chosen = [pp for pp in plan.platform_plans() if not options.platforms or str(pp.platform) in options.platforms]
+    return [reproduce(pp, engine, options) for pp in chosen]  # --platform: only those
+
+
 def reproduce(plan: Plan, engine: Engine, options: BuildOptions) -> Reproduction:
     """Rebuild the recorded image with no cache and compare: same digest, or what differs."""
     target = plan.target
     record = _recorded_inputs(plan)
-    ctx = BuildContext.checked(plan, engine, options, tag=f"{target.image.tag}-reproduce", no_cache=True)
+    # <tag>-reproduce, or <tag>-<os>-<arch>-reproduce for one platform of an index
+    ctx = BuildContext.checked(plan, engine, options, tag=f"{plan.tag}-reproduce", no_cache=True)
     prep = prepare(ctx)
     result = run_engine(prep)
     recorded = engine.registry.platform_digest(target.image.name, record.digest)
     rebuilt = engine.registry.platform_digest(target.image.name, result.digest)
     if rebuilt == recorded:
         log.info(f"    reproduced: {recorded} (recorded {record.build.get('finished')}, rebuilt now)")
-        return Reproduction(target.name, recorded, rebuilt, [], None)
+        return Reproduction(_name(plan), recorded, rebuilt, [], None)
     from builder.pipeline import imagediff
 
     with log.step(f"{target.name}: compare {recorded[:19]} with the rebuild {rebuilt[:19]}"):
@@ -93,4 +104,8 @@ def reproduce(plan: Plan, engine: Engine, options: BuildOptions) -> Reproduction
     report.write_text("\n".join(lines) + "\n")
     for line in lines:
         log.info(f"    {line}")
-    return Reproduction(target.name, recorded, rebuilt, lines, report)
+    return Reproduction(_name(plan), recorded, rebuilt, lines, report)
+
+
+def _name(plan: Plan) -> str:
+    return f"{plan.target.name} {plan.platform}" if plan.platform else plan.target.name

@@ -66,8 +66,7 @@ def prune(root: Path, names: list[str], keep: int) -> list[Path]:
 
 
 def _prune_target(root: Path, name: str, keep: int) -> list[Path]:
-    record = records.read(contract.record_path(root, name))  # a damaged record: refused, nothing removed
-    recorded = (record.build or {}).get("id") if record else None
+    recorded = _recorded_builds(root, name)  # a damaged record: refused, nothing removed
 
     def last_written(p: Path) -> tuple[float, str]:
         return max((f.stat().st_mtime for f in p.iterdir() if f.is_file()), default=p.stat().st_mtime), p.name
@@ -75,9 +74,26 @@ def _prune_target(root: Path, name: str, keep: int) -> list[Path]:
     dirs = sorted((p for p in (root / contract.ARTIFACTS_DIR / name).glob("*") if p.is_dir()), key=last_written)
     removed = []
     for kind in (lambda p: p.name.startswith("test-"), lambda p: not p.name.startswith("test-")):
-        chosen = [p for p in dirs if kind(p) and p.name not in ("rehearsal", recorded)]
-        room = keep - (1 if recorded and any(p.name == recorded for p in dirs if kind(p)) else 0)
+        chosen = [p for p in dirs if kind(p) and p.name != "rehearsal" and p.name not in recorded]
+        room = keep - sum(1 for p in dirs if kind(p) and p.name in recorded)
         for old in chosen[: max(0, len(chosen) - max(room, 0))]:
             shutil.rmtree(old)
             removed.append(old)
     return removed
+
+
+def _recorded_builds(root: Path, name: str) -> set[str]:
+    """The build ids the records name: the one image's, or every platform's of an image index."""
+    from builder.records import index
+
+    path = contract.record_path(root, name)
+    paths = [path]
+    if index.kind_of(path) == contract.INDEX_KIND:
+        found = index.read(path)
+        paths = [path.parent / e["record"] for e in found.platforms.values()] if found else []
+    ids = set()
+    for p in paths:
+        record = records.read(p)
+        if record is not None and (record.build or {}).get("id"):
+            ids.add(str(record.build["id"]))
+    return ids

@@ -141,6 +141,13 @@ def _wheel_deps(prefix: str, wheels: Mapping[str, str]) -> list[dict]:
     return out
 
 
+def _platform_dir(first: Path, record: Record) -> Path:
+    """The directory of the files one platform's build read: ``first``'s (the target's own, and its
+    first platform's), or <os>-<arch>/ under it for a further platform of an image index."""
+    sub = first.parent / str(record.platform).replace("/", "-") if record.platform else None
+    return sub if sub is not None and (sub / first.name).is_file() else first.parent
+
+
 def resolved_dependencies(
     target: Target,
     record: Record,
@@ -167,18 +174,27 @@ def resolved_dependencies(
     )
     for ref, _, url, commit in third_party_trees(record):
         deps.append(_dep(ref, f"git+{url}@{commit}", {"gitCommit": commit}))
+    locks, dockerfiles = (
+        _platform_dir(contract.lock_path(root, target.name), record),
+        _platform_dir(contract.dockerfile_path(root, target.name), record),
+    )
     for name, path, sha in (
-        ("lock", contract.lock_path(root, target.name), record.lock_sha256),
-        ("build-lock", contract.build_lock_path(root, target.name), record.build_lock_sha256),
-        ("dockerfile", contract.dockerfile_path(root, target.name), record.dockerfile_sha256),
+        ("lock", locks / contract.LOCK_NAME, record.lock_sha256),
+        ("build-lock", locks / contract.BUILD_LOCK_NAME, record.build_lock_sha256),
+        ("dockerfile", dockerfiles / contract.DOCKERFILE_NAME, record.dockerfile_sha256),
     ):
         uri, notes = _repo_uri(target, path)
         deps.append(_dep(name, uri, {"sha256": sha}, notes))
     if record.os_lock_sha256:
-        uri, notes = _repo_uri(target, contract.os_lock_path(root, target.name))
+        uri, notes = _repo_uri(target, locks / contract.OS_LOCK_NAME)
         deps.append(_dep("os-lock", uri, {"sha256": record.os_lock_sha256}, notes))
     if record.wheel_records is not None:  # what installed_files holds each installed RECORD to
-        uri, notes = _repo_uri(target, contract.record_path(root, target.name))
+        # The record that holds them: the platform's own (locks/<target>/<os>-<arch>/image.json) for
+        # one platform of an image index, whose locks/<target>/image.json is the index's (no wheel_records).
+        held = contract.record_path(root, target.name)
+        if record.platform:
+            held = contract.platform_record_dir(root, target.name, record.platform) / contract.RECORD_NAME
+        uri, notes = _repo_uri(target, held)
         digest = {"sha256": wheel_records_sha256(record.wheel_records)}
         deps.append(_dep("wheel-records", uri, digest, {**notes, "field": contract.RECORD_WHEELS}))
     for e in os_lock:  # each .deb unpacked into the OS layer, as fetched on the host

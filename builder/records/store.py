@@ -61,11 +61,15 @@ class Record:
     gpu: dict[str, Any] | None = None
     # contract.RECORD_WHEELS: each locked wheel's RECORD digest (absent in records made before it).
     wheel_records: dict[str, Any] | None = None
+    # The platform ("linux/arm64") of one manifest of an image index (absent for a one-platform target).
+    platform: str | None = None
 
     def to_json(self) -> str:
         doc: dict[str, Any] = {"schema": contract.RECORD_SCHEMA}
         for k in contract.RECORD_FIELDS[1:]:
             doc[k] = getattr(self, k)
+            if k == "target" and self.platform is not None:
+                doc["platform"] = self.platform
             if k == "build_lock_sha256" and self.os_lock_sha256 is not None:
                 doc["os_lock_sha256"] = self.os_lock_sha256
             if k == "checks" and self.gpu is not None:
@@ -114,8 +118,11 @@ def read(path: Path) -> Record | None:
     wrong = [k for k, kind in _TYPES.items() if not isinstance(doc[k], kind) or isinstance(doc[k], bool)]
     if wrong:
         raise RecordError(f"{path}: record fields of the wrong type: {', '.join(wrong)}; restore it from git")
-    if not isinstance(doc.get("os_lock_sha256", ""), str):
-        raise RecordError(f"{path}: record fields of the wrong type: os_lock_sha256; restore it from git")
+    if doc.get("kind") == contract.INDEX_KIND:
+        raise RecordError(f"{path}: the record of an image index, not of one image (builder/records/index.py reads it)")
+    for key in ("os_lock_sha256", "platform"):
+        if not isinstance(doc.get(key, ""), str):
+            raise RecordError(f"{path}: record fields of the wrong type: {key}; restore it from git")
     for key in (contract.RECORD_GPU, contract.RECORD_WHEELS):
         if not isinstance(doc.get(key, {}), dict):
             raise RecordError(f"{path}: record fields of the wrong type: {key}; restore it from git")
@@ -124,6 +131,7 @@ def read(path: Path) -> Record | None:
         os_lock_sha256=doc.get("os_lock_sha256"),
         gpu=doc.get(contract.RECORD_GPU),
         wheel_records=doc.get(contract.RECORD_WHEELS),
+        platform=doc.get("platform"),
     )
 
 
@@ -231,14 +239,16 @@ def _described_digest(path: Path, kind: str) -> str | None:
         return None
 
 
-def set_problems(root: Path, target: str, record: Record) -> list[str]:
+def set_problems(root: Path, target: str, record: Record, directory: Path | None = None) -> list[str]:
     """What does not hold between the record and the SBOM/provenance files it names (offline):
     their sha256 (any edit, a mix of old and new, a deletion) and the digest they describe (an
-    edited digest in image.json)."""
+    edited digest in image.json). ``directory``: the record set's, if not locks/<target>/ (one
+    platform's of an image index)."""
     problems = []
+    where = directory or contract.record_path(root, target).parent
     for key, kind, path in (
-        ("sbom_sha256", "sbom", contract.sbom_path(root, target)),
-        ("provenance_sha256", "provenance", contract.provenance_path(root, target)),
+        ("sbom_sha256", "sbom", where / contract.SBOM_NAME),
+        ("provenance_sha256", "provenance", where / contract.PROVENANCE_NAME),
     ):
         got = sha256_file(path) if path.is_file() else None
         if got != record.build.get(key):

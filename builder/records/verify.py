@@ -62,22 +62,31 @@ def _read_json(path: Path) -> dict:
 
 
 class Verifier:
-    def __init__(self, root: Path, target: Target) -> None:
+    def __init__(self, root: Path, target: Target, platform: str | None = None) -> None:
+        """``platform``: one platform of a target built into an image index (its own Dockerfile,
+        locks and record set, locks/<target>/<os>-<arch>/; builder/records/verifyindex.py)."""
         self.root = root
-        self.t = target
-        self.dockerfile = contract.dockerfile_path(root, target.name)
-        self.lock = contract.lock_path(root, target.name)
-        self.build_lock = contract.build_lock_path(root, target.name)
-        self.os_lock = contract.os_lock_path(root, target.name)
-        self.sbom_path = contract.sbom_path(root, target.name)
-        self.prov_path = contract.provenance_path(root, target.name)
+        self.t = target.for_platform(platform) if platform else target
+        self.platform = platform
+        # The first platform's Dockerfile and locks are where a one-platform target keeps them.
+        sub = "" if platform in (None, target.platform_names()[0]) else str(platform).replace("/", "-")
+        files = contract.dockerfile_path(root, target.name).parent / sub
+        locks = contract.lock_path(root, target.name).parent / sub
+        self.dockerfile = files / contract.DOCKERFILE_NAME
+        self.lock = locks / contract.LOCK_NAME
+        self.build_lock = locks / contract.BUILD_LOCK_NAME
+        self.os_lock = locks / contract.OS_LOCK_NAME
+        self.record_dir = contract.platform_record_dir(root, target.name, platform) if platform else locks
+        self.sbom_path = self.record_dir / contract.SBOM_NAME
+        self.prov_path = self.record_dir / contract.PROVENANCE_NAME
+        self.tag = contract.platform_tag(target.image.tag, platform) if platform else target.image.tag
         self._record: records.Record | None = None
 
     @property
     def record(self) -> records.Record:
         if self._record is None:
             try:
-                rec = records.read(contract.record_path(self.root, self.t.name))
+                rec = records.read(self.record_dir / contract.RECORD_NAME)
             except BuilderError as exc:
                 raise _Fail(exc.message) from None
             self._record = _found(rec, "image.json is missing (never built?)")
@@ -90,7 +99,7 @@ class Verifier:
         return f"sha256 {sha256_file(self.dockerfile)[:16]}"
 
     def record_set(self) -> str:
-        problems = records.set_problems(self.root, self.t.name, self.record)
+        problems = records.set_problems(self.root, self.t.name, self.record, self.record_dir)
         _need(not problems, "; ".join(problems))
         return "image.json names this SBOM and this provenance (sha256)"
 
@@ -179,6 +188,7 @@ class Verifier:
     def matrix_record(self) -> str:
         r = self.record
         _need(r.target == self.t.name, f"target {r.target!r} != {self.t.name!r}")
+        _need(r.platform == self.platform, f"platform {r.platform!r} != {self.platform!r}")
         _need(r.image == f"{self.t.image.name}@{r.digest}", f"image {r.image} is not {self.t.image.name}@{r.digest}")
         _need(re.fullmatch(r"sha256:[0-9a-f]{64}", r.digest or "") is not None, f"digest {r.digest!r} is malformed")
         for role in ("build", "runtime"):
@@ -363,9 +373,9 @@ class Verifier:
     def registry_image(self, engine) -> str:
         r = self.record
         _need(engine.registry.serves(self.t.image.name, r.digest), f"the registry does not serve {r.image}")
-        now = engine.registry.resolve_digest(self.t.image.tagged)
-        _need(now == r.digest, f"tag {self.t.image.tag} now points at {now}, image.json says {r.digest}")
-        return f"serves {r.digest[:19]}; tag {self.t.image.tag} points at it"
+        now = engine.registry.resolve_digest(f"{self.t.image.name}:{self.tag}")
+        _need(now == r.digest, f"tag {self.tag} now points at {now}, image.json says {r.digest}")
+        return f"serves {r.digest[:19]}; tag {self.tag} points at it"
 
     def registry_attachments(self, engine) -> str:
         r = self.record
@@ -450,12 +460,20 @@ def _driver(text: str) -> tuple[int, ...]:
 def verify_targets(matrix, names: list[str], engine=None, *, explicit: bool) -> list[tuple[str, Row]]:
     """Rows for each target. Without named targets, targets never built are skipped; with nothing
     recorded at all, that is a failure ("nothing recorded"), not a silent pass."""
+    from builder.records import verifyindex
+
     root = matrix.path.resolve().parent
     rows: list[tuple[str, Row]] = []
     for name in names:
         if not contract.record_path(root, name).exists() and not explicit:
             continue
-        rows += [(name, row) for row in Verifier(root, matrix.target(name)).rows(engine)]
+        target = matrix.target(name)
+        if target.platforms:  # an image index: its rows, then every platform's record set
+            rows += [(name, Row(*row)) for row in verifyindex.rows(root, target, engine)]
+            for p in target.platform_names():
+                rows += [(name, Row(f"{p}: {r.check}", r.ok, r.detail)) for r in Verifier(root, target, p).rows(engine)]
+            continue
+        rows += [(name, row) for row in Verifier(root, target).rows(engine)]
     if not rows:
         raise VerifyFailed(
             f"verify: nothing recorded for {', '.join(names)} (no {contract.RECORD_NAME}); "

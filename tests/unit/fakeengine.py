@@ -7,13 +7,17 @@ tests of the pipeline on a successful build, without Docker.
   tags move on each push, artifacts attach only to a served digest (as a real registry refuses
   a referrer whose subject it does not have).
 - ``FakeEngine.build`` records each ``BuildRequest`` and makes a one-layer image from what the
-  request hands the engine: the build arguments and the bytes of the default context, with every
+  request hands the engine: the build arguments, the Dockerfile and the bytes of the default context, with every
   mtime at SOURCE_DATE_EPOCH; it keeps it in a local image store (``local``, by image ID: the
   config's digest), from which ``export_image`` streams it as an OCI layout tar, ``push`` sends it
   to the registry and ``remove_image`` drops it (a request with ``push`` pushes at once, as buildx
   --push does). The same request gives the same digest; ``reproducible = False`` adds a file that
   changes at every build (an unpinned timestamp), and ``extra_files`` adds files to every image
   (what a hostile build step copies into one: a file name's key is its path, PAX records and all).
+- ``FakeRegistry.push_index`` tags an OCI image index naming served manifests by digest (as the
+  real client does), which ``raw_manifest`` serves as an index and ``image_config`` follows to
+  its linux/<arch> image; ``FakeEngine.build`` of a request with a ``platform`` makes that
+  platform's image (its config's os and architecture).
 - ``FakeContainers`` runs nothing but the SBOM's inventory probe: the image "has" the wheels the
   request's wheelhouse handed it. The image checks need a real container; tests monkeypatch
   builder/checks/runner.py ``run`` for them.
@@ -44,6 +48,7 @@ if TYPE_CHECKING:
     from builder.engine.buildx import Engine
 
 MANIFEST_TYPE = "application/vnd.oci.image.manifest.v1+json"
+INDEX_TYPE = "application/vnd.oci.image.index.v1+json"
 CONFIG_TYPE = "application/vnd.oci.image.config.v1+json"
 LAYER_TYPE = "application/vnd.oci.image.layer.v1.tar+gzip"
 GIB = 1024**3
@@ -92,7 +97,9 @@ class FakeRegistry:
     def raw_manifest(self, name: str, reference: str) -> Manifest | None:
         digest = reference if reference.startswith("sha256:") else self.tags.get((name, reference))
         raw = self.manifests.get((name, digest)) if digest else None
-        return Manifest(MANIFEST_TYPE, digest, raw) if digest and raw is not None else None
+        if not digest or raw is None:
+            return None
+        return Manifest(INDEX_TYPE if "manifests" in json.loads(raw) else MANIFEST_TYPE, digest, raw)
 
     def resolve_digest(self, ref: str) -> str | None:
         manifest = self.raw_manifest(*split_reference(ref))
@@ -104,10 +111,25 @@ class FakeRegistry:
         return served
 
     def platform_digest(self, name: str, digest: str) -> str:
-        return digest  # the fake pushes image manifests, never an index
+        manifest = self.raw_manifest(name, digest)
+        if manifest is None or "manifests" not in manifest.doc:
+            return digest
+        images = manifest.doc["manifests"]
+        if len(images) != 1:
+            raise BuildError(f"{name}@{digest}: an index of {len(images)} images; compare one platform at a time")
+        return images[0]["digest"]
 
     def push_index(self, name: str, tag: str, manifests: dict[str, str]) -> str:
-        raise NotImplementedError("the fake registry serves image manifests only")
+        """An OCI image index naming served image manifests (as the real client: others refused)."""
+        from builder.engine.registry import index_entry  # the real client's entries, from each config
+
+        entries = [index_entry(self, name, platform, digest) for platform, digest in manifests.items()]
+        raw = json.dumps({"schemaVersion": 2, "mediaType": INDEX_TYPE, "manifests": entries}, sort_keys=True).encode()
+        digest = _sha256(raw)
+        self.events.append(("push_index", name, tag, digest))
+        self.manifests[(name, digest)] = raw
+        self.tags[(name, tag)] = digest
+        return digest
 
     def blob(self, name: str, digest: str) -> bytes:
         if digest not in self.blobs:
@@ -129,7 +151,7 @@ class FakeRegistry:
 
     def image_size(self, ref: str) -> int | None:
         manifest = self.raw_manifest(*split_reference(ref))
-        if manifest is None:
+        if manifest is None or "layers" not in manifest.doc:
             return None
         doc = manifest.doc
         return int(doc["config"]["size"]) + sum(int(layer["size"]) for layer in doc["layers"])
@@ -142,7 +164,11 @@ class FakeRegistry:
         return True
 
     def image_config(self, ref: str, arch: str = "amd64") -> dict | None:
+        name, _ = split_reference(ref)
         manifest = self.raw_manifest(*split_reference(ref))
+        if manifest is not None and "manifests" in manifest.doc:  # an index: its linux/<arch> image
+            mine = [d for d in manifest.doc["manifests"] if d["platform"]["architecture"] == arch]
+            manifest = self.raw_manifest(name, mine[0]["digest"]) if mine else None
         return json.loads(self.blobs[manifest.doc["config"]["digest"]]) if manifest else None
 
 
@@ -170,7 +196,7 @@ class FakeContainers:
             }
         )
 
-    def start(self, ref: str) -> str:
+    def start(self, ref: str, platform: str | None = None) -> str:
         raise NotImplementedError(_NO_CONTAINER)
 
     def copy_into(self, container_id: str, src: Path, dest: str) -> None:
@@ -217,15 +243,19 @@ class FakeEngine:
         self.requests.append(req)
         self.events.append(("build", req.tags))
         epoch = req.source_date_epoch or 0
-        files = {"k3/build-args.json": json.dumps(req.build_args, sort_keys=True).encode()}
+        files = {
+            "k3/build-args.json": json.dumps(req.build_args, sort_keys=True).encode(),
+            "k3/Dockerfile": req.dockerfile.read_bytes(),  # its bases (FROM) and steps make the image
+        }
         files.update({f"k3/context/{p.relative_to(req.context)}": p.read_bytes() for p in _files(req.context)})
         files.update(self.extra_files)
         if not self.reproducible:  # what an unpinned timestamp in a RUN step does to an image
             files["k3/build-stamp"] = f"build {len(self.requests)}\n".encode()
         layer = _layer(files, epoch)
+        os_name, _, arch = (req.platform or "linux/amd64").partition("/")  # buildx --platform, or the engine's own
         config = {
-            "architecture": "amd64",
-            "os": "linux",
+            "architecture": arch,
+            "os": os_name,
             "created": req.build_args.get("K3_CREATED", ""),
             "config": {"Labels": {"k3.fake.build": str(len(self.requests)) if not self.reproducible else "0"}},
             "rootfs": {"type": "layers", "diff_ids": [_sha256(gzip.decompress(layer))]},

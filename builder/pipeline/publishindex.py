@@ -1,0 +1,212 @@
+"""One build, one image index: a target that names platforms (builder/config/platforms.py) is built
+once per platform and published as one OCI image index under its tag.
+
+Each platform goes through the whole one-image build on its own (builder/pipeline/build.py
+``_build``, with that platform's Dockerfile, locks and input key): built with ``--platform``
+(emulated where the builder is another machine), scanned, pushed as ``<tag>-<os>-<arch>``,
+checked, and recorded in ``locks/<target>/<os>-<arch>/``. A platform whose inputs are unchanged
+and whose manifest the registry still serves is up to date on its own, so an arm64-only change
+leaves the amd64 manifest (and its digest) alone. Only once every platform is recorded is the
+index pushed under the target's tag, its provenance (subjects: the index and every manifest)
+signed and attached, and ``locks/<target>/image.json`` (builder/records/index.py) written with it
+as one record set.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from builder import log
+from builder.config import contract
+from builder.config.options import BuildOptions
+from builder.engine.buildx import Engine
+from builder.errors import ConfigError, RecordError
+from builder.fsutil import sha256_file
+from builder.pipeline.plan import Plan
+from builder.records import artifacts, index
+from builder.records import store as records
+
+
+@dataclass(frozen=True)
+class IndexResult:
+    record: index.IndexRecord
+    changed: bool  # a new index digest (or a new record of it)
+    up_to_date: bool  # every platform up to date and the index as recorded, served under the tag
+    platforms: list[Any]  # each platform's build.Outcome, in the matrix's order
+    seconds: float
+
+
+def build_index(plan: Plan, engine: Engine, options: BuildOptions, build_one: Callable[..., Any]) -> IndexResult:
+    """Every platform built (or up to date) with ``build_one`` (pipeline.build._build), then the index."""
+    started, target = time.monotonic(), plan.target
+    record_path = plan.record_dir / contract.RECORD_NAME
+    previous = _previous(plan)  # a damaged index record stops the build before anything runs
+    chosen = _chosen(plan, options)
+    outcomes: list[Any] = []
+    for pp in chosen:
+        log.info(f"{target.name}: platform {pp.platform} ({len(outcomes) + 1} of {len(chosen)})")
+        outcomes.append(build_one(pp, engine, options))
+    built = {str(pp.platform): o.digest for pp, o in zip(chosen, outcomes, strict=True)}
+    manifests: dict[str, str] = {}
+    for p in target.platform_names():  # a platform neither built now nor recorded before: left out
+        digest = built.get(p) or _recorded(plan, p)
+        if digest:
+            manifests[p] = digest
+    with log.step(f"{target.name}: image index of {', '.join(manifests)} under {target.image.tagged}"):
+        if previous is not None and _index_current(plan, engine, previous, manifests):
+            log.info(f"    up to date: {previous.image} (the same manifests, served under the tag)")
+            result = IndexResult(previous, False, all(o.up_to_date for o in outcomes), outcomes, 0.0)
+        else:
+            record = _publish(plan, engine, manifests)
+            changed = previous is None or previous.digest != record.digest
+            result = IndexResult(record, changed, False, outcomes, 0.0)
+    log.info(f"    {result.record.image} recorded in {record_path}")
+    return dataclasses.replace(result, seconds=time.monotonic() - started)
+
+
+def _chosen(plan: Plan, options: BuildOptions) -> list[Plan]:
+    """The platforms this build builds: --platform's (each one the target names), else all."""
+    unknown = [p for p in options.platforms if p not in plan.target.platform_names()]
+    if unknown:
+        raise ConfigError(
+            f"--platform {', '.join(unknown)}: target {plan.target.name} is built for "
+            f"{', '.join(plan.target.platform_names())}"
+        )
+    return [pp for pp in plan.platform_plans() if not options.platforms or str(pp.platform) in options.platforms]
+
+
+def _recorded(plan: Plan, platform: str) -> str | None:
+    """The manifest a platform not built this time last recorded (its own record), if any."""
+    one = records.read(contract.platform_record_dir(plan.root, plan.target.name, platform) / contract.RECORD_NAME)
+    return one.digest if one else None
+
+
+def _previous(plan: Plan) -> index.IndexRecord | None:
+    """The committed index record; a one-image record there (from before the target named
+    platforms) is no index: replaced, said so. A damaged one is refused (exit 2)."""
+    path = plan.record_dir / contract.RECORD_NAME
+    if index.kind_of(path) == "image":
+        records.read(path)  # damaged: refused like any record; a readable one is replaced below
+        log.info(f"    {path}: a one-image record; the index record replaces it (git keeps the old one)")
+        return None
+    previous = index.read(path)
+    if previous is not None:
+        problems = _edited(plan, path, previous)
+        if problems:
+            raise RecordError(
+                f"{path}: the index record set does not hold: {'; '.join(problems)}; "
+                f"`build verify --target {plan.target.name}` explains; restore the files from git"
+            )
+    return previous
+    return previous
+
+
+def _edited(plan: Plan, path: Path, previous: index.IndexRecord) -> list[str]:
+    """What of the index record set was edited (an edited record is refused, never rebuilt over).
+
+    Its provenance must be the one it names, and the record must say what that provenance says
+    (the index digest and image, the tag, the platforms and each manifest). A platform whose record
+    differs from what the index names is tolerated only when stale, not edited: a build that failed
+    on another platform recorded it again since, so its own record set holds and is newer (its
+    provenance is not the one the index provenance names, or its record was written after)."""
+    problems = [p for p in index.set_problems(plan.root, previous) if p.startswith(index.PROVENANCE_NAME)]
+    if problems:
+        return problems
+    problems = index.provenance_disagrees(plan.root, previous)
+    base = plan.record_dir
+    named = index.provenance_deps(plan.root, previous)
+    for p, entry in previous.platforms.items():
+        one_path = base / entry["record"]
+        if one_path.is_file() and sha256_file(one_path) == entry["record_sha256"]:
+            continue  # as the index names it (a digest mismatch is the provenance check's above)
+        if not one_path.is_file() or one_path.parent != contract.platform_record_dir(plan.root, plan.target.name, p):
+            problems.append(f"{p}: {entry['record']} is missing or not that platform's record")
+            continue
+        one = records.read(one_path)
+        holds = one is not None and not records.set_problems(plan.root, plan.target.name, one, one_path.parent)
+        prov = one_path.parent / contract.PROVENANCE_NAME
+        if not holds:
+            continue  # the platform's own record set is edited: its build refuses it, with what does not hold
+        newer = sha256_file(prov) != named.get(p) or one_path.stat().st_mtime_ns > path.stat().st_mtime_ns
+        if not newer:
+            problems.append(f"{p}: {entry['record']} differs from what the index record names (record_sha256)")
+    return problems
+
+
+def _index_current(plan: Plan, engine: Engine, previous: index.IndexRecord, manifests: dict[str, str]) -> bool:
+    """The recorded index names these manifests, the tag points at it and its provenance is attached."""
+    if previous.manifests() != manifests or previous.tag != plan.target.image.tag:
+        return False
+    name = plan.target.image.name
+    if engine.registry.resolve_digest(plan.target.image.tagged) != previous.digest:
+        return False
+    if any(
+        previous.platforms[p] != index.platform_entry(plan.root, plan.target.name, p, d) for p, d in manifests.items()
+    ):
+        return False  # a platform's record was written again (same digest): the index record names its bytes
+    attached = engine.registry.referrers(name, previous.digest).get(artifacts.PROVENANCE_TYPE)
+    return attached == (plan.record_dir / index.PROVENANCE_NAME).read_bytes()
+
+
+def _publish(plan: Plan, engine: Engine, manifests: dict[str, str]) -> index.IndexRecord:
+    """Push the index under the tag, sign and attach its provenance, write its record set."""
+    from builder.pipeline import publish
+    from builder.records import provsign
+
+    target, name = plan.target, plan.target.image.name
+    digest = engine.registry.push_index(name, target.image.tag, manifests)
+    log.info(f"    pushed {name}@{digest} under {target.image.tagged}")
+    record = index.IndexRecord(
+        target=target.name,
+        image=f"{name}@{digest}",
+        digest=digest,
+        tag=target.image.tag,
+        platforms={p: index.platform_entry(plan.root, target.name, p, d) for p, d in manifests.items()},
+        build={},
+    )
+    prov_text = provsign.envelope(index.statement(target, plan.root, record), publish.provenance_signer(plan))
+    first = records.read(plan.platform_plans()[0].record_dir / contract.RECORD_NAME)
+    epoch = first.source_date_epoch if first else 0
+    annotations = {contract.OCI_CREATED: contract.created_iso(epoch)}
+    engine.registry.attach(name, digest, artifacts.PROVENANCE_TYPE, prov_text.encode(), annotations)
+    final = dataclasses.replace(record, build={"provenance_sha256": index.provenance_sha256(prov_text)})
+    records.write_set(plan.record_dir, {index.PROVENANCE_NAME: prov_text, contract.RECORD_NAME: final.to_json()})
+    # An index's record set has no SBOM (each platform's is its own): one here is a one-image record's.
+    (plan.record_dir / contract.SBOM_NAME).unlink(missing_ok=True)
+    return final
+
+
+def platform_refs(plan: Plan, engine: Engine, image: str | None) -> dict[str, str]:
+    """platform -> the image `build test` checks on it: each platform's recorded manifest, or, with
+    ``image`` (an image index in a registry), the manifest it names for that platform."""
+    if image is None:
+        refs = {}
+        for pp in plan.platform_plans():
+            record = records.read(pp.record_dir / contract.RECORD_NAME)
+            if record is None:
+                raise RecordError(
+                    f"{plan.target.name} {pp.platform}: no recorded image in {pp.record_dir}; build first"
+                )
+            refs[str(pp.platform)] = record.image
+        return refs
+    from builder.engine.registry import split_reference
+
+    name, reference = split_reference(image)
+    served = engine.registry.raw_manifest(name, reference)
+    entries = (served.doc.get("manifests") if served else None) or []
+    named = {
+        f"{(m.get('platform') or {}).get('os')}/{(m.get('platform') or {}).get('architecture')}": m["digest"]
+        for m in entries
+    }
+    missing = [p for p in plan.target.platform_names() if p not in named]
+    if missing:
+        raise ConfigError(
+            f"--image {image}: not an image index naming {', '.join(missing)} (target {plan.target.name} "
+            f"is built for {', '.join(plan.target.platform_names())})"
+        )
+    return {p: f"{name}@{named[p]}" for p in plan.target.platform_names()}

@@ -1,0 +1,113 @@
+"""The smoke target on both platforms, on the real engine and registry (issue 36): `build smoke-init
+--arm64`, render, lock, one build into one OCI image index, `build test` on both platforms,
+`build verify --registry`, and a tampered arm64 record found.
+
+linux/arm64 runs under QEMU on an x86 machine (ci/setup.sh registers qemu-aarch64): a cold build
+of both platforms took minutes here (CONTRIBUTING.md, "The arm64 leg", has the measured time), so
+this module runs only with `--integration --arm64` (tests/conftest.py), not in the default CI run.
+"""
+
+from __future__ import annotations
+
+import json
+import secrets
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.integration.conftest import REGISTRY, cli, delete_repository, registry_digest
+
+pytestmark = pytest.mark.arm64
+
+
+@pytest.fixture(scope="module")
+def both(tmp_path_factory):
+    """The smoke made with --arm64, rendered, locked and built once: (root, matrix, reference, seconds)."""
+    if not Path("/proc/sys/fs/binfmt_misc/qemu-aarch64").exists():
+        pytest.fail("qemu-aarch64 is not registered with binfmt_misc: run ci/setup.sh")
+    root = tmp_path_factory.mktemp("smoke-arm64")
+    repository = f"k3/smoke-arm64-{secrets.token_hex(3)}"
+    made = cli("smoke-init", "--arm64", "--out", str(root), "--registry", REGISTRY, "--repository", repository)
+    assert made.code == 0, made.err[-3000:]
+    matrix = Path(made.out.strip().splitlines()[-1])
+    for args in (("render",), ("lock", "--target", "smoke")):
+        r = cli("--matrix", str(matrix), *args)
+        assert r.code == 0, r.err[-3000:]
+    started = time.monotonic()
+    r = cli("--matrix", str(matrix), "--target", "smoke")
+    assert r.code == 0, r.err[-3000:]
+    yield root, matrix, repository, r.out.strip().splitlines()[-1], time.monotonic() - started
+    delete_repository(repository)
+    for platform in ("linux-amd64", "linux-arm64"):  # the local tags each platform was pushed from
+        subprocess.run(
+            ["docker", "image", "rm", "-f", f"{REGISTRY}/{repository}:smoke-{platform}"], capture_output=True
+        )
+
+
+def test_one_build_pushes_one_index_of_both_platforms(both):
+    root, _, repository, ref, seconds = both
+    print(f"build of linux/amd64 + linux/arm64 (checks included): {seconds:.0f} s")
+    assert ref.startswith(f"{REGISTRY}/{repository}@sha256:")
+    assert registry_digest(repository, "smoke") == ref.split("@")[1]  # the index is under the tag
+    inspected = subprocess.run(
+        ["docker", "buildx", "imagetools", "inspect", "--raw", ref], capture_output=True, text=True, check=True
+    )
+    doc = json.loads(inspected.stdout)
+    platforms = {f"{m['platform']['os']}/{m['platform']['architecture']}": m["digest"] for m in doc["manifests"]}
+    assert set(platforms) == {"linux/amd64", "linux/arm64"}
+    record = json.loads((root / "locks" / "smoke" / "image.json").read_text())
+    assert record["kind"] == "image-index" and record["digest"] == ref.split("@")[1]
+    for platform, digest in platforms.items():
+        one = json.loads((root / "locks" / "smoke" / platform.replace("/", "-") / "image.json").read_text())
+        assert (one["platform"], one["digest"], one["checks"]) == (platform, digest, "passed")
+        assert registry_digest(repository, f"smoke-{platform.replace('/', '-')}") == digest
+        config = subprocess.run(
+            [
+                "docker",
+                "buildx",
+                "imagetools",
+                "inspect",
+                "--format",
+                "{{json .Image}}",
+                f"{ref.split('@')[0]}@{digest}",
+            ],
+            capture_output=True,
+            text=True,
+            check=True,
+        )
+        assert json.loads(config.stdout)["architecture"] == platform.split("/")[1]
+
+
+def test_the_checks_pass_on_both_platforms_and_verify_holds(both):
+    root, matrix, _, _, _ = both
+    tested = cli("--matrix", str(matrix), "--json", "test", "--target", "smoke")
+    assert tested.code == 0, tested.err[-3000:]
+    doc = json.loads(tested.out)
+    assert [p["platform"] for p in doc["platforms"]] == ["linux/amd64", "linux/arm64"]
+    for platform in doc["platforms"]:  # a check that could not run emulated says why, never passes silently
+        assert platform["counts"]["FAIL"] == 0 and platform["counts"]["pass"] > 0, platform["counts"]
+        assert all(c["message"] for c in platform["checks"] if c["status"] == "skip"), platform["checks"]
+    skipped = {c["name"]: c["message"] for c in doc["platforms"][1]["checks"] if c["status"] == "skip"}
+    print(f"linux/arm64 checks not run: {skipped}")
+    verified = cli("--matrix", str(matrix), "verify", "--target", "smoke", "--registry")
+    assert verified.code == 0, verified.err[-3000:]
+    assert "linux/arm64: registry: image" in verified.err and "registry: index" in verified.err
+    up = cli("--matrix", str(matrix), "--target", "smoke")  # nothing changed: nothing built again
+    assert up.code == 0 and "up to date" in up.err, up.err[-2000:]
+
+
+def test_verify_finds_a_tampered_arm64_record(both, tmp_path):
+    root, matrix, _, _, _ = both
+    arm = root / "locks" / "smoke" / "linux-arm64" / "image.json"
+    kept = arm.read_text()
+    try:
+        doc = json.loads(kept)
+        doc["source_date_epoch"] += 1
+        arm.write_text(json.dumps(doc, indent=2) + "\n")
+        verified = cli("--matrix", str(matrix), "verify", "--target", "smoke")
+        assert verified.code == 1, verified.err[-2000:]
+        assert "index <-> platform records" in verified.err and "linux/arm64" in verified.err
+    finally:
+        arm.write_text(kept)

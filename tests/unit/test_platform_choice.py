@@ -1,0 +1,71 @@
+"""A target built into an image index: --platform builds a subset (the index names the others' last
+recorded manifests), and a compile the builder would run under QEMU is refused unless
+--allow-emulated, for every target but the smoke (builder/pipeline/context.py)."""
+
+from __future__ import annotations
+
+import pytest
+
+from builder.commands.parser import build_parser
+from builder.config import contract
+from builder.config.options import BuildOptions
+from builder.config.platforms import native_platforms
+from builder.errors import ConfigError
+from builder.pipeline import build as pipeline
+from builder.pipeline.context import emulated_refused
+from builder.records import index
+from tests.unit.fakeengine import FakeEngine
+from tests.unit.test_multiplatform import both, checks  # noqa: F401
+from tests.unit.test_pipeline_ordering import smoke_repos  # noqa: F401
+
+
+def test_native_platforms_are_the_engine_s_and_each_node_s_first():
+    assert native_platforms("x86_64", [["linux/amd64", "linux/amd64/v2", "linux/arm64"]]) == ("linux/amd64",)
+    assert native_platforms("x86_64", [["linux/amd64"], ["linux/arm64", "linux/arm/v7"]]) == (
+        "linux/amd64",
+        "linux/arm64",
+    )
+    assert native_platforms("aarch64", []) == ("linux/arm64",)
+
+
+def test_an_emulated_compile_is_refused_but_for_the_smoke_or_when_allowed():
+    with pytest.raises(ConfigError, match=r"cu129 linux/arm64: .*emulated.*docker buildx create --append"):
+        emulated_refused("cu129", "linux/arm64", ("linux/amd64",), False)
+    emulated_refused("cu129", "linux/arm64", ("linux/amd64",), True)  # --allow-emulated
+    emulated_refused("smoke", "linux/arm64", ("linux/amd64",), False)  # minutes, not hours
+    emulated_refused("cu129", "linux/arm64", ("linux/amd64", "linux/arm64"), False)  # a native node
+    emulated_refused("cu129", None, ("linux/amd64",), False)  # a one-platform target: the builder's own
+
+
+def test_the_flags_reach_the_build_options():
+    from builder.config import cascade
+
+    args = build_parser().parse_args(
+        ["build", "--platform", "linux/amd64", "--platform", "linux/arm64", "--allow-emulated"]
+    )
+    opts = cascade.build_options(vars(args), set())
+    assert (opts.platforms, opts.allow_emulated) == (("linux/amd64", "linux/arm64"), True)
+
+
+def test_platform_builds_a_subset_and_the_index_keeps_the_other_s_recorded_manifest(both, checks):  # noqa: F811
+    engine = FakeEngine()
+    first = pipeline.build(both, engine, BuildOptions())
+    arm = {o.platform: o.digest for o in first.platforms}["linux/arm64"]
+    built = len(engine.requests)
+    pipeline.build(both, engine, BuildOptions(force=True, platforms=("linux/amd64",)))
+    assert [r.platform for r in engine.requests[built:]] == ["linux/amd64"]  # arm64 not built again
+    rec = index.read(both.record_dir / contract.RECORD_NAME)
+    assert list(rec.platforms) == ["linux/amd64", "linux/arm64"] and rec.manifests()["linux/arm64"] == arm
+    with pytest.raises(ConfigError, match="--platform linux/s390x"):
+        pipeline.build(both, engine, BuildOptions(platforms=("linux/s390x",)))
+
+
+def test_each_platform_s_dockerfile_has_its_own_cache_mounts(both):  # noqa: F811
+    """BuildKit cache mounts are keyed by id alone: an arm64 apt/pip/sccache cache must not be amd64's."""
+    import re
+
+    ids = {}
+    for pp in both.platform_plans():
+        ids[str(pp.platform)] = set(re.findall(r"--mount=type=cache,id=([^,]+),", pp.dockerfile.read_text()))
+    assert ids["linux/amd64"] and ids["linux/arm64"] and not ids["linux/amd64"] & ids["linux/arm64"]
+    assert all(i.endswith("-smoke-linux-arm64") for i in ids["linux/arm64"])
