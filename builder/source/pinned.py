@@ -337,14 +337,14 @@ def _commit_repo(url: str, commit: str) -> git.Repo:
             reason = str(exc)
             continue
         except git.GitCommandError as exc:
-            _refuse_malformed(f"third-party source {_shown(url)}: commit {commit[:12]}", exc)
+            _refuse_malformed(f"third-party source {_shown(url, 200)}: commit {commit[:12]}", exc)
             reason = git_reason(exc)
             continue
         if _has_commit(repo, commit):
             return repo
     kind = failure_kind(reason, SourceError)
     raise kind(
-        f"third-party source {_shown(url)}: commit {commit} cannot be fetched"
+        f"third-party source {_shown(url, 200)}: commit {commit} cannot be fetched"
         + (f" ({reason})" if reason else "")
         + "; is the host reachable, and is the commit right?"
     )
@@ -362,7 +362,7 @@ def _peeled_ref(url: str, ref: str) -> str | None:
                 str, client.ls_remote("--", url, f"refs/tags/{ref}", f"refs/tags/{ref}^{{}}", f"refs/heads/{ref}")
             )
     except git.UnsafeOptionError as exc:  # GitPython's own guard, behind `--` and the URL rule
-        raise SourceError(f"third-party source {_shown(url)}: cannot resolve {ref!r}: {exc}") from None
+        raise SourceError(f"third-party source {_shown(url, 200)}: cannot resolve {ref!r}: {exc}") from None
     except git.GitCommandError as exc:
         kind = failure_kind(exc.stderr or "", SourceError)
         raise kind(f"third-party source {url}: cannot resolve {ref!r}: {git_reason(exc)}") from None
