@@ -47,16 +47,15 @@ def build_index(plan: Plan, engine: Engine, options: BuildOptions, build_one: Ca
     record_path = plan.record_dir / contract.RECORD_NAME
     previous = _previous(plan)  # a damaged index record stops the build before anything runs
     chosen = _chosen(plan, options)
+    # A platform not built now joins the index only as recorded, unchanged and served (checked
+    # before anything is built): never an edited, stale or missing manifest under the tag.
+    kept = {str(pp.platform): _recorded(pp, engine) for pp in plan.platform_plans() if pp not in chosen}
     outcomes: list[Any] = []
     for pp in chosen:
         log.info(f"{target.name}: platform {pp.platform} ({len(outcomes) + 1} of {len(chosen)})")
         outcomes.append(build_one(pp, engine, options))
     built = {str(pp.platform): o.digest for pp, o in zip(chosen, outcomes, strict=True)}
-    manifests: dict[str, str] = {}
-    for p in target.platform_names():  # a platform neither built now nor recorded before: left out
-        digest = built.get(p) or _recorded(plan, p)
-        if digest:
-            manifests[p] = digest
+    manifests = {p: built.get(p) or kept[p] for p in target.platform_names()}  # every platform, always
     with log.step(f"{target.name}: image index of {', '.join(manifests)} under {target.image.tagged}"):
         if previous is not None and _index_current(plan, engine, previous, manifests):
             log.info(f"    up to date: {previous.image} (the same manifests, served under the tag)")
@@ -80,10 +79,38 @@ def _chosen(plan: Plan, options: BuildOptions) -> list[Plan]:
     return [pp for pp in plan.platform_plans() if not options.platforms or str(pp.platform) in options.platforms]
 
 
-def _recorded(plan: Plan, platform: str) -> str | None:
-    """The manifest a platform not built this time last recorded (its own record), if any."""
-    one = records.read(contract.platform_record_dir(plan.root, plan.target.name, platform) / contract.RECORD_NAME)
-    return one.digest if one else None
+def _recorded(pp: Plan, engine: Engine) -> str:
+    """The manifest a platform --platform leaves out last recorded, if it still stands: its record
+    set holds, its inputs are the recorded ones (the input key "up to date" compares) and
+    <tag>-<os>-<arch> still resolves to it. Anything else is refused: the index would name an
+    edited, stale or missing manifest."""
+    from builder.pipeline.plan import input_key, offline_checks
+
+    name, platform, path = pp.target.name, pp.platform, pp.record_dir / contract.RECORD_NAME
+    one = records.read(path)  # a damaged record: RecordError
+    if one is None:
+        raise RecordError(
+            f"{name} {platform}: no record in {pp.record_dir} (the index must name every platform); "
+            f"build all platforms first (drop --platform)"
+        )
+    problems = records.set_problems(pp.root, name, one, pp.record_dir)
+    if problems:
+        raise RecordError(
+            f"{path}: the record set does not hold: {'; '.join(problems)}; not put in the index; "
+            f"`build verify --target {name}` explains; restore the files from git"
+        )
+    if one.input_key != input_key(pp, *offline_checks(pp)):
+        raise ConfigError(
+            f"{name} {platform}: its inputs changed since {one.image} was recorded, so it is not up to "
+            f"date; build it too (--platform {platform}), or drop --platform"
+        )
+    served = engine.registry.resolve_digest(f"{pp.target.image.name}:{pp.tag}")
+    if served != one.digest:
+        raise RecordError(
+            f"{name} {platform}: {pp.target.image.name}:{pp.tag} resolves to {served or 'nothing'}, "
+            f"not the recorded {one.digest}; build it too (--platform {platform}), or drop --platform"
+        )
+    return one.digest
 
 
 def _previous(plan: Plan) -> index.IndexRecord | None:
@@ -102,7 +129,6 @@ def _previous(plan: Plan) -> index.IndexRecord | None:
                 f"{path}: the index record set does not hold: {'; '.join(problems)}; "
                 f"`build verify --target {plan.target.name}` explains; restore the files from git"
             )
-    return previous
     return previous
 
 
