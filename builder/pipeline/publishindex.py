@@ -18,12 +18,12 @@ import dataclasses
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 from builder import log
 from builder.config import contract
 from builder.config.options import BuildOptions
+from builder.config.platforms import slug
 from builder.engine.buildx import Engine
 from builder.errors import ConfigError, RecordError
 from builder.fsutil import sha256_file
@@ -123,7 +123,7 @@ def _previous(plan: Plan) -> index.IndexRecord | None:
         return None
     previous = index.read(path)
     if previous is not None:
-        problems = _edited(plan, path, previous)
+        problems = _edited(plan, previous)
         if problems:
             raise RecordError(
                 f"{path}: the index record set does not hold: {'; '.join(problems)}; "
@@ -132,14 +132,14 @@ def _previous(plan: Plan) -> index.IndexRecord | None:
     return previous
 
 
-def _edited(plan: Plan, path: Path, previous: index.IndexRecord) -> list[str]:
+def _edited(plan: Plan, previous: index.IndexRecord) -> list[str]:
     """What of the index record set was edited (an edited record is refused, never rebuilt over).
 
     Its provenance must be the one it names, and the record must say what that provenance says
     (the index digest and image, the tag, the platforms and each manifest). A platform whose record
     differs from what the index names is tolerated only when stale, not edited: a build that failed
-    on another platform recorded it again since, so its own record set holds and is newer (its
-    provenance is not the one the index provenance names, or its record was written after)."""
+    on another platform recorded it again since, so its own record set holds and its provenance is
+    not the one the index provenance names. (No file times: a git checkout sets them.)"""
     problems = [p for p in index.set_problems(plan.root, previous) if p.startswith(index.PROVENANCE_NAME)]
     if problems:
         return problems
@@ -147,6 +147,9 @@ def _edited(plan: Plan, path: Path, previous: index.IndexRecord) -> list[str]:
     base = plan.record_dir
     named = index.provenance_deps(plan.root, previous)
     for p, entry in previous.platforms.items():
+        if entry.get("record") != f"{slug(p)}/{contract.RECORD_NAME}":
+            problems.append(f"{p}: names {entry.get('record')!r}, not {slug(p)}/{contract.RECORD_NAME}")
+            continue
         one_path = base / entry["record"]
         if one_path.is_file() and sha256_file(one_path) == entry["record_sha256"]:
             continue  # as the index names it (a digest mismatch is the provenance check's above)
@@ -158,8 +161,7 @@ def _edited(plan: Plan, path: Path, previous: index.IndexRecord) -> list[str]:
         prov = one_path.parent / contract.PROVENANCE_NAME
         if not holds:
             continue  # the platform's own record set is edited: its build refuses it, with what does not hold
-        newer = sha256_file(prov) != named.get(p) or one_path.stat().st_mtime_ns > path.stat().st_mtime_ns
-        if not newer:
+        if sha256_file(prov) == named.get(p):  # the same build's record, edited: not re-recorded
             problems.append(f"{p}: {entry['record']} differs from what the index record names (record_sha256)")
     return problems
 

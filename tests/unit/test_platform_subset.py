@@ -106,3 +106,46 @@ def test_a_subset_build_with_a_platform_never_recorded_is_refused(tmp_path, monk
     out = pipeline.build(plan, engine, BuildOptions())
     assert list(index.read(plan.record_dir / contract.RECORD_NAME).platforms) == ["linux/amd64", "linux/arm64"]
     assert _tagged(engine, plan) == out.digest
+
+
+def _edit_index_entry(plan: Plan, field: str, value: str) -> None:
+    path = plan.record_dir / contract.RECORD_NAME
+    doc = json.loads(path.read_text())
+    doc["platforms"]["linux/arm64"][field] = value
+    path.write_text(json.dumps(doc, indent=2) + "\n")
+
+
+def test_an_edited_index_entry_is_refused_whatever_the_file_times(both, checks):  # noqa: F811
+    """A git checkout may write linux-arm64/image.json after image.json: a record_sha256 edit is
+    still an edit (the arm64 provenance is the one the index provenance names), never rewritten."""
+    import os
+
+    engine = FakeEngine()
+    pipeline.build(both, engine, BuildOptions())
+    _edit_index_entry(both, "record_sha256", "0" * 64)
+    edited = (both.record_dir / contract.RECORD_NAME).read_text()
+    arm, st = both.record_dir / "linux-arm64" / contract.RECORD_NAME, (both.record_dir / contract.RECORD_NAME).stat()
+    os.utime(arm, ns=(st.st_atime_ns, st.st_mtime_ns + 10**9))
+    with pytest.raises(RecordError, match=r"linux/arm64: linux-arm64/image.json differs from what the index"):
+        pipeline.build(both, engine, BuildOptions())
+    assert (both.record_dir / contract.RECORD_NAME).read_text() == edited
+
+
+def test_an_edited_field_of_a_platform_record_is_refused(both, checks):  # noqa: F811
+    """A field the platform's own record set does not cover (its checks): the index names its bytes."""
+    engine = FakeEngine()
+    pipeline.build(both, engine, BuildOptions())
+    arm = both.record_dir / "linux-arm64" / contract.RECORD_NAME
+    doc = json.loads(arm.read_text())
+    doc["checks"] = "passed-EDITED"
+    arm.write_text(json.dumps(doc, indent=2) + "\n")
+    with pytest.raises(RecordError, match=r"linux/arm64: linux-arm64/image.json differs from what the index"):
+        pipeline.build(both, engine, BuildOptions())
+
+
+def test_an_index_entry_naming_another_file_is_refused(both, checks):  # noqa: F811
+    engine = FakeEngine()
+    pipeline.build(both, engine, BuildOptions())
+    _edit_index_entry(both, "record", "linux-arm64/../linux-arm64/image.json")
+    with pytest.raises(RecordError, match=r"linux/arm64: names 'linux-arm64/../linux-arm64/image.json', not"):
+        pipeline.build(both, engine, BuildOptions())
