@@ -149,3 +149,15 @@ def test_an_index_entry_naming_another_file_is_refused(both, checks):  # noqa: F
     _edit_index_entry(both, "record", "linux-arm64/../linux-arm64/image.json")
     with pytest.raises(RecordError, match=r"linux/arm64: names 'linux-arm64/../linux-arm64/image.json', not"):
         pipeline.build(both, engine, BuildOptions())
+
+
+def test_the_first_platform_keeps_its_cache_mount_ids(both):  # noqa: F811
+    """The first platform's BuildKit caches keep the ids they had before the target named
+    platforms (k3-<kind>-<target>), so adding arm64 does not empty amd64's warm caches."""
+    import re
+
+    ids = {}
+    for pp in both.platform_plans():
+        ids[str(pp.platform)] = set(re.findall(r"--mount=type=cache,id=([^,]+),", pp.dockerfile.read_text()))
+    assert ids["linux/amd64"] and all(re.fullmatch(r"k3-[a-z]+-smoke", i) for i in ids["linux/amd64"])
+    assert ids["linux/arm64"] == {f"{i}-linux-arm64" for i in ids["linux/amd64"]}
