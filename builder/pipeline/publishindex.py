@@ -46,7 +46,7 @@ def build_index(plan: Plan, engine: Engine, options: BuildOptions, build_one: Ca
     started, target = time.monotonic(), plan.target
     record_path = plan.record_dir / contract.RECORD_NAME
     previous = _previous(plan)  # a damaged index record stops the build before anything runs
-    chosen = _chosen(plan, options)
+    chosen = plan.chosen(options.platforms)  # --platform's (each one the target names), else all
     # A platform not built now joins the index only as recorded, unchanged and served (checked
     # before anything is built): never an edited, stale or missing manifest under the tag.
     kept = {str(pp.platform): _recorded(pp, engine) for pp in plan.platform_plans() if pp not in chosen}
@@ -66,17 +66,6 @@ def build_index(plan: Plan, engine: Engine, options: BuildOptions, build_one: Ca
             result = IndexResult(record, changed, False, outcomes, 0.0)
     log.info(f"    {result.record.image} recorded in {record_path}")
     return dataclasses.replace(result, seconds=time.monotonic() - started)
-
-
-def _chosen(plan: Plan, options: BuildOptions) -> list[Plan]:
-    """The platforms this build builds: --platform's (each one the target names), else all."""
-    unknown = [p for p in options.platforms if p not in plan.target.platform_names()]
-    if unknown:
-        raise ConfigError(
-            f"--platform {', '.join(unknown)}: target {plan.target.name} is built for "
-            f"{', '.join(plan.target.platform_names())}"
-        )
-    return [pp for pp in plan.platform_plans() if not options.platforms or str(pp.platform) in options.platforms]
 
 
 def _recorded(pp: Plan, engine: Engine) -> str:

@@ -161,3 +161,35 @@ def test_the_first_platform_keeps_its_cache_mount_ids(both):  # noqa: F811
         ids[str(pp.platform)] = set(re.findall(r"--mount=type=cache,id=([^,]+),", pp.dockerfile.read_text()))
     assert ids["linux/amd64"] and all(re.fullmatch(r"k3-[a-z]+-smoke", i) for i in ids["linux/amd64"])
     assert ids["linux/arm64"] == {f"{i}-linux-arm64" for i in ids["linux/amd64"]}
+
+
+def test_reproduce_of_a_platform_the_target_does_not_name_fails(both, checks):  # noqa: F811
+    from builder.pipeline import reproduce
+
+    engine = FakeEngine()
+    pipeline.build(both, engine, BuildOptions())
+    built = len(engine.requests)
+    with pytest.raises(
+        ConfigError,
+        match=r"--platform linux/arm46: .*built for linux/amd64, linux/arm64 \(did you mean 'linux/arm64'\?\)",
+    ) as e:
+        reproduce.reproduce_all(both, engine, BuildOptions(platforms=("linux/arm46",)))
+    assert e.value.exit_code == 2 and len(engine.requests) == built  # nothing rebuilt, no success
+
+
+def test_platform_on_a_one_image_target_is_refused(tmp_path, monkeypatch, smoke_repos, checks):  # noqa: F811
+    from builder.pipeline import reproduce
+
+    monkeypatch.setenv("K3_CACHE_DIR", str(tmp_path / "cache"))
+    text = smoke.matrix_text(REGISTRY, _bases()["linux/amd64"], smoke_repos, dt.date.today() + dt.timedelta(days=180))
+    (tmp_path / "matrix.yaml").write_text(text)
+    pipeline.render_all(matrix.load(tmp_path / "matrix.yaml"), ["smoke"], check=False)
+    alone = Plan.of(matrix.load(tmp_path / "matrix.yaml"), "smoke")
+    _lock_all_one(alone)
+    engine = FakeEngine()
+    for run in (pipeline.build, reproduce.reproduce_all):
+        with pytest.raises(
+            ConfigError, match=r"--platform linux/amd64: target smoke names no platforms .*drop --platform"
+        ):
+            run(alone, engine, BuildOptions(platforms=("linux/amd64",)))
+    assert not engine.requests
