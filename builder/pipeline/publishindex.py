@@ -27,6 +27,7 @@ from builder.config.platforms import slug
 from builder.engine.buildx import Engine
 from builder.errors import ConfigError, RecordError
 from builder.fsutil import sha256_file
+from builder.pipeline.context import emulated_refused
 from builder.pipeline.plan import Plan
 from builder.records import artifacts, index
 from builder.records import store as records
@@ -47,6 +48,7 @@ def build_index(plan: Plan, engine: Engine, options: BuildOptions, build_one: Ca
     record_path = plan.record_dir / contract.RECORD_NAME
     previous = _previous(plan)  # a damaged index record stops the build before anything runs
     chosen = plan.chosen(options.platforms)  # --platform's (each one the target names), else all
+    _emulation_refused(plan, engine, options, chosen)
     # A platform not built now joins the index only as recorded, unchanged and served (checked
     # before anything is built): never an edited, stale or missing manifest under the tag.
     kept = {str(pp.platform): _recorded(pp, engine) for pp in plan.platform_plans() if pp not in chosen}
@@ -66,6 +68,16 @@ def build_index(plan: Plan, engine: Engine, options: BuildOptions, build_one: Ca
             result = IndexResult(record, changed, False, outcomes, 0.0)
     log.info(f"    {result.record.image} recorded in {record_path}")
     return dataclasses.replace(result, seconds=time.monotonic() - started)
+
+
+def _emulation_refused(plan: Plan, engine: Engine, options: BuildOptions, chosen: list[Plan]) -> None:
+    """Every chosen platform's emulated-compile refusal (context.emulated_refused) before any is
+    built: an arm64 compile refused after an hour of amd64 compile wastes the hour."""
+    if options.allow_emulated:
+        return
+    native = engine.preflight(options.builder).native
+    for pp in chosen:
+        emulated_refused(plan.target.name, pp.platform, native, False)
 
 
 def _recorded(pp: Plan, engine: Engine) -> str:

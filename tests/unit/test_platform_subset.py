@@ -193,3 +193,21 @@ def test_platform_on_a_one_image_target_is_refused(tmp_path, monkeypatch, smoke_
         ):
             run(alone, engine, BuildOptions(platforms=("linux/amd64",)))
     assert not engine.requests
+
+
+def test_every_platform_s_emulation_refusal_comes_before_any_build(both, checks, monkeypatch):  # noqa: F811
+    """On an amd64-only builder a cu129 arm64 compile is refused before the amd64 one runs (the
+    smoke is exempt from the refusal, so it stands in for cu129 here)."""
+    from builder.engine.buildx import EngineInfo
+    from builder.pipeline import context, publishindex
+
+    engine = FakeEngine()
+    info = EngineInfo("27.5.1", "0.20.0", "fake", engine.driver, 4, 2**34, native=("linux/amd64",))
+    monkeypatch.setattr(engine, "preflight", lambda builder=None: info)
+    real = context.emulated_refused
+    monkeypatch.setattr(publishindex, "emulated_refused", lambda t, p, n, a: real("cu129", p, n, a), raising=False)
+    with pytest.raises(ConfigError, match=r"cu129 linux/arm64: .*emulated"):
+        pipeline.build(both, engine, BuildOptions())
+    assert not engine.requests  # amd64 not built first
+    pipeline.build(both, engine, BuildOptions(allow_emulated=True))
+    assert [r.platform for r in engine.requests] == ["linux/amd64", "linux/arm64"]
