@@ -72,9 +72,14 @@ def build_index(plan: Plan, engine: Engine, options: BuildOptions, build_one: Ca
 
 def _emulation_refused(plan: Plan, engine: Engine, options: BuildOptions, chosen: list[Plan]) -> None:
     """Every chosen platform's emulated-compile refusal (context.emulated_refused) before any is
-    built: an arm64 compile refused after an hour of amd64 compile wastes the hour."""
-    if options.allow_emulated:
+    built: an arm64 compile refused after an hour of amd64 compile wastes the hour. One platform is
+    refused by its own build; the offline checks still come before the engine is asked."""
+    if options.allow_emulated or len(chosen) < 2:
         return
+    from builder.pipeline.plan import offline_checks
+
+    for pp in chosen:
+        offline_checks(pp)
     native = engine.preflight(options.builder).native
     for pp in chosen:
         emulated_refused(plan.target.name, pp.platform, native, False)
