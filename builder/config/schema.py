@@ -10,7 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Annotated, Literal
 
-from pydantic import ConfigDict, Field, StrictBool, StrictInt
+from pydantic import ConfigDict, Field, PrivateAttr, StrictBool, StrictInt
 
 from builder.config import contract
 from builder.config.cudamajor import major_minor
@@ -400,6 +400,9 @@ class Target(Frozen):
     # The platforms one build makes into one image index (builder/config/platforms.py): the first
     # is the target's own bases, python and arch list; none named: one platform, linux/amd64.
     platforms: dict[PlatformName, Platform] = Field(default_factory=dict)
+    # Set by for_platform on a platform after the first: its Dockerfile's cache mount ids add its
+    # slug, the first's stay k3-<kind>-<target> as before the target named platforms.
+    _later_platform: bool = PrivateAttr(default=False)
 
     def platform_names(self) -> tuple[str, ...]:
         return tuple(self.platforms) or (DEFAULT_PLATFORM,)
@@ -422,7 +425,14 @@ class Target(Frozen):
                 update={"loads": osp.loads if p.loads is None else p.loads, "archive": p.archive or osp.archive}
             )
         update = {"bases": p.bases or self.bases, "python": python, "cuda": cuda, "os_packages": osp}
-        return self.model_copy(update={**update, "platforms": {platform: p}})
+        narrowed = self.model_copy(update={**update, "platforms": {platform: p}})
+        narrowed._later_platform = True
+        return narrowed
+
+    @property
+    def later_platform(self) -> bool:
+        """A platform after the first, as for_platform narrows the target to it."""
+        return self._later_platform
 
     @property
     def labels(self) -> contract.LabelKeys:

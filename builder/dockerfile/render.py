@@ -120,8 +120,9 @@ def template_vars(target: Target) -> dict:
         "name": target.name,
         # The platform this Dockerfile builds, for a target that names platforms (one per platform).
         "platform": target.platform_names()[0] if target.platforms else None,
-        # BuildKit cache mount ids: one set per platform (an arm64 apt/pip/sccache cache is not amd64's).
-        "cache_id": f"{target.name}-{slug(target.platform_names()[0])}" if target.platforms else target.name,
+        # BuildKit cache mount ids: one set per platform (an arm64 apt/pip/sccache cache is not amd64's);
+        # the first platform's stay k3-<kind>-<target>, the ids its caches had before platforms.
+        "cache_id": f"{target.name}-{slug(target.platform_names()[0])}" if target.later_platform else target.name,
         "bases": target.bases,
         "arch_list": " ".join(target.cuda.arch_list),
         "nvcc_threads": target.compile.nvcc_threads,

@@ -183,6 +183,7 @@ def build(plan: Plan, engine: Engine, options: BuildOptions) -> Outcome:
         try:
             if plan.indexed:  # each platform built on its own, then one image index names them
                 return _index_outcome(plan, publishindex.build_index(plan, engine, options, _build))
+            plan.chosen(options.platforms)  # --platform on a one-image target: refused, not ignored
             return _build(plan, engine, options)
         finally:
             if not options.keep_context:

@@ -173,7 +173,8 @@ def _preflight(ctx: BuildContext) -> EngineInfo:
         # local store once scanned, so the tool's own SBOM and provenance are the only ones.
         log.info(
             f"    note: no BuildKit attestations on the {info.driver} driver (the image is pushed from the local "
-            f"store after the secret scan); the tool's SBOM and provenance (locks/{target.name}/) are the record"
+            f"store after the secret scan); the tool's SBOM and provenance "
+            f"({ctx.plan.record_dir.relative_to(ctx.plan.root)}/) are the record"
         )
     return info
 

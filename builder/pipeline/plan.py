@@ -151,6 +151,25 @@ class Plan:
             return []
         return [Plan.at(self.target, self.root, p, self.matrix_path) for p in self.target.platform_names()]
 
+    def chosen(self, platforms: tuple[str, ...]) -> list[Plan]:
+        """The platform plans --platform names (``platforms``), else all. A platform the target does
+        not name, or --platform on a target built as one image (no index), is refused (exit 2): a
+        flag that would do nothing, or build something else, is no flag to ignore."""
+        from builder.config.patterns import did_you_mean
+
+        names = self.target.platform_names()
+        if platforms and not self.target.platforms:
+            raise ConfigError(
+                f"--platform {', '.join(platforms)}: target {self.target.name} names no platforms (it is "
+                f"built as one {names[0]} image, not an image index); drop --platform"
+            )
+        for p in platforms:
+            if p not in names:
+                raise ConfigError(
+                    f"--platform {p}: target {self.target.name} is built for {', '.join(names)}{did_you_mean(p, names)}"
+                )
+        return [pp for pp in self.platform_plans() if not platforms or str(pp.platform) in platforms]
+
     def platform_rows(self) -> list[tuple[str, str]]:
         """`build plan`'s rows for each platform of a target that names several (none for one platform)."""
         if self.platform is not None or not self.target.platforms:

@@ -18,15 +18,16 @@ import dataclasses
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 from builder import log
 from builder.config import contract
 from builder.config.options import BuildOptions
+from builder.config.platforms import slug
 from builder.engine.buildx import Engine
 from builder.errors import ConfigError, RecordError
 from builder.fsutil import sha256_file
+from builder.pipeline.context import emulated_refused
 from builder.pipeline.plan import Plan
 from builder.records import artifacts, index
 from builder.records import store as records
@@ -46,17 +47,17 @@ def build_index(plan: Plan, engine: Engine, options: BuildOptions, build_one: Ca
     started, target = time.monotonic(), plan.target
     record_path = plan.record_dir / contract.RECORD_NAME
     previous = _previous(plan)  # a damaged index record stops the build before anything runs
-    chosen = _chosen(plan, options)
+    chosen = plan.chosen(options.platforms)  # --platform's (each one the target names), else all
+    _emulation_refused(plan, engine, options, chosen)
+    # A platform not built now joins the index only as recorded, unchanged and served (checked
+    # before anything is built): never an edited, stale or missing manifest under the tag.
+    kept = {str(pp.platform): _recorded(pp, engine) for pp in plan.platform_plans() if pp not in chosen}
     outcomes: list[Any] = []
     for pp in chosen:
         log.info(f"{target.name}: platform {pp.platform} ({len(outcomes) + 1} of {len(chosen)})")
         outcomes.append(build_one(pp, engine, options))
     built = {str(pp.platform): o.digest for pp, o in zip(chosen, outcomes, strict=True)}
-    manifests: dict[str, str] = {}
-    for p in target.platform_names():  # a platform neither built now nor recorded before: left out
-        digest = built.get(p) or _recorded(plan, p)
-        if digest:
-            manifests[p] = digest
+    manifests = {p: built.get(p) or kept[p] for p in target.platform_names()}  # every platform, always
     with log.step(f"{target.name}: image index of {', '.join(manifests)} under {target.image.tagged}"):
         if previous is not None and _index_current(plan, engine, previous, manifests):
             log.info(f"    up to date: {previous.image} (the same manifests, served under the tag)")
@@ -69,21 +70,53 @@ def build_index(plan: Plan, engine: Engine, options: BuildOptions, build_one: Ca
     return dataclasses.replace(result, seconds=time.monotonic() - started)
 
 
-def _chosen(plan: Plan, options: BuildOptions) -> list[Plan]:
-    """The platforms this build builds: --platform's (each one the target names), else all."""
-    unknown = [p for p in options.platforms if p not in plan.target.platform_names()]
-    if unknown:
-        raise ConfigError(
-            f"--platform {', '.join(unknown)}: target {plan.target.name} is built for "
-            f"{', '.join(plan.target.platform_names())}"
+def _emulation_refused(plan: Plan, engine: Engine, options: BuildOptions, chosen: list[Plan]) -> None:
+    """Every chosen platform's emulated-compile refusal (context.emulated_refused) before any is
+    built: an arm64 compile refused after an hour of amd64 compile wastes the hour. One platform is
+    refused by its own build; the offline checks still come before the engine is asked."""
+    if options.allow_emulated or len(chosen) < 2:
+        return
+    from builder.pipeline.plan import offline_checks
+
+    for pp in chosen:
+        offline_checks(pp)
+    native = engine.preflight(options.builder).native
+    for pp in chosen:
+        emulated_refused(plan.target.name, pp.platform, native, False)
+
+
+def _recorded(pp: Plan, engine: Engine) -> str:
+    """The manifest a platform --platform leaves out last recorded, if it still stands: its record
+    set holds, its inputs are the recorded ones (the input key "up to date" compares) and
+    <tag>-<os>-<arch> still resolves to it. Anything else is refused: the index would name an
+    edited, stale or missing manifest."""
+    from builder.pipeline.plan import input_key, offline_checks
+
+    name, platform, path = pp.target.name, pp.platform, pp.record_dir / contract.RECORD_NAME
+    one = records.read(path)  # a damaged record: RecordError
+    if one is None:
+        raise RecordError(
+            f"{name} {platform}: no record in {pp.record_dir} (the index must name every platform); "
+            f"build all platforms first (drop --platform)"
         )
-    return [pp for pp in plan.platform_plans() if not options.platforms or str(pp.platform) in options.platforms]
-
-
-def _recorded(plan: Plan, platform: str) -> str | None:
-    """The manifest a platform not built this time last recorded (its own record), if any."""
-    one = records.read(contract.platform_record_dir(plan.root, plan.target.name, platform) / contract.RECORD_NAME)
-    return one.digest if one else None
+    problems = records.set_problems(pp.root, name, one, pp.record_dir)
+    if problems:
+        raise RecordError(
+            f"{path}: the record set does not hold: {'; '.join(problems)}; not put in the index; "
+            f"`build verify --target {name}` explains; restore the files from git"
+        )
+    if one.input_key != input_key(pp, *offline_checks(pp)):
+        raise ConfigError(
+            f"{name} {platform}: its inputs changed since {one.image} was recorded, so it is not up to "
+            f"date; build it too (--platform {platform}), or drop --platform"
+        )
+    served = engine.registry.resolve_digest(f"{pp.target.image.name}:{pp.tag}")
+    if served != one.digest:
+        raise RecordError(
+            f"{name} {platform}: {pp.target.image.name}:{pp.tag} resolves to {served or 'nothing'}, "
+            f"not the recorded {one.digest}; build it too (--platform {platform}), or drop --platform"
+        )
+    return one.digest
 
 
 def _previous(plan: Plan) -> index.IndexRecord | None:
@@ -96,24 +129,23 @@ def _previous(plan: Plan) -> index.IndexRecord | None:
         return None
     previous = index.read(path)
     if previous is not None:
-        problems = _edited(plan, path, previous)
+        problems = _edited(plan, previous)
         if problems:
             raise RecordError(
                 f"{path}: the index record set does not hold: {'; '.join(problems)}; "
                 f"`build verify --target {plan.target.name}` explains; restore the files from git"
             )
     return previous
-    return previous
 
 
-def _edited(plan: Plan, path: Path, previous: index.IndexRecord) -> list[str]:
+def _edited(plan: Plan, previous: index.IndexRecord) -> list[str]:
     """What of the index record set was edited (an edited record is refused, never rebuilt over).
 
     Its provenance must be the one it names, and the record must say what that provenance says
     (the index digest and image, the tag, the platforms and each manifest). A platform whose record
     differs from what the index names is tolerated only when stale, not edited: a build that failed
-    on another platform recorded it again since, so its own record set holds and is newer (its
-    provenance is not the one the index provenance names, or its record was written after)."""
+    on another platform recorded it again since, so its own record set holds and its provenance is
+    not the one the index provenance names. (No file times: a git checkout sets them.)"""
     problems = [p for p in index.set_problems(plan.root, previous) if p.startswith(index.PROVENANCE_NAME)]
     if problems:
         return problems
@@ -121,6 +153,9 @@ def _edited(plan: Plan, path: Path, previous: index.IndexRecord) -> list[str]:
     base = plan.record_dir
     named = index.provenance_deps(plan.root, previous)
     for p, entry in previous.platforms.items():
+        if entry.get("record") != f"{slug(p)}/{contract.RECORD_NAME}":
+            problems.append(f"{p}: names {entry.get('record')!r}, not {slug(p)}/{contract.RECORD_NAME}")
+            continue
         one_path = base / entry["record"]
         if one_path.is_file() and sha256_file(one_path) == entry["record_sha256"]:
             continue  # as the index names it (a digest mismatch is the provenance check's above)
@@ -132,8 +167,7 @@ def _edited(plan: Plan, path: Path, previous: index.IndexRecord) -> list[str]:
         prov = one_path.parent / contract.PROVENANCE_NAME
         if not holds:
             continue  # the platform's own record set is edited: its build refuses it, with what does not hold
-        newer = sha256_file(prov) != named.get(p) or one_path.stat().st_mtime_ns > path.stat().st_mtime_ns
-        if not newer:
+        if sha256_file(prov) == named.get(p):  # the same build's record, edited: not re-recorded
             problems.append(f"{p}: {entry['record']} differs from what the index record names (record_sha256)")
     return problems
 

@@ -77,9 +77,9 @@ def reproduce_all(plan: Plan, engine: Engine, options: BuildOptions) -> list[Rep
     """A target built into an image index is reproduced platform by platform, each from its own
     record set (locks/<target>/<os>-<arch>/) with --platform; locks/<target>/image.json is the
     index's record and names no inputs."""
+    chosen = plan.chosen(options.platforms)  # a --platform the target does not name: refused (exit 2)
     if not plan.indexed:
         return [reproduce(plan, engine, options)]
-    chosen = [pp for pp in plan.platform_plans() if not options.platforms or str(pp.platform) in options.platforms]
     return [reproduce(pp, engine, options) for pp in chosen]  # --platform: only those
 
 
