@@ -324,6 +324,26 @@ def test_a_platform_that_failed_its_checks_leaves_the_index_to_the_next_build(bo
     assert rec is not None and index.set_problems(both.root, rec) == [] and rec.digest == again.digest
 
 
+def named_a_second_platform(tmp_path, monkeypatch, repos):
+    """A smoke built for amd64 alone (a one-image record), then its matrix naming linux/arm64 too,
+    rendered and locked: (the one-image plan, the engine, its build, the two-platform plan)."""
+    monkeypatch.setenv("K3_CACHE_DIR", str(tmp_path / "cache"))
+    root = tmp_path / "checkout"
+    root.mkdir()
+    bases = _bases()
+    text = smoke.matrix_text(REGISTRY, bases["linux/amd64"], repos, dt.date.today() + dt.timedelta(days=180))
+    (root / "matrix.yaml").write_text(text)
+    pipeline.render_all(matrix.load(root / "matrix.yaml"), ["smoke"], check=False)
+    alone = Plan.of(matrix.load(root / "matrix.yaml"), "smoke")
+    _lock_all_one(alone)
+    engine = FakeEngine()
+    one = pipeline.build(alone, engine, BuildOptions())
+    plan = _checkout(root, repos, bases)
+    for pp in plan.platform_plans()[1:]:  # the first platform's locks are the one-image target's, where they were
+        _lock_all_one(pp)
+    return alone, engine, one, plan
+
+
 def test_a_target_that_names_a_second_platform_replaces_its_one_image_record(
     tmp_path,
     monkeypatch,
@@ -332,21 +352,8 @@ def test_a_target_that_names_a_second_platform_replaces_its_one_image_record(
 ):
     """Built for amd64 alone first (locks/smoke/image.json of one image, its SBOM beside it); then
     the matrix names linux/arm64: the index record replaces the one-image set, no SBOM left over."""
-    monkeypatch.setenv("K3_CACHE_DIR", str(tmp_path / "cache"))
-    root = tmp_path / "checkout"
-    root.mkdir()
-    bases = _bases()
-    text = smoke.matrix_text(REGISTRY, bases["linux/amd64"], smoke_repos, dt.date.today() + dt.timedelta(days=180))
-    (root / "matrix.yaml").write_text(text)
-    pipeline.render_all(matrix.load(root / "matrix.yaml"), ["smoke"], check=False)
-    alone = Plan.of(matrix.load(root / "matrix.yaml"), "smoke")
-    _lock_all_one(alone)
-    engine = FakeEngine()
-    one = pipeline.build(alone, engine, BuildOptions())
+    alone, engine, one, plan = named_a_second_platform(tmp_path, monkeypatch, smoke_repos)
     assert (alone.record_dir / contract.SBOM_NAME).is_file() and not alone.indexed
-    plan = _checkout(root, smoke_repos, bases)
-    for pp in plan.platform_plans()[1:]:  # the first platform's locks are the one-image target's, where they were
-        _lock_all_one(pp)
     out = pipeline.build(plan, engine, BuildOptions())
     assert index.read(plan.record_dir / contract.RECORD_NAME).digest == out.digest
     assert not (plan.record_dir / contract.SBOM_NAME).exists()

@@ -20,7 +20,16 @@ from builder.pipeline import smoke
 from builder.pipeline.plan import Plan
 from builder.records import index
 from tests.unit.fakeengine import FakeEngine
-from tests.unit.test_multiplatform import REGISTRY, _bases, _checkout, _lock_all, _lock_all_one, both, checks  # noqa: F401
+from tests.unit.test_multiplatform import (  # noqa: F401 (both, checks: fixtures)
+    REGISTRY,
+    _bases,
+    _checkout,
+    _lock_all,
+    _lock_all_one,
+    both,
+    checks,
+    named_a_second_platform,
+)
 from tests.unit.test_pipeline_ordering import smoke_repos  # noqa: F401
 from tests.unit.test_verify_rows import _checks_passed
 
@@ -86,20 +95,7 @@ def test_a_platform_not_built_whose_inputs_changed_is_refused_not_up_to_date(tmp
 def test_a_subset_build_with_a_platform_never_recorded_is_refused(tmp_path, monkeypatch, smoke_repos, checks):  # noqa: F811
     """A target that named one platform until now: its old one-image record is no amd64 record, so an
     arm64-only build would push an index without amd64 under the tag."""
-    monkeypatch.setenv("K3_CACHE_DIR", str(tmp_path / "cache"))
-    root = tmp_path / "checkout"
-    root.mkdir()
-    bases = _bases()
-    text = smoke.matrix_text(REGISTRY, bases["linux/amd64"], smoke_repos, dt.date.today() + dt.timedelta(days=180))
-    (root / "matrix.yaml").write_text(text)
-    pipeline.render_all(matrix.load(root / "matrix.yaml"), ["smoke"], check=False)
-    alone = Plan.of(matrix.load(root / "matrix.yaml"), "smoke")
-    _lock_all_one(alone)
-    engine = FakeEngine()
-    one = pipeline.build(alone, engine, BuildOptions())
-    plan = _checkout(root, smoke_repos, bases)
-    for pp in plan.platform_plans()[1:]:
-        _lock_all_one(pp)
+    _, engine, one, plan = named_a_second_platform(tmp_path, monkeypatch, smoke_repos)
     with pytest.raises(RecordError, match=r"smoke linux/amd64: no record in .*build all platforms first"):
         pipeline.build(plan, engine, ARM_ONLY)
     assert _tagged(engine, plan) == one.digest  # the one image, not an index without amd64
