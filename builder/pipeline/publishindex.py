@@ -159,15 +159,13 @@ def _edited(plan: Plan, previous: index.IndexRecord) -> list[str]:
         one_path = base / entry["record"]
         if one_path.is_file() and sha256_file(one_path) == entry["record_sha256"]:
             continue  # as the index names it (a digest mismatch is the provenance check's above)
-        if not one_path.is_file() or one_path.parent != contract.platform_record_dir(plan.root, plan.target.name, p):
+        if not one_path.is_file():  # (its path is that platform's record directory: checked above)
             problems.append(f"{p}: {entry['record']} is missing or not that platform's record")
             continue
         one = records.read(one_path)
-        holds = one is not None and not records.set_problems(plan.root, plan.target.name, one, one_path.parent)
-        prov = one_path.parent / contract.PROVENANCE_NAME
-        if not holds:
+        if one is None or records.set_problems(plan.root, plan.target.name, one, one_path.parent):
             continue  # the platform's own record set is edited: its build refuses it, with what does not hold
-        if sha256_file(prov) == named.get(p):  # the same build's record, edited: not re-recorded
+        if sha256_file(one_path.parent / contract.PROVENANCE_NAME) == named.get(p):  # the same build's, edited
             problems.append(f"{p}: {entry['record']} differs from what the index record names (record_sha256)")
     return problems
 
