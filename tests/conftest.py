@@ -1,8 +1,10 @@
 """Test layout: tests/unit runs by default (no Docker, fast); tests/integration needs the real
-engine, registry, git and PyPI and runs with --integration (what .ci/run passes)."""
+engine, registry, git and PyPI and runs with --integration (what .ci/run passes), the smoke's
+linux/arm64 leg included wherever linux/arm64 can run."""
 
 from __future__ import annotations
 
+import platform
 from pathlib import Path
 
 import pytest
@@ -17,12 +19,6 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         default=False,
         help="also run tests/integration against the real engine and registry",
     )
-    parser.addoption(
-        "--arm64",
-        action="store_true",
-        default=False,
-        help="also run the tests marked arm64 (the smoke's linux/arm64 leg under QEMU: minutes; with --integration)",
-    )
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
@@ -33,8 +29,21 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(pytest.mark.integration)
             if not config.getoption("--integration"):
                 item.add_marker(skip)
-    # The arm64 leg (tests/integration/test_arm64.py) builds under QEMU for many minutes: only on request.
-    arm64 = pytest.mark.skip(reason="needs --arm64 (the linux/arm64 leg under QEMU; CONTRIBUTING.md)")
-    for item in items:
-        if item.get_closest_marker("arm64") and not config.getoption("--arm64"):
-            item.add_marker(arm64)
+    # The arm64 leg (tests/integration/test_arm64.py) runs with the rest, on every CI run; only a
+    # machine that cannot run linux/arm64 at all skips it, and says why (ci/check.sh prints it too).
+    why = arm64_missing()
+    if why:
+        arm64 = pytest.mark.skip(reason=f"linux/arm64 cannot run on this machine: {why}")
+        for item in items:
+            if item.get_closest_marker("arm64"):
+                item.add_marker(arm64)
+
+
+def arm64_missing() -> str:
+    """Why this machine cannot run linux/arm64 binaries, or "" when it can (natively, or with the
+    qemu-aarch64 handler ci/setup.sh registers with binfmt_misc)."""
+    if platform.machine() in ("aarch64", "arm64"):
+        return ""
+    if Path("/proc/sys/fs/binfmt_misc/qemu-aarch64").exists():
+        return ""
+    return "qemu-aarch64 is not registered with binfmt_misc (ci/setup.sh registers it, or said why it could not)"

@@ -207,6 +207,7 @@ class Smoke:
 # after them; LAST goes last (it empties the build cache: what follows it builds cold).
 LAST = "test_rebuilds_pruned.py"
 SLOWEST_FIRST = [
+    "test_arm64.py",
     "test_app_layers.py",
     "test_checks.py",
     "test_rebuilds.py",
