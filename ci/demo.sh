@@ -2,8 +2,10 @@
 # The demo: set up the engine and registry, make the smoke target for this machine, then
 # render, lock and build it exactly as a maintainer would build cu129. The last line printed
 # is the pushed image reference REGISTRY/REPO@sha256:... (stdout); progress goes to stderr.
-# K3_DEMO_ARM64=1: the smoke names linux/amd64 and linux/arm64 (arm64 under QEMU, which ci/setup.sh
-# registers), and the reference printed is the image index naming both platforms' manifests.
+# The smoke names linux/amd64 and linux/arm64, as cu129 does (arm64 under QEMU off arm64, which
+# ci/setup.sh registers), and the reference printed is the OCI image index naming both platforms'
+# manifests. K3_DEMO_ARM64=0, or a machine that cannot run linux/arm64 (said on stderr), builds
+# linux/amd64 alone and prints that image's reference.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 REGISTRY=${REGISTRY:-127.0.0.1:5000}
@@ -11,8 +13,13 @@ OUT=${OUT:-smoke}  # the smoke target's own tree: matrix, dockerfiles, locks, ar
 
 bash ci/setup.sh
 build=.venv/bin/build
-arm64=()
-[ "${K3_DEMO_ARM64:-0}" = 1 ] && arm64=(--arm64)
+arm64=(--arm64)
+if [ "${K3_DEMO_ARM64:-1}" = 0 ]; then
+  arm64=()
+elif [ "$(uname -m)" != aarch64 ] && [ ! -e /proc/sys/fs/binfmt_misc/qemu-aarch64 ]; then
+  echo "ci/demo.sh: linux/arm64 cannot run here (qemu-aarch64 is not registered with binfmt_misc): linux/amd64 only" >&2
+  arm64=()
+fi
 matrix=$("$build" smoke-init "${arm64[@]}" --out "$OUT" --registry "$REGISTRY")
 "$build" --matrix "$matrix" render
 "$build" --matrix "$matrix" lock --target smoke

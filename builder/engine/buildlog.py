@@ -1,7 +1,13 @@
 """Reading BuildKit's plain progress log: which steps ran and which came from cache.
 
 Used by the benchmark and the tests to count RUN steps that executed (a cache hit prints
-``#N CACHED``; a step that ran prints ``#N DONE`` without it)."""
+``#N CACHED``; a step that ran prints ``#N DONE`` without it).
+
+BuildKit shares in-flight work between concurrent builds on one engine, and a build's plain log
+can open with other builds' steps (seen here: another build's ``[os-packages 2/2] RUN ... DONE``
+ahead of this build's own cached one). A build runs nothing of its own before it has read its
+Dockerfile, so what the log shows before ``[internal] load build definition`` is not this build's
+and is left out."""
 
 from __future__ import annotations
 
@@ -29,7 +35,13 @@ class Step:
         return self.done and not self.cached
 
 
+_OWN_START = re.compile(r"^#\d+ \[internal\] load build definition\b", re.M)
+
+
 def steps(log: str) -> list[Step]:
+    start = _OWN_START.search(log)
+    if start:
+        log = log[start.start() :]
     heads: dict[str, tuple[str, str, str]] = {}
     cached: set[str] = set()
     done: dict[str, float | None] = {}
