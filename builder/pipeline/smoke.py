@@ -418,13 +418,30 @@ def _test_signing_key(out: Path) -> dict:
     return {"key": str(key), "public_key": str(pub)}
 
 
+# A second platform's maker (smokearm64.second_platform): given the registry, the engine and what
+# returns the amd64 bases (blocking until they are made), it returns the amd64 bases as the
+# platforms' index tags pin them and what extends the matrix with ``platforms``.
+Second = Callable[[str, Engine, Callable[[], dict[str, str]]], tuple[dict[str, str], Callable[[str], str]]]
+
+
+def _all_bases(registry: str, engine: Engine, second: Second | None) -> tuple[dict[str, str], Callable | None]:
+    """The amd64 bases, and with a second platform its bases too, made side by side: on a fresh
+    machine the arm64 roots (minutes under QEMU) need no amd64 base until their package check, so
+    they are not queued behind the amd64 ones (debootstrap, minutes of their own)."""
+    if second is None:
+        return _bases(registry, engine), None
+    with ThreadPoolExecutor(1) as pool:
+        amd64 = pool.submit(_bases, registry, engine)
+        return second(registry, engine, amd64.result)
+
+
 def init(
     out: Path,
     registry: str,
     engine: Engine,
     expires: dt.date | None = None,
     repository: str = "k3/smoke",
-    second: Callable[[str, Engine, dict[str, str]], tuple[dict[str, str], Callable[[str], str]]] | None = None,
+    second: Second | None = None,
 ) -> Path:
     if out.exists() and not out.is_dir():
         raise ConfigError(f"--out {out}: exists and is not a directory")
@@ -432,10 +449,7 @@ def init(
     with log.step("smoke: engine preflight"):
         engine.preflight()
     with log.step("smoke: base images (debootstrap, stub driver, import, push; reused when the registry has them)"):
-        # A second platform (smokearm64.second_platform): the amd64 bases as indexes, the matrix extended.
-        bases, extend = (
-            second(registry, engine, _bases(registry, engine)) if second else (_bases(registry, engine), None)
-        )
+        bases, extend = _all_bases(registry, engine, second)
         for role, ref in bases.items():
             log.info(f"    {role}: {ref}")
     with log.step("smoke: stand-in source and third-party repositories"):

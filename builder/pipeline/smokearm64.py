@@ -210,16 +210,18 @@ def _stub_inside(rootfs: Path) -> Path:
     return out
 
 
-def arm64_bases(registry: str, engine: Engine, amd64: dict[str, str]) -> dict[str, str]:
+def arm64_bases(registry: str, engine: Engine, amd64: Callable[[], dict[str, str]]) -> dict[str, str]:
     """role -> the pinned linux/arm64 base (name:tag@digest), made or reused; made bases hold
-    the packages of their ``amd64`` siblings (same_packages)."""
+    the packages of their amd64 siblings (same_packages), which ``amd64()`` returns once made."""
     recipe = smoke._recipe()
 
     def make() -> dict[str, str]:
         with tempfile.TemporaryDirectory(prefix="k3-smoke-arm64-") as tmp:
             refs = {}
-            for role, root in _roots(Path(tmp)).items():
-                same_packages(role, _installed(root), _amd64_packages(engine, amd64[role]))
+            roots = _roots(Path(tmp))
+            siblings = amd64()  # waits for the amd64 bases, made meanwhile (smoke._all_bases)
+            for role, root in roots.items():
+                same_packages(role, _installed(root), _amd64_packages(engine, siblings[role]))
                 smoke._install_stub(root, _stub_inside(root), devel=role == "devel")
                 repo = smoke.BASES[role][0]
                 tagged = f"{registry}/{repo}:{smoke.SUITE}-{recipe}-{ARCH}"
@@ -265,9 +267,11 @@ def with_platforms(matrix_text: str, bases: dict[str, dict]) -> str:
 
 
 def second_platform(
-    registry: str, engine: Engine, amd64: dict[str, str]
+    registry: str, engine: Engine, amd64: Callable[[], dict[str, str]]
 ) -> tuple[dict[str, str], Callable[[str], str]]:
-    """smoke.init's hook: the arm64 bases made, both joined per role into an index; returns the
-    amd64 bases as the index tags pin them and what extends the matrix with ``platforms``."""
-    bases = index_bases(registry, engine, amd64, arm64_bases(registry, engine, amd64))
+    """smoke.init's hook (smoke.Second): the arm64 bases made while ``amd64()``'s are, both joined
+    per role into an index; returns the amd64 bases as the index tags pin them and what extends the
+    matrix with ``platforms``."""
+    arm64 = arm64_bases(registry, engine, amd64)
+    bases = index_bases(registry, engine, amd64(), arm64)
     return bases["linux/amd64"], lambda text: with_platforms(text, bases)

@@ -197,9 +197,9 @@ class Smoke:
 
 # --- several test processes (ci/check.sh runs pytest-xdist with --dist loadfile) ----------------
 # Each process makes its own smoke (its own registry repository, checkout and records), so tests
-# in different processes share only the engine, its build cache and the registry. One test empties
-# the engine's build cache (marked engine_exclusive): it runs while no other test does. The rest
-# hold the engine shared. A turnstile keeps the exclusive test from waiting behind an endless
+# in different processes share only the engine, its build cache and the registry. One file empties
+# the engine's build cache (marked engine_exclusive): it runs while no other file does. The rest
+# hold the engine shared, a file at a time (_engine). A turnstile keeps the exclusive test from waiting behind an endless
 # stream of shared holders: once it queues, new shared holders queue behind it.
 
 # Files by their measured time (CI's --durations), slowest first: handed to the processes in this
@@ -234,8 +234,12 @@ def engine_locks(tmp_path_factory) -> Path:
     return root.parent if os.environ.get("PYTEST_XDIST_WORKER") else root
 
 
-@pytest.fixture(autouse=True)
+@pytest.fixture(scope="module", autouse=True)
 def _engine(request, engine_locks) -> Iterator[None]:
+    """Each test file holds the engine from before its module fixtures are set up to after they are
+    torn down: a module fixture builds too (the arm64 leg's demo, the check variants), and a build
+    running beside the cache-emptying test refills the cache it is measuring. A file marked
+    engine_exclusive (module-wide, pytestmark) holds it alone."""
     with engine_hold(engine_locks, exclusive=request.node.get_closest_marker("engine_exclusive") is not None):
         yield
 
@@ -258,7 +262,8 @@ def smoke(tmp_path_factory) -> Smoke:
 @pytest.fixture(scope="session")
 def built(smoke, engine_locks) -> tuple[Smoke, str]:
     """The smoke target built once and pushed: (smoke, printed image reference)."""
-    with engine_hold(engine_locks, exclusive=False):  # a session fixture: set up outside any test's hold
+    # A session fixture is set up before the first module's hold is taken (wider scopes first).
+    with engine_hold(engine_locks, exclusive=False):
         r = cli("--matrix", str(smoke.matrix), "--target", "smoke")
     assert r.code == 0, r.err[-3000:]
     return smoke, r.out.strip().splitlines()[-1]

@@ -34,8 +34,14 @@ def both(tmp_path_factory):
     delete_repository("k3/smoke")
     root = tmp_path_factory.mktemp("demo")
     started = time.monotonic()
+    # At a higher priority than the rest of the suite (where allowed: as root; elsewhere nice says
+    # so and runs it as it is): on a fresh machine this is the suite's longest chain, the arm64
+    # bases' maintainer scripts under QEMU, CPU-bound, while the other files mostly wait on the engine.
     proc = subprocess.run(
-        ["bash", str(REPO / "ci" / "demo.sh")], capture_output=True, text=True, env=dict(os.environ, OUT=str(root))
+        ["nice", "-n", "-10", "bash", str(REPO / "ci" / "demo.sh")],
+        capture_output=True,
+        text=True,
+        env=dict(os.environ, OUT=str(root)),
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     yield root, root / "matrix.yaml", "k3/smoke", proc.stdout.strip().splitlines()[-1], time.monotonic() - started

@@ -22,8 +22,8 @@ def _latest_log(root) -> str:
     return (_builds(root)[-1] / "build.log").read_text()
 
 
-def test_unchanged_inputs_do_no_engine_build(built, tmp_path):
-    smoke, ref = built
+def test_unchanged_inputs_do_no_engine_build(pristine, tmp_path):
+    smoke, ref = pristine  # "up to date" needs the registry as the record says
     work = smoke.copy(tmp_path / "noop")
     before = work.record.read_bytes()
     r = cli("--matrix", str(work.matrix), "--target", "smoke")

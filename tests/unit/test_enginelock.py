@@ -7,6 +7,8 @@ import multiprocessing
 import time
 from pathlib import Path
 
+import pytest
+
 from tests.integration.enginelock import engine_hold
 
 CTX = multiprocessing.get_context("fork")
@@ -57,3 +59,31 @@ def test_the_exclusive_holder_waits_for_shared_ones_and_a_later_shared_one_waits
     c = _start(tmp_path, False, "c", 0.0, events)
     order = _sequence([a, x, c], events, seen)
     assert order == [("a", "in"), ("a", "out"), ("x", "in"), ("x", "out"), ("c", "in"), ("c", "out")]
+
+
+def _nested(root: Path, events) -> None:
+    with engine_hold(root, False):
+        events.put(("a", "in"))
+        time.sleep(0.6)  # meanwhile x queues at the turnstile
+        with engine_hold(root, False):  # a session fixture set up inside a file's hold
+            events.put(("a", "nested"))
+        events.put(("a", "out"))
+
+
+def test_a_hold_inside_a_hold_is_the_outer_one_and_does_not_wait_behind_a_queued_exclusive(tmp_path):
+    # A second flock here would wait at the turnstile x holds while x waits for a: a deadlock.
+    events, seen = CTX.Queue(), []
+    a = CTX.Process(target=_nested, args=(tmp_path, events))
+    a.start()
+    _wait_in(events, "a", seen)
+    x = _start(tmp_path, True, "x", 0.0, events)
+    order = _sequence([a, x], events, seen)
+    assert order == [("a", "in"), ("a", "nested"), ("a", "out"), ("x", "in"), ("x", "out")]
+
+
+def test_an_exclusive_hold_inside_a_shared_one_is_refused(tmp_path):
+    with engine_hold(tmp_path, False), pytest.raises(RuntimeError, match="inside a shared one"):
+        with engine_hold(tmp_path, True):
+            pass
+    with engine_hold(tmp_path, True), engine_hold(tmp_path, False):  # shared inside exclusive: the outer one
+        pass

@@ -128,3 +128,24 @@ def test_the_matrix_names_both_platforms_each_value_where_it_is_written():
             "index": {"build": "sha256:5", "runtime": "sha256:6"},
         },
     }
+
+
+def test_the_second_platforms_bases_are_made_while_the_amd64_ones_are(monkeypatch):
+    # The amd64 maker finishes only once the second platform's maker has started: made one after
+    # the other, this would wait out the timeout and fail.
+    import threading
+
+    started = threading.Event()
+
+    def amd64_bases(registry, engine):
+        assert started.wait(10), "the second platform's bases were not started beside the amd64 ones"
+        return {"runtime": "r@sha256:1", "devel": "d@sha256:2"}
+
+    def second(registry, engine, amd64):
+        started.set()
+        assert amd64() == {"runtime": "r@sha256:1", "devel": "d@sha256:2"}  # waits for them
+        return {"runtime": "index-r"}, str.upper
+
+    monkeypatch.setattr(smoke, "_bases", amd64_bases)
+    assert smoke._all_bases("reg", object(), second) == ({"runtime": "index-r"}, str.upper)
+    assert smoke._all_bases("reg", object(), None) == ({"runtime": "r@sha256:1", "devel": "d@sha256:2"}, None)
