@@ -51,13 +51,7 @@ side_pid=$!
 # (--dist loadfile: a file's tests share its fixtures and run in its order), handed out slowest
 # file first (tests/integration/conftest.py, SLOWEST_FIRST; --no-loadscope-reorder keeps that
 # order). Each process makes its own smoke; the test that empties the build cache runs alone.
-processes=${K3_TEST_PROCESSES:-4}
-# The arm64 leg runs wherever linux/arm64 can (tests/conftest.py): say up front which it is.
-if [ "$(uname -m)" = aarch64 ] || [ -e /proc/sys/fs/binfmt_misc/qemu-aarch64 ]; then
-  step "the linux/arm64 leg runs (tests/integration/test_arm64.py)"
-else
-  step "WARNING: the linux/arm64 leg is SKIPPED: qemu-aarch64 is not registered with binfmt_misc (see ci/setup.sh's output)"
-fi
+processes=${K3_TEST_PROCESSES:-3}
 step "pytest --integration tests/integration, $processes processes (static checks and unit tests beside it)"
 integration=0
 "$bin/python" -m pytest --integration tests/integration -p no:cacheprovider --durations=25 \
