@@ -234,12 +234,11 @@ def engine_locks(tmp_path_factory) -> Path:
     return root.parent if os.environ.get("PYTEST_XDIST_WORKER") else root
 
 
-@pytest.fixture(scope="module", autouse=True)
+@pytest.fixture(autouse=True)
 def _engine(request, engine_locks) -> Iterator[None]:
-    """Each test file holds the engine from before its module fixtures are set up to after they are
-    torn down: a module fixture builds too (the arm64 leg's demo, the check variants), and a build
-    running beside the cache-emptying test refills the cache it is measuring. A file marked
-    engine_exclusive (module-wide, pytestmark) holds it alone."""
+    """Each test holds the engine shared, or alone when marked engine_exclusive. Module fixtures that
+    build are set up before it (wider scopes first): a per-file hold was tried (2026-12-03) and the
+    prune test still failed in 2 of 3 runs with it, so the per-test hold of the green runs stays."""
     with engine_hold(engine_locks, exclusive=request.node.get_closest_marker("engine_exclusive") is not None):
         yield
 

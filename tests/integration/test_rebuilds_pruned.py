@@ -13,7 +13,7 @@ from builder.engine import buildlog
 from tests.integration.conftest import cli
 from tests.integration.test_rebuilds import _latest_log
 
-pytestmark = pytest.mark.engine_exclusive  # the whole file: its hold is taken per file (conftest._engine)
+pytestmark = pytest.mark.engine_exclusive  # its one test runs alone (conftest._engine)
 
 
 def test_cache_from_the_registry_after_pruning_the_engine(built, tmp_path):
