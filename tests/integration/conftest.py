@@ -237,8 +237,8 @@ def engine_locks(tmp_path_factory) -> Path:
 @pytest.fixture(autouse=True)
 def _engine(request, engine_locks) -> Iterator[None]:
     """Each test holds the engine shared, or alone when marked engine_exclusive. Module fixtures that
-    build are set up before it (wider scopes first): a per-file hold was tried (2026-12-03) and the
-    prune test still failed in 2 of 3 runs with it, so the per-test hold of the green runs stays."""
+    build are set up before it (wider scopes first); a per-file hold was tried (2026-12-03) and did
+    not change what the prune test saw (CONTRIBUTING.md, "CI time"), so the per-test hold stays."""
     with engine_hold(engine_locks, exclusive=request.node.get_closest_marker("engine_exclusive") is not None):
         yield
 
