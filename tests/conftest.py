@@ -40,7 +40,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     # leg"). Asked for where linux/arm64 cannot run, it is skipped and says why.
     why = "needs --arm64 (the linux/arm64 leg under QEMU; CONTRIBUTING.md)"
     if config.getoption("--arm64"):
-        why = arm64_missing() and f"linux/arm64 cannot run on this machine: {arm64_missing()}"
+        missing = arm64_missing()
+        why = missing and f"linux/arm64 cannot run on this machine: {missing}"
     if why:
         for item in items:
             if item.get_closest_marker("arm64"):

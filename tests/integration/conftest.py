@@ -197,9 +197,9 @@ class Smoke:
 
 # --- several test processes (ci/check.sh runs pytest-xdist with --dist loadfile) ----------------
 # Each process makes its own smoke (its own registry repository, checkout and records), so tests
-# in different processes share only the engine, its build cache and the registry. One file empties
-# the engine's build cache (marked engine_exclusive): it runs while no other file does. The rest
-# hold the engine shared, a file at a time (_engine). A turnstile keeps the exclusive test from waiting behind an endless
+# in different processes share only the engine, its build cache and the registry. One test empties
+# the engine's build cache (marked engine_exclusive): it runs while no other test does. The rest
+# hold the engine shared. A turnstile keeps the exclusive test from waiting behind an endless
 # stream of shared holders: once it queues, new shared holders queue behind it.
 
 # Files by their measured time (CI's --durations), slowest first: handed to the processes in this
@@ -207,7 +207,7 @@ class Smoke:
 # after them; LAST goes last (it empties the build cache: what follows it builds cold).
 LAST = "test_rebuilds_pruned.py"
 SLOWEST_FIRST = [
-    "test_arm64.py",
+    "test_arm64.py",  # with --arm64 only; then the longest chain (its arm64 bases under QEMU)
     "test_app_layers.py",
     "test_checks.py",
     "test_rebuilds.py",
@@ -261,8 +261,7 @@ def smoke(tmp_path_factory) -> Smoke:
 @pytest.fixture(scope="session")
 def built(smoke, engine_locks) -> tuple[Smoke, str]:
     """The smoke target built once and pushed: (smoke, printed image reference)."""
-    # A session fixture is set up before the first module's hold is taken (wider scopes first).
-    with engine_hold(engine_locks, exclusive=False):
+    with engine_hold(engine_locks, exclusive=False):  # a session fixture: set up outside any test's hold
         r = cli("--matrix", str(smoke.matrix), "--target", "smoke")
     assert r.code == 0, r.err[-3000:]
     return smoke, r.out.strip().splitlines()[-1]

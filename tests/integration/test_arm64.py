@@ -33,9 +33,9 @@ def both(tmp_path_factory):
     delete_repository("k3/smoke")
     root = tmp_path_factory.mktemp("demo")
     started = time.monotonic()
-    # At a higher priority than the rest of the suite (where allowed: as root; elsewhere nice says
-    # so and runs it as it is): on a fresh machine this is the suite's longest chain, the arm64
-    # bases' maintainer scripts under QEMU, CPU-bound, while the other files mostly wait on the engine.
+    # At a higher priority than what runs beside it (where allowed: as root; elsewhere nice says so
+    # and runs it as it is): on a fresh machine this is the suite's longest chain, the arm64 bases'
+    # maintainer scripts under QEMU, CPU-bound, while the other files mostly wait on the engine.
     proc = subprocess.run(
         ["nice", "-n", "-10", "bash", str(REPO / "ci" / "demo.sh")],
         capture_output=True,

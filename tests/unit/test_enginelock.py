@@ -65,7 +65,7 @@ def _nested(root: Path, events) -> None:
     with engine_hold(root, False):
         events.put(("a", "in"))
         time.sleep(0.6)  # meanwhile x queues at the turnstile
-        with engine_hold(root, False):  # a session fixture set up inside a file's hold
+        with engine_hold(root, False):  # a fixture that holds the engine, set up inside a test's hold
             events.put(("a", "nested"))
         events.put(("a", "out"))
 
