@@ -1,9 +1,11 @@
 """Test layout: tests/unit runs by default (no Docker, fast); tests/integration needs the real
-engine, registry, git and PyPI and runs with --integration (what .ci/run passes); the smoke's
-linux/arm64 leg runs with --integration --arm64."""
+engine, registry, git and PyPI and runs with --integration (what .ci/run passes), the smoke's
+linux/arm64 leg included (under QEMU off arm64: skipped, saying why, where it cannot run; under CI
+that is a failure)."""
 
 from __future__ import annotations
 
+import os
 import platform
 from pathlib import Path
 
@@ -19,12 +21,6 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         default=False,
         help="also run tests/integration against the real engine and registry",
     )
-    parser.addoption(
-        "--arm64",
-        action="store_true",
-        default=False,
-        help="also run the tests marked arm64 (the smoke's linux/arm64 leg, ci/demo.sh under QEMU; with --integration)",
-    )
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
@@ -35,17 +31,21 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(pytest.mark.integration)
             if not config.getoption("--integration"):
                 item.add_marker(skip)
-    # The arm64 leg (tests/integration/test_arm64.py) runs when asked for (--arm64): on a fresh
-    # machine its bases alone take longer than CI's budget has room for (CONTRIBUTING.md, "The arm64
-    # leg"). Asked for where linux/arm64 cannot run, it is skipped and says why.
-    why = "needs --arm64 (the linux/arm64 leg under QEMU; CONTRIBUTING.md)"
-    if config.getoption("--arm64"):
-        missing = arm64_missing()
-        why = missing and f"linux/arm64 cannot run on this machine: {missing}"
-    if why:
-        for item in items:
-            if item.get_closest_marker("arm64"):
-                item.add_marker(pytest.mark.skip(reason=why))
+
+
+def require_arm64() -> None:
+    """Skip, saying why, where linux/arm64 cannot run; under CI fail instead: ci/setup.sh registers
+    qemu-aarch64 there, and a CI run without the arm64 leg must not pass as if it had run it."""
+    missing = arm64_missing()
+    if missing and in_ci():
+        pytest.fail(f"CI must run the linux/arm64 leg, and this machine cannot: {missing}")
+    if missing:
+        pytest.skip(f"linux/arm64 cannot run on this machine: {missing}")
+
+
+def in_ci() -> bool:
+    """CI sets CI=true (as GitHub Actions and .ci/run's callers do)."""
+    return os.environ.get("CI", "").lower() in ("true", "1")
 
 
 def arm64_missing() -> str:

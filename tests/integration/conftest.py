@@ -207,7 +207,7 @@ class Smoke:
 # after them; LAST goes last (it empties the build cache: what follows it builds cold).
 LAST = "test_rebuilds_pruned.py"
 SLOWEST_FIRST = [
-    "test_arm64.py",  # with --arm64 only; then the longest chain (its arm64 bases under QEMU)
+    "test_demo.py",  # the longest chain on a fresh machine: the arm64 bases under QEMU
     "test_app_layers.py",
     "test_checks.py",
     "test_rebuilds.py",
