@@ -6,14 +6,15 @@
 #     pinned at priority 100, so their dependencies come from Debian 12 (no libc6 or base-files
 #     upgrade); elsewhere the distribution's own docker.io (+ docker-cli where it is split out);
 #   - a local OCI registry (Debian's docker-registry, distribution 2.8) on 127.0.0.1:5000;
-#   - debootstrap (the smoke target's base image is made from Debian's archive);
-#   - linux/arm64 for the smoke (unless K3_SETUP_ARM64=0): mmdebstrap and arch-test (the smoke's
-#     arm64 bases), and on a non-arm64 host arm64 emulation: Debian's qemu-user-static and
+#   - mmdebstrap, and debootstrap (whose function mmdebstrap's merged-usr hook calls): the smoke
+#     target's base images are made from Debian's archive;
+#   - linux/arm64 for the smoke (unless K3_SETUP_ARM64=0): arch-test (mmdebstrap asks it whether
+#     arm64 runs here), and on a non-arm64 host arm64 emulation: Debian's qemu-user-static and
 #     binfmt-support, binfmt_misc mounted if it is not, and the qemu-aarch64 handler registered in
 #     the kernel (with the F flag, so containers and chroots of another root find the
 #     interpreter); each step says what it did; where the kernel refuses, a warning (an error
 #     with K3_SETUP_ARM64=1);
-#   - gcc and libc6-dev where no C compiler is (the smoke's stub driver library, the probe tests);
+#   - gcc and libc6-dev where no C compiler is (the probe unit tests compile ELF files);
 #   - apache2-utils (htpasswd: the credential tests run a registry that requires a password);
 #   - redis-server (Debian's): the compile-cache test and benchmark start their own instance on
 #     the engine's bridge, on a free port, and stop it; if installing it started the packaged
@@ -170,28 +171,32 @@ have=$(engine_version); bx=$(buildx_version)
 version_ge "$have" 25 || { echo "ci/setup.sh: Docker Engine $have < 25" >&2; exit 1; }
 version_ge "$bx" 0.13 || { echo "ci/setup.sh: buildx $bx < 0.13" >&2; exit 1; }
 
-if ! command -v debootstrap >/dev/null 2>&1; then
+# The smoke's bases: one mmdebstrap run per architecture (builder/pipeline/smokeroots.py); its
+# merged-usr hook merges /usr with debootstrap's own function.
+if ! command -v mmdebstrap >/dev/null 2>&1 || ! command -v debootstrap >/dev/null 2>&1; then
   need_root; apt_update_once
-  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends debootstrap >/dev/null
+  log "installing mmdebstrap and debootstrap (the smoke's base images)"
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends mmdebstrap debootstrap >/dev/null
 fi
 start_registry
 
 # linux/arm64 for the smoke, by default (K3_SETUP_ARM64=0 skips it, K3_SETUP_ARM64=1 makes any
 # failure fatal): `build smoke-init --arm64` makes the smoke's linux/arm64 bases with mmdebstrap,
-# whose packages' maintainer scripts run under QEMU (docs/smoke.md has what that costs: about four
+# whose packages' maintainer scripts run under QEMU (docs/smoke.md has what that costs: a few
 # CPU-minutes once per machine, seconds once cached). mmdebstrap needs arch-test to see that arm64
 # runs here. binfmt_misc is a kernel filesystem: mounted here when the machine did not (a container
 # often has the directory and nothing in it). update-binfmts registers what qemu-user-static
 # declares; Debian's entries carry the F flag, so the engine's containers and a chroot of another
 # root use the host's interpreter. By default a machine that cannot register it (a container
-# without the privilege) gets a warning, not a failed setup: only --arm64 needs it.
+# without the privilege) gets a warning, not a failed setup: only the arm64 leg needs it (ci/demo.sh
+# then builds linux/amd64 alone; the tests' arm64 leg is skipped, saying why, or under CI fails).
 arm64_want=${K3_SETUP_ARM64:-default}
 arm64_ready() { [ -e /proc/sys/fs/binfmt_misc/qemu-aarch64 ] || [ "$(uname -m)" = aarch64 ]; }
 if [ "$arm64_want" != 0 ]; then
-  if ! command -v mmdebstrap >/dev/null 2>&1 || ! command -v arch-test >/dev/null 2>&1; then
+  if ! command -v arch-test >/dev/null 2>&1; then
     need_root; apt_update_once
-    log "installing mmdebstrap and arch-test (the smoke's linux/arm64 bases)"
-    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends mmdebstrap arch-test >/dev/null
+    log "installing arch-test (mmdebstrap's check that linux/arm64 runs here)"
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends arch-test >/dev/null
   fi
 fi
 if [ "$arm64_want" != 0 ] && ! arm64_ready; then
@@ -218,8 +223,8 @@ if [ "$arm64_want" != 0 ] && ! arm64_ready; then
   fi
 fi
 
-# A C compiler: smoke-init compiles the stub libcuda.so.1, and the probe unit tests compile the ELF
-# files they resolve (a Python machine has one; a bare Debian may not).
+# A C compiler: the probe unit tests compile the ELF files they resolve (a Python machine has one;
+# a bare Debian may not). The smoke's stub libcuda.so.1 is compiled inside each base by its own cc.
 if ! command -v cc >/dev/null 2>&1 && ! command -v gcc >/dev/null 2>&1; then
   need_root; apt_update_once
   DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends gcc libc6-dev >/dev/null

@@ -24,7 +24,7 @@ Every path the cu129 build takes, the smoke takes too, so CI sees what breaks:
 - its wheel carries a +cu129 local version chosen by the matrix;
 - its runtime base carries a C compiler and Python.h for code that compiles at run time.
 
-Makes, on this machine: two Debian 12 base images (debootstrap minbase) pushed to the local
+Makes, on this machine: two Debian 12 base images (mmdebstrap minbase, smokeroots) pushed to the local
 registry and pinned by the digests it returns; the git repositories of the stand-in source and
 its third-party kernels, with fixed authors and dates; and a matrix that points at them. The
 matrix goes through the same templates and code as cu129: only data differs.
@@ -35,7 +35,6 @@ from __future__ import annotations
 import datetime as dt
 import hashlib
 import shutil
-import subprocess
 import tarfile
 import tempfile
 from collections.abc import Callable
@@ -47,9 +46,9 @@ import yaml
 
 from builder import log
 from builder.engine.buildx import Engine
-from builder.errors import BuildError, ConfigError
-from builder.fsutil import atomic_write, cache_dir
-from builder.pipeline import smokecache, smokeos
+from builder.errors import ConfigError
+from builder.fsutil import atomic_write
+from builder.pipeline import smokecache, smokeos, smokeroots
 from builder.pipeline.smokeos import MIRROR, SUITE
 
 ASSETS = Path(__file__).resolve().parents[1] / "smoke_assets"
@@ -116,33 +115,8 @@ LAUNCH = {
 
 def _recipe() -> str:
     """Identifies how the bases are made: cached bases from another recipe are made again."""
-    doc = repr(sorted(BASES.items())) + (ASSETS / "driver" / "libcuda_stub.c").read_text()
+    doc = repr(sorted(BASES.items())) + (ASSETS / "driver" / "libcuda_stub.c").read_text() + smokeroots.MAKER
     return hashlib.sha256(doc.encode()).hexdigest()[:16]
-
-
-def _driver_stub(dest: Path) -> Path:
-    """Compile the stand-in libcuda.so.1 (soname libcuda.so.1, like the real one) on this host."""
-    cc = shutil.which("cc") or shutil.which("gcc")
-    if cc is None:
-        raise BuildError("smoke-init needs a C compiler on this machine (cc or gcc) for the stub libcuda.so.1")
-    out = dest / "libcuda.so.1"
-    proc = subprocess.run(
-        [
-            cc,
-            "-shared",
-            "-fPIC",
-            "-O2",
-            "-Wl,-soname,libcuda.so.1",
-            "-o",
-            str(out),
-            str(ASSETS / "driver" / "libcuda_stub.c"),
-        ],
-        capture_output=True,
-        text=True,
-    )
-    if proc.returncode != 0:
-        raise BuildError(f"compiling the stub libcuda.so.1 failed: {proc.stderr.strip()[-300:]}")
-    return out
 
 
 def _install_stub(rootfs: Path, stub: Path, devel: bool) -> None:
@@ -153,38 +127,6 @@ def _install_stub(rootfs: Path, stub: Path, devel: bool) -> None:
         stubs = rootfs / STUBS_DIR.lstrip("/")
         stubs.mkdir(parents=True, exist_ok=True)
         shutil.copy2(stub, stubs / "libcuda.so")
-
-
-def _debootstrap(role: str, packages: list[str], dest: Path, stub: Path, attempts: int = 3) -> Path:
-    """A minbase root filesystem as a tarball (apt caches and lists left out).
-
-    Each base has its own package cache: two debootstraps writing one --cache-dir at once corrupt
-    each other's downloads ("Retrying failed download ..."). A failed run is retried with what
-    it already downloaded (a mirror hiccup should not fail CI).
-    """
-    rootfs = dest / "rootfs"
-    debs = cache_dir() / "debootstrap" / role
-    debs.mkdir(parents=True, exist_ok=True)
-    cmd = [
-        "debootstrap",
-        "--variant=minbase",
-        f"--include={','.join(packages)}",
-        f"--cache-dir={debs}",
-        SUITE,
-        str(rootfs),
-        MIRROR,
-    ]
-    for attempt in range(1, attempts + 1):
-        proc = subprocess.run(cmd, capture_output=True, text=True)
-        if proc.returncode == 0:
-            break
-        shutil.rmtree(rootfs, ignore_errors=True)
-        if attempt == attempts:
-            tail = (proc.stdout + proc.stderr).strip().splitlines()[-3:]
-            raise BuildError(f"debootstrap of the {role} base failed {attempts} times: {' | '.join(tail)}")
-        log.warn(f"debootstrap of the {role} base failed (attempt {attempt} of {attempts}); retrying")
-    _install_stub(rootfs, stub, devel=role == "devel")
-    return tarball(rootfs, dest / "rootfs.tar")
 
 
 def tarball(rootfs: Path, tar_path: Path) -> Path:
@@ -212,16 +154,12 @@ def _bases(registry: str, engine: Engine) -> dict[str, str]:
     recipe = _recipe()
 
     def make() -> dict[str, str]:
-        with tempfile.TemporaryDirectory(prefix="k3-smoke-") as tmp, ThreadPoolExecutor(2) as pool:
-            stub = _driver_stub(Path(tmp))
-            jobs = {}
-            for role, (_, packages) in BASES.items():
-                (Path(tmp) / role).mkdir()
-                jobs[role] = pool.submit(_debootstrap, role, packages, Path(tmp) / role, stub)
+        with tempfile.TemporaryDirectory(prefix="k3-smoke-") as tmp:
             refs = {}
-            for role, (repo, _) in BASES.items():
-                tagged = f"{registry}/{repo}:{SUITE}-{recipe}"
-                refs[role] = f"{tagged}@{engine.import_and_push(jobs[role].result(), tagged)}"
+            for role, root in smokeroots.roots(Path(tmp), smokeroots.native_arch(), BASES).items():
+                _install_stub(root, smokeroots.stub_inside(root, ASSETS / "driver" / "libcuda_stub.c"), role == "devel")
+                tagged = f"{registry}/{BASES[role][0]}:{SUITE}-{recipe}"
+                refs[role] = f"{tagged}@{engine.import_and_push(tarball(root, root.parent / 'rootfs.tar'), tagged)}"
             return refs
 
     def usable(refs: dict[str, str]) -> bool:
@@ -427,7 +365,7 @@ Second = Callable[[str, Engine, Callable[[], dict[str, str]]], tuple[dict[str, s
 def _all_bases(registry: str, engine: Engine, second: Second | None) -> tuple[dict[str, str], Callable | None]:
     """The amd64 bases, and with a second platform its bases too, made side by side: on a fresh
     machine the arm64 roots (minutes under QEMU) need no amd64 base until their package check, so
-    they are not queued behind the amd64 ones (debootstrap, minutes of their own)."""
+    they are not queued behind the amd64 ones."""
     if second is None:
         return _bases(registry, engine), None
     with ThreadPoolExecutor(1) as pool:
@@ -448,7 +386,7 @@ def init(
     out.mkdir(parents=True, exist_ok=True)
     with log.step("smoke: engine preflight"):
         engine.preflight()
-    with log.step("smoke: base images (debootstrap, stub driver, import, push; reused when the registry has them)"):
+    with log.step("smoke: base images (mmdebstrap, stub driver, import, push; reused when the registry has them)"):
         bases, extend = _all_bases(registry, engine, second)
         for role, ref in bases.items():
             log.info(f"    {role}: {ref}")

@@ -1,5 +1,6 @@
-"""The arm64 smoke bases: what the dpkg database of a made root says is installed, and the rule
-that an arm64 base holds what its amd64 sibling holds (one index tag, one content)."""
+"""The smoke bases' roots (smokeroots, both platforms): what the dpkg database of a made root says
+is installed, the runtime root left as mmdebstrap's cleanup leaves it; and the rule that an arm64
+base holds what its amd64 sibling holds (one index tag, one content)."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ import pytest
 import yaml
 
 from builder.errors import BuildError
-from builder.pipeline import smoke, smokearm64
+from builder.pipeline import smoke, smokearm64, smokeroots
 
 STATUS = """Package: libc6
 Status: install ok installed
@@ -43,7 +44,7 @@ def test_installed_reads_only_installed_packages_from_the_dpkg_status(tmp_path):
     status = tmp_path / "var" / "lib" / "dpkg" / "status"
     status.parent.mkdir(parents=True)
     status.write_text(STATUS)
-    assert smokearm64._installed(tmp_path) == {"libc6": "2.36-9+deb12u14", "bash": "5.2.15-2+b13"}
+    assert smokeroots.installed(tmp_path) == {"libc6": "2.36-9+deb12u14", "bash": "5.2.15-2+b13"}
 
 
 def test_the_same_packages_pass_with_binnmus_and_each_toolchains_own_packages():
@@ -75,7 +76,7 @@ def test_a_package_on_one_platform_only_or_another_version_is_refused_by_name():
 
 
 def test_the_devel_base_is_the_runtime_base_plus_packages():
-    """The arm64 devel root is made from the runtime root: every runtime package must be in it."""
+    """Each devel root is made from its runtime root: every runtime package must be in it."""
     runtime, devel = smoke.BASES["runtime"][1], smoke.BASES["devel"][1]
     assert set(runtime) <= set(devel)
     assert [p for p in devel if p not in runtime] == ["python3-venv", "git", "patch"]
@@ -92,19 +93,19 @@ def test_the_runtime_copy_is_left_as_mmdebstraps_cleanup_leaves_the_devel_root(t
     (runtime / "usr/sbin/start-stop-daemon").write_text("#!/bin/sh\necho fake\n")
     (runtime / "usr/sbin/start-stop-daemon.REAL").write_bytes(b"\x7fELF real")
     (runtime / "usr/sbin/policy-rc.d").write_text("#!/bin/sh\nexit 101\n")
-    for leftover in smokearm64._MMDEBSTRAP_LEFTOVERS:
+    for leftover in smokeroots._MMDEBSTRAP_LEFTOVERS:
         (runtime / leftover).parent.mkdir(parents=True, exist_ok=True)
         (runtime / leftover).write_text("x")
     (runtime / "var/cache/apt").mkdir()
     (runtime / "var/cache/apt/pkgcache.bin").write_text("cache")
     (runtime / "etc/machine-id").write_text("0123456789abcdef\n")
 
-    smokearm64._finish_runtime(runtime, devel)
+    smokeroots._finish_runtime(runtime, devel)
 
     assert (runtime / "usr/sbin/start-stop-daemon").read_bytes() == b"\x7fELF real"
     assert not (runtime / "usr/sbin/start-stop-daemon.REAL").exists()
     assert not (runtime / "usr/sbin/policy-rc.d").exists()
-    assert not any((runtime / leftover).exists() for leftover in smokearm64._MMDEBSTRAP_LEFTOVERS)
+    assert not any((runtime / leftover).exists() for leftover in smokeroots._MMDEBSTRAP_LEFTOVERS)
     assert not (runtime / "var/cache/apt/pkgcache.bin").exists()
     assert (runtime / "etc/machine-id").read_text() == ""
 
@@ -149,3 +150,24 @@ def test_the_second_platforms_bases_are_made_while_the_amd64_ones_are(monkeypatc
     monkeypatch.setattr(smoke, "_bases", amd64_bases)
     assert smoke._all_bases("reg", object(), second) == ({"runtime": "index-r"}, str.upper)
     assert smoke._all_bases("reg", object(), None) == ({"runtime": "r@sha256:1", "devel": "d@sha256:2"}, None)
+
+
+def test_one_mmdebstrap_run_per_architecture_copies_the_runtime_root_before_the_devel_packages(tmp_path):
+    """Both platforms' roots come from the same command, only --architectures differing."""
+    runtime, devel, debs = tmp_path / "rt", tmp_path / "dv", tmp_path / "debs"
+    cmds = {a: smokeroots._command(a, runtime, devel, ["python3", "gcc"], ["git"], debs) for a in ("amd64", "arm64")}
+    assert [c for c in cmds["amd64"] if "--architectures" not in c] == [
+        c for c in cmds["arm64"] if "--architectures" not in c
+    ]
+    cmd = cmds["arm64"]
+    assert "--architectures=arm64" in cmd and "--include=python3,gcc" in cmd and "--variant=minbase" in cmd
+    hooks = [c for c in cmd if c.startswith("--customize-hook=")]
+    assert "cp -ax" in hooks[0] and str(runtime) in hooks[0]  # the runtime root, before ...
+    assert hooks[1].endswith("install git")  # ... the devel packages go on top
+    assert cmd[-3:] == [smoke.SUITE, str(devel), smoke.MIRROR]
+
+
+def test_a_runtime_package_missing_from_the_devel_base_is_refused(tmp_path):
+    bases = {"runtime": ("r", ["python3", "curl"]), "devel": ("d", ["python3", "git"])}
+    with pytest.raises(BuildError, match="the devel base must hold every runtime package"):
+        smokeroots.roots(tmp_path, "arm64", bases)
