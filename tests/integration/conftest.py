@@ -198,8 +198,8 @@ class Smoke:
 # --- several test processes (ci/check.sh runs pytest-xdist with --dist loadfile) ----------------
 # Each process makes its own smoke (its own registry repository, checkout and records), so tests
 # in different processes share only the engine, its build cache and the registry. One test empties
-# the engine's build cache (marked engine_exclusive): it runs while no other test does. The rest
-# hold the engine shared. A turnstile keeps the exclusive test from waiting behind an endless
+# the engine's build cache (marked engine_exclusive): it runs while no other file is under way. The
+# rest hold the engine shared, a file at a time. A turnstile keeps the exclusive test from waiting behind an endless
 # stream of shared holders: once it queues, new shared holders queue behind it.
 
 # Files by their measured time (CI's --durations), slowest first: handed to the processes in this
@@ -234,11 +234,25 @@ def engine_locks(tmp_path_factory) -> Path:
     return root.parent if os.environ.get("PYTEST_XDIST_WORKER") else root
 
 
+@pytest.fixture(scope="module", autouse=True)
+def _engine_file(request, engine_locks) -> Iterator[None]:
+    """A file's tests hold the engine shared from its first module fixture to its last test, so the
+    test that empties the build cache cannot run between two of them: a file's later tests count
+    on what its earlier ones left cached (seen: `test_rebuilds.py`'s expiry test, after the prune
+    had run between its tests, found its OS-package step run again). A file holding an
+    engine_exclusive test takes no file hold (its exclusive test could not be had inside one)."""
+    mine = [item for item in request.session.items if item.module is request.module]
+    if any(item.get_closest_marker("engine_exclusive") for item in mine):
+        yield
+        return
+    with engine_hold(engine_locks, exclusive=False):
+        yield
+
+
 @pytest.fixture(autouse=True)
 def _engine(request, engine_locks) -> Iterator[None]:
-    """Each test holds the engine shared, or alone when marked engine_exclusive. Module fixtures that
-    build are set up before it (wider scopes first); a per-file hold was tried (2026-12-03) and did
-    not change what the prune test saw (CONTRIBUTING.md, "CI time"), so the per-test hold stays."""
+    """Each test holds the engine shared (inside its file's hold: the same one), or alone when
+    marked engine_exclusive."""
     with engine_hold(engine_locks, exclusive=request.node.get_closest_marker("engine_exclusive") is not None):
         yield
 
