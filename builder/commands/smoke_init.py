@@ -15,7 +15,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         NAME,
         help="make the smoke target's bases, source repo and matrix (demo/tests)",
         description="Create the smoke target on this machine: Debian 12 base images "
-        "(debootstrap) pushed to --registry and pinned by digest, a git "
+        "(mmdebstrap minbase) pushed to --registry and pinned by digest, a git "
         "repository of the stand-in source, and OUT/matrix.yaml.",
     )
     p.add_argument("--out", type=Path, default=Path("smoke"), help="where to write (default: ./smoke)")

@@ -156,10 +156,13 @@ def _bases(registry: str, engine: Engine) -> dict[str, str]:
     def make() -> dict[str, str]:
         with tempfile.TemporaryDirectory(prefix="k3-smoke-") as tmp:
             refs = {}
-            for role, root in smokeroots.roots(Path(tmp), smokeroots.native_arch(), BASES).items():
+            # linux/amd64, named: the matrix and the index call these the amd64 bases (on an arm64
+            # machine mmdebstrap makes them under QEMU, as it makes arm64 ones on an x86 machine).
+            for role, root in smokeroots.roots(Path(tmp), "amd64", BASES).items():
                 _install_stub(root, smokeroots.stub_inside(root, ASSETS / "driver" / "libcuda_stub.c"), role == "devel")
                 tagged = f"{registry}/{BASES[role][0]}:{SUITE}-{recipe}"
-                refs[role] = f"{tagged}@{engine.import_and_push(tarball(root, root.parent / 'rootfs.tar'), tagged)}"
+                tar = tarball(root, root.parent / "rootfs.tar")
+                refs[role] = f"{tagged}@{engine.import_and_push(tar, tagged, 'linux/amd64')}"
             return refs
 
     def usable(refs: dict[str, str]) -> bool:

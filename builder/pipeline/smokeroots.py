@@ -131,6 +131,15 @@ def _finish_runtime(runtime: Path, devel: Path) -> None:
         cache.unlink()
     if (runtime / "etc" / "machine-id").exists():
         (runtime / "etc" / "machine-id").write_text("")
+    # cleanup/run and cleanup/tmp: /run emptied but for lock (/var/lock points there), /tmp emptied.
+    for directory, kept in (("run", {"lock"}), ("tmp", set())):
+        for entry in (runtime / directory).iterdir() if (runtime / directory).is_dir() else ():
+            if entry.name in kept:
+                continue
+            if entry.is_dir() and not entry.is_symlink():
+                shutil.rmtree(entry)
+            else:
+                entry.unlink()
 
 
 def roots(tmp: Path, arch: str, bases: dict[str, tuple[str, list[str]]]) -> dict[str, Path]:

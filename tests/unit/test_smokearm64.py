@@ -99,6 +99,9 @@ def test_the_runtime_copy_is_left_as_mmdebstraps_cleanup_leaves_the_devel_root(t
     (runtime / "var/cache/apt").mkdir()
     (runtime / "var/cache/apt/pkgcache.bin").write_text("cache")
     (runtime / "etc/machine-id").write_text("0123456789abcdef\n")
+    for kept_or_not in ("run/lock/x", "run/mount/utab", "run/adduser", "tmp/hook/file"):
+        (runtime / kept_or_not).parent.mkdir(parents=True, exist_ok=True)
+        (runtime / kept_or_not).write_text("x")
 
     smokeroots._finish_runtime(runtime, devel)
 
@@ -108,6 +111,7 @@ def test_the_runtime_copy_is_left_as_mmdebstraps_cleanup_leaves_the_devel_root(t
     assert not any((runtime / leftover).exists() for leftover in smokeroots._MMDEBSTRAP_LEFTOVERS)
     assert not (runtime / "var/cache/apt/pkgcache.bin").exists()
     assert (runtime / "etc/machine-id").read_text() == ""
+    assert [e.name for e in (runtime / "run").iterdir()] == ["lock"] and not any((runtime / "tmp").iterdir())
 
 
 def test_the_matrix_names_both_platforms_each_value_where_it_is_written():
