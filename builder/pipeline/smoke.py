@@ -115,7 +115,7 @@ LAUNCH = {
 
 def _recipe() -> str:
     """Identifies how the bases are made: cached bases from another recipe are made again."""
-    doc = repr(sorted(BASES.items())) + (ASSETS / "driver" / "libcuda_stub.c").read_text() + smokeroots.MAKER
+    doc = repr(sorted(BASES.items())) + (ASSETS / "driver" / "libcuda_stub.c").read_text() + smokeroots.recipe()
     return hashlib.sha256(doc.encode()).hexdigest()[:16]
 
 

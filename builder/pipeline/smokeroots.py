@@ -23,8 +23,8 @@ from builder.errors import BuildError
 from builder.fsutil import cache_dir
 from builder.pipeline.smokeos import MIRROR, SUITE
 
-# How the roots are made, part of the bases' recipe (smoke._recipe): bases made another way are
-# made again.
+# How the roots are made, part of the bases' recipe (smoke._recipe, with recipe() below): bases
+# made another way are made again.
 MAKER = "mmdebstrap-2"
 
 # Where mmdebstrap writes its --dpkgopt options, to stay ("permanently", its manual says): removed
@@ -86,6 +86,14 @@ def _command(arch: str, runtime: Path, devel: Path, runtime_pkgs: list[str], ext
         str(devel),
         MIRROR,
     ]
+
+
+def recipe() -> str:
+    """What identifies how a root is made: MAKER and the mmdebstrap command's shape (paths, the
+    architecture and the package lists stood in for), so an edit to the command makes the bases
+    again without anyone remembering to change MAKER."""
+    shape = _command("ARCH", Path("RUNTIME"), Path("DEVEL"), ["PACKAGES"], ["EXTRA"], Path("DEBS"))
+    return MAKER + "\n" + "\n".join(shape)
 
 
 def _mmdebstrap(arch: str, runtime: Path, devel: Path, runtime_pkgs: list[str], extra: list[str]) -> None:

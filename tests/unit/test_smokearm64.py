@@ -175,3 +175,11 @@ def test_a_runtime_package_missing_from_the_devel_base_is_refused(tmp_path):
     bases = {"runtime": ("r", ["python3", "curl"]), "devel": ("d", ["python3", "git"])}
     with pytest.raises(BuildError, match="the devel base must hold every runtime package"):
         smokeroots.roots(tmp_path, "arm64", bases)
+
+
+def test_an_edit_to_the_mmdebstrap_command_changes_the_bases_recipe(monkeypatch):
+    before = smoke._recipe()
+    assert before == smoke._recipe()  # stable: no path, time or host in it
+    made = smokeroots._command
+    monkeypatch.setattr(smokeroots, "_command", lambda *a: [*made(*a), "--aptopt=Acquire::Retries=3"])
+    assert smoke._recipe() != before
