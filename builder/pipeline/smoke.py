@@ -129,6 +129,13 @@ def _install_stub(rootfs: Path, stub: Path, devel: bool) -> None:
         shutil.copy2(stub, stubs / "libcuda.so")
 
 
+def push_base(engine: Engine, role: str, root: Path, tagged: str, platform: str) -> str:
+    """A made root as the pinned base ``tagged``@digest: the stub driver compiled by the root's own
+    cc and put at the CUDA images' paths, the root tarred, imported as ``platform`` and pushed."""
+    _install_stub(root, smokeroots.stub_inside(root, ASSETS / "driver" / "libcuda_stub.c"), devel=role == "devel")
+    return f"{tagged}@{engine.import_and_push(tarball(root, root.parent / 'rootfs.tar'), tagged, platform)}"
+
+
 def tarball(rootfs: Path, tar_path: Path) -> Path:
     """``rootfs`` as an uncompressed tarball to import, apt's caches and package lists left out;
     the directory is removed."""
@@ -159,10 +166,9 @@ def _bases(registry: str, engine: Engine) -> dict[str, str]:
             # linux/amd64, named: the matrix and the index call these the amd64 bases (on an arm64
             # machine mmdebstrap makes them under QEMU, as it makes arm64 ones on an x86 machine).
             for role, root in smokeroots.roots(Path(tmp), "amd64", BASES).items():
-                _install_stub(root, smokeroots.stub_inside(root, ASSETS / "driver" / "libcuda_stub.c"), role == "devel")
-                tagged = f"{registry}/{BASES[role][0]}:{SUITE}-{recipe}"
-                tar = tarball(root, root.parent / "rootfs.tar")
-                refs[role] = f"{tagged}@{engine.import_and_push(tar, tagged, 'linux/amd64')}"
+                refs[role] = push_base(
+                    engine, role, root, f"{registry}/{BASES[role][0]}:{SUITE}-{recipe}", "linux/amd64"
+                )
             return refs
 
     def usable(refs: dict[str, str]) -> bool:

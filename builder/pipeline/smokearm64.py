@@ -83,12 +83,8 @@ def arm64_bases(registry: str, engine: Engine, amd64: Callable[[], dict[str, str
             siblings = amd64()  # waits for the amd64 bases, made meanwhile (smoke._all_bases)
             for role, root in roots.items():
                 same_packages(role, smokeroots.installed(root), _amd64_packages(engine, siblings[role]))
-                stub = smokeroots.stub_inside(root, smoke.ASSETS / "driver" / "libcuda_stub.c")
-                smoke._install_stub(root, stub, devel=role == "devel")
-                repo = smoke.BASES[role][0]
-                tagged = f"{registry}/{repo}:{smoke.SUITE}-{recipe}-{ARCH}"
-                tar = smoke.tarball(root, root.parent / "rootfs.tar")
-                refs[role] = f"{tagged}@{engine.import_and_push(tar, tagged, PLATFORM)}"
+                tagged = f"{registry}/{smoke.BASES[role][0]}:{smoke.SUITE}-{recipe}-{ARCH}"
+                refs[role] = smoke.push_base(engine, role, root, tagged, PLATFORM)
             return refs
 
     def usable(refs: dict[str, str]) -> bool:

@@ -141,9 +141,9 @@ def _finish_runtime(runtime: Path, devel: Path) -> None:
         (runtime / "etc" / "machine-id").write_text("")
     # cleanup/run and cleanup/tmp: /run emptied but for lock (/var/lock points there), /tmp emptied.
     for directory, kept in (("run", {"lock"}), ("tmp", set())):
-        for entry in (runtime / directory).iterdir() if (runtime / directory).is_dir() else ():
-            if entry.name in kept:
-                continue
+        if not (runtime / directory).is_dir():
+            continue
+        for entry in (e for e in (runtime / directory).iterdir() if e.name not in kept):
             if entry.is_dir() and not entry.is_symlink():
                 shutil.rmtree(entry)
             else:
