@@ -235,24 +235,12 @@ def engine_locks(tmp_path_factory) -> Path:
 
 
 @pytest.fixture(scope="module", autouse=True)
-def _engine_file(request, engine_locks) -> Iterator[None]:
-    """A file's tests hold the engine shared from its first module fixture to its last test, so the
-    test that empties the build cache cannot run between two of them: a file's later tests count
-    on what its earlier ones left cached (seen: `test_rebuilds.py`'s expiry test, after the prune
-    had run between its tests, found its OS-package step run again). A file holding an
-    engine_exclusive test takes no file hold (its exclusive test could not be had inside one)."""
-    mine = [item for item in request.session.items if item.module is request.module]
-    if any(item.get_closest_marker("engine_exclusive") for item in mine):
-        yield
-        return
-    with engine_hold(engine_locks, exclusive=False):
-        yield
-
-
-@pytest.fixture(autouse=True)
 def _engine(request, engine_locks) -> Iterator[None]:
-    """Each test holds the engine shared (inside its file's hold: the same one), or alone when
-    marked engine_exclusive."""
+    """Each test file holds the engine shared from before its module fixtures are set up to after
+    they are torn down, or alone when the file is marked engine_exclusive (module-wide, pytestmark).
+    A file's later tests count on what its earlier ones left cached, and its module fixtures build
+    too: held per test, the cache-emptying test once ran between two of test_rebuilds.py's tests,
+    and the expiry test after it found its OS-package step run again."""
     with engine_hold(engine_locks, exclusive=request.node.get_closest_marker("engine_exclusive") is not None):
         yield
 
@@ -275,7 +263,7 @@ def smoke(tmp_path_factory) -> Smoke:
 @pytest.fixture(scope="session")
 def built(smoke, engine_locks) -> tuple[Smoke, str]:
     """The smoke target built once and pushed: (smoke, printed image reference)."""
-    with engine_hold(engine_locks, exclusive=False):  # a session fixture: set up outside any test's hold
+    with engine_hold(engine_locks, exclusive=False):  # a session fixture: set up before any file's hold
         r = cli("--matrix", str(smoke.matrix), "--target", "smoke")
     assert r.code == 0, r.err[-3000:]
     return smoke, r.out.strip().splitlines()[-1]

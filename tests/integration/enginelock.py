@@ -10,9 +10,9 @@ import fcntl
 from collections.abc import Iterator
 from pathlib import Path
 
-# How many holds this process has open: a hold taken inside another (a fixture first set up from
-# within a test, by request.getfixturevalue, that holds the engine itself) is the outer one's, not a
-# second flock. A second flock would deadlock
+# How many holds this process has open: a hold taken inside another (a session fixture that holds
+# the engine itself, first set up within a file's hold by request.getfixturevalue) is the outer
+# one's, not a second flock. A second flock would deadlock
 # once an exclusive holder waits at the turnstile: it waits for this process's outer hold, and
 # this process waits at the turnstile for it.
 _held = {"count": 0, "exclusive": False}

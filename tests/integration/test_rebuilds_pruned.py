@@ -13,8 +13,9 @@ from builder.engine import buildlog
 from tests.integration.conftest import cli
 from tests.integration.test_rebuilds import _latest_log
 
+pytestmark = pytest.mark.engine_exclusive  # the whole file: the engine is held per file (conftest._engine)
 
-@pytest.mark.engine_exclusive
+
 def test_cache_from_the_registry_after_pruning_the_engine(built, tmp_path):
     smoke, _ = built
     work = smoke.variant(tmp_path / "cache", "cached")
