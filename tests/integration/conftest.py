@@ -239,8 +239,7 @@ def _engine(request, engine_locks) -> Iterator[None]:
     """Each test file holds the engine shared from before its module fixtures are set up to after
     they are torn down, or alone when the file is marked engine_exclusive (module-wide, pytestmark).
     A file's later tests count on what its earlier ones left cached, and its module fixtures build
-    too: held per test, the cache-emptying test once ran between two of test_rebuilds.py's tests,
-    and the expiry test after it found its OS-package step run again."""
+    too."""
     with engine_hold(engine_locks, exclusive=request.node.get_closest_marker("engine_exclusive") is not None):
         yield
 
