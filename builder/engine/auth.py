@@ -29,6 +29,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from builder import log
+from builder.engine import transport
+from builder.errors import ConfigError
 
 
 def insecure(host: str) -> bool:
@@ -197,6 +199,38 @@ def docker_credentials(host: str) -> CredentialLookup:
     return _from_auths(config.get("auths"), host, str(path))
 
 
+# --- where a token may come from -----------------------------------------------------------------
+
+TOKEN_REALMS_VAR = "K3_TOKEN_REALMS"
+# Docker Hub's registry names its token service on another host (Docker's token authentication
+# specification, https://distribution.github.io/distribution/spec/auth/token/, and the realm
+# registry-1.docker.io's 401 names): built in, so public images read without configuration.
+BUILT_IN_REALMS = frozenset((hub, "auth.docker.io") for hub in DOCKER_HUB_HOSTS)
+
+
+def configured_realms() -> frozenset[tuple[str, str]]:
+    """$K3_TOKEN_REALMS: comma-separated ``registry=realm-host`` pairs (``host[:port]`` each)."""
+    pairs = set()
+    for entry in (e.strip() for e in os.environ.get(TOKEN_REALMS_VAR, "").split(",")):
+        registry, sep, realm = entry.partition("=")
+        if entry and (not sep or not registry.strip() or not realm.strip() or "/" in entry):
+            raise ConfigError(f"${TOKEN_REALMS_VAR}: {entry!r} is not registry=realm-host (host[:port] each)")
+        if entry:
+            pairs.add((registry.strip().lower(), realm.strip().lower()))
+    return frozenset(pairs)
+
+
+def realm_allowed(host: str, realm: str) -> bool:
+    """Whether the registry ``host`` may send the tool to the token service at ``realm``: on the
+    registry's own host and port, or a pair built in or configured in $K3_TOKEN_REALMS."""
+    _, realm_host, realm_port = transport.origin(realm)
+    _, own_host, own_port = transport.origin(f"{'http' if insecure(host) else 'https'}://{host}")
+    if (realm_host, realm_port) == (own_host, own_port):
+        return True
+    netloc = urllib.parse.urlsplit(realm).netloc.lower()
+    return (host.lower(), netloc) in BUILT_IN_REALMS | configured_realms()
+
+
 # --- a 401's challenge ----------------------------------------------------------------------------
 
 
@@ -241,6 +275,12 @@ def _bearer(challenge: str, lookup: CredentialLookup, host: str) -> Answer:
     realm_parts = urllib.parse.urlsplit(realm)
     if realm_parts.scheme not in ("http", "https"):
         return Answer(None, f"the registry's token realm is not http(s): {realm_parts.scheme!r}")
+    if not realm_allowed(host, realm):
+        return Answer(
+            None,
+            f"the registry's token realm {realm_parts.netloc} is not on {host}; asked nothing there "
+            f"(an operator may allow it: {TOKEN_REALMS_VAR}={host}={realm_parts.netloc})",
+        )
     # Credentials go to the token service only over https, or to this very (insecure) registry.
     may_send = creds is not None and (
         realm_parts.scheme == "https" or realm_parts.netloc == host or insecure(realm_parts.netloc)
@@ -253,8 +293,8 @@ def _bearer(challenge: str, lookup: CredentialLookup, host: str) -> Answer:
     else:
         note = f"{lookup.note}: the registry refused them"
     try:
-        req = _token_request(realm, params, sent)
-        with urllib.request.urlopen(req, timeout=60) as resp:  # noqa: S310 - the registry's realm
+        req, credential = _token_request(realm, params, sent)
+        with transport.open_url(req, credential, timeout=60) as resp:
             doc = json.load(resp)
     except urllib.error.HTTPError as exc:
         return Answer(
@@ -272,19 +312,20 @@ def _bearer(challenge: str, lookup: CredentialLookup, host: str) -> Answer:
     return Answer(f"Bearer {token}", note)
 
 
-def _token_request(realm: str, params: dict[str, str], sent: Credentials | None) -> urllib.request.Request:
-    """The token service's request: a refresh-token grant for an identity token, else a GET with
-    the challenge's parameters (and basic credentials when they may be sent)."""
+def _token_request(
+    realm: str, params: dict[str, str], sent: Credentials | None
+) -> tuple[urllib.request.Request, str | None]:
+    """The token service's request and its Authorization: a refresh-token grant for an identity
+    token, else a GET with the challenge's parameters (and basic credentials when they may be sent)."""
     if sent is not None and sent.identity_token:
         form = {"grant_type": "refresh_token", "refresh_token": sent.secret, "client_id": "k3-builder"}
         form.update({k: v for k, v in params.items() if k in ("service", "scope")})
-        return urllib.request.Request(
+        post = urllib.request.Request(
             realm,
             data=urllib.parse.urlencode(form).encode(),
             method="POST",
             headers={"Content-Type": "application/x-www-form-urlencoded"},
         )
-    req = urllib.request.Request(f"{realm}?{urllib.parse.urlencode(params)}")
-    if sent is not None:
-        req.add_header("Authorization", f"Basic {sent.basic()}")
-    return req
+        return post, None
+    get = urllib.request.Request(f"{realm}?{urllib.parse.urlencode(params)}")
+    return get, f"Basic {sent.basic()}" if sent is not None else None

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
-from builder.engine import auth
+from builder.engine import auth, transport
 from builder.engine.auth import CredentialLookup
 from builder.errors import BuildError, RegistryUnavailable
 
@@ -77,10 +77,8 @@ class Registry:
     ) -> tuple[int, dict, bytes]:
         url = path if path.startswith("http") else self.base + path
         req = urllib.request.Request(url, data=data, method=method, headers=dict(headers or {}))
-        if self._token:
-            req.add_header("Authorization", self._token)
         try:
-            with urllib.request.urlopen(req, timeout=120) as resp:  # noqa: S310 - registry URL
+            with transport.open_url(req, self._token, timeout=120) as resp:
                 return resp.status, dict(resp.headers), resp.read()
         except urllib.error.HTTPError as exc:
             if exc.code == 401 and retry_auth and self._authenticate(exc.headers.get("WWW-Authenticate", "")):
@@ -148,10 +146,9 @@ class Registry:
         """A blob streamed to ``dest`` (a layer can be GBs: never held in memory), hash-checked."""
         url = f"{self.base}/v2/{repo}/blobs/{digest}"
         self._request("HEAD", f"/v2/{repo}/blobs/{digest}")  # authenticates, or raises naming the blob
-        req = urllib.request.Request(url, headers={"Authorization": self._token} if self._token else {})
         got = hashlib.sha256()
         try:
-            with urllib.request.urlopen(req, timeout=120) as resp, dest.open("wb") as out:  # noqa: S310
+            with transport.open_url(urllib.request.Request(url), self._token, 120) as resp, dest.open("wb") as out:
                 for chunk in iter(lambda: resp.read(1 << 20), b""):
                     got.update(chunk)
                     out.write(chunk)

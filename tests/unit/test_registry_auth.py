@@ -265,22 +265,24 @@ def test_the_helper_is_asked_once_per_registry(env, server):
 
 
 @pytest.mark.parametrize("realm, sends", [("http://token.example/token", False), ("https://token.example/token", True)])
-def test_credentials_go_to_a_token_service_elsewhere_only_over_https(env, monkeypatch, realm, sends):
-    """A bearer realm on another host over plain http gets an anonymous request, not the password."""
+def test_credentials_go_to_an_allowed_token_service_elsewhere_only_over_https(env, monkeypatch, realm, sends):
+    """A bearer realm on another host (allowed by $K3_TOKEN_REALMS) over plain http gets an
+    anonymous request, not the password."""
     import io
 
-    import builder.engine.registry as registry
+    from builder.engine import transport
 
     env.helper("k3h", _answer("alice", SECRET, "registry.example"))
     env.write_config({"credHelpers": {"registry.example": "k3h"}})
+    monkeypatch.setenv("K3_TOKEN_REALMS", "registry.example=token.example")
     seen = []
 
-    def urlopen(req, timeout=None):
-        seen.append(req)
+    def open_url(req, credential, timeout=None):
+        seen.append(credential)
         return io.BytesIO(b'{"token": "tok-0123456789"}')
 
-    monkeypatch.setattr(registry.urllib.request, "urlopen", urlopen)
+    monkeypatch.setattr(transport, "open_url", open_url)
     reg = Registry("registry.example")
     assert reg._authenticate(f'Bearer realm="{realm}",service="k3",scope="repository:k3/x:pull"') is True
-    assert [r.get_header("Authorization") is not None for r in seen] == [sends]
+    assert [credential is not None for credential in seen] == [sends]
     assert reg._token == "Bearer tok-0123456789"
