@@ -27,6 +27,7 @@ from typing import Protocol
 
 from builder.engine import auth, transport
 from builder.engine.auth import CredentialLookup
+from builder.engine.transport import RegistryError
 from builder.errors import BuildError, RegistryUnavailable
 
 OCI_MANIFEST = "application/vnd.oci.image.manifest.v1+json"
@@ -36,12 +37,6 @@ DOCKER_MANIFEST = "application/vnd.docker.distribution.manifest.v2+json"
 DOCKER_LIST = "application/vnd.docker.distribution.manifest.list.v2+json"
 ACCEPT = ", ".join([OCI_MANIFEST, OCI_INDEX, DOCKER_MANIFEST, DOCKER_LIST])
 EMPTY_JSON = b"{}"
-
-
-class RegistryError(Exception):
-    def __init__(self, message: str, status: int | None = None) -> None:
-        super().__init__(message)
-        self.status = status
 
 
 @dataclass(frozen=True)
@@ -70,32 +65,50 @@ class Registry:
         self._token: str | None = None
         self._lookup: CredentialLookup | None = None  # the Docker config is read once per host
         self._auth_note = ""  # why the last authentication gave nothing (one line, no secret)
+        self._retrier = transport.Retrier(transport.budget_seconds())
 
     # -- transport ------------------------------------------------------------------------------
     def _request(
+        self, method: str, path: str, data: bytes | None = None, headers: dict | None = None
+    ) -> tuple[int, dict, bytes]:
+        """One request, tried again on a transient failure when it is idempotent."""
+        if method not in transport.IDEMPOTENT:
+            return self._attempt(method, path, data, headers)
+        return self._retrier.run(lambda: self._attempt(method, path, data, headers))
+
+    def _attempt(
         self, method: str, path: str, data: bytes | None = None, headers: dict | None = None, retry_auth: bool = True
     ) -> tuple[int, dict, bytes]:
         url = path if path.startswith("http") else self.base + path
         req = urllib.request.Request(url, data=data, method=method, headers=dict(headers or {}))
         try:
-            with transport.open_url(req, self._token, timeout=120) as resp:
+            with transport.open_url(req, self._token, transport.TIMEOUT) as resp:
                 return resp.status, dict(resp.headers), resp.read()
         except urllib.error.HTTPError as exc:
             if exc.code == 401 and retry_auth and self._authenticate(exc.headers.get("WWW-Authenticate", "")):
-                return self._request(method, path, data, headers, retry_auth=False)
-            body = exc.read()[:300].decode("utf-8", "replace")
+                return self._attempt(method, path, data, headers, retry_auth=False)
+            try:
+                body = exc.read()[:300].decode("utf-8", "replace")
+            except (OSError, http.client.HTTPException):  # the error's own body cut short: its status stands
+                body = ""
             hint = f" ({self._auth_note})" if exc.code in (401, 403) and self._auth_note else ""
             raise RegistryError(
                 f"{method} {self.host}{urllib.parse.urlsplit(url).path}: HTTP {exc.code} "
                 f"{' '.join(body.split())}{hint}",
                 exc.code,
+                retry_after=transport.retry_after(exc.headers.get("Retry-After")),
             ) from None
-        except OSError as exc:
-            raise RegistryError(f"{method} {self.host}: cannot reach the registry: {exc}") from None
-        except http.client.HTTPException as exc:  # IncompleteRead, BadStatusLine: a cut or garbled reply
-            raise RegistryError(
-                f"{method} {self.host}: the registry's reply was cut short or garbled ({exc.__class__.__name__})"
-            ) from None
+        except (OSError, http.client.HTTPException) as exc:
+            raise self._unreached(f"{method} {self.host}{urllib.parse.urlsplit(url).path}", exc) from None
+
+    @staticmethod
+    def _unreached(request: str, exc: Exception) -> RegistryError:
+        fault = transport.fault_of(exc)
+        if fault is transport.Fault.CUT:  # IncompleteRead, BadStatusLine
+            why = f"the registry's reply was cut short or garbled ({exc.__class__.__name__})"
+        else:
+            why = f"cannot reach the registry: {exc}"
+        return RegistryError(f"{request}: {why}", fault=fault)
 
     def _credentials(self) -> CredentialLookup:
         if self._lookup is None:
@@ -144,18 +157,26 @@ class Registry:
 
     def blob_to(self, repo: str, digest: str, dest: Path) -> None:
         """A blob streamed to ``dest`` (a layer can be GBs: never held in memory), hash-checked."""
-        url = f"{self.base}/v2/{repo}/blobs/{digest}"
         self._request("HEAD", f"/v2/{repo}/blobs/{digest}")  # authenticates, or raises naming the blob
+        self._retrier.run(lambda: self._stream(repo, digest, dest))
+
+    def _stream(self, repo: str, digest: str, dest: Path) -> None:
+        """One download of the blob into ``dest``, from its first byte."""
         got = hashlib.sha256()
+        req = urllib.request.Request(f"{self.base}/v2/{repo}/blobs/{digest}")
         try:
-            with transport.open_url(urllib.request.Request(url), self._token, 120) as resp, dest.open("wb") as out:
+            with transport.open_url(req, self._token, transport.TIMEOUT) as resp, dest.open("wb") as out:
                 for chunk in iter(lambda: resp.read(1 << 20), b""):
                     got.update(chunk)
                     out.write(chunk)
+                if resp.length:  # urllib ends a short body quietly: the bytes the reply declared are missing
+                    raise http.client.IncompleteRead(b"", resp.length)
+        except urllib.error.HTTPError as exc:
+            raise RegistryError(f"GET {self.host}/{repo} blob {digest[:19]}: HTTP {exc.code}", exc.code) from None
         except (OSError, http.client.HTTPException) as exc:
             if isinstance(exc, OSError) and exc.errno is not None and exc.filename:
                 raise  # our own disk (ENOSPC, EROFS): not the registry's fault
-            raise RegistryError(f"GET {self.host}/{repo} blob {digest[:19]}: {exc}") from None
+            raise self._unreached(f"GET {self.host}/{repo} blob {digest[:19]}", exc) from None
         if "sha256:" + got.hexdigest() != digest:
             raise RegistryError(f"{self.host}/{repo} blob {digest}: content hashes to sha256:{got.hexdigest()}")
 
@@ -168,18 +189,22 @@ class Registry:
         except RegistryError as exc:
             if exc.status != 404:
                 raise
-        _, headers, _ = self._request("POST", f"/v2/{repo}/blobs/uploads/")
+        self._retrier.run(lambda: self._upload(repo, digest, data), again=" from a new upload session")
+        return digest
+
+    def _upload(self, repo: str, digest: str, data: bytes) -> None:
+        """One upload session, POST then PUT: a failed PUT is tried again from a new session."""
+        _, headers, _ = self._attempt("POST", f"/v2/{repo}/blobs/uploads/")
         location = headers.get("Location", "")
         if not location.startswith("http"):
             location = self.base + location
         sep = "&" if "?" in location else "?"
-        self._request(
+        self._attempt(
             "PUT",
             f"{location}{sep}digest={urllib.parse.quote(digest)}",
             data=data,
             headers={"Content-Type": "application/octet-stream"},
         )
-        return digest
 
     def push_manifest(self, repo: str, reference: str, raw: bytes, media_type: str) -> str:
         self._request("PUT", f"/v2/{repo}/manifests/{reference}", data=raw, headers={"Content-Type": media_type})

@@ -116,14 +116,15 @@ def _use(setup: HelperSetup, monkeypatch) -> None:
     monkeypatch.setenv("PATH", setup.env["PATH"])
 
 
-def _push_tiny_image(host: str, repo: str) -> tuple[str, str]:
-    """A one-layer image pushed with the client's own transport: (name, manifest digest)."""
+def _push_tiny_image(host: str, repo: str, labels: dict[str, str] | None = None) -> tuple[str, str]:
+    """A one-layer image (with ``labels``) pushed with the client's own transport: (name, manifest digest)."""
     reg = Registry(host)
     layer = b"k3 registry auth test layer " + secrets.token_bytes(8)
     config = json.dumps(
         {
             "architecture": "amd64",
             "os": "linux",
+            "config": {"Labels": labels or {}},
             "rootfs": {"type": "layers", "diff_ids": ["sha256:" + hashlib.sha256(layer).hexdigest()]},
         },
         sort_keys=True,

@@ -15,6 +15,13 @@ from builder.errors import RegistryUnavailable
 CONFIG = "sha256:" + "c" * 64
 
 
+@pytest.fixture(autouse=True)
+def no_retries(monkeypatch):
+    """A cut reply is transient and tried again (test_registry_retries.py); here, what the last
+    failure says."""
+    monkeypatch.setenv("K3_REGISTRY_RETRY_SECONDS", "0")
+
+
 def _serve(body: bytes, declared: int | None = None, ctype: str = "application/vnd.oci.image.manifest.v1+json"):
     class Handler(BaseHTTPRequestHandler):
         def log_message(self, *args):
