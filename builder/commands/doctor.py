@@ -59,14 +59,7 @@ def run(args: argparse.Namespace, out: Output) -> int:
     engine = docker_engine()
 
     def one(image: str, o: Output, built: dict | None = None) -> int:
-        # Of an index, the host's platform is the image the host would run: its labels (floor,
-        # families) are that platform's. Not offered: the default one, and the CPU verdict says so.
-        offered = imagefacts.platforms(engine, image)[0]
-        pick = host_arch if host_arch and f"linux/{host_arch}" in offered and len(offered) > 1 else None
-        config = image_config(engine, image, pick)
-        if host_arch:
-            o.line(f"platform: linux/{host_arch}" + (f" of {', '.join(offered)} (the host's)" if pick else ""))
-            o.data["platform"] = f"linux/{host_arch}"
+        config = image_config(engine, image, _platform(engine, image, host_arch, o))
         record = Path(built["record"]) if built and built["image"] == image else None
         facts = imagefacts.read(engine, image, config.labels, record)
         d = doctor.diagnose(smi_text, smi_source, config.labels, config.env, image, facts=facts, ctx=ctx)
@@ -105,3 +98,16 @@ def run(args: argparse.Namespace, out: Output) -> int:
     from builder.pipeline.build import recorded_image
 
     return per_target(args, out, lambda plan, o: one(recorded_image(plan), o, doctor.image_record(plan, host_arch)))
+
+
+def _platform(engine, image: str, host_arch: str | None, o: Output) -> str | None:
+    """The platform of ``image`` to read: of an index, the host's (its labels, floor and families are
+    that platform's); not offered, the default one (the CPU verdict says so). Prints the host's."""
+    from builder.host import imagefacts
+
+    offered = imagefacts.platforms(engine, image)[0]
+    pick = host_arch if host_arch and f"linux/{host_arch}" in offered and len(offered) > 1 else None
+    if host_arch:
+        o.line(f"platform: linux/{host_arch}" + (f" of {', '.join(offered)} (the host's)" if pick else ""))
+        o.data["image_platform"] = f"linux/{host_arch}"  # "platform" is the driver's (linux, windows, wsl)
+    return pick

@@ -404,8 +404,22 @@ def write_decision(out_dir: Path, doc: dict) -> tuple[Path, Path]:
     stem = reserve_stem(out, stem, (".md", ".json"))  # a second run within the second keeps the first
     md, js = out / f"{stem}.md", out / f"{stem}.json"
     atomic_write(js, json.dumps(doc, indent=2) + "\n")
-    atomic_write(md, printable(decision_markdown(doc)))  # capture text: no control character reaches Markdown
+    # Every field one line, every control escaped: a label's newline never starts a Markdown line.
+    atomic_write(md, printable(decision_markdown(_one_line(doc))))
     return md, js
+
+
+def _one_line(value):
+    """``value`` (the decision document) with every string escaped as one field (log.printable)."""
+    from builder.log import printable
+
+    if isinstance(value, str):
+        return printable(value, field=True)
+    if isinstance(value, dict):
+        return {k: _one_line(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_one_line(v) for v in value]
+    return value
 
 
 def _index_record(path: Path, arch: str | None) -> dict | None:

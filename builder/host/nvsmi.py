@@ -104,8 +104,8 @@ def parse_smi(text: str, columns: tuple[str, ...] | None = None) -> HostGPU:
 
 def _no_driver_version(text: str) -> HostGPU:
     """No driver version: a short error nvidia-smi printed is a broken host; anything else is bad input."""
-    lines = [line.strip() for line in text.splitlines() if line.strip()]
-    listed = re.findall(r"^GPU \d+: (.+?) \(UUID: GPU-", text, re.M)
+    lines = [line.strip() for line in text.split("\n") if line.strip()]
+    listed = re.findall(r"^GPU \d+: (.+?) \(UUID: [^)]*\)", text, re.M)
     if listed:
         migs = len(re.findall(r"^\s+MIG .+Device\s+\d+: \(UUID: MIG-", text, re.M))
         return HostGPU(
@@ -223,10 +223,12 @@ def _table_gpus(text: str) -> tuple[str, ...]:
 
 def _platform(text: str, driver: str) -> str:
     """Windows: a Windows driver model is named. WSL: the Linux nvidia-smi reports a Windows driver, a
-    two-part version other than its own (555.52.01 / 555.99); a two-part version alone is not Windows
+    two-part version newer than its own (555.52.01 / 555.99); a two-part version alone is not Windows
     (Linux has 595.80, with nvidia-smi 595.80)."""
-    smi = re.search(r"NVIDIA-SMI(?: version)?\s*:?\s*" + _VER, text, re.I)
-    if smi is not None and driver.count(".") == 1 and smi.group(1) != driver:
+    smi = _SMI_VERSION.search(text)
+    # WSL's nvidia-smi is a Linux build no newer than the Windows driver it reports (545.46 / 546.80);
+    # an nvidia-smi newer than a two-part Linux driver (450.66 / 418.67) is a mismatched Linux host.
+    if smi is not None and driver.count(".") == 1 and version_tuple(smi.group(1)) < version_tuple(driver):
         return "wsl"
     model = re.search(r"Driver Model\s*\n\s*Current\s*:\s*(\S+)", text)
     header = re.search(r"Driver-Model|TCC/WDDM", text)

@@ -131,7 +131,7 @@ def parse_xml(text: str) -> HostGPU:
 
 def command_columns(text: str) -> tuple[str, ...] | None:
     """The columns of a `nvidia-smi --query-gpu=a,b,c` command line the capture carries."""
-    for line in text.splitlines():
+    for line in text.split("\n"):
         m = _QUERY.search(line) if "nvidia-smi" in line else None
         if m:
             return tuple(c.strip() for c in m.group(1).split(",") if c.strip())
@@ -148,7 +148,7 @@ def _data_lines(text: str) -> list[str]:
     """The CSV's lines: blank lines, comments and the command line that produced it left out."""
     return [
         line
-        for line in text.splitlines()
+        for line in text.split("\n")
         if line.strip() and not line.lstrip().startswith(("#", "$")) and "nvidia-smi" not in line
     ]
 

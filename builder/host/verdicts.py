@@ -15,6 +15,7 @@ from builder.host.gpus import CUDA13_MIN_CC
 from builder.host.hostctx import HostContext, host_platform
 from builder.host.hostgpu import HostGPU, version_tuple
 from builder.host.imagefacts import NONE, PARTIAL, ImageFacts
+from builder.log import printable
 
 # verdict -> exit code (0: the image runs here; 1: it does not, or not yet). Exit 2 (bad input) is
 # only for a capture with no nvidia-smi output; 3 for an engine or registry out of reach.
@@ -350,7 +351,7 @@ def expiry(labels: dict[str, str], today: dt.date) -> str | None:
         expires = dt.date.fromisoformat(raw)
     except ValueError:
         return f"expiry label {keys.expires}={raw!r} is not a date"
-    owner = labels.get(keys.owner, "its owner")
+    owner = printable(labels.get(keys.owner, "its owner"), field=True)  # a label: one line, escaped
     if expires < today:
         return f"EXPIRED on {raw}: this bridge build is past its exit date; ask {owner}"
     return f"expires {raw} ({(expires - today).days} days left; owner {owner})"
