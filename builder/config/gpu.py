@@ -210,6 +210,13 @@ class CoverageCell:
         return self.served is not Served.NONE
 
 
+def cell_runs(text: object) -> bool:
+    """Does a stored coverage cell say its compute capability is served? False for "none (...)" and
+    for anything that is no cell (a forged record): the one reader every module uses."""
+    cell = CoverageCell.read(text)
+    return cell is not None and cell.runs
+
+
 def _listed(part: str) -> GpuArch | None:
     """ "SASS sm_90a", "PTX compute_80 ISA 8.8", "LTO-IR sm_90" (as a NONE cell lists them)."""
     m = re.fullmatch(r"(\S+) (\S+)(?: ISA ([0-9.]+))?", part)

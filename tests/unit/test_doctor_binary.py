@@ -15,7 +15,7 @@ from builder import log
 from builder.checks import gpurules
 from builder.cli import main
 from builder.config import contract
-from builder.config.gpu import PTX, SASS, CoverageCell, GpuArch, Served
+from builder.config.gpu import PTX, SASS, CoverageCell, GpuArch, Served, cell_runs
 from builder.errors import ConfigError
 from builder.host import compat, doctor, hostctx, imagefacts
 from builder.host.compat import Route
@@ -123,6 +123,8 @@ def test_a_coverage_cell_is_a_value_and_reads_back(text):
     assert cell is not None and cell.show() == text
     assert cell.runs is (cell.served is not Served.NONE)
     assert CoverageCell.read("SASS everything") is None and CoverageCell.read(3) is None
+    # the one reader the checks, verify and the build summary share: a forged cell is never "served"
+    assert cell_runs(text) is cell.runs and not cell_runs("SASS-ish but forged") and not cell_runs(None)
 
 
 # --- A10G, RTX 3090/4070 against 8.0 code; the driver floor is never hidden ------------------------
