@@ -22,6 +22,7 @@ from builder.host.compat import Route
 from builder.host.hostctx import HostContext
 from tests.conftest import REPO
 from tests.unit.fakeengine import FakeEngine
+from tests.unit.test_doctor_gpus import _push, push_index
 
 SMI = REPO / "tests" / "fixtures" / "nvidia-smi"
 TODAY = dt.date(2026, 11, 29)
@@ -222,29 +223,10 @@ def test_unread_gpu_rows_are_never_run_it(monkeypatch, capsys, tmp_path):
 # --- Grace and Jetson hosts without evidence; one host platform ---------------------------------
 
 
-def _push(engine: FakeEngine, labels: dict, arch: str) -> str:
-    config = {"architecture": arch, "os": "linux", "config": {"Labels": labels}}
-    engine.registry.push("127.0.0.1:5000/k3/img", arch, config, [b"layer"])
-    return f"127.0.0.1:5000/k3/img:{arch}"
-
-
 def _index(engine: FakeEngine) -> str:
     for arch in ("amd64", "arm64"):
         _push(engine, {**LABELS, contract.LABEL_GPU_FAMILIES: f"8.0 12.0 {arch}-only-word"}, arch)
-    doc = {
-        "schemaVersion": 2,
-        "mediaType": "application/vnd.oci.image.index.v1+json",
-        "manifests": [
-            {
-                "digest": engine.registry.tags[("127.0.0.1:5000/k3/img", a)],
-                "platform": {"os": "linux", "architecture": a},
-            }
-            for a in ("amd64", "arm64")
-        ],
-    }
-    engine.registry.manifests[("127.0.0.1:5000/k3/img", "sha256:" + "1" * 64)] = json.dumps(doc).encode()
-    engine.registry.tags[("127.0.0.1:5000/k3/img", "multi")] = "sha256:" + "1" * 64
-    return "127.0.0.1:5000/k3/img:multi"
+    return push_index(engine)
 
 
 @pytest.mark.parametrize("sample", ["gb10-r580-table.txt", "gh200-r560-table.txt"])

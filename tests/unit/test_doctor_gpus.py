@@ -316,27 +316,31 @@ def _push(engine: FakeEngine, labels: dict, arch: str = "amd64") -> str:
     return f"127.0.0.1:5000/k3/img:{arch}"
 
 
+def push_index(engine: FakeEngine, archs=("amd64", "arm64"), extra=()) -> str:
+    """An image index of the images _push pushed for ``archs`` (plus ``extra`` entries), tagged multi."""
+    manifests = [
+        {"digest": engine.registry.tags[("127.0.0.1:5000/k3/img", a)], "platform": {"os": "linux", "architecture": a}}
+        for a in archs
+    ]
+    doc = {
+        "schemaVersion": 2,
+        "mediaType": "application/vnd.oci.image.index.v1+json",
+        "manifests": manifests + list(extra),
+    }
+    engine.registry.manifests[("127.0.0.1:5000/k3/img", "sha256:" + "1" * 64)] = json.dumps(doc).encode()
+    engine.registry.tags[("127.0.0.1:5000/k3/img", "multi")] = "sha256:" + "1" * 64
+    return "127.0.0.1:5000/k3/img:multi"
+
+
 def test_image_facts_from_the_registry_and_an_index():
     engine = FakeEngine()
     ref = _push(engine, LABELS)
     facts = imagefacts.read(engine, ref, LABELS)
     assert (facts.platforms, facts.floor, facts.families) == (("linux/amd64",), "575.51.03", tuple(FAMILIES.split()))
     arm = _push(engine, LABELS, "arm64")
-    index = {
-        "schemaVersion": 2,
-        "mediaType": "application/vnd.oci.image.index.v1+json",
-        "manifests": [
-            {
-                "digest": engine.registry.tags[("127.0.0.1:5000/k3/img", a)],
-                "platform": {"os": "linux", "architecture": a},
-            }
-            for a in ("amd64", "arm64")
-        ]
-        + [{"digest": "sha256:" + "0" * 64, "platform": {"os": "unknown", "architecture": "unknown"}}],
-    }
-    raw = json.dumps(index).encode()
-    engine.registry.manifests[("127.0.0.1:5000/k3/img", "sha256:" + "1" * 64)] = raw
-    engine.registry.tags[("127.0.0.1:5000/k3/img", "multi")] = "sha256:" + "1" * 64
+    push_index(
+        engine, extra=[{"digest": "sha256:" + "0" * 64, "platform": {"os": "unknown", "architecture": "unknown"}}]
+    )
     assert imagefacts.platforms(engine, "127.0.0.1:5000/k3/img:multi") == (("linux/amd64", "linux/arm64"), "")
     assert arm.endswith(":arm64")
     local = imagefacts.platforms(engine, "img:local")  # no registry in the name: the engine's inspect
