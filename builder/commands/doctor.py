@@ -102,12 +102,13 @@ def run(args: argparse.Namespace, out: Output) -> int:
 
 def _platform(engine, image: str, host_arch: str | None, o: Output) -> str | None:
     """The platform of ``image`` to read: of an index, the host's (its labels, floor and families are
-    that platform's); not offered, the default one (the CPU verdict says so). Prints the host's."""
+    that platform's; the line docs/r575.md promises says which); not offered, the default one (the
+    CPU verdict says so)."""
     from builder.host import imagefacts
 
     offered = imagefacts.platforms(engine, image)[0]
     pick = host_arch if host_arch and f"linux/{host_arch}" in offered and len(offered) > 1 else None
-    if host_arch:
-        o.line(f"platform: linux/{host_arch}" + (f" of {', '.join(offered)} (the host's)" if pick else ""))
-        o.data["image_platform"] = f"linux/{host_arch}"  # "platform" is the driver's (linux, windows, wsl)
+    if pick:
+        o.line(f"platform: linux/{pick} of {', '.join(offered)} (the host's)")
+        o.data["image_platform"] = f"linux/{pick}"  # "platform" is the driver's (linux, windows, wsl)
     return pick
