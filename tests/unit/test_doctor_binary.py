@@ -376,3 +376,15 @@ def test_the_markdown_summary_is_escaped(tmp_path, monkeypatch):
     log.step_summary(f"| torch{HIDDEN} | 2.13.0 |\n")
     text = summary.read_text()
     assert not any(ch in text for ch in HIDDEN) and "\\u202e" in text and text.endswith("|\n")
+
+
+def test_compare_and_evidence_lines_go_through_the_one_helper(capsys):
+    """`build compare` prints its rows with Output.line, `build evidence` its manifest with log.info:
+    both go through log.printable, so a foreign package name's controls are shown, not obeyed."""
+    from builder.commands._common import Output
+
+    Output(False).line(f"only in reference: torch{HIDDEN} 2.13.0")
+    log.info(f"    not captured: nccl-version.txt: no NCCL in img{HIDDEN}")
+    seen = capsys.readouterr()
+    assert not any(ch in seen.out + seen.err for ch in HIDDEN)
+    assert "torch\\u061c\\u2028\\u2029\\u200d\\u202e\\u2066\\xad 2.13.0" in seen.out
