@@ -13,6 +13,7 @@ import re
 import sys
 import threading
 import time
+import unicodedata
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -97,19 +98,33 @@ def shown(value: object, limit: int = 60) -> str:
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
-# Control characters upstream text may carry (a commit subject, a build's output, a capture file):
-# ESC starts terminal sequences (retitle the window, rewrite earlier lines, OSC 52 writes the
-# clipboard), CR and BS overwrite what was printed, C1 (0x80-0x9f) holds 8-bit CSI; the bidi
-# controls reorder what a reader sees (Trojan Source). Newline and tab are text.
-_CONTROL = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u200e\u200f\u202a-\u202e\u2066-\u2069]")
+# Control characters upstream text may carry (a commit subject, a build's output, a capture file, a
+# foreign image's label): ESC starts terminal sequences (retitle the window, rewrite earlier lines,
+# OSC 52 writes the clipboard), CR and BS overwrite what was printed, C1 (0x80-0x9f) holds 8-bit
+# CSI; the bidi controls (U+061C, U+200E/F, U+202A-U+202E, U+2066-U+2069) reorder what a reader
+# sees (Trojan Source); U+2028/U+2029 break a line where a terminal or an editor shows one; the
+# zero-width joiners and every other format character (Unicode category Cf) hide in plain text.
+# Newline and tab are text, except in a field (``field=True``): one value printed in a line.
+_CONTROL = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u061c\u2028\u2029]")
+_FIELD_CONTROL = re.compile("[\t\n]")
 
 
-def printable(text: str) -> str:
-    """``text`` with every control character but newline and tab written as a visible escape
-    (ESC -> ``\\x1b``, U+202E -> ``\\u202e``): safe for a terminal, a CI log or a Markdown record."""
-    return _CONTROL.sub(
-        lambda m: f"\\x{ord(m.group()):02x}" if ord(m.group()) < 0x100 else f"\\u{ord(m.group()):04x}", text
-    )
+def _escaped(ch: str) -> str:
+    code = ord(ch)
+    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}" if code < 0x10000 else f"\\U{code:08x}"
+
+
+def printable(text: str, *, field: bool = False) -> str:
+    """``text`` with every control and format character (Unicode Cc, Cf, Zl, Zp) but newline and
+    tab written as a visible escape (ESC -> ``\\x1b``, U+202E -> ``\\u202e``): safe for a terminal,
+    a CI log or a Markdown record. ``field``: newline and tab too (one value inside a line). The one
+    helper every printed field goes through."""
+    out = _CONTROL.sub(lambda m: _escaped(m.group()), text)
+    if field:
+        out = _FIELD_CONTROL.sub(lambda m: _escaped(m.group()), out)
+    if out.isascii():
+        return out
+    return "".join(_escaped(ch) if unicodedata.category(ch) == "Cf" else ch for ch in out)
 
 
 def info(message: str) -> None:
@@ -213,4 +228,4 @@ def step_summary(markdown: str) -> None:
     path = os.environ.get("GITHUB_STEP_SUMMARY")
     if path:
         with open(path, "a", encoding="utf-8") as fh:
-            fh.write(redact(markdown))
+            fh.write(printable(redact(markdown)))

@@ -10,25 +10,11 @@ from __future__ import annotations
 import fnmatch
 from dataclasses import dataclass, field
 
-Version = tuple[int, ...]
+from builder.config.gpu import PTX, PTX_ISA_CUDA, SASS, CoverageCell, GpuArch, Served, Version, isa_cuda
 
-# PTX ISA -> the CUDA release that introduced it: the oldest driver that JIT-compiles it. Source:
-# NVIDIA cuda-python, cuda_bindings/cuda/bindings/utils/_ptx_utils.py (``_ptx_to_cuda``, from the
-# PTX ISA release history), 8.0-8.8; 9.0 = CUDA 13.0 from the same release history (the PTX ISA
-# 9.0 document ships with CUDA 13.0; nvcc 13.0.88 writes ``.version 9.0``, tried). An ISA newer
-# than the table is unknown: treated as newer than every CUDA the table knows.
-PTX_ISA_CUDA: dict[str, Version] = {
-    "8.0": (12, 0),
-    "8.1": (12, 1),
-    "8.2": (12, 2),
-    "8.3": (12, 3),
-    "8.4": (12, 4),
-    "8.5": (12, 5),
-    "8.6": (12, 7),
-    "8.7": (12, 8),
-    "8.8": (12, 9),
-    "9.0": (13, 0),
-}
+# The one rule of where code runs, and the PTX ISA table, live with the GPU claims
+# (builder/config/gpu.py): doctor judges a host with the same rule.
+__all__ = ["PTX_ISA_CUDA", "Version", "isa_cuda"]
 
 # CUDA release -> the oldest Linux x86_64 driver it needs. Sources: the CUDA Toolkit release notes,
 # table "CUDA Toolkit and Corresponding Driver Versions" (12.9 GA >= 575.51.03, 13.0 GA >=
@@ -48,11 +34,6 @@ def version(text: str) -> Version:
 
 def show(v: Version) -> str:
     return ".".join(map(str, v))
-
-
-def isa_cuda(isa: str) -> Version | None:
-    """The CUDA release an ISA needs; None when the table does not know it (newer than it)."""
-    return PTX_ISA_CUDA.get(isa)
 
 
 def driver_for(cuda: Version) -> tuple[str | None, bool]:
@@ -75,26 +56,20 @@ def cc_of(sm: int) -> Version:
     return (sm // 10, sm % 10)
 
 
-def loads_on(obj: dict, cc: Version, jit_cuda: Version) -> bool:
-    """Does ``obj`` (a probe code object) run on a GPU of compute capability ``cc``?
+def code_of(obj: dict) -> GpuArch:
+    """A probe code object as a value (builder/config/gpu.py ``GpuArch``)."""
+    return GpuArch(
+        obj["kind"], cc_of(obj["sm"]), obj.get("variant", ""), obj.get("isa") if obj["kind"] == PTX else None
+    )
 
-    SASS (CUDA Programming Guide, binary compatibility; the family targets of CUDA 12.9):
-    generic ``sm_XY`` and family ``sm_XYf`` load on X.Z for every Z >= Y of the same major;
-    arch-specific ``sm_XYa`` only on X.Y exactly. PTX is JIT-compiled by the driver: generic
-    ``compute_XY`` on every cc >= X.Y, family ``compute_XYf`` within its major from X.Y, ``compute_XYa``
-    on X.Y only, and only when the driver knows its ISA (``jit_cuda``: the CUDA the driver floor runs)."""
-    own = cc_of(obj["sm"])
-    variant = obj.get("variant", "")
-    if variant == "a":
-        fits = cc == own
-    elif variant == "f" or obj["kind"] == "SASS":
-        fits = cc[0] == own[0] and cc[1] >= own[1]
-    else:
-        fits = cc >= own
-    if obj["kind"] == "PTX":
-        needs = isa_cuda(obj.get("isa", ""))
-        return fits and needs is not None and needs <= jit_cuda
-    return fits and obj["kind"] == "SASS"
+
+def loads_on(obj: dict, cc: Version, jit_cuda: Version) -> bool:
+    """Does ``obj`` (a probe code object) run on a GPU of compute capability ``cc``, PTX only where a
+    driver running ``jit_cuda`` knows its ISA? The rule is ``GpuArch.runs_on``."""
+    code = code_of(obj)
+    if code.kind == PTX and code.isa is None:
+        return False
+    return code.runs_on(cc, jit_cuda)
 
 
 def module_of(path: str) -> str | None:
@@ -211,13 +186,12 @@ def coverage(
 
 
 def _served(objs: list[dict], cc: Version, jit_cuda: Version) -> str:
-    sass = sorted({o["arch"] for o in objs if o["kind"] == "SASS" and loads_on(o, cc, jit_cuda)})
+    """The cell for ``cc`` in the form the record stores (``CoverageCell.show``)."""
+    code = [code_of(o) for o in objs]
+    sass = [c for c, o in zip(code, objs, strict=True) if c.kind == SASS and loads_on(o, cc, jit_cuda)]
     if sass:
-        return "SASS " + " ".join(sass)
-    ptx = sorted(
-        {f"{o['arch']} (ISA {o.get('isa')})" for o in objs if o["kind"] == "PTX" and loads_on(o, cc, jit_cuda)}
-    )
+        return CoverageCell(Served.SASS, tuple(sass)).show()
+    ptx = [c for c, o in zip(code, objs, strict=True) if c.kind == PTX and loads_on(o, cc, jit_cuda)]
     if ptx:
-        return "PTX JIT " + " ".join(ptx)
-    has = sorted({f"{o['kind']} {o['arch']}" + (f" ISA {o['isa']}" if o.get("isa") else "") for o in objs})
-    return "none (has " + (", ".join(has) if has else "no GPU code") + ")"
+        return CoverageCell(Served.PTX, tuple(ptx)).show()
+    return CoverageCell(Served.NONE, tuple(code)).show()

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING
 
 from builder import log
 from builder.commands._common import Output, add_build_options, add_globals, build_options, docker_engine, targets
+from builder.config.gpu import cell_runs
 from builder.config.matrix import load
 from builder.errors import BuilderError
 
@@ -91,7 +92,7 @@ def gpu_summary(gpu: dict) -> str:
     """The record's gpu in a few words: the derived floor against the claim, the families covered."""
     coverage = gpu.get("coverage") or {}
     cells = [how for row in coverage.values() for how in row.values()]
-    served = sum(not how.startswith("none") for how in cells)
+    served = sum(cell_runs(how) for how in cells)
     derived = gpu.get("derived_floor") or "none"
     return (
         f"GPU floor {derived} (CUDA {gpu.get('derived_cuda')}) <= {gpu.get('driver_floor')}, "

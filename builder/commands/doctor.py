@@ -50,22 +50,16 @@ def run(args: argparse.Namespace, out: Output) -> int:
 
     smi_text, smi_source = doctor.read_nvidia_smi(args.nvidia_smi_file)
     ctx = hostctx.gather(args.nvidia_smi_file, args.evidence, args.columns, live_smi_missing=smi_text is None)
-    doctor.host_of(smi_text, smi_source, ctx.columns)  # output it cannot read is bad input before any image
+    # Output it cannot read is bad input before any image; the host's platform (uname, else a Grace
+    # or Jetson GPU) picks both the index's platform and the build record read.
+    host_arch = doctor.host_arch(smi_text, smi_source, ctx)
     archive = doctor.archive_facts(args.evidence)
     if args.record is not None:
         doctor.output_dir(args.record, "--record")  # refused before anything is diagnosed or written
     engine = docker_engine()
 
     def one(image: str, o: Output, built: dict | None = None) -> int:
-        # Of an index, the host's platform is the image the host would run: its labels (floor,
-        # families) are that platform's. Not offered: the default one, and the CPU verdict says so.
-        host_arch = imagefacts.arch_name(ctx.machine) if ctx.machine else None
-        offered = imagefacts.platforms(engine, image)[0]
-        pick = host_arch if host_arch and f"linux/{host_arch}" in offered and len(offered) > 1 else None
-        config = image_config(engine, image, pick)
-        if pick:
-            o.line(f"platform: linux/{pick} of {', '.join(offered)} (the host's)")
-            o.data["platform"] = f"linux/{pick}"
+        config = image_config(engine, image, _platform(engine, image, host_arch, o))
         record = Path(built["record"]) if built and built["image"] == image else None
         facts = imagefacts.read(engine, image, config.labels, record)
         d = doctor.diagnose(smi_text, smi_source, config.labels, config.env, image, facts=facts, ctx=ctx)
@@ -103,4 +97,18 @@ def run(args: argparse.Namespace, out: Output) -> int:
         return one(args.image, out)
     from builder.pipeline.build import recorded_image
 
-    return per_target(args, out, lambda plan, o: one(recorded_image(plan), o, doctor.image_record(plan)))
+    return per_target(args, out, lambda plan, o: one(recorded_image(plan), o, doctor.image_record(plan, host_arch)))
+
+
+def _platform(engine, image: str, host_arch: str | None, o: Output) -> str | None:
+    """The platform of ``image`` to read: of an index, the host's (its labels, floor and families are
+    that platform's; the line docs/r575.md promises says which); not offered, the default one (the
+    CPU verdict says so)."""
+    from builder.host import imagefacts
+
+    offered = imagefacts.platforms(engine, image)[0]
+    pick = host_arch if host_arch and f"linux/{host_arch}" in offered and len(offered) > 1 else None
+    if pick:
+        o.line(f"platform: linux/{pick} of {', '.join(offered)} (the host's)")
+        o.data["image_platform"] = f"linux/{pick}"  # "platform" is the driver's (linux, windows, wsl)
+    return pick

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from enum import Enum
 
 from builder.host.gpus import gpu_class
 from builder.host.hostgpu import HostGPU, SmiParseError
@@ -35,6 +36,13 @@ FAMILY_MIN = {12: (525, 60, 13), 13: (580, 65, 6)}
 # supported on data-center GPUs, and only on GPUs the newer CUDA supports (builder/host/gpus.py).
 
 
+def implied_cuda(driver: tuple[int, ...]) -> str | None:
+    """The newest CUDA release of the table a Linux driver fully supports ("12.9" for 575.51.03);
+    None below the table. A header reporting a lower "CUDA Version" does not add up."""
+    fits = [cuda for cuda, floor in MIN_DRIVER.items() if floor <= driver]
+    return ".".join(map(str, max(fits)[:2])) if fits else None
+
+
 def parse_cuda(text: str) -> tuple[int, int, int]:
     m = re.fullmatch(r"(\d+)\.(\d+)(?:\.(\d+))?", text.strip())
     if not m:
@@ -54,12 +62,32 @@ def image_cuda(labels: dict[str, str], env: dict[str, str], label_key: str) -> t
     return None
 
 
+class Route(Enum):
+    """What the route tells the operator to do, as a value: the decision record and every other
+    decision key on this, never on the route's wording."""
+
+    RUN = "run the image"
+    RUN_JIT = "run the image; its first start JIT-compiles PTX"
+    USE_CU129 = "use the cu129 build on this CUDA 12 driver"
+    UPGRADE_DRIVER = "upgrade the driver"
+    REPAIR_HOST = "repair the host or install a driver"
+    GPU_RUNTIME = "give the container the NVIDIA runtime"
+    VGPU_GUEST = "run in a VM with a vGPU or passthrough"
+    WDDM = "switch the GPU to WDDM or use a Linux host"
+    OTHER_PLATFORM = "run an image built for the host's platform"
+    JETSON = "run an image built for Jetson (L4T/JetPack)"
+    OTHER_IMAGE = "run an image with code for these GPUs"
+    SOME_GPUS = "restrict the image to the covered GPUs"
+    CAPTURE = "capture more of the host and run doctor again"
+
+
 @dataclass(frozen=True)
 class Verdict:
     compatible: bool
     reason: str
     route: str
     save: str = ""  # what to save before acting on the route (a broken host's evidence)
+    kind: Route = Route.RUN  # what the route asks for, as a value
 
 
 _INSTALL = "r575 for the cu129 build, r580 for the official CUDA 13 image"
@@ -152,13 +180,18 @@ def decide(cuda: str, host: HostGPU) -> Verdict:
         lib = f" (user-space NVML library {host.nvml})" if host.nvml else ""
         state = state.format(lib=lib, line=host.fault_line or "")
         return Verdict(
-            False, f"image needs CUDA {cuda} but this host has no usable NVIDIA driver: {state}", route, save
+            False,
+            f"image needs CUDA {cuda} but this host has no usable NVIDIA driver: {state}",
+            route,
+            save,
+            Route.REPAIR_HOST,
         )
     if host.driver is None:
         return Verdict(
             False,
             f"image needs CUDA {cuda} but this host has no usable NVIDIA driver ({host.note})",
             f"install a driver ({_INSTALL}), then run doctor again",
+            kind=Route.REPAIR_HOST,
         )
     if host.platform != "linux":
         return _windows(cuda, (major, minor), host)
@@ -180,16 +213,23 @@ def _windows(cuda: str, need: tuple[int, int], host: HostGPU) -> Verdict:
         f"Windows family minimum, not confirmed here ({WINDOWS_TABLE})"
     )
     if need[0] >= 13 and have and have[0] == 12:
-        route = (
-            "use the cu129 build (this project) on this CUDA 12 driver, or upgrade the Windows driver to one "
-            "that reports CUDA 13"
+        kind, route = (
+            Route.USE_CU129,
+            (
+                "use the cu129 build (this project) on this CUDA 12 driver, or upgrade the Windows driver to one "
+                "that reports CUDA 13"
+            ),
         )
     else:
-        route = (
-            f"upgrade the Windows driver to one that reports CUDA {need[0]}.{need[1]} or newer (NVIDIA's table "
-            "gives the minimum)"
+        kind, route = (
+            Route.UPGRADE_DRIVER,
+            (
+                f"upgrade the Windows driver to one that reports CUDA {need[0]}.{need[1]} or newer (NVIDIA's table "
+                "gives the minimum)"
+            ),
         )
-    return Verdict(False, reason, route + "; forward compatibility (cuda-compat) is not assessed for this driver")
+    tail = "; forward compatibility (cuda-compat) is not assessed for this driver"
+    return Verdict(False, reason, route + tail, kind=kind)
 
 
 def _linux(cuda: str, version: tuple[int, int, int], host: HostGPU, drv: tuple[int, ...]) -> Verdict:
@@ -231,14 +271,17 @@ def _linux(cuda: str, version: tuple[int, int, int], host: HostGPU, drv: tuple[i
             reason,
             f"use the cu129 build (this project) on this CUDA 12 driver ({host.branch}), "
             "or upgrade the driver to r580+; " + _forward(host),
+            kind=Route.USE_CU129,
         )
     if major >= 13 and drv < FAMILY_MIN[12]:
         return Verdict(
             False,
             reason,
             f"upgrade the driver to r580+ (even the cu129 build needs a CUDA 12 driver, >= {_fmt(FAMILY_MIN[12])})",
+            kind=Route.UPGRADE_DRIVER,
         )
-    return Verdict(False, reason, f"upgrade the driver to at least {_fmt(wanted)}" if wanted else "upgrade the driver")
+    route = f"upgrade the driver to at least {_fmt(wanted)}" if wanted else "upgrade the driver"
+    return Verdict(False, reason, route, kind=Route.UPGRADE_DRIVER)
 
 
 def _forward(host: HostGPU) -> str:

@@ -15,8 +15,9 @@ from builder.config import contract
 from builder.errors import ConfigError
 from builder.fsutil import read_regular
 from builder.host import compat, imagefacts, verdicts
+from builder.host.compat import Route
 from builder.host.decisionmd import BLANKS, TO_FILL, decision_markdown
-from builder.host.hostctx import HostContext
+from builder.host.hostctx import HostContext, host_platform
 
 MAX_SMI_BYTES = 1 << 20  # `nvidia-smi -q` for 8 GPUs is ~100 KB
 
@@ -52,6 +53,7 @@ class Diagnosis:
     save: str = ""  # evidence to save before acting on the route (broken hosts)
     reason: str = ""  # the verdict's reason (the line without its "compatible: image:" prefix)
     name: str = ""  # the verdict (builder/host/verdicts.py EXIT)
+    kind: Route = Route.RUN  # what the route asks for, as a value: decisions key on this, never on its text
 
 
 def host_of(smi_text: str | None, smi_source: str, columns: tuple[str, ...] | None = None) -> compat.HostGPU:
@@ -86,8 +88,8 @@ def diagnose(
         )
     cuda, where = found
     facts = facts or imagefacts.from_labels(labels)
-    kind = verdicts.host_kind(host, ctx.in_container)
-    cpu = verdicts.cpu_finding(host, facts, ctx.machine, ctx.machine_from)
+    kind = verdicts.host_kind(host, ctx.in_container, ctx.tegra)
+    cpu = verdicts.cpu_finding(host, facts, ctx)
     gpus = verdicts.gpu_findings(host, facts)
     try:
         out = verdicts.evaluate(cuda, host, facts, cpu, gpus, kind)
@@ -111,18 +113,26 @@ def diagnose(
             "gpu_findings": gpus,
             **verdicts.image_facts(facts),
         },
-        verdicts.notes(host, facts, cpu, kind),
+        ([f"also: {out.also}"] if out.also else []) + verdicts.notes(host, facts, cpu, kind),
         out.save,
         out.reason,
         out.name,
+        out.kind,
     )
 
 
 def gpu_lines(d: Diagnosis) -> list[str]:
     return [
         f"gpu: {g['name']}: cc {g['cc'] or '?'} ({g['class']}), image coverage {g['coverage'] or 'not declared'}"
+        + (f", no code in {', '.join(g['missing_kernels'])}" if g["missing_kernels"] else "")
+        + ("" if g["per_kernel"] or g["coverage"] is None else " (label only: the per-kernel view is missing)")
         for g in d.facts["gpu_findings"]
     ]
+
+
+def host_arch(smi_text: str | None, smi_source: str, ctx: HostContext) -> str | None:
+    """The host's CPU architecture (OCI name) doctor judges, from the one rule in hostctx.host_platform."""
+    return host_platform(ctx, host_of(smi_text, smi_source, ctx.columns))[0]
 
 
 _expiry = verdicts.expiry  # kept under its old name (tests read it here)
@@ -138,15 +148,16 @@ PATHS = ("upgrade the driver", "the cu129 bridge", "an isolated environment")
 REVIEW_DAYS = 30  # the next review: this many days on, or the bridge's expiry date when that is sooner
 
 
-def image_record(plan) -> dict | None:
+def image_record(plan, arch: str | None = None) -> dict | None:
     """What the build record of ``plan``'s target says about its image (digest, whether the image
-    checks ran), for the decision record; None when the target was never built here."""
+    checks ran), for the decision record; None when the target was never built here. ``arch``: the
+    host's platform (host_arch), which picks the platform record of an index."""
     from builder.records import index
     from builder.records import store as records
 
     path = contract.record_path(plan.root, plan.target.name)
     if index.kind_of(path) == contract.INDEX_KIND:
-        return _index_record(path)
+        return _index_record(path, arch)
     record = records.read(path)
     if record is None:
         return None
@@ -184,7 +195,7 @@ def _choice(d: Diagnosis, bridge: bool) -> tuple[str | None, str]:
     if d.name == "driver-below-floor":
         return PATHS[0], f"the image's GPU code needs a newer driver: {d.reason}; route: {d.route}"
     on_580 = int(f["host_branch"][1:]) >= 580
-    if d.route.startswith("use the cu129 build"):
+    if d.kind is Route.USE_CU129:
         return PATHS[1], f"this host runs a CUDA 12 driver ({f['host_branch']}); the cu129 build runs on it"
     if bridge and d.compatible and not on_580:
         return PATHS[1], f"the bridge runs on this host as it is ({d.reason})"
@@ -297,7 +308,9 @@ _NO_PATH = (
     "gpu-none",
     "gpu-partial",
     "driver-unknown",
+    "gpu-unread",
     "gpu-unknown",
+    "jetson",
 )
 _HOST_FACTS = (
     "host_kind",
@@ -391,23 +404,34 @@ def write_decision(out_dir: Path, doc: dict) -> tuple[Path, Path]:
     stem = reserve_stem(out, stem, (".md", ".json"))  # a second run within the second keeps the first
     md, js = out / f"{stem}.md", out / f"{stem}.json"
     atomic_write(js, json.dumps(doc, indent=2) + "\n")
-    atomic_write(md, printable(decision_markdown(doc)))  # capture text: no control character reaches Markdown
+    # Every field one line, every control escaped: a label's newline never starts a Markdown line.
+    atomic_write(md, printable(decision_markdown(_one_line(doc))))
     return md, js
 
 
-def _index_record(path: Path) -> dict | None:
-    """image_record of a target built into an image index: the index, and this host's platform's
-    record (its checks, and the GPU coverage doctor reads from it), else the first platform's."""
-    import platform as host
+def _one_line(value):
+    """``value`` (the decision document) with every string escaped as one field (log.printable)."""
+    from builder.log import printable
 
-    from builder.config.platforms import PLATFORM_ARCH
+    if isinstance(value, str):
+        return printable(value, field=True)
+    if isinstance(value, dict):
+        return {k: _one_line(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_one_line(v) for v in value]
+    return value
+
+
+def _index_record(path: Path, arch: str | None) -> dict | None:
+    """image_record of a target built into an image index: the index, and the record of the host's
+    platform ``arch`` (its checks, and the GPU coverage doctor reads from it), else the first one's."""
     from builder.records import index
     from builder.records import store as records
 
     found = index.read(path)
     if found is None:
         return None
-    mine = next((p for p in found.platforms if PLATFORM_ARCH.get(p) == host.machine()), next(iter(found.platforms)))
+    mine = f"linux/{arch}" if f"linux/{arch}" in found.platforms else next(iter(found.platforms))
     one = records.read(path.parent / found.platforms[mine]["record"])
     return {
         "target": found.target,

@@ -9,8 +9,9 @@ drivers) prints the capability itself, and a capture's ``compute_cap`` always wi
 
 Class: "data-center" (forward compatibility through cuda-compat is for data-center GPUs only,
 NVIDIA's "CUDA Compatibility" guide), "consumer" (GeForce, TITAN, Quadro and RTX workstation parts,
-laptops included) or "unknown". CUDA 13 dropped Volta (sm_70) and older, so forward compatibility to
-CUDA 13 is offered only from compute capability 7.5 up.
+laptops included), "integrated" (a Jetson's Tegra GPU: its driver comes with JetPack/L4T, and a
+server arm64 (SBSA) image does not run on it) or "unknown". CUDA 13 dropped Volta (sm_70) and
+older, so forward compatibility to CUDA 13 is offered only from compute capability 7.5 up.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-DC, CONSUMER, UNKNOWN = "data-center", "consumer", "unknown"
+DC, CONSUMER, IGPU, UNKNOWN = "data-center", "consumer", "integrated", "unknown"
 CUDA13_MIN_CC = (7, 5)  # CUDA 13 dropped Volta (7.0) and older
 
 # (name as nvidia-smi prints it, without a leading "NVIDIA " or "Tesla "; compute capability; class).
@@ -68,6 +69,12 @@ _ROWS: tuple[tuple[str, str, str], ...] = (
     *((f"RTX PRO {n} Blackwell", "12.0", CONSUMER) for n in ("2000", "4000", "4500", "5000", "6000")),
     ("RTX PRO 6000 Blackwell Server Edition", "12.0", DC),
     ("GB10", "12.1", CONSUMER),
+    # Jetson (integrated Tegra GPUs, as nvidia-smi on L4T prints them: "Orin (nvgpu)", "NVIDIA Thor").
+    # Orin is 8.7 (sglang#3331's collect_env: "GPU 0: Orin ... Compute Capability: 8.7"); Thor is 11.0
+    # under CUDA 13 (10.1 under CUDA 12.9's nvgpu driver: xformers#1278, flashinfer#3003, vllm#39233).
+    *((n, "8.7", IGPU) for n in ("Orin", "Jetson AGX Orin", "Jetson Orin")),
+    *((n, "7.2", IGPU) for n in ("Xavier", "Jetson AGX Xavier", "Jetson Xavier")),
+    *((n, "11.0", IGPU) for n in ("Thor", "Jetson Thor", "Jetson AGX Thor")),
 )
 TABLE: dict[str, tuple[str, str]] = {name.lower(): (cc, klass) for name, cc, klass in _ROWS}
 # `nvidia-smi -q` "Product Architecture" -> the capabilities it can be (one when unambiguous).
@@ -111,6 +118,11 @@ class GpuInfo:
     @property
     def grace(self) -> bool:
         return _norm(self.name).split(" ")[0].split("-")[0].upper() in GRACE
+
+    @property
+    def tegra(self) -> bool:
+        """A Jetson's integrated GPU (Orin, Xavier, Thor): an aarch64 L4T host."""
+        return self.klass == IGPU
 
     @property
     def cuda13(self) -> bool | None:

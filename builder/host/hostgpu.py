@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 
 from builder.host import gpus as gpu_table
+from builder.log import printable
 
 
 class SmiParseError(ValueError):
@@ -29,6 +29,9 @@ class HostGPU:
     vgpu: str | None = None  # "manager" (a hypervisor's vGPU manager driver), "guest" (a VM's vGPU) or None
     fault_line: str | None = None  # the failure line as printed (control characters escaped)
     missing: str | None = None  # nvidia-smi output that names no driver (-L, a CSV of unknown columns): what to capture
+    version_text: str = ""  # the driver version as printed (a Jetson's 540.4.0 is not 540.04.00)
+    smi_version: str | None = None  # the table header's NVIDIA-SMI version, when shown
+    header_notes: tuple[str, ...] = ()  # what the capture's header says that does not add up
 
     @property
     def branch(self) -> str:
@@ -36,7 +39,9 @@ class HostGPU:
 
     @property
     def driver_text(self) -> str:
-        return fmt_version(self.driver) if self.driver else "none"
+        if not self.driver:
+            return "none"
+        return self.version_text or fmt_version(self.driver)
 
     @property
     def infos(self) -> tuple[gpu_table.GpuInfo, ...]:
@@ -70,6 +75,11 @@ class HostGPU:
         """A Grace GPU (GH200, GB200, GB300, GB10): the host's CPU is aarch64."""
         return any(g.grace for g in self.infos)
 
+    @property
+    def tegra(self) -> bool:
+        """A Jetson's integrated GPU (Orin, Xavier, Thor): an aarch64 L4T host whose driver is JetPack's."""
+        return any(g.tegra for g in self.infos)
+
 
 def version_tuple(text: str) -> tuple[int, ...]:
     return tuple(int(x) for x in text.split("."))
@@ -82,5 +92,5 @@ def fmt_version(v: tuple[int, ...]) -> str:
 def escape(line: str, limit: int = 300) -> str:
     """A line from a capture, safe to print: control characters (a terminal escape, a carriage
     return) shown as \\xNN, cut at ``limit`` characters."""
-    shown = re.sub(r"[\x00-\x1f\x7f-\x9f]", lambda m: f"\\x{ord(m.group()):02x}", line.strip())
+    shown = printable(line.strip(), field=True)
     return shown if len(shown) <= limit else shown[:limit] + "..."

@@ -44,8 +44,21 @@ _SHELL = re.compile(
 )
 
 
+# A pasted table's line prefix: a Markdown list's or code block's indentation, a quote's "> ".
+_PASTE_INDENT = re.compile(r"^[ \t>]+(?=[|+])", re.M)
+# One GPU row of the table: index, name, Persistence-M (On/Off/N/A) or the Windows driver model,
+# then the Bus-Id cell (a PCI address, or N/A on a Jetson). Spaces only, never a line break, so a
+# clean table is read row by row and a table whose line breaks a forum swallowed reads the same.
+_GPU_ROW = re.compile(
+    r"\|[ \t]*\d+[ \t]+(\S[^|\n]*?)[ \t]+(?:On|Off|N/A|WDDM|TCC|MCDM)[ \t]*\|[ \t]*"
+    r"(?:[0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.[0-9A-Fa-f]|N/A)\b"
+)
+_SMI_VERSION = re.compile(r"NVIDIA-SMI(?: version)?\s*:?\s*" + _VER, re.I)
+
+
 def parse_smi(text: str, columns: tuple[str, ...] | None = None) -> HostGPU:
     text = text.lstrip("\ufeff").replace("\r\n", "\n").replace("\r", "\n")
+    text = _PASTE_INDENT.sub("", text)
     for fault, pattern in FAULTS:
         m = pattern.search(text)
         if m:
@@ -72,11 +85,14 @@ def parse_smi(text: str, columns: tuple[str, ...] | None = None) -> HostGPU:
     cuda, cuda_note = _cuda_version(text)
     names = tuple(n.strip() for n in re.findall(r"^\s*Product Name\s*:\s*(.+)$", text, re.M)) or _table_gpus(text)
     mig = len(re.findall(r"^\|\s+\d+\s+\d+\s+\d+\s+\d+\s+\|", _section(text, "MIG devices:"), re.M))
+    smi = _SMI_VERSION.search(text)
     return HostGPU(
         version_tuple(version),
         cuda,
         names,
-        note=cuda_note,
+        note=" ".join(n for n in (cuda_note, _driver_na(text, smi)) if n),
+        version_text=version,
+        smi_version=smi.group(1) if smi else None,
         platform=_platform(text, version),
         form=form,
         mig_devices=mig,
@@ -88,8 +104,8 @@ def parse_smi(text: str, columns: tuple[str, ...] | None = None) -> HostGPU:
 
 def _no_driver_version(text: str) -> HostGPU:
     """No driver version: a short error nvidia-smi printed is a broken host; anything else is bad input."""
-    lines = [line.strip() for line in text.splitlines() if line.strip()]
-    listed = re.findall(r"^GPU \d+: (.+?) \(UUID: GPU-", text, re.M)
+    lines = [line.strip() for line in text.split("\n") if line.strip()]
+    listed = re.findall(r"^GPU \d+: (.+?) \(UUID: [^)]*\)", text, re.M)
     if listed:
         migs = len(re.findall(r"^\s+MIG .+Device\s+\d+: \(UUID: MIG-", text, re.M))
         return HostGPU(
@@ -128,6 +144,9 @@ def _driver_version(text: str) -> tuple[str, str] | None:
     (whose line then says "Deprecated, see ..." or carries a "[Deprecated ...]" note): KMD first."""
     for label in ("KMD Version", "Driver Version"):
         m = re.search(label + r"\s*:\s*" + _VER, text, re.I)
+        smi = _SMI_VERSION.search(text) if m is None and label == "Driver Version" else None
+        if smi is not None and _driver_na(text, smi):
+            return smi.group(1), "table"
         if m:
             line = text[: m.start()].rsplit("\n", 1)[-1]  # the table's header line names NVIDIA-SMI too
             form = (
@@ -139,6 +158,14 @@ def _driver_version(text: str) -> tuple[str, str] | None:
             )
             return m.group(1), form
     return None
+
+
+def _driver_na(text: str, smi: re.Match | None) -> str:
+    """A table whose header says "Driver Version: N/A" (seen on Jetson L4T) but names its NVIDIA-SMI
+    version: that version is read as the driver's, and the note says so."""
+    if smi is None or not re.search(r"Driver Version\s*:\s*N/A", text, re.I):
+        return ""
+    return f"the header says 'Driver Version: N/A'; the NVIDIA-SMI version {smi.group(1)} is read as the driver's"
 
 
 def _cuda_version(text: str) -> tuple[str | None, str]:
@@ -187,19 +214,21 @@ def _section(text: str, heading: str) -> str:
 
 
 def _table_gpus(text: str) -> tuple[str, ...]:
-    """GPU names from the table's GPU rows (above its "MIG devices" and "Processes" sections): the
-    name sits between the index and the Persistence-M (On/Off) or Windows driver-model column."""
+    """GPU names from the table's GPU rows (above its "MIG devices" and "Processes" sections), row by
+    row or from a table whose line breaks were swallowed: each row is its index, the name, then the
+    Persistence-M (or Windows driver-model) cell and the Bus-Id cell after it."""
     cut = min((i for i in (text.find("MIG devices:"), text.find("Processes:")) if i >= 0), default=len(text))
-    rows = re.findall(r"^\|\s+\d+\s+(\S[^|]*?)\s+(?:On|Off|WDDM|TCC|MCDM)\s+\|", text[:cut], re.M)
-    return tuple(r.strip() for r in rows)
+    return tuple(m.group(1).strip() for m in _GPU_ROW.finditer(text[:cut]))
 
 
 def _platform(text: str, driver: str) -> str:
     """Windows: a Windows driver model is named. WSL: the Linux nvidia-smi reports a Windows driver, a
-    two-part version other than its own (555.52.01 / 555.99); a two-part version alone is not Windows
+    two-part version newer than its own (555.52.01 / 555.99); a two-part version alone is not Windows
     (Linux has 595.80, with nvidia-smi 595.80)."""
-    smi = re.search(r"NVIDIA-SMI(?: version)?\s*:?\s*" + _VER, text, re.I)
-    if smi is not None and driver.count(".") == 1 and smi.group(1) != driver:
+    smi = _SMI_VERSION.search(text)
+    # WSL's nvidia-smi is a Linux build no newer than the Windows driver it reports (545.46 / 546.80);
+    # an nvidia-smi newer than a two-part Linux driver (450.66 / 418.67) is a mismatched Linux host.
+    if smi is not None and driver.count(".") == 1 and version_tuple(smi.group(1)) < version_tuple(driver):
         return "wsl"
     model = re.search(r"Driver Model\s*\n\s*Current\s*:\s*(\S+)", text)
     header = re.search(r"Driver-Model|TCC/WDDM", text)

@@ -3,7 +3,9 @@ with or without its header.
 
 The XML is untrusted input and is read with expat directly: no DTD is loaded, and a document that
 declares an entity (internal or external: "billion laughs", XXE) is refused before anything is
-expanded; nvidia-smi itself never declares one (its `--dtd` output declares elements only).
+expanded; nvidia-smi itself never declares one (its `--dtd` output declares elements only). Nor does
+it nest deeper than a few levels: a document nested deeper than ``MAX_XML_DEPTH`` is refused at the
+first element past it, so the work stays linear in the (1 MiB-capped) input.
 A CSV without its header (`--format=csv,noheader`) has no column names: they come from
 ``columns`` (`build doctor --columns`) or from the `nvidia-smi --query-gpu=...` command line the
 capture carries (an evidence bundle, a pasted terminal, an exporter's capture); without either,
@@ -31,6 +33,9 @@ _QUERY = re.compile(r"--query-gpu[= ]\s*([A-Za-z0-9_.,\s]+?)(?=\s+-|\s*$)")
 
 # --- XML -----------------------------------------------------------------------------------------
 
+# nvidia-smi -q -x nests at most 5 levels (nvidia_smi_log/gpu/mig_devices/mig_device/...); the cap
+# leaves room for new sections and refuses a document built to make the reader slow.
+MAX_XML_DEPTH = 32
 _XML_FIELDS = {
     ("driver_version",): "driver",
     ("kmd_version",): "kmd",
@@ -66,6 +71,10 @@ def _xml_values(text: str) -> tuple[dict[str, str], list[dict[str, str]]]:
     gpus: list[dict[str, str]] = []
 
     def start(name: str, _attrs: dict) -> None:
+        if len(path) >= MAX_XML_DEPTH:
+            raise SmiParseError(
+                f"the nvidia-smi XML nests deeper than {MAX_XML_DEPTH} levels (nvidia-smi -q -x nests a few); refused"
+            )
         path.append(name)
         buf.clear()
         if path == ["nvidia_smi_log", "gpu"]:
@@ -73,7 +82,7 @@ def _xml_values(text: str) -> tuple[dict[str, str], list[dict[str, str]]]:
 
     def end(name: str) -> None:
         key = _XML_FIELDS.get(tuple(path[1:]))
-        value = "".join(buf).strip()
+        value = " ".join("".join(buf).split())  # one line: a name never carries a line break to print
         if key and len(path) == 2:
             top[key] = value
         elif key and gpus:
@@ -108,6 +117,7 @@ def parse_xml(text: str) -> HostGPU:
         note=f"the driver reports 'CUDA Version: {cuda}'" if cuda and not cuda[0].isdigit() else "",
         platform="windows" if models else "linux",
         form="xml",
+        version_text=version,
         mig_devices=sum(len(g.get("mig", "").split()) for g in gpus),
         caps=tuple(g.get("cap") for g in gpus),
         archs=tuple(g.get("arch") for g in gpus),
@@ -121,7 +131,7 @@ def parse_xml(text: str) -> HostGPU:
 
 def command_columns(text: str) -> tuple[str, ...] | None:
     """The columns of a `nvidia-smi --query-gpu=a,b,c` command line the capture carries."""
-    for line in text.splitlines():
+    for line in text.split("\n"):
         m = _QUERY.search(line) if "nvidia-smi" in line else None
         if m:
             return tuple(c.strip() for c in m.group(1).split(",") if c.strip())
@@ -138,7 +148,7 @@ def _data_lines(text: str) -> list[str]:
     """The CSV's lines: blank lines, comments and the command line that produced it left out."""
     return [
         line
-        for line in text.splitlines()
+        for line in text.split("\n")
         if line.strip() and not line.lstrip().startswith(("#", "$")) and "nvidia-smi" not in line
     ]
 
@@ -157,7 +167,8 @@ def parse_csv(text: str, columns: tuple[str, ...] | None = None) -> HostGPU | No
         return _host([_column(c) for c in columns], list(csv.reader(lines, skipinitialspace=True)), "--columns")
     rows_2 = [m for line in lines if (m := re.fullmatch(r"\s*(\d{3}\.\d+(?:\.\d+)?)\s*,\s*([^,]+?)\s*", line))]
     if lines and len(rows_2) == len(lines):
-        return HostGPU(version_tuple(rows_2[0].group(1)), None, tuple(r.group(2) for r in rows_2), form="csv")
+        first = rows_2[0].group(1)
+        return HostGPU(version_tuple(first), None, tuple(r.group(2) for r in rows_2), form="csv", version_text=first)
     if lines and all(line.count(",") >= 2 for line in lines):
         return HostGPU(None, None, (), form="csv", missing=HEADERLESS)
     return None
@@ -184,6 +195,7 @@ def _host(names: list[str], rows: list[list[str]], where: str) -> HostGPU:
         None,
         tuple(n for row in table if (n := row.get("name") or "")),
         form="csv",
+        version_text=versions[0],
         platform="windows" if models else "linux",
         caps=tuple(row.get("compute_cap") for row in table),
         driver_models=models,

@@ -6,13 +6,16 @@ found is a note. docs/r575.md lists every verdict and what it tells the operator
 from __future__ import annotations
 
 import datetime as dt
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from builder.config import contract
 from builder.host import compat
+from builder.host.compat import Route
 from builder.host.gpus import CUDA13_MIN_CC
+from builder.host.hostctx import HostContext, host_platform
 from builder.host.hostgpu import HostGPU, version_tuple
-from builder.host.imagefacts import ImageFacts, arch_name
+from builder.host.imagefacts import NONE, PARTIAL, ImageFacts
+from builder.log import printable
 
 # verdict -> exit code (0: the image runs here; 1: it does not, or not yet). Exit 2 (bad input) is
 # only for a capture with no nvidia-smi output; 3 for an engine or registry out of reach.
@@ -22,12 +25,14 @@ EXIT = {
     "container-no-runtime": 1,
     "vgpu-manager": 1,
     "windows-tcc": 1,
+    "jetson": 1,
     "cpu-mismatch": 1,
     "gpu-none": 1,
     "gpu-partial": 1,
     "driver-unknown": 1,
     "driver-too-old": 1,
     "driver-below-floor": 1,
+    "gpu-unread": 1,
     "gpu-unknown": 1,
     "compatible-ptx-jit": 0,
     "compatible": 0,
@@ -35,6 +40,10 @@ EXIT = {
 ORDER = tuple(EXIT)  # the first that applies is the verdict
 _CAPTURE = "capture `nvidia-smi` (or `nvidia-smi -q`) on the host and run doctor on it"
 _ASK_CC = "capture `nvidia-smi --query-gpu=name,compute_cap --format=csv` and run doctor on it"
+_ASK_GPUS = (
+    "capture `nvidia-smi --query-gpu=name,compute_cap,driver_version --format=csv` (or `nvidia-smi -L`) on the "
+    "host and run doctor on it; do not start the image until doctor has read every GPU"
+)
 
 
 @dataclass(frozen=True)
@@ -43,17 +52,21 @@ class Outcome:
     reason: str
     route: str
     save: str = ""
+    kind: Route = Route.RUN  # what the route asks for, as a value
+    also: str = ""  # a driver verdict the GPU verdict came before (never hidden)
 
     @property
     def compatible(self) -> bool:
         return EXIT[self.name] == 0
 
 
-def host_kind(host: HostGPU, in_container: bool) -> str:
+def host_kind(host: HostGPU, in_container: bool, tegra: bool = False) -> str:
     if host.driver is None and in_container and not host.fault:
         return "container-no-runtime"
     if host.vgpu == "manager":
         return "vgpu-manager"
+    if host.tegra or (tegra and host.platform == "linux"):
+        return "jetson"
     if host.platform == "windows":
         return "windows-tcc" if "TCC" in host.driver_models else "windows"
     if host.platform == "wsl":
@@ -62,13 +75,14 @@ def host_kind(host: HostGPU, in_container: bool) -> str:
 
 
 def gpu_findings(host: HostGPU, facts: ImageFacts) -> list[dict]:
-    """Each GPU: name, compute capability, class, where the capability came from, and the image's
-    coverage of it (sass, ptx-jit-only, partial, none, unknown; None when the image declares nothing)."""
+    """Each GPU: name, compute capability, class, where the capability came from, the image's
+    coverage of it (sass, ptx-jit-only, partial, none, unknown; None when the image declares nothing)
+    and the required kernels without code for it (judged per kernel only with a build record)."""
     out = []
     for g in host.infos:
-        statuses = {facts.status(cc) for cc in g.ccs}
-        declared = facts.families is not None or bool(facts.coverage)
-        coverage = None if not declared else statuses.pop() if len(statuses) == 1 else "unknown"
+        judged = [facts.serves(cc) for cc in g.ccs]
+        statuses = {j.status for j in judged}
+        coverage = None if not facts.declared else statuses.pop() if len(statuses) == 1 else "unknown"
         out.append(
             {
                 "name": g.name,
@@ -76,16 +90,16 @@ def gpu_findings(host: HostGPU, facts: ImageFacts) -> list[dict]:
                 "class": g.klass,
                 "from": g.source,
                 "coverage": coverage,
+                "missing_kernels": sorted({k for j in judged for k in j.missing}),
+                "per_kernel": bool(facts.kernels),
             }
         )
     return out
 
 
-def cpu_finding(host: HostGPU, facts: ImageFacts, machine: str | None, machine_from: str) -> dict:
-    """The host's CPU architecture (uname, or implied by a Grace GPU) against the image's platforms."""
-    arch, source = (arch_name(machine), machine_from) if machine else (None, "")
-    if arch is None and host.grace:
-        arch, source = "arm64", "a Grace GPU (GH200, GB200, GB300) is on an aarch64 host"
+def cpu_finding(host: HostGPU, facts: ImageFacts, ctx: HostContext) -> dict:
+    """The host's CPU architecture (builder/host/hostctx.py ``host_platform``) against the image's platforms."""
+    arch, source = host_platform(ctx, host)
     image = sorted({p.split("/")[1] for p in facts.platforms if p.startswith("linux/")})
     return {
         "host": arch,
@@ -98,10 +112,12 @@ def cpu_finding(host: HostGPU, facts: ImageFacts, machine: str | None, machine_f
 def evaluate(cuda: str, host: HostGPU, facts: ImageFacts, cpu: dict, found: list[dict], kind: str) -> Outcome:
     if host.missing:  # nvidia-smi output without a driver version: what the GPUs and CPU tell, then what to capture
         blocker = _blocked(cuda, host, cpu, kind) or _gpu_blocker(found, facts)
-        return blocker or Outcome("driver-unknown", f"image needs CUDA {cuda}; {host.missing}", _CAPTURE)
+        return blocker or Outcome(
+            "driver-unknown", f"image needs CUDA {cuda}; {host.missing}", _CAPTURE, kind=Route.CAPTURE
+        )
     verdict = compat.decide(cuda, host)
     if host.fault:
-        return Outcome("broken-host", verdict.reason, verdict.route, verdict.save)
+        return Outcome("broken-host", verdict.reason, verdict.route, verdict.save, verdict.kind)
     if host.driver is None:
         if kind == "container-no-runtime":
             return Outcome(
@@ -109,27 +125,49 @@ def evaluate(cuda: str, host: HostGPU, facts: ImageFacts, cpu: dict, found: list
                 f"image needs CUDA {cuda}; this is a container without the NVIDIA GPU runtime (no nvidia-smi)",
                 "run the container with `--gpus all` (or `--runtime=nvidia`, or the CDI device nvidia.com/gpu=all) "
                 "on a host where nvidia-container-toolkit is configured; then run doctor in it again",
+                kind=Route.GPU_RUNTIME,
             )
-        return Outcome("no-driver", verdict.reason, verdict.route)
+        return Outcome("no-driver", verdict.reason, verdict.route, kind=verdict.kind)
     blocked = _blocked(cuda, host, cpu, kind)
     if blocked:
         return blocked
+    driver = _driver_blocker(verdict, host, facts)
     gpu = _gpu_blocker(found, facts)
-    if gpu:
-        return gpu
-    if not verdict.compatible:
-        return Outcome("driver-too-old", verdict.reason, verdict.route)
-    floor = _below_floor(host, facts)
-    if floor:
-        return floor
-    unknown = [f["name"] for f in found if f["coverage"] == "unknown"]
-    if unknown:
+    if gpu:  # the GPU verdict first; a driver that fails too is said with it, never hidden
+        return replace(gpu, also=f"{driver.name}: {driver.reason}; route: {driver.route}") if driver else gpu
+    if driver:
+        return driver
+    if not host.gpus:
         return Outcome(
-            "gpu-unknown",
-            f"the compute capability of {', '.join(dict.fromkeys(unknown))} is unknown to this tool, so its "
-            "coverage by the image cannot be told",
-            _ASK_CC,
+            "gpu-unread",
+            f"the driver was read ({host.driver_text}) but no GPU row of this nvidia-smi output was: whether the "
+            "image has code for the GPUs cannot be told",
+            _ASK_GPUS,
+            kind=Route.CAPTURE,
         )
+    return _gpu_known(found) or _compatible(verdict, found)
+
+
+def _driver_blocker(verdict: compat.Verdict, host: HostGPU, facts: ImageFacts) -> Outcome | None:
+    if not verdict.compatible:
+        return Outcome("driver-too-old", verdict.reason, verdict.route, kind=verdict.kind)
+    return _below_floor(host, facts)
+
+
+def _gpu_known(found: list[dict]) -> Outcome | None:
+    unknown = [f["name"] for f in found if f["coverage"] == "unknown"]
+    if not unknown:
+        return None
+    return Outcome(
+        "gpu-unknown",
+        f"the compute capability of {', '.join(dict.fromkeys(unknown))} is unknown to this tool, so its "
+        "coverage by the image cannot be told",
+        _ASK_CC,
+        kind=Route.CAPTURE,
+    )
+
+
+def _compatible(verdict: compat.Verdict, found: list[dict]) -> Outcome:
     jit = [f for f in found if f["coverage"] == "ptx-jit-only"]
     if jit:
         return Outcome(
@@ -137,8 +175,9 @@ def evaluate(cuda: str, host: HostGPU, facts: ImageFacts, cpu: dict, found: list
             f"{verdict.reason}; the image carries only PTX for {_names(jit)}: the driver JIT-compiles it",
             "run the image; its first start JIT-compiles the PTX (minutes): keep the CUDA cache on a volume "
             "(CUDA_CACHE_PATH)",
+            kind=Route.RUN_JIT,
         )
-    return Outcome("compatible", verdict.reason, verdict.route)
+    return Outcome("compatible", verdict.reason, verdict.route, kind=verdict.kind)
 
 
 def _blocked(cuda: str, host: HostGPU, cpu: dict, kind: str) -> Outcome | None:
@@ -149,6 +188,7 @@ def _blocked(cuda: str, host: HostGPU, cpu: dict, kind: str) -> Outcome | None:
             "'CUDA Version: Not Found' and runs no CUDA itself",
             "give a virtual machine a vGPU (a C-series compute profile) or the whole GPU by passthrough, with the "
             "matching guest driver, and run the image and doctor inside that VM",
+            kind=Route.VGPU_GUEST,
         )
     if kind == "windows-tcc":
         return Outcome(
@@ -158,6 +198,17 @@ def _blocked(cuda: str, host: HostGPU, cpu: dict, kind: str) -> Outcome | None:
             "microsoft/WSL#11865)",
             "switch the GPU to WDDM where the board allows it (`nvidia-smi -i <index> -dm 0` as administrator, then "
             "reboot) and run doctor inside WSL2, or run the image on a Linux host",
+            kind=Route.WDDM,
+        )
+    if kind == "jetson":
+        return Outcome(
+            "jetson",
+            f"image needs CUDA {cuda}; this is a Jetson (an integrated Tegra GPU on L4T, driver {host.driver_text}): "
+            "its driver comes with JetPack, and an image for server arm64 (SBSA) hosts, as this tool and "
+            "upstream build, does not run on an integrated GPU",
+            "run an image built for Jetson (on an L4T/JetPack base, for the JetPack release the board runs); do not "
+            "install or upgrade a driver apart from JetPack: a newer driver comes with a newer JetPack",
+            kind=Route.JETSON,
         )
     if cpu["match"] is False:
         return Outcome(
@@ -165,34 +216,54 @@ def _blocked(cuda: str, host: HostGPU, cpu: dict, kind: str) -> Outcome | None:
             f"the host's CPU is {cpu['host']} ({cpu['from']}); the image is built for {', '.join(cpu['image'])} only",
             f"run an image built for linux/{cpu['host']} (a matrix target for that platform); this one cannot start "
             "here whatever the driver",
+            kind=Route.OTHER_PLATFORM,
         )
     return None
 
 
-def _names(found: list[dict]) -> str:
-    shown = [f"{f['name']} (cc {f['cc'] or '?'})" for f in found]
+def _names(found: list[dict], kernels: bool = False) -> str:
+    shown = [
+        f"{f['name']} (cc {f['cc'] or '?'})"
+        + (f": no code in {', '.join(f['missing_kernels'])}" if kernels and f.get("missing_kernels") else "")
+        for f in found
+    ]
     return ", ".join(f"{n} x {s}" if (n := shown.count(s)) > 1 else s for s in dict.fromkeys(shown))
 
 
 def _gpu_blocker(found: list[dict], facts: ImageFacts) -> Outcome | None:
-    missing = [f for f in found if f["coverage"] in ("none", "partial")]
+    missing = [f for f in found if f["coverage"] in (NONE, PARTIAL)]
     if not missing:
         return None
-    serves = " ".join(facts.families or sorted(cc for cc, s in facts.coverage.items() if s != "none")) or "nothing"
-    where = f"the image serves compute capability {serves} (label gpu-families)"
-    kinds = "no code" if all(f["coverage"] == "none" for f in missing) else "no or partial code"
-    reason = f"the image has {kinds} for {_names(missing)}; {where}"
+    kinds = "no code" if all(f["coverage"] == NONE for f in missing) else "no or partial code"
+    reason = f"the image has {kinds} for {_names(missing, kernels=True)}; {_judged_by(facts)}"
     old = [f for f in missing if f["cc"] and "/" not in f["cc"] and version_tuple(f["cc"]) < CUDA13_MIN_CC]
     build = f"an image with code for compute capability {' '.join(sorted({f['cc'] or '?' for f in missing}))}"
     tail = " (CUDA 13 dropped Volta and older: only a CUDA 12 build can serve them)" if old else ""
     if len(missing) == len(found):
-        return Outcome("gpu-none", reason, f"run {build}: a target whose gpu.families lists it{tail}")
+        return Outcome(
+            "gpu-none", reason, f"run {build}: a target whose gpu.families lists it{tail}", kind=Route.OTHER_IMAGE
+        )
     covered = [str(i) for i, f in enumerate(found) if f not in missing]
     return Outcome(
         "gpu-partial",
         reason + f"; covered: GPU {', '.join(covered)}",
         f"restrict the image to the covered GPUs (CUDA_VISIBLE_DEVICES={','.join(covered)}), or run {build} "
         f"for the others{tail}",
+        kind=Route.SOME_GPUS,
+    )
+
+
+def _judged_by(facts: ImageFacts) -> str:
+    """What the GPU verdict was judged on: each required kernel of the build record, or the label only."""
+    if facts.kernels:
+        claimed = sorted({cc for row in facts.kernels.values() for cc in row}, key=version_tuple)
+        return (
+            f"judged kernel by kernel from the build record (the kernels it requires on families {' '.join(claimed)}, "
+            "each by where its code runs: sm_XY on X.Y and up within X, sm_XYa on X.Y only, sm_XYf on its family)"
+        )
+    return (
+        f"the image serves compute capability {' '.join(facts.families or ()) or 'nothing'} (label gpu-families; "
+        "the per-kernel view is missing: no build record of this image)"
     )
 
 
@@ -209,6 +280,7 @@ def _below_floor(host: HostGPU, facts: ImageFacts) -> Outcome | None:
         "Minor-version compatibility does not cover this: an older driver refuses newer PTX (K3 JIT-compiles "
         "ISA 8.8 PTX on Hopper)",
         f"upgrade the driver to >= {facts.floor} (r{floor[0]}) or to r580+",
+        kind=Route.UPGRADE_DRIVER,
     )
 
 
@@ -228,9 +300,14 @@ def notes(host: HostGPU, facts: ImageFacts, cpu: dict, kind: str) -> list[str]:
             "a Windows driver (WDDM): this Linux image runs on it through WSL2; a capture taken on Windows itself "
             "says nothing of WSL2: run doctor inside WSL2"
         )
-    if host.driver is not None and not host.gpus and (facts.families is not None or facts.coverage):
+    if host.driver is not None and not host.gpus:
+        out.append("this nvidia-smi output names no GPU: the image's GPU coverage is not checked")
+    out += _header_notes(host)
+    if facts.families is not None and not facts.kernels and host.gpus and host.driver is not None:
         out.append(
-            "this nvidia-smi output names no GPU: the image's GPU coverage is not checked (capture `nvidia-smi`)"
+            "the GPU code was judged by the gpu-families label alone: the per-kernel view (the build record's "
+            "coverage table) is missing, so a kernel built only arch-specific (12.0a on a 12.1 GB10, 10.0a on a "
+            "10.3 B300) is not seen; doctor --target T reads the record of a target built here"
         )
     if not cpu["host"] and cpu["image"]:
         out.append(
@@ -244,6 +321,27 @@ def notes(host: HostGPU, facts: ImageFacts, cpu: dict, kind: str) -> list[str]:
     return out + list(facts.notes)
 
 
+def _header_notes(host: HostGPU) -> list[str]:
+    """What the capture's header says that does not add up (an nvidia-smi of another install, a CUDA
+    version below the driver's): said, not judged."""
+    if host.driver is None or host.platform != "linux":
+        return []
+    out = []
+    if host.smi_version and host.version_text and host.smi_version != host.version_text:
+        out.append(
+            f"the header's NVIDIA-SMI version ({host.smi_version}) differs from its driver version "
+            f"({host.version_text}): nvidia-smi and the loaded driver come from different installs (a driver "
+            "changed without a reboot, or a container's own nvidia-smi); capture again after a reboot"
+        )
+    implied = compat.implied_cuda(host.driver)
+    if host.cuda and implied and compat.parse_cuda(host.cuda)[:2] < compat.parse_cuda(implied)[:2]:
+        out.append(
+            f"the header's CUDA Version ({host.cuda}) is lower than driver {host.driver_text} supports ({implied}): "
+            "the capture does not add up (a container's or another install's libcuda); the driver version was judged"
+        )
+    return out
+
+
 def expiry(labels: dict[str, str], today: dt.date) -> str | None:
     keys = contract.keys_in(labels)
     raw = labels.get(keys.expires)
@@ -253,7 +351,7 @@ def expiry(labels: dict[str, str], today: dt.date) -> str | None:
         expires = dt.date.fromisoformat(raw)
     except ValueError:
         return f"expiry label {keys.expires}={raw!r} is not a date"
-    owner = labels.get(keys.owner, "its owner")
+    owner = printable(labels.get(keys.owner, "its owner"), field=True)  # a label: one line, escaped
     if expires < today:
         return f"EXPIRED on {raw}: this bridge build is past its exit date; ask {owner}"
     return f"expires {raw} ({(expires - today).days} days left; owner {owner})"
@@ -276,4 +374,8 @@ def host_facts(host: HostGPU, smi_source: str) -> dict:
 
 
 def image_facts(facts: ImageFacts) -> dict:
-    return {"driver_floor": facts.floor, "gpu_families": list(facts.families) if facts.families is not None else None}
+    return {
+        "driver_floor": facts.floor,
+        "gpu_families": list(facts.families) if facts.families is not None else None,
+        "kernels": {ext: {cc: cell.show() for cc, cell in row.items()} for ext, row in facts.kernels.items()},
+    }

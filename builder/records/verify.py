@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import TypeVar
 
 from builder.config import contract
+from builder.config.gpu import cell_runs
 from builder.config.matrix import Target
 from builder.deps import lock, oslock
 from builder.deps.lock import normalize
@@ -245,7 +246,7 @@ class Verifier:
             f"{ext} on {cc}"
             for ext in want.required
             for cc in want.required_on(ext)
-            if str((coverage.get(ext) or {}).get(cc, "none")).startswith("none")
+            if not cell_runs((coverage.get(ext) or {}).get(cc))
         ]
         _need(not gaps, f"gpu.coverage has no code for {', '.join(gaps)}")
         return f"; GPU floor {derived or 'none'} <= {want.driver_floor}, {len(want.capabilities)} families covered"

@@ -459,7 +459,10 @@ def test_table_rows_never_run_into_the_next_cell_or_the_processes():
         "|    0   N/A  N/A      2140    C+G   C:\\Windows\\System32\\dwm.exe    N/A      |\n"
         "|    1   N/A  N/A      2141    C   python                        On |\n"
     )
-    assert compat.parse_smi(text).gpus == ()  # no On/Off/model column: not a GPU row; process rows never
+    # Persistence-M N/A (a Jetson prints it) before a Bus-Id is a GPU row; the process rows never are
+    assert compat.parse_smi(text).gpus == ("Tesla T4",)
+    rows = text.replace("00000000:00:04.0", "        ").replace("Tesla T4  ", "Tesla T4 X")
+    assert compat.parse_smi(rows).gpus == ()  # no Bus-Id cell after the name: not a GPU row
 
 
 @pytest.mark.parametrize(

@@ -141,13 +141,14 @@ def test_csv_query_format():
         # real captures (SOURCES.md)
         ("r610-rtx2080s-table.txt", OFFICIAL, True, "CUDA 13.0.2 needs driver >= 580.95.05; host has 610.57.04 (r610)"),
         ("r610-rtx2080s-q.txt", CU129, True, "CUDA 12.9.1 needs driver >= 575.57.08; host has 610.57.04 (r610)"),
-        ("r590-h100-version.txt", OFFICIAL, True, "needs driver >= 580.95.05; host has 590.48.01 (r590)"),
+        # --version names no GPU: the driver is read, the GPUs are not: never "run it" (gpu-unread)
+        ("r590-h100-version.txt", OFFICIAL, False, "driver was read (590.48.01) but no GPU row"),
         ("r590-h100-mig-table.txt", OFFICIAL, True, "needs driver >= 580.95.05; host has 590.48.01 (r590)"),
         ("win-r610-rtx2080s-table.txt", CU129, True, "610.62 is a Windows driver that reports CUDA up to 13.3"),
         ("nvml-mismatch-ci-log.txt", OFFICIAL, False, "differ (user-space NVML library 550.144)"),
         ("nvml-mismatch.txt", CU129, False, "driver library differ (a driver upgraded or reinstalled without"),
         ("r610-b200-table.txt", OFFICIAL, True, "CUDA 13.0.2 needs driver >= 580.95.05; host has 610.43.02 (r610)"),
-        ("r610-rtx2080s-version.txt", CU129, True, "host has 610.57.04 (r610)"),
+        ("r610-rtx2080s-version.txt", CU129, False, "driver was read (610.57.04) but no GPU row"),
         ("r610-rtx2080s-query.csv", OFFICIAL, True, "host has 610.57.04 (r610)"),
         ("r565-8xh100-table.txt", CU129, True, "minor-version compatibility within CUDA 12.x"),
         (
@@ -281,11 +282,20 @@ def test_the_diagnosis_records_its_facts():
             "match": None,
         },
         "gpu_findings": [
-            {"name": H100, "cc": "9.0", "class": "data-center", "from": "table", "coverage": None},
+            {
+                "name": H100,
+                "cc": "9.0",
+                "class": "data-center",
+                "from": "table",
+                "coverage": None,
+                "missing_kernels": [],
+                "per_kernel": False,
+            },
         ]
         * 2,
         "driver_floor": None,
         "gpu_families": None,
+        "kernels": {},
     }
     assert d.notes == [] and d.save == "" and d.name == "compatible"
     official = _diag("r575-h100.txt", OFFICIAL)
@@ -651,11 +661,8 @@ def test_record_on_r580_and_newer_hosts():
     official = _record("r610-b200-table.txt", OFFICIAL)[1]
     assert _paths(official)["upgrade the driver"][1] == "done: the host driver (610.43.02) already runs this image"
     assert _paths(official)["the cu129 bridge"] == (False, "not needed: the host driver runs the image")
-    unnamed = _paths(_record("r590-h100-version.txt")[1])["an isolated environment"][1]
-    assert unnamed == (
-        "not available: forward compatibility (cuda-compat) needs data-center GPUs; host has none "
-        "named in this nvidia-smi output"
-    )
+    unnamed = _record("r590-h100-version.txt")[1]  # no GPU read: no path until doctor reads them
+    assert unnamed["chosen"] is None and _paths(unnamed)["an isolated environment"][1] == "not yet: gpu-unread first"
     mixed = doctor.diagnose(
         (SMI / "r575-h100.txt")
         .read_text()

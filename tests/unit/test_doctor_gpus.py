@@ -162,7 +162,9 @@ def test_an_aarch64_host_against_an_amd64_image():
     assert (d.name, d.compatible) == ("cpu-mismatch", False)
     assert d.reason == "the host's CPU is arm64 (uname.txt); the image is built for linux/amd64 only"
     grace = diag("gh200-r560-table.txt")  # no uname: a Grace GPU says aarch64
-    assert grace.name == "cpu-mismatch" and "a Grace GPU (GH200, GB200, GB300) is on an aarch64 host" in grace.reason
+    assert (
+        grace.name == "cpu-mismatch" and "a Grace GPU (GH200, GB200, GB300, GB10) is on an aarch64 host" in grace.reason
+    )
     both = imagefacts.from_labels(LABELS, ("linux/amd64", "linux/arm64"))
     assert diag("gh200-r560-table.txt", facts=both).name == "driver-below-floor"  # 560 < 575.51.03
     assert diag("r575-h100.txt", ctx=HostContext("x86_64", "uname.txt")).name == "compatible"
@@ -179,16 +181,25 @@ def test_a_volta_host():
     assert diag("volta-r535-v100-q.txt").facts["forward_capable"] is False
 
 
-def test_a_b300_host_against_an_image_without_10_3():
+def _families(words: str, coverage: dict | None = None) -> imagefacts.ImageFacts:
+    return imagefacts.from_labels({**LABELS, contract.LABEL_GPU_FAMILIES: words}, ("linux/amd64",), coverage)
+
+
+def test_a_b300_host_by_binary_compatibility():
+    # Generic sm_100 SASS runs on 10.3 (same major, higher minor): the label without 10.3 serves a B300,
+    # and says the per-kernel view is missing; 10.0a (arch-specific) does not; 10.0f (family) does.
     d = diag("b300-r595-table.txt")
-    assert (d.name, d.compatible) == ("gpu-none", False)
-    assert "NVIDIA B300 SXM6 AC (cc 10.3)" in d.reason
-    assert d.route.startswith("run an image with code for compute capability 10.3")
-    with_103 = imagefacts.from_labels({**LABELS, contract.LABEL_GPU_FAMILIES: FAMILIES + " 10.3"}, ("linux/amd64",))
-    assert diag("b300-r595-table.txt", facts=with_103).name == "compatible"
-    jit = imagefacts.from_labels(LABELS, ("linux/amd64",), {"10.3": {"status": "ptx-jit-only"}})
-    d = diag("b300-r595-table.txt", facts=jit)
-    assert (d.name, d.compatible) == ("compatible-ptx-jit", True) and d.route.startswith("run the image")
+    assert (d.name, d.compatible) == ("compatible", True)
+    assert any("judged by the gpu-families label alone" in n for n in d.notes)
+    arch_only = diag("b300-r595-table.txt", facts=_families("9.0a 10.0a 12.0a"))
+    assert (arch_only.name, arch_only.compatible) == ("gpu-none", False)
+    assert "NVIDIA B300 SXM6 AC (cc 10.3)" in arch_only.reason and "9.0a 10.0a 12.0a" in arch_only.reason
+    assert "the per-kernel view is missing" in arch_only.reason
+    assert arch_only.route.startswith("run an image with code for compute capability 10.3")
+    assert diag("b300-r595-table.txt", facts=_families("10.0f")).name == "compatible"
+    ptx = {"vllm._C": {"10.0": "PTX JIT compute_80 (ISA 8.8)"}}
+    jit = diag("b300-r595-table.txt", facts=_families(FAMILIES, ptx))
+    assert (jit.name, jit.compatible) == ("compatible-ptx-jit", True) and jit.route.startswith("run the image")
 
 
 def test_some_gpus_uncovered_is_partial():
@@ -305,27 +316,31 @@ def _push(engine: FakeEngine, labels: dict, arch: str = "amd64") -> str:
     return f"127.0.0.1:5000/k3/img:{arch}"
 
 
+def push_index(engine: FakeEngine, archs=("amd64", "arm64"), extra=()) -> str:
+    """An image index of the images _push pushed for ``archs`` (plus ``extra`` entries), tagged multi."""
+    manifests = [
+        {"digest": engine.registry.tags[("127.0.0.1:5000/k3/img", a)], "platform": {"os": "linux", "architecture": a}}
+        for a in archs
+    ]
+    doc = {
+        "schemaVersion": 2,
+        "mediaType": "application/vnd.oci.image.index.v1+json",
+        "manifests": manifests + list(extra),
+    }
+    engine.registry.manifests[("127.0.0.1:5000/k3/img", "sha256:" + "1" * 64)] = json.dumps(doc).encode()
+    engine.registry.tags[("127.0.0.1:5000/k3/img", "multi")] = "sha256:" + "1" * 64
+    return "127.0.0.1:5000/k3/img:multi"
+
+
 def test_image_facts_from_the_registry_and_an_index():
     engine = FakeEngine()
     ref = _push(engine, LABELS)
     facts = imagefacts.read(engine, ref, LABELS)
     assert (facts.platforms, facts.floor, facts.families) == (("linux/amd64",), "575.51.03", tuple(FAMILIES.split()))
     arm = _push(engine, LABELS, "arm64")
-    index = {
-        "schemaVersion": 2,
-        "mediaType": "application/vnd.oci.image.index.v1+json",
-        "manifests": [
-            {
-                "digest": engine.registry.tags[("127.0.0.1:5000/k3/img", a)],
-                "platform": {"os": "linux", "architecture": a},
-            }
-            for a in ("amd64", "arm64")
-        ]
-        + [{"digest": "sha256:" + "0" * 64, "platform": {"os": "unknown", "architecture": "unknown"}}],
-    }
-    raw = json.dumps(index).encode()
-    engine.registry.manifests[("127.0.0.1:5000/k3/img", "sha256:" + "1" * 64)] = raw
-    engine.registry.tags[("127.0.0.1:5000/k3/img", "multi")] = "sha256:" + "1" * 64
+    push_index(
+        engine, extra=[{"digest": "sha256:" + "0" * 64, "platform": {"os": "unknown", "architecture": "unknown"}}]
+    )
     assert imagefacts.platforms(engine, "127.0.0.1:5000/k3/img:multi") == (("linux/amd64", "linux/arm64"), "")
     assert arm.endswith(":arm64")
     local = imagefacts.platforms(engine, "img:local")  # no registry in the name: the engine's inspect
@@ -341,24 +356,22 @@ def test_record_coverage_and_odd_labels(tmp_path):
             "10.3": "PTX JIT compute_80 (ISA 8.8)",
             "12.0": "SASS sm_120",
         },
-        "vllm._flashkda_C": {"9.0": "SASS sm_90a", "10.3": "SASS sm_103a", "12.0": "none (has sm_100a)"},
-        "vllm._fa3_C": {"8.0": "none (has sm_90a)"},
+        "vllm._flashkda_C": {"9.0": "SASS sm_90a", "10.3": "SASS sm_103a", "12.0": "none (has SASS sm_100a)"},
+        "vllm._fa3_C": {"9.0": "SASS sm_90a"},
+        "forged": {"9.0": "SASS whatever", "x": "none (has no GPU code)"},
     }
     record.write_text(json.dumps({"gpu": {"driver_floor": "575.51.03", "coverage": coverage}}))
     facts = imagefacts.from_labels(LABELS, (), imagefacts.record_coverage(record))
-    assert facts.coverage == {"9.0": "sass", "10.3": "ptx-jit-only", "12.0": "partial", "8.0": "none"}
-    assert facts.status("10.3") == "ptx-jit-only"
-    flat = tmp_path / "flat.json"
-    flat.write_text(json.dumps({"gpu": {"coverage": {"10.3": "ptx-jit-only", "9.0": "sass", "x": "none"}}}))
-    assert imagefacts.from_labels(LABELS, (), imagefacts.record_coverage(flat)).coverage == {
-        "10.3": "ptx-jit-only",
-        "9.0": "sass",
-    }
-    assert facts.status("7.0") == "none" and imagefacts.from_labels({}).status("7.0") is None
+    assert set(facts.kernels) == {"vllm._C_stable_libtorch", "vllm._flashkda_C", "vllm._fa3_C"}
+    assert any("2 cells this tool cannot read" in n for n in facts.notes)
+    assert facts.status("9.0") == "sass" and facts.status("10.3") == "ptx-jit-only"
+    assert facts.serves("12.0") == imagefacts.Coverage("partial", ("vllm._flashkda_C",), True)
+    assert facts.serves("8.0") == imagefacts.Coverage("none", (), True)  # no kernel for major 8
+    assert imagefacts.from_labels({}).status("7.0") is None
     odd = imagefacts.from_labels(
-        {**LABELS, contract.LABEL_DRIVER_FLOOR: "soon", contract.LABEL_GPU_FAMILIES: "9.0 sm_100"}
+        {**LABELS, contract.LABEL_DRIVER_FLOOR: "soon", contract.LABEL_GPU_FAMILIES: "9.0a 10.3f sm_100"}
     )
-    assert odd.floor is None and odd.families == ("9.0",) and len(odd.notes) == 2
+    assert odd.floor is None and odd.families == ("9.0a", "10.3f") and len(odd.notes) == 2  # variants kept
     assert imagefacts.record_coverage(tmp_path / "missing.json") == {}
 
 
@@ -391,7 +404,8 @@ def test_the_host_context_reads_the_evidence_archive(tmp_path):
 @pytest.mark.parametrize(
     "sample,labels,code",
     [
-        ("b300-r595-table.txt", LABELS, 1),
+        ("b300-r595-table.txt", {**LABELS, contract.LABEL_GPU_FAMILIES: "9.0a 10.0a"}, 1),
+        ("b300-r595-table.txt", LABELS, 0),  # sm_100 SASS runs on 10.3
         ("r575-h100.txt", LABELS, 0),
         ("r590-h100-mig-L.txt", LABELS, 1),
         ("nvml-unknown-error.txt", LABELS, 1),
