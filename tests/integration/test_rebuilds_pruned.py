@@ -97,6 +97,14 @@ def own_bases(built):
         yield _own_bases(built[0], repository), before
     finally:
         delete_repository(repository)
+        listed = subprocess.run(
+            ["docker", "image", "ls", "--digests", "--format", "{{.Repository}}@{{.Digest}}"],
+            capture_output=True,
+            text=True,
+        ).stdout.split()
+        for ref in listed:  # what the builds pulled of its bases, by digest
+            if ref.split("@")[0] == f"{REGISTRY}/{repository}" and "@sha256:" in ref:
+                subprocess.run(["docker", "image", "rm", "-f", ref], capture_output=True)
 
 
 def test_cache_from_the_registry_after_pruning_the_engine(built, own_bases, tmp_path):
