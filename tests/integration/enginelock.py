@@ -81,7 +81,9 @@ def ignores_cache(args: tuple[str, ...] | list[str]) -> bool:
 @contextlib.contextmanager
 def ignore_cache_hold(exclusive: bool) -> Iterator[None]:
     """Shared: a build that ignores the cache runs inside. Exclusive: a build whose cache hits a test
-    counts runs inside, while no build that ignores the cache is under way (or starts)."""
+    counts runs inside, while no build that ignores the cache is under way (or starts). Not
+    re-entrant: a second hold inside one would wait at the turnstile behind a queued exclusive
+    holder that waits for the first, so hold it around one command (or one test's builds) only."""
     if not _ignore_cache_root:
         yield
         return
