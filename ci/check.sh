@@ -50,7 +50,7 @@ side_pid=$!
 # The integration suite in K3_TEST_PROCESSES processes (pytest-xdist), whole files to a process
 # (--dist loadfile: a file's tests share its fixtures and run in its order), handed out slowest
 # file first (tests/integration/conftest.py, SLOWEST_FIRST; --no-loadscope-reorder keeps that
-# order). Each process makes its own smoke; the test that empties the build cache runs alone.
+# order). Each process makes its own smoke; the test that prunes its own build cache runs alone.
 processes=${K3_TEST_PROCESSES:-3}
 step "pytest --integration tests/integration, $processes processes (static checks and unit tests beside it)"
 integration=0

@@ -5,11 +5,14 @@
 # The smoke names linux/amd64 and linux/arm64, as cu129 does (arm64 under QEMU off arm64, which
 # ci/setup.sh registers), and the reference printed is the OCI image index naming both platforms'
 # manifests. K3_DEMO_ARM64=0, or a machine that cannot run linux/arm64 (said on stderr), builds
-# linux/amd64 alone and prints that image's reference.
+# linux/amd64 alone and prints that image's reference. K3_DEMO_REPOSITORY (default k3/smoke) is the
+# registry repository it pushes to: the suite's test of this script passes one of its own, so the
+# user's demo image in k3/smoke is never replaced or deleted by a test run.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 REGISTRY=${REGISTRY:-127.0.0.1:5000}
 OUT=${OUT:-smoke}  # the smoke target's own tree: matrix, dockerfiles, locks, artifacts/, sources
+REPOSITORY=${K3_DEMO_REPOSITORY:-k3/smoke}
 
 bash ci/setup.sh
 build=.venv/bin/build
@@ -20,7 +23,7 @@ elif [ "$(uname -m)" != aarch64 ] && [ ! -e /proc/sys/fs/binfmt_misc/qemu-aarch6
   echo "ci/demo.sh: linux/arm64 cannot run here (qemu-aarch64 is not registered with binfmt_misc): linux/amd64 only" >&2
   arm64=()
 fi
-matrix=$("$build" smoke-init "${arm64[@]}" --out "$OUT" --registry "$REGISTRY")
+matrix=$("$build" smoke-init "${arm64[@]}" --out "$OUT" --registry "$REGISTRY" --repository "$REPOSITORY")
 "$build" --matrix "$matrix" render
 "$build" --matrix "$matrix" lock --target smoke
 "$build" --matrix "$matrix" --target smoke

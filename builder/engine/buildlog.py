@@ -7,7 +7,9 @@ BuildKit shares in-flight work between concurrent builds on one engine, and a bu
 can open with other builds' steps (seen here: another build's ``[os-packages 2/2] RUN ... DONE``
 ahead of this build's own cached one). A build runs nothing of its own before it has read its
 Dockerfile, so what the log shows before ``[internal] load build definition`` is not this build's
-and is left out."""
+and is left out. A step this build joined in another build that ignores the cache (``--no-cache``)
+runs for it and is counted as run, rightly: it was not taken from the cache (docs/fast-rebuilds.md,
+"Concurrent builds and the cache")."""
 
 from __future__ import annotations
 

@@ -25,7 +25,8 @@ from builder.engine.buildx import DockerEngine
 from builder.engine.registry import Registry, split_ref
 from builder.records import attest
 from tests.conftest import REPO
-from tests.integration.enginelock import engine_hold
+from tests.integration.enginelock import build_hold, engine_hold, share_root
+from tests.integration.survivors import pytest_sessionfinish, pytest_sessionstart  # noqa: F401  (the user's demo survives)
 
 REGISTRY = "127.0.0.1:5000"
 BUILD = str(REPO / ".venv" / "bin" / "build")
@@ -47,7 +48,8 @@ class Run:
 
 
 def cli(*args: str, cwd: Path | None = None, env: dict | None = None) -> Run:
-    proc = subprocess.run([BUILD, *args], capture_output=True, text=True, cwd=cwd, env=env)
+    with build_hold(args):  # a build that ignores the cache never overlaps one whose hits a test counts
+        proc = subprocess.run([BUILD, *args], capture_output=True, text=True, cwd=cwd, env=env)
     return Run(proc.returncode, proc.stdout, proc.stderr)
 
 
@@ -231,7 +233,9 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 def engine_locks(tmp_path_factory) -> Path:
     """The directory every process of this run shares (xdist gives each its own basetemp below it)."""
     root = tmp_path_factory.getbasetemp()
-    return root.parent if os.environ.get("PYTEST_XDIST_WORKER") else root
+    root = root.parent if os.environ.get("PYTEST_XDIST_WORKER") else root
+    share_root(root)
+    return root
 
 
 @pytest.fixture(scope="module", autouse=True)

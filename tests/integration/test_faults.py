@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from tests.integration.conftest import BUILD, LocalRegistry, cli
+from tests.integration.enginelock import ignore_cache_hold
 
 
 def _tree(root: Path) -> dict[str, str]:
@@ -22,6 +23,14 @@ def _tree(root: Path) -> dict[str, str]:
         for p in sorted(root.rglob("*"))
         if p.is_file()
     }
+
+
+@pytest.fixture()
+def ignoring_cache():
+    """For a test that runs `_start`'s build (--no-cache) beside its own: held shared on the
+    ignore-cache lock for the test (enginelock.py), as conftest.cli holds it for one command."""
+    with ignore_cache_hold(exclusive=False):
+        yield
 
 
 def _start(work, *extra: str, env=None) -> subprocess.Popen:
@@ -96,6 +105,7 @@ def second_registry(tmp_path):
     registry.stop()
 
 
+@pytest.mark.usefixtures("ignoring_cache")
 def test_registry_stopped_during_push(built, tmp_path, second_registry):
     smoke, _ = built
     address, start, stop = second_registry
@@ -118,6 +128,7 @@ def test_registry_stopped_during_push(built, tmp_path, second_registry):
     assert address in again.out and work.record.read_bytes() != record_before
 
 
+@pytest.mark.usefixtures("ignoring_cache")
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
 def test_signal_during_build_stops_buildx_and_keeps_records(built, tmp_path, sig):
     smoke, _ = built
@@ -149,6 +160,7 @@ def _cmdline(p: Path) -> bytes:
         return b""
 
 
+@pytest.mark.usefixtures("ignoring_cache")
 def test_two_builds_of_one_target_never_interleave(built, tmp_path):
     smoke, _ = built
     work = smoke.copy(tmp_path / "twice")
