@@ -395,6 +395,28 @@ def write_decision(out_dir: Path, doc: dict) -> tuple[Path, Path]:
     return md, js
 
 
+def amend_decision(path: Path, option: str, key: str, entry: dict) -> tuple[Path, Path]:
+    """The decision record at ``path`` (.json) with ``entry`` added under ``key`` (a list: each run
+    keeps its own), and its .md re-written through the one writer: what `build vet --decision` and
+    `build accept --record` add."""
+    import json
+
+    from builder.fsutil import atomic_write
+    from builder.log import printable
+
+    try:
+        doc = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise ConfigError(f"{option} {path}: not a decision record: {exc}") from None
+    if not isinstance(doc, dict) or "fault_evidence" not in doc:
+        raise ConfigError(f"{option} {path}: not a decision record (`build doctor --record` writes one)")
+    doc.setdefault(key, []).append(entry)
+    md = path.with_suffix(".md")
+    atomic_write(path, json.dumps(doc, indent=2) + "\n")
+    atomic_write(md, printable(decision_markdown(doc)))
+    return path, md
+
+
 def _index_record(path: Path) -> dict | None:
     """image_record of a target built into an image index: the index, and this host's platform's
     record (its checks, and the GPU coverage doctor reads from it), else the first platform's."""
