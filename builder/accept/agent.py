@@ -118,7 +118,7 @@ def agent(s: Session) -> StepResult:
         "tool_loop": _loop(s, call) if call else {"ok": False, "why": "no forced call to answer"},
         "json_schema": _json_schema(s),
     }
-    auto_line = "called the tool" if auto["ok"] else f"no valid call ({auto['why']})"
+    auto_line = "called the tool" if auto["ok"] else f"no valid call ({str(auto['why'])[:80]})"
     measured = {**results, "auto": {**auto, "informational": True}}
     failed = [f"{name}: {r['why']}" for name, r in results.items() if not r["ok"]]
     if failed:

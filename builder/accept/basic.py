@@ -57,11 +57,13 @@ def loaded(s: Session) -> StepResult:
         health = s.client.get("/health", timeout=min(30.0, s.opts.timeout))
     except EndpointDown as exc:
         raise Unreachable(f"--endpoint {s.opts.endpoint}: {exc}") from None
-    if not health.ok:
+    # A server without /health (not vLLM) is judged by /v1/models alone; any other error fails.
+    if not health.ok and health.status != 404:
         return StepResult(Step.LOADED, Outcome.FAIL, f"/health answered HTTP {health.status}")
     ids, entry, why = _models(s)
     if why:
         return StepResult(Step.LOADED, Outcome.FAIL, why)
+    s.facts["health"] = "ok" if health.ok else "no /health (HTTP 404): /v1/models answered"
     _server_facts(s, ids, entry)
     want = _expected_model(s)
     if want is not None and want not in ids:

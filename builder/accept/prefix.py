@@ -110,11 +110,11 @@ def prefix(s: Session) -> StepResult:
         return StepResult(Step.PREFIX, Outcome.NA, f"a prefix of {size} tokens is under two blocks of {block}")
     prompt = _Prompt(s, "")
     try:
-        wrapped, shared = prompts.sized(s.client, s.model, size, lambda text: _Prompt(s, text).messages(QUESTIONS[0]))
+        wrapped, _ = prompts.sized(s.client, s.model, size, lambda text: _Prompt(s, text).messages(QUESTIONS[0]))
     except prompts.NoTokenizer as exc:
         return _without_tokenizer(s, prompt, str(exc))
     prompt.context = wrapped[1]["content"].rsplit("\n\n", 1)[0]
-    return _judge(s, prompt, shared)
+    return _judge(s, prompt)
 
 
 def _without_tokenizer(s: Session, prompt: _Prompt, why: str) -> StepResult:
@@ -132,7 +132,7 @@ def _runs(s: Session, prompt: _Prompt) -> tuple[dict, dict, dict, str | None]:
     return first, second, changed, why
 
 
-def _judge(s: Session, prompt: _Prompt, total: int) -> StepResult:
+def _judge(s: Session, prompt: _Prompt) -> StepResult:
     first, second, changed, why = _runs(s, prompt)
     m: dict = {"first": first, "second": second, "changed": changed, "tools_inline": prompt.inline}
     if why:
@@ -141,7 +141,7 @@ def _judge(s: Session, prompt: _Prompt, total: int) -> StepResult:
     b = prompts.tokens(s.client, s.model, prompt.messages(QUESTIONS[1]), prompt.tools)
     c = prompts.tokens(s.client, s.model, prompt.messages(QUESTIONS[1], "Bravo"), prompt.tools)
     shared = _first_difference(a, b)
-    m.update({"prompt_tokens": total, "shared_tokens": shared, "changed_at_token": _first_difference(b, c)})
+    m.update({"prompt_tokens": len(a), "shared_tokens": shared, "changed_at_token": _first_difference(b, c)})
     reused, after_change = _cached(second), _cached(changed)
     if reused is None:
         return StepResult(

@@ -98,7 +98,8 @@ def markdown(doc: dict[str, Any]) -> str:
     for s in doc["steps"]:
         cause = f" (cause: {s['cause']})" if s["cause"] else ""
         lines.append(f"| {s['step']} | {s['name']} | {s['outcome']} | {_cell(s['reason'])}{cause} |")
-    lines += ["", *concurrency_table(doc), *(["## Log findings", ""] + sum((_findings(s) for s in doc["steps"]), []))]
+    found = sum((_findings(s) for s in doc["steps"]), [])
+    lines += ["", *concurrency_table(doc), "## Log findings", "", *(found or ["- none (or no --server-log)"])]
     lines += ["", "## Decision signs", ""]
     lines += [
         f"- {k.replace('_', ' ')}: {v if v is not None else 'TO FILL (a person)'}" for k, v in doc["signs"].items()

@@ -81,8 +81,20 @@ def _one(s: Session, step: Step, fn: Callable[[Session], StepResult], out: Path)
         r = fn(s)
     except EndpointDown as exc:
         r = StepResult(step, Outcome.FAIL, f"the server stopped answering: {exc}")
+    if r.outcome is Outcome.FAIL and not r.reason.startswith("the server stopped answering"):
+        r = _gone(s, r)
     r = replace(r, seconds=time.monotonic() - start)
     return _evidence(s, step, r, out)
+
+
+def _gone(s: Session, r: StepResult) -> StepResult:
+    """A failed step whose server no longer answers says so first: a broken stream or an error
+    status is then the server going away, not the feature failing."""
+    try:
+        s.client.get("/health", timeout=10)
+    except EndpointDown as exc:
+        return replace(r, reason=f"the server stopped answering ({exc}); before that: {r.reason}")
+    return r
 
 
 def _head(s: Session, created: str) -> dict:

@@ -141,7 +141,13 @@ def test_recipe_expectations_from_the_k3_command():
     other = recipe.expected(
         ("python", "--model", "m", "--served-model-name", "k3", "--no-enable-prefix-caching", "--max-model-len=4096")
     )
-    assert (other.model, other.name, other.prefix_caching, other.max_model_len, other.tools) == ("m", "k3", False, 4096, False)
+    assert (other.model, other.name, other.prefix_caching, other.max_model_len, other.tools) == (
+        "m",
+        "k3",
+        False,
+        4096,
+        False,
+    )
     assert recipe.expected(("vllm", "serve", "--enforce-eager", "org/m")).model == "org/m"
 
 
@@ -227,7 +233,10 @@ def test_document_and_markdown_say_the_same():
         "created": "2026-12-06T00:00:00Z",
         "endpoint": "http://h:1",
         "model": "m",
-        "launch": {"recipe": "vllm serve m", "server": {"models": ["m"], "cache_config": {"enable_prefix_caching": "False"}}},
+        "launch": {
+            "recipe": "vllm serve m",
+            "server": {"models": ["m"], "cache_config": {"enable_prefix_caching": "False"}},
+        },
         "plot": None,
     }
     doc = report.document(head, results, complete=True, log_read=False)

@@ -62,7 +62,10 @@ def test_the_plot_decodes_and_puts_each_series_where_its_values_are():
             assert pixel(rows, x, y) == colours[key], (key, x, y)
     assert len(png.points(levels, "ttft_p50", top)) == 2  # a level without a value is left out
     x, y = png.points(levels, "latency_p95", top)[-1]
-    assert (x, y) == (png.WIDTH - png.MARGIN, png.HEIGHT - png.MARGIN - round((png.HEIGHT - 2 * png.MARGIN) * 2.0 / top))
+    assert (x, y) == (
+        png.WIDTH - png.MARGIN,
+        png.HEIGHT - png.MARGIN - round((png.HEIGHT - 2 * png.MARGIN) * 2.0 / top),
+    )
     assert pixel(rows, 2, 2) == png.WHITE and pixel(rows, png.MARGIN, png.HEIGHT // 2) == png.BLACK
 
 
