@@ -10,7 +10,7 @@ from typing import Any
 from builder.accept.model import Outcome, Step, StepResult
 from builder.accept.session import Session
 
-AGENT_TOKENS = 128  # room for a tool call's arguments or a small JSON answer
+AGENT_TOKENS = 512  # room for a tool call's arguments or a small JSON answer, after any reasoning
 
 WEATHER: dict[str, Any] = {
     "type": "object",
@@ -51,16 +51,19 @@ def _message(s: Session, body: dict) -> tuple[dict | None, str | None]:
     doc = reply.json()
     if not reply.ok or not isinstance(doc, dict):
         return None, f"HTTP {reply.status}: {reply.text[:200]}"
-    choices = doc.get("choices") or [{}]
-    message = choices[0].get("message") if isinstance(choices[0], dict) else None
-    return (message, None) if isinstance(message, dict) else (None, "no message in the answer")
+    choice = (doc.get("choices") or [{}])[0]
+    message = choice.get("message") if isinstance(choice, dict) else None
+    if not isinstance(message, dict):
+        return None, "no message in the answer"
+    return {**message, "finish_reason": choice.get("finish_reason")}, None
 
 
 def check_call(message: dict | None) -> tuple[dict | None, str | None]:
     """The first tool call of ``message`` if it names the tool and its arguments fit the schema."""
     calls = (message or {}).get("tool_calls") or []
     if not calls:
-        return None, f"no tool call (content: {str((message or {}).get('content'))[:120]!r})"
+        cut = " (cut at the token limit)" if (message or {}).get("finish_reason") == "length" else ""
+        return None, f"no tool call{cut} (content: {str((message or {}).get('content'))[:120]!r})"
     function = calls[0].get("function") or {}
     if function.get("name") != TOOL["function"]["name"]:
         return None, f"called {function.get('name')!r}, not {TOOL['function']['name']!r}"

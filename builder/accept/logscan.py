@@ -43,6 +43,9 @@ _DRIVER = re.compile(
     r"|cudaErrorUnsupportedPtxVersion|CUDA_ERROR_UNSUPPORTED_PTX_VERSION|system has unsupported display driver",
     re.IGNORECASE,
 )
+# An OOM pattern counts only on a line that reports a failure: advice ("lower max_num_seqs to avoid
+# running out of memory") is not an OOM.
+_FAILURE = re.compile(r"error|exception|killed|fatal|traceback", re.IGNORECASE)
 HINT_LINES = 20  # how far back a phase hint counts
 
 
@@ -74,7 +77,7 @@ def classify(text: str, step: Step | None = None, first_token: bool | None = Non
             found.append(LogFinding(LogKind.DRIVER, short))
         elif (kind := _nccl_kind(line)) is not None:
             found.append(LogFinding(LogKind.NCCL, short, nccl=kind))
-        elif _OOM.search(line):
+        elif _OOM.search(line) and _FAILURE.search(line):
             found.append(LogFinding(LogKind.OOM, short, phase=_oom_phase(lines, i, step, first_token)))
     return tuple(found)
 

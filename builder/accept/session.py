@@ -117,8 +117,10 @@ class Session:
         return reply.text
 
     def chat(self, messages: list[dict], **extra: Any) -> dict:
-        """The body of a chat completion for the served model."""
-        return {"model": self.model, "messages": messages, "max_tokens": self.opts.max_tokens, **extra}
+        """The body of a chat completion for the served model; greedy (temperature 0), so that a
+        rerun measures the same answers."""
+        body = {"model": self.model, "messages": messages, "max_tokens": self.opts.max_tokens, "temperature": 0}
+        return {**body, **extra}
 
 
 def dump(data: Any) -> str:

@@ -99,6 +99,8 @@ def test_log_findings_classify_oom_by_phase():
     assert logscan.classify(hinted, Step.CONCURRENCY)[-1].phase is OomPhase.PREFILL
     kv = "ValueError: 4.0 GiB KV cache is needed, which is larger than the available KV cache memory (1.2 GiB)"
     assert logscan.classify(kv, Step.SHORT)[0].phase is OomPhase.WEIGHTS_LOADING
+    advice = "WARNING Consider lowering max_num_seqs to avoid running out of memory"
+    assert logscan.classify(advice, Step.LOADED) == ()
 
 
 def test_log_findings_name_nccl_codes_and_the_driver_error():
