@@ -103,6 +103,8 @@ class StepResult:
     cause: ReuseCause | None = None
     findings: tuple[LogFinding, ...] = ()
     seconds: float = 0.0
+    ran: bool = True  # False: not run, the load stopped rising at an earlier failing step
+    server_gone: bool = False  # the server stopped answering during the step
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -114,8 +116,11 @@ class StepResult:
             "measured": self.measured,
             "log_findings": [f.to_json() for f in self.findings],
             "seconds": round(self.seconds, 3),
+            "ran": self.ran,
+            "server_gone": self.server_gone,
         }
 
 
 def not_reached(step: Step, failed: Step) -> StepResult:
-    return StepResult(step, Outcome.NA, f"not run: load stops rising at the first failing step ({failed.value})")
+    reason = f"not run: load stops rising at the first failing step ({failed.value})"
+    return StepResult(step, Outcome.NA, reason, ran=False)

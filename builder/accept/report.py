@@ -13,7 +13,7 @@ NOT_MEASURED = "not measured"
 
 def reached(results: list[StepResult]) -> int:
     """The load step reached: the last step that ran before the first failure (or the last run)."""
-    ran = [r for r in results if not r.reason.startswith("not run")]
+    ran = [r for r in results if r.ran]
     failed = [r for r in ran if r.outcome is Outcome.FAIL]
     return (failed[0] if failed else ran[-1]).step.value if ran else 0
 

@@ -80,8 +80,8 @@ def _one(s: Session, step: Step, fn: Callable[[Session], StepResult], out: Path)
     try:
         r = fn(s)
     except EndpointDown as exc:
-        r = StepResult(step, Outcome.FAIL, f"the server stopped answering: {exc}")
-    if r.outcome is Outcome.FAIL and not r.reason.startswith("the server stopped answering"):
+        r = StepResult(step, Outcome.FAIL, f"the server stopped answering: {exc}", server_gone=True)
+    if r.outcome is Outcome.FAIL and not r.server_gone:
         r = _gone(s, r)
     r = replace(r, seconds=time.monotonic() - start)
     return _evidence(s, step, r, out)
@@ -93,7 +93,7 @@ def _gone(s: Session, r: StepResult) -> StepResult:
     try:
         s.client.get("/health", timeout=10)
     except EndpointDown as exc:
-        return replace(r, reason=f"the server stopped answering ({exc}); before that: {r.reason}")
+        return replace(r, reason=f"the server stopped answering ({exc}); before that: {r.reason}", server_gone=True)
     return r
 
 
