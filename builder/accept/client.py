@@ -140,8 +140,9 @@ class Client:
                 _read_events(resp, out, start)
         except (TimeoutError, OSError) as exc:
             out.error = f"stream broken: {exc}"
-        out.latency = time.monotonic() - start
-        self._keep("POST", "/v1/chat/completions", body, out.status, _stream_summary(out), out.latency)
+        finally:  # kept even when an event of an unexpected shape stops the reading
+            out.latency = time.monotonic() - start
+            self._keep("POST", "/v1/chat/completions", body, out.status, _stream_summary(out), out.latency)
         return out
 
 

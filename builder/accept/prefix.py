@@ -137,9 +137,13 @@ def _judge(s: Session, prompt: _Prompt) -> StepResult:
     m: dict = {"first": first, "second": second, "changed": changed, "tools_inline": prompt.inline}
     if why:
         return StepResult(Step.PREFIX, Outcome.FAIL, why, m)
-    a = prompts.tokens(s.client, s.model, prompt.messages(QUESTIONS[0]), prompt.tools)
-    b = prompts.tokens(s.client, s.model, prompt.messages(QUESTIONS[1]), prompt.tools)
-    c = prompts.tokens(s.client, s.model, prompt.messages(QUESTIONS[1], "Bravo"), prompt.tools)
+    try:
+        a, b, c = (
+            prompts.tokens(s.client, s.model, prompt.messages(q, word), prompt.tools)
+            for q, word in ((QUESTIONS[0], "Alpha"), (QUESTIONS[1], "Alpha"), (QUESTIONS[1], "Bravo"))
+        )
+    except prompts.NoTokenizer as exc:
+        return StepResult(Step.PREFIX, Outcome.NA, f"the shared prefix cannot be counted ({exc})", m)
     shared = _first_difference(a, b)
     m.update({"prompt_tokens": len(a), "shared_tokens": shared, "changed_at_token": _first_difference(b, c)})
     reused, after_change = _cached(second), _cached(changed)

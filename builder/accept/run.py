@@ -81,6 +81,10 @@ def _one(s: Session, step: Step, fn: Callable[[Session], StepResult], out: Path)
         r = fn(s)
     except EndpointDown as exc:
         r = StepResult(step, Outcome.FAIL, f"the server stopped answering: {exc}", server_gone=True)
+    except (AttributeError, KeyError, TypeError, ValueError, IndexError) as exc:
+        # An answer of a shape no OpenAI-compatible server gives (a field of another type): the
+        # step fails, saying so, and its evidence (the exchanges) is kept like any other.
+        r = StepResult(step, Outcome.FAIL, f"could not read the server's answer: {type(exc).__name__}: {exc}")
     if r.outcome is Outcome.FAIL and not r.server_gone:
         r = _gone(s, r)
     r = replace(r, seconds=time.monotonic() - start)
@@ -100,7 +104,7 @@ def _gone(s: Session, r: StepResult) -> StepResult:
 def _head(s: Session, created: str) -> dict:
     return {
         "created": created,
-        "endpoint": s.client.url,
+        "endpoint": log.redact(s.client.url),  # a URL with user:password@ is never written as it is
         "model": s.model or None,
         "launch": {"recipe": s.opts.expected.command if s.opts.expected else None, "server": dict(s.facts)},
         "expected_version": s.opts.version,

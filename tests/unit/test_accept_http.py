@@ -96,3 +96,29 @@ def test_without_context_tokens_and_max_model_len_step_3_asks_for_it(plain, tmp_
         "n/a",
         "give --context-tokens: the server does not report max_model_len",
     )
+
+
+class _Odd(_Plain):
+    """Answers of a shape no OpenAI-compatible server gives: choices as a string."""
+
+    def do_POST(self):
+        self.rfile.read(int(self.headers["Content-Length"]))
+        data = 'data: {"choices": "not a list"}\n\ndata: [DONE]\n\n'
+        return self._send(200, data.encode(), "text/event-stream")
+
+
+def test_an_answer_of_the_wrong_shape_fails_its_step_and_keeps_the_evidence(tmp_path):
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _Odd)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        doc = run(Options(endpoint=f"http://127.0.0.1:{server.server_address[1]}", out=tmp_path), None, tmp_path)
+    finally:
+        server.shutdown()
+        server.server_close()
+    step2 = doc["steps"][1]
+    assert step2["outcome"] == "fail" and step2["reason"].startswith(
+        "could not read the server's answer: AttributeError"
+    )
+    evidence = json.loads((tmp_path / "steps" / "02-short-request.json").read_text())
+    assert [e["request"] for e in evidence["exchanges"]][0] == "POST /v1/chat/completions"
+    assert [s["ran"] for s in doc["steps"]] == [True, True, False, False, False, False, False]
