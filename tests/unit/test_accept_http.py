@@ -122,3 +122,30 @@ def test_an_answer_of_the_wrong_shape_fails_its_step_and_keeps_the_evidence(tmp_
     evidence = json.loads((tmp_path / "steps" / "02-short-request.json").read_text())
     assert [e["request"] for e in evidence["exchanges"]][0] == "POST /v1/chat/completions"
     assert [s["ran"] for s in doc["steps"]] == [True, True, False, False, False, False, False]
+
+
+def test_the_command_prints_writes_the_step_summary_and_exits_1_on_a_failing_step(plain, tmp_path, monkeypatch, capsys):
+    from builder import cli
+
+    summary = tmp_path / "summary.md"
+    monkeypatch.setenv("GITHUB_STEP_SUMMARY", str(summary))
+    monkeypatch.setenv("K3_ACCEPT_API_KEY", KEY)
+    argv = [
+        "accept",
+        "--endpoint",
+        plain,
+        "--out",
+        str(tmp_path / "r"),
+        "--context-tokens",
+        "50",
+        "--format",
+        "markdown",
+    ]
+    with pytest.raises(SystemExit) as exc:
+        cli.main([*argv, "--max-concurrency", "1"])
+    assert exc.value.code == 1
+    out, err = capsys.readouterr()
+    assert "| 6 | agent | fail |" in out and "| 6 | agent | fail |" in summary.read_text()
+    assert "  6  agent                fail " in err  # the progress table on stderr
+    assert (tmp_path / "r" / "accept.md").read_text() == summary.read_text()
+    assert KEY not in out + err + summary.read_text()
