@@ -18,6 +18,7 @@ from builder.errors import ConfigError
 
 LOG_KEPT = 2 << 20  # bytes of server log kept per step (its tail)
 COMMAND_TIMEOUT = 60.0  # seconds for an operator's --server-log or --gpu-state command
+FIRST_WINDOW = 3600.0  # the first capture's {since} reaches back this far: the server's start-up
 
 
 @dataclass(frozen=True)
@@ -49,7 +50,7 @@ class LogSource:
             raise ConfigError(f"--server-log {spec}: no such file (give a log file or a command)")
         self.offset: int | None = None
         self.seen = ""
-        self.since = time.time()
+        self.since = time.time() - FIRST_WINDOW
 
     def _from_file(self, path: Path) -> str:
         size = path.stat().st_size

@@ -252,3 +252,30 @@ def test_document_and_markdown_say_the_same():
     assert report.row(results[3]) == "  4  prefix caching       fail  reused 0% [flag-missing]"
     partial = report.document(head, results[:2], complete=False, log_read=False)
     assert partial["outcome"] == "incomplete" and partial["reached"] == 2
+
+
+def test_a_log_command_gives_what_is_new_since_the_last_capture(tmp_path):
+    import time
+
+    from builder.accept.session import FIRST_WINDOW, LogSource
+
+    log_file = tmp_path / "server.log"
+    log_file.write_text("start-up\n")
+    by_file = LogSource(str(log_file))
+    assert by_file.since_last() == ("start-up\n", None)
+    with log_file.open("a") as fh:
+        fh.write("request 1\n")
+    assert by_file.since_last() == ("request 1\n", None)
+    by_command = LogSource(f"cat {log_file}")
+    assert by_command.since_last()[0] == "start-up\nrequest 1\n"
+    with log_file.open("a") as fh:
+        fh.write("request 2\n")
+    assert by_command.since_last()[0] == "request 2\n"
+    before = time.time()
+    since = LogSource("echo {since}")
+    made = time.time()
+    first = float(since.since_last()[0] or 0)
+    done = time.time()
+    assert int(before - FIRST_WINDOW) <= first <= made - FIRST_WINDOW  # the first: an hour back
+    assert int(made) <= float(since.since_last()[0] or 0) <= done  # then: since the last capture
+    assert LogSource(None).since_last() == (None, "no --server-log given")
