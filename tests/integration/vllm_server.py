@@ -60,10 +60,12 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def spawn(workdir: Path, prefix: bool, name: str, extra: tuple[str, ...], parent: int | None) -> int:
-    """serve in its own session (a test's Ctrl-C goes to pytest, which stops it); its pid."""
+def spawn(workdir: Path, prefix: bool, name: str, extra: tuple[str, ...], parent: int | None, nice: int = 0) -> int:
+    """serve in its own session (a test's Ctrl-C goes to pytest, which stops it); its pid (`nice`
+    execs it, so the pid is serve's)."""
     workdir.mkdir(parents=True, exist_ok=True)
-    argv = [sys.executable, "-m", "tests.vllmcpu.serve", "--port", str(free_port()), "--workdir", str(workdir)]
+    argv = ["nice", "-n", str(nice), sys.executable, "-m", "tests.vllmcpu.serve"]
+    argv += ["--port", str(free_port()), "--workdir", str(workdir)]
     argv += ["--served-model-name", name] + ([] if prefix else ["--no-prefix-caching"])
     argv += ["--parent-pid", str(parent)] if parent else []
     argv += ["--", *extra] if extra else []
@@ -150,7 +152,9 @@ def ensure_spawned(root: Path, kind: str, owner: int) -> tuple[Path, int]:
             known = json.loads(state.read_text())
             return Path(known["workdir"]), known["pid"]
         workdir = root / f"vllm-{kind}"
-        pid = spawn(workdir, KINDS[kind], MODEL_NAME, (), owner)
+        # At a lower priority, as ci/check.sh runs the static checks and unit tests: started at
+        # session start, long before a file needs it, it takes what the builds leave.
+        pid = spawn(workdir, KINDS[kind], MODEL_NAME, (), owner, nice=5)
         state.write_text(json.dumps({"workdir": str(workdir), "pid": pid}) + "\n")
         return workdir, pid
 
