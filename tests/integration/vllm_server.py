@@ -32,7 +32,7 @@ from pathlib import Path
 
 from tests.conftest import REPO
 from tests.vllmcpu.env import flocked
-from tests.vllmcpu.serve import MODEL_NAME, READY_TIMEOUT
+from tests.vllmcpu.serve import MODEL_NAME, READY_TIMEOUT, alive
 
 KINDS = {"prefix": True, "no-prefix": False}  # shared servers: name -> prefix caching on
 
@@ -101,18 +101,6 @@ def tail(path: Path, lines: int = 30) -> str:
     if not path.exists():
         return f"({path}: none)"
     return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
-
-
-def alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    # A zombie (our own child, exited, not yet reaped) counts as gone.
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().split(") ")[-1][0] != "Z"
-    except OSError:
-        return False
 
 
 def stop_pid(pid: int, timeout: float = 60.0) -> None:

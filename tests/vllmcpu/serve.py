@@ -113,17 +113,22 @@ def healthy(url: str) -> bool:
 
 
 def alive(pid: int) -> bool:
+    """The process exists and has not exited (a zombie, exited but not yet reaped, counts as gone)."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
         return False
     except PermissionError:
         return True
-    return True
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(") ", 1)[-1][:1] != "Z"
+    except OSError:
+        return False
 
 
 def stop(proc: subprocess.Popen) -> None:
-    """The server's whole process group (it forks an engine core): SIGTERM, then SIGKILL."""
+    """The server's whole process group (it starts an engine core and a worker): SIGTERM, then
+    SIGKILL to whatever of the group is left once the server exited or the grace ran out."""
     for sig, grace in ((signal.SIGTERM, STOP_GRACE), (signal.SIGKILL, 10.0)):
         try:
             os.killpg(proc.pid, sig)
@@ -131,7 +136,6 @@ def stop(proc: subprocess.Popen) -> None:
             return
         try:
             proc.wait(grace)
-            return
         except subprocess.TimeoutExpired:
             continue
 
