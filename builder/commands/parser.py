@@ -8,6 +8,7 @@ from collections.abc import Callable
 
 from builder import __version__
 from builder.commands import (
+    accept,
     build,
     compare,
     doctor,
@@ -51,6 +52,7 @@ MODULES = (
     evidence,
     compare,
     vet,
+    accept,
     prune,
     smoke_init,
     schema,

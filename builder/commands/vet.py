@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
-import json
 from pathlib import Path
 from secrets import token_hex
 from typing import TYPE_CHECKING
@@ -143,21 +142,9 @@ def default_image(target: Target, image: str | None) -> str:
 
 def add_to_decision(path: Path, card: dict) -> tuple[Path, Path]:
     """The decision record at ``path`` (.json) with the scorecard under "vet"; its .md re-written."""
-    from builder.fsutil import atomic_write
-    from builder.host.decisionmd import decision_markdown
-    from builder.log import printable
+    from builder.host.doctor import amend_decision
 
-    try:
-        doc = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as exc:
-        raise ConfigError(f"--decision {path}: not a decision record: {exc}") from None
-    if not isinstance(doc, dict) or "fault_evidence" not in doc:
-        raise ConfigError(f"--decision {path}: not a decision record (`build doctor --record` writes one)")
-    doc.setdefault("vet", []).append(card)
-    md = path.with_suffix(".md")
-    atomic_write(path, json.dumps(doc, indent=2) + "\n")
-    atomic_write(md, printable(decision_markdown(doc)))
-    return path, md
+    return amend_decision(path, "--decision", "vet", card)
 
 
 def show(card: Scorecard, fmt: str, o: Output) -> None:

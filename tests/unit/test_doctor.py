@@ -892,6 +892,14 @@ ABSENT_LABELS = (
     "- label org.opencontainers.image.base.name: (absent)\n"
     "- label org.opencontainers.image.base.digest: (absent)\n"
 )
+# Before `build accept --record` adds a run (issue 47): a marked blank.
+LAUNCH_BLANK = (
+    "\n"
+    "## Launch verification\n"
+    "\n"
+    "- **TO FILL (a person): launch the server, then run `build accept --endpoint URL --record DIR`**\n"
+    "\n"
+)
 REVIEW_AND_PERSON = (
     "## Next review\n"
     "\n"
@@ -936,8 +944,8 @@ GOLDEN = (
         "- label io.k3-cu129.expires: 2027-06-30\n"
     )
     + ABSENT_LABELS
+    + LAUNCH_BLANK
     + (
-        "\n"
         "## Exit conditions\n"
         "\n"
         "- bridge: yes\n"
@@ -998,8 +1006,8 @@ GOLDEN_BROKEN = (
         "- label io.k3-cu129.expires: (absent)\n"
     )
     + ABSENT_LABELS
+    + LAUNCH_BLANK
     + (
-        "\n"
         "## Exit conditions\n"
         "\n"
         "- bridge: no\n"
