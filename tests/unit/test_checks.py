@@ -8,12 +8,14 @@ import dataclasses
 import datetime as dt
 import hashlib
 import inspect
+import io
 import json
+import tarfile
 from pathlib import Path
 
 import pytest
 
-from builder.checks import checklist, checklist_gpu, checklist_image, probes
+from builder.checks import checklist, checklist_gpu, checklist_image, imagefiles, probes
 from builder.checks import runner as checks
 from builder.config import contract, matrix
 from builder.config.gpu import GpuCode
@@ -165,6 +167,7 @@ class FakeHost:
         self.probes.update(probes)
         self.os_probe = os_probe if os_probe is not None else {"problems": [], "checked": len(OS_OK.locked)}
         self.calls: list[tuple[str, tuple]] = []
+        self.files = image_files()  # the host's reading of the image (the image_files fixture)
 
     def run(self, command, *args):
         self.calls.append((command, args))
@@ -173,13 +176,11 @@ class FakeHost:
             assert request["locked"] == [list(x) for x in OS_OK.locked] and request["runs"] == [["numactl", "--show"]]
             assert request["status_dir"] == contract.OS_STATUS_DIR
             return _Ran(0, "apt says hi\n" + probes.MARKER + json.dumps(self.os_probe) + "\n")
-        if "pip check" in command:
+        if args and args[0] == probes.pip_script():
             return _Ran(*self.pip)
-        if command.startswith("find / "):
-            return _Ran(0, self.find)
         if "sh -c %s" in command:
             return _Ran(*self.toolchain)
-        if "python -c %s %s" in command:
+        if f"{probes.PYTHON} -c %s %s" in command:
             name = next(n for n in probes.NAMES if probes.script(n) == args[0])
             doc = self.probe if name == "facts" else self.probes[name]
             if doc is None:
@@ -267,9 +268,24 @@ def _run_all(f, e, image, host) -> tuple[list[str], list[str]]:
     return ran, warnings
 
 
+ELF_SO = b"\x7fELF\x02\x01\x01" + bytes(9) + b"\x03\x00\x3e\x00" + bytes(44)  # x86-64 ET_DYN header
+
+
+def _module(path: str, head: bytes = ELF_SO) -> imagefiles.Entry:
+    return imagefiles.Entry(path, "file", 0o644, 0, 0, 4096, head)
+
+
+def image_files(**extra: imagefiles.Entry) -> imagefiles.ImageFiles:
+    """The host's reading of a correct image: its compiled module an ELF shared object, a
+    non-root user in /etc/passwd; ``extra`` entries by path."""
+    entries = {_EXT: _module(_EXT), **{path: entry for path, entry in extra.items()}}
+    return imagefiles.ImageFiles(entries, {"/etc/passwd": b"root:x:0:0::/root:/bin/sh\nk3:x:2000:2000::/:/bin/sh\n"})
+
+
 def _fixtures(f, e, image, host, warn, facts: dict | None = None) -> dict:
     """The fixtures the runner's plugin hands the checks, gpu_found gathered on first use."""
     fixtures = {
+        "image_files": host.files,
         "facts": f,
         "expect": e,
         "image": image,
@@ -304,7 +320,8 @@ def test_a_correct_cu129_image_passes():
         f"{_EXT}) <= claimed 575.51.03",
     ]
     commands = " ".join(c for c, _ in host.calls)
-    assert "pip check" in commands and "find / " in commands and "sh -c %s" in commands
+    assert "check --disable-pip-version-check" in commands and "sh -c %s" in commands
+    assert "find / " not in commands  # no_world_writable reads the exported file system on the host
 
 
 @pytest.mark.parametrize("name", sorted(BASE_CHECKS))
@@ -326,7 +343,9 @@ def test_each_check_can_fail_on_an_otherwise_correct_image(name):
             host, "pip", (1, "vllm 0.30.0 has requirement numpy<2, but you have numpy 2.2.0.")
         ),
         "non_root": lambda: f.update(uid=0),
-        "no_world_writable": lambda: setattr(host, "find", "/opt/k3/venv/bin/vllm\n"),
+        "no_world_writable": lambda: host.files.entries.update(
+            {"/opt/k3/venv/bin/vllm": imagefiles.Entry("/opt/k3/venv/bin/vllm", "file", 0o777, 0, 0, 9)}
+        ),
         "runtime_toolchain": lambda: setattr(host, "toolchain", (0, TOOLCHAIN_OK.replace("cc_link=yes", "cc_link=no"))),
         "python_trees": lambda: host.probes["trees"]["imported"].update(
             {"vllm.vllm_flash_attn.cute.interface": "ModuleNotFoundError: No module named 'flash_attn'"}
@@ -399,7 +418,7 @@ def test_the_probe_runs_with_the_compat_driver_and_asks_for_what_the_matrix_name
     host = FakeHost(probe=_facts())
     assert checklist.facts.__wrapped__(host, e) == _facts()  # what vLLM printed on stdout is ignored
     ((command, args),) = host.calls
-    assert command == "LD_LIBRARY_PATH=/opt/compat${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH} python -c %s %s"
+    assert command == "LD_LIBRARY_PATH=/opt/compat${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH} python -I -S -c %s %s"
     assert args[0] == probes.script("facts")
     assert json.loads(args[1]) == {
         "modules": ["vllm._C_stable_libtorch"],
@@ -520,7 +539,7 @@ def test_a_module_that_needs_the_driver_says_where_libcuda_was_looked_for():
         libcuda="libcuda.so.1: cannot open shared object file",
     )
     with pytest.raises(AssertionError, match="could not be loaded from /usr/local/cuda/compat"):
-        checklist.test_compiled_modules(f, _expect())
+        checklist.test_compiled_modules(f, _expect(), image_files())
 
 
 def test_cuda_version_mismatches_say_expected_and_found():
@@ -565,7 +584,7 @@ def test_expiry_rules():
 
 def test_root_user_fails():
     with pytest.raises(AssertionError, match="non-root"):
-        checklist.test_non_root(_image(user=""), _facts())
+        checklist.test_non_root(_image(user=""), _facts(), image_files())
 
 
 def test_module_plan_from_vllm_style_setup():
@@ -702,13 +721,13 @@ def test_the_expiry_label_belongs_to_the_expiry_check_only():
 @pytest.mark.parametrize("user", ["", "0", "0:0", "root", "root:root", "0:2000"])
 def test_a_root_user_label_fails(user):
     with pytest.raises(AssertionError, match="expected a non-root default user, found"):
-        checklist.test_non_root(_image(user=user), _facts())
+        checklist.test_non_root(_image(user=user), _facts(), image_files())
 
 
 def test_the_uid_the_container_really_runs_as_must_not_be_0():
-    checklist.test_non_root(_image(user="vllm"), _facts(uid=2000))
+    checklist.test_non_root(_image(user="vllm"), _facts(uid=2000), image_files())
     with pytest.raises(AssertionError, match="expected the container to run as non-root, found uid 0"):
-        checklist.test_non_root(_image(user="vllm"), _facts(uid=0))  # a name that resolves to uid 0
+        checklist.test_non_root(_image(user="vllm"), _facts(uid=0), image_files())  # a name that resolves to uid 0
 
 
 # --- pinned versions and skips ---------------------------------------------------------------------
@@ -740,7 +759,9 @@ def test_pip_check_runs_pip_from_the_copy_and_passes_on_exit_0():
     host = FakeHost()
     checklist.test_pip_check(host, "/tmp/k3-check-pip", _expect(), lambda m: None)
     ((command, args),) = host.calls
-    assert command.startswith("PYTHONPATH=%s python -m pip check") and args == ("/tmp/k3-check-pip",)
+    # isolated like the probes: PYTHONPATH is ignored under -I, so pip's copy is an argument
+    assert command == "python -I -S -c %s %s check --disable-pip-version-check --no-color"
+    assert args == (probes.pip_script(), "/tmp/k3-check-pip")
 
 
 def test_pip_check_reports_override_conflicts_and_fails_on_others():
@@ -769,32 +790,42 @@ def test_pip_check_reports_override_conflicts_and_fails_on_others():
 # --- world-writable -------------------------------------------------------------------------------
 
 
+def _files(*members: tuple[str, str, int]) -> imagefiles.ImageFiles:
+    """The host's reading of a tar stream holding ``members`` (name, kind, mode), as the engine exports one."""
+    raw = io.BytesIO()
+    with tarfile.open(fileobj=raw, mode="w") as tar:
+        for name, kind, mode in members:
+            info = tarfile.TarInfo(name)
+            info.type = {"file": tarfile.REGTYPE, "dir": tarfile.DIRTYPE, "link": tarfile.SYMTYPE}[kind]
+            info.mode, info.linkname = mode, "x" if kind == "link" else ""
+            tar.addfile(info, io.BytesIO(b"") if kind == "file" else None)
+    raw.seek(0)
+    return imagefiles.read(raw, ("/opt",))
+
+
 def test_world_writable_paths_are_listed():
-    checklist.test_no_world_writable(FakeHost(find="\n  \n"))
+    checklist.test_no_world_writable(_files(("opt/a", "file", 0o644), ("tmp", "dir", 0o1777)))
     with pytest.raises(AssertionError, match="found: /opt/a, /opt/b$"):
-        checklist.test_no_world_writable(FakeHost(find="/opt/a\n/opt/b\n"))
-    many = "".join(f"/opt/f{i}\n" for i in range(30))
+        checklist.test_no_world_writable(_files(("opt/a", "file", 0o666), ("opt/b", "dir", 0o777)))
+    many = [(f"opt/f{i:02d}", "file", 0o646) for i in range(30)]
     with pytest.raises(AssertionError) as info:
-        checklist.test_no_world_writable(FakeHost(find=many))
+        checklist.test_no_world_writable(_files(*many))
     assert "/opt/f19" in str(info.value) and "/opt/f20" not in str(info.value)  # the first 20
 
 
-def test_the_find_command_prunes_pseudo_filesystems_and_spares_tmp_and_sticky_dirs():
-    host = FakeHost()
-    checklist.test_no_world_writable(host)
-    ((command, _),) = host.calls
-    for part in (
-        "-xdev",
-        "-path /proc",
-        "-path /sys",
-        "-path /dev",
-        "-prune",
-        "-perm -0002",
-        "! -type l",
-        "! -perm -1000",
-        "! -path /tmp",
-    ):
-        assert part in command, part
+def test_world_writable_spares_pseudo_filesystems_links_tmp_and_sticky_dirs():
+    found = _files(
+        ("./proc/x", "file", 0o666),
+        ("sys/y", "dir", 0o777),
+        ("dev/shm", "dir", 0o777),
+        ("usr/lib/l", "link", 0o777),
+        ("tmp", "dir", 0o777),  # /tmp itself, sticky or not
+        ("var/tmp", "dir", 0o1777),
+        ("var/spool", "dir", 0o1777),
+        ("srv", "dir", 0o777),  # no sticky bit
+        ("etc/f", "file", 0o1777),  # a sticky file is still a world-writable file
+    ).world_writable()
+    assert found == ["/etc/f", "/srv"]
 
 
 # --- run-time toolchain ---------------------------------------------------------------------------
@@ -929,11 +960,14 @@ def test_expectations_derive_cuda_numbers():
 
 def test_compiled_modules_need_a_declared_module():
     with pytest.raises(AssertionError, match="expected the source to declare compiled modules, found none"):
-        checklist.test_compiled_modules(_facts(modules={}), _expect(modules=extensions.ModulePlan((), (), ())))
+        checklist.test_compiled_modules(
+            _facts(modules={}), _expect(modules=extensions.ModulePlan((), (), ())), image_files()
+        )
     with pytest.raises(AssertionError) as info:
         checklist.test_compiled_modules(
             _facts(modules={"a": "ImportError: x", "b": None, "c": "OSError: y"}),
             _expect(modules=extensions.ModulePlan(("a", "b", "c"), (), ())),
+            image_files(**{f"/opt/k3/venv/lib/{m}.abi3.so": _module(f"/opt/k3/venv/lib/{m}.abi3.so") for m in "abc"}),
         )
     assert str(info.value).splitlines()[0] == (
         "expected every compiled module to import, found: a: ImportError: x; c: OSError: y"
@@ -1146,11 +1180,11 @@ def test_no_other_cuda_major_message_lists_everything():
 
 
 def test_compiled_modules_messages():
-    assert _message(checklist.test_compiled_modules, _facts(), _expect(modules=extensions.ModulePlan((), (), ()))) == (
-        "expected the source to declare compiled modules, found none (waive or add them)"
-    )
+    assert _message(
+        checklist.test_compiled_modules, _facts(), _expect(modules=extensions.ModulePlan((), (), ())), image_files()
+    ) == ("expected the source to declare compiled modules, found none (waive or add them)")
     f = _facts(modules={"vllm._C_stable_libtorch": "ImportError: libcuda.so.1"}, libcuda="libcuda.so.1: no such file")
-    assert _message(checklist.test_compiled_modules, f, _expect(compat_dir="/c")) == (
+    assert _message(checklist.test_compiled_modules, f, _expect(compat_dir="/c"), image_files()) == (
         "expected every compiled module to import, found: vllm._C_stable_libtorch: ImportError: libcuda.so.1 "
         "(libcuda.so.1 could not be loaded from /c: libcuda.so.1: no such file)"
     )
@@ -1225,22 +1259,16 @@ def test_pip_check_message_joins_every_conflict():
 
 
 def test_non_root_message_for_an_unset_user():
-    assert _message(checklist.test_non_root, _image(user=""), _facts()) == (
+    assert _message(checklist.test_non_root, _image(user=""), _facts(), image_files()) == (
         "expected a non-root default user, found (unset: root)"
     )
-    assert _message(checklist.test_non_root, _image(user="0:0"), _facts()) == (
+    assert _message(checklist.test_non_root, _image(user="0:0"), _facts(), image_files()) == (
         "expected a non-root default user, found 0:0"
     )
 
 
-def test_the_find_command_is_the_documented_one():
-    host = FakeHost()
-    checklist.test_no_world_writable(host)
-    assert host.calls[0][0] == (
-        "find / -xdev \\( -path /proc -o -path /sys -o -path /dev \\) -prune -o -perm -0002 ! -type l "
-        "\\( ! -type d -o ! -perm -1000 \\) ! -path /tmp -print 2>/dev/null"
-    )
-    assert _message(checklist.test_no_world_writable, FakeHost(find="/a\n/b\n")) == (
+def test_the_world_writable_message_names_the_paths():
+    assert _message(checklist.test_no_world_writable, _files(("a", "file", 0o666), ("b", "file", 0o777))) == (
         "expected no world-writable files outside /tmp, found: /a, /b"
     )
 
@@ -1287,7 +1315,7 @@ def test_a_library_a_package_dlopens_by_name_must_load():
         "libnuma.so.1": "libnuma.so.1: cannot open shared object file",
     }
     with pytest.raises(AssertionError) as info:
-        checklist.test_shared_libraries(host, image, e, lambda m: None)
+        checklist.test_shared_libraries(host, image, e, lambda m: None, host.files)
     assert (
         "libnuma.so.1 (loaded by name: fastsafetensors) does not load: libnuma.so.1: cannot open shared object file"
     ) in str(info.value) and "libcudart.so (" not in str(info.value)
@@ -1307,7 +1335,7 @@ def test_shared_libraries_allows_other_major_by_distribution_and_optional_files_
         ],
     )
     with pytest.raises(AssertionError) as info:
-        checklist.test_shared_libraries(host, image, e, lambda m: None)
+        checklist.test_shared_libraries(host, image, e, lambda m: None, host.files)
     text = str(info.value)
     assert f"{lib} (torchcodec 0.17.0) needs libcudart.so.13, a CUDA 13 library" in text
     assert "libavcodec.so.61, which nothing in the image provides" in text and "libcuda.so.1" not in text
@@ -1317,7 +1345,7 @@ def test_shared_libraries_allows_other_major_by_distribution_and_optional_files_
         other_major={"torchcodec": "a stated exception"},
         optional_libraries={"/opt/k3/*/libtorchcodec_core*.so": "one core per FFmpeg major"},
     )
-    checklist.test_shared_libraries(host, image, e, warnings.append)
+    checklist.test_shared_libraries(host, image, e, warnings.append, host.files)
     assert warnings == [
         f"shared_libraries: {lib} (torchcodec 0.17.0) needs libcudart.so.13 (CUDA 13), allowed by the "
         "matrix: a stated exception",
@@ -1340,7 +1368,7 @@ def test_the_recipe_probe_gets_its_own_environment_and_stale_skips_are_reported(
     checklist.test_recipe_cli(host, e)
     checklist.test_python_trees(host, e, warnings.append)
     ((command, _),) = [c for c in host.calls if c[1][0] == probes.script("recipe")]
-    assert command.startswith("LD_LIBRARY_PATH=") and " VLLM_TARGET_DEVICE=cpu python -c %s %s" in command
+    assert command.startswith("LD_LIBRARY_PATH=") and " VLLM_TARGET_DEVICE=cpu python -I -S -c %s %s" in command
     assert "python_trees: skip pattern vllm.gone.* matches no module: drop it from python_skip" in warnings
 
 
