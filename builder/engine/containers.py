@@ -90,11 +90,14 @@ class _Capped:
         return (bytes(self.head) + cut + b"".join(self.tail)).decode("utf-8", "replace")
 
 
-def run_capped(argv: list[str], timeout: float) -> Ran:
-    """Run ``argv`` with a timeout (then killed: rc None) and its output capped (``_Capped``)."""
-    proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+def run_capped(argv: list[str], timeout: float, stdin: bytes | None = None) -> Ran:
+    """Run ``argv`` (``stdin`` its input) with a timeout (then killed: rc None) and its output capped."""
+    feed = subprocess.DEVNULL if stdin is None else subprocess.PIPE
+    proc = subprocess.Popen(argv, stdin=feed, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     assert proc.stdout is not None and proc.stderr is not None
     out, err = _Capped(proc.stdout), _Capped(proc.stderr)
+    if stdin is not None:
+        threading.Thread(target=_feed, args=(proc.stdin, stdin), daemon=True).start()
     try:
         rc: int | None = proc.wait(timeout=timeout)
     except subprocess.TimeoutExpired:
@@ -104,6 +107,14 @@ def run_capped(argv: list[str], timeout: float) -> Ran:
     for reader in (out, err):
         reader.thread.join(timeout=30)  # a grandchild holding the pipe open is not waited for
     return Ran(rc, out.text(), err.text(), out.dropped + err.dropped)
+
+
+def _feed(pipe, data: bytes) -> None:
+    try:
+        pipe.write(data)
+        pipe.close()
+    except OSError:  # the command exited without reading it all
+        pass
 
 
 @contextlib.contextmanager
