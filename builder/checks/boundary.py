@@ -45,6 +45,7 @@ BASIS = {
     "labels": Basis.HOST,
     "non_root": Basis.HOST,
     "no_world_writable": Basis.HOST,
+    "cuda_runtime": Basis.CROSS,
     "compiled_modules": Basis.CROSS,
     "shared_libraries": Basis.CROSS,
     "everything_loads": Basis.CROSS,

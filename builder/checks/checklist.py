@@ -65,11 +65,16 @@ def facts(image_host, expect):
     return found
 
 
-def test_cuda_runtime(facts, expect, image):
+def test_cuda_runtime(facts, expect, image, image_files):
     need(facts, "libs", "version_json")
     want = expect.cudart_version
     runtimes = {p: e for p, e in facts["libs"].items() if "libcudart.so" in p}
     assert runtimes, f"expected a CUDA runtime (libcudart.so) reporting {want}, found none in the image"
+    # The interpreter's answer held to the host's reading: a runtime that is not there never reports.
+    absent = {p: image_files.runtime_problem(p, expect.platform) for p, e in runtimes.items() if e.get("version")}
+    assert not any(absent.values()), "expected the CUDA runtime the probe reports in the image, found " + "; ".join(
+        f"{p}: {why}" for p, why in sorted(absent.items()) if why
+    )
     # The copy the imports mapped is judged (other copies: loaded_libraries); none mapped: every copy.
     real = {e.get("real") or p: p for p, e in runtimes.items()}
     judged = [real.get(m, m) for m in facts.get("mapped") or []] or sorted(runtimes)

@@ -29,6 +29,7 @@ KEPT_TEXTS = ("/etc/passwd",)
 MAX_TEXT = 1 << 20
 SHARED_OBJECT = re.compile(r"\.so(\.[0-9.]+)?$")  # a ".so" in its name: what the loads probe tries
 ET_DYN = 3
+RUNTIMES = ("libcudart.so",)  # read wherever they are: cuda_runtime's answer is held to them
 MACHINES = {"linux/amd64": 62, "linux/arm64": 183, "linux/ppc64le": 21, "linux/s390x": 22}
 
 
@@ -44,7 +45,8 @@ class Entry:
     uid: int
     gid: int
     size: int
-    head: bytes = b""  # the first HEAD bytes of a shared object under a watched root
+    head: bytes = b""  # the first HEAD bytes of a shared object under a watched root, or a CUDA runtime
+    link: str = ""  # a symbolic link's target
 
 
 @dataclass
@@ -100,6 +102,37 @@ class ImageFiles:
         return found
 
 
+    def resolve(self, path: str) -> Entry | None:
+        """The entry ``path`` leads to, its links followed on the listing as the kernel would
+        (at most 40); None when it leads nowhere in the image."""
+        parts, done, hops = [p for p in path.split("/") if p], "", 0
+        while parts:
+            part = parts.pop(0)
+            if part in ("", "."):
+                continue
+            here = done.rsplit("/", 1)[0] if part == ".." else f"{done}/{part}"
+            entry = self.entries.get(here or "/")
+            if entry is not None and entry.kind == "link":
+                hops += 1
+                if hops > 40:
+                    return None
+                base = "" if entry.link.startswith("/") else done
+                parts = [p for p in f"{base}/{entry.link}".split("/") if p] + parts
+                done = ""
+                continue
+            done = here
+        return self.entries.get(done or "/")
+
+    def runtime_problem(self, path: str, platform: str | None) -> str | None:
+        """Why the CUDA runtime a probe reports at ``path`` is not a loadable ELF shared object in
+        the image as the host reads it (None: it is)."""
+        entry = self.resolve(path)
+        if entry is None or entry.kind != "file":
+            return "no such file in the image (read on the host)"
+        why = elf_problem(entry.head, MACHINES.get(platform or ""))
+        return f"{why} (read on the host)" if why else None
+
+
 def elf_problem(head: bytes, machine: int | None) -> str | None:
     """Why ``head`` (a file's first bytes) is not an ELF shared object a process of ``machine`` loads."""
     if len(head) < 20 or head[:4] != b"\x7fELF":
@@ -151,14 +184,16 @@ def read(stream: IO[bytes], watch: tuple[str, ...]) -> ImageFiles:
                 if path is None:
                     raise UnreadableImage(f"a member named {member.name[:200]!r}")
                 head, kind = b"", _kind(member)
-                if kind == "file" and (path in KEPT_TEXTS or (path.startswith(tops) and SHARED_OBJECT.search(path))):
+                watched = path.startswith(tops) or path.rsplit("/", 1)[-1].startswith(RUNTIMES)
+                if kind == "file" and (path in KEPT_TEXTS or (watched and SHARED_OBJECT.search(path))):
                     data = tar.extractfile(member)
                     assert data is not None, "a regular member always has data"
                     if path in KEPT_TEXTS:
                         view.texts[path] = data.read(MAX_TEXT)
                     else:
                         head = data.read(HEAD)
-                view.entries[path] = Entry(path, kind, member.mode, member.uid, member.gid, member.size, head)
+                link = member.linkname if kind == "link" else ""
+                view.entries[path] = Entry(path, kind, member.mode, member.uid, member.gid, member.size, head, link)
     except (tarfile.TarError, EOFError, OSError) as exc:
         raise UnreadableImage(f"the exported file system is not a readable tar: {exc}") from None
     return view

@@ -278,8 +278,20 @@ def _module(path: str, head: bytes = ELF_SO) -> imagefiles.Entry:
 def image_files(**extra: imagefiles.Entry) -> imagefiles.ImageFiles:
     """The host's reading of a correct image: its compiled module an ELF shared object, a
     non-root user in /etc/passwd; ``extra`` entries by path."""
-    entries = {_EXT: _module(_EXT), **{path: entry for path, entry in extra.items()}}
+    runtimes = {path: _module(path) for path in CUDA12}
+    entries = {_EXT: _module(_EXT), **runtimes, **{path: entry for path, entry in extra.items()}}
     return imagefiles.ImageFiles(entries, {"/etc/passwd": b"root:x:0:0::/root:/bin/sh\nk3:x:2000:2000::/:/bin/sh\n"})
+
+
+class _Present(imagefiles.ImageFiles):
+    """The host's reading where every CUDA runtime a probe names is a loadable ELF (the tests that
+    judge versions; tests/unit/test_hostile_image.py judges the reading itself)."""
+
+    def runtime_problem(self, path, platform):
+        return None
+
+
+PRESENT = _Present()
 
 
 def _fixtures(f, e, image, host, warn, facts: dict | None = None) -> dict:
@@ -490,7 +502,7 @@ def test_pypi_cuda13_torch_is_caught():
         torch={"version": "2.14.1", "cuda": "13.0"},
     )
     with pytest.raises(AssertionError, match=r"expected torch.version.cuda == 12.9, found 13.0"):
-        checklist.test_cuda_runtime(f, _expect(), _image())
+        checklist.test_cuda_runtime(f, _expect(), _image(), PRESENT)
     with pytest.raises(AssertionError) as info:
         checklist.test_no_other_cuda_major(f, _expect(), lambda m: None)
     assert "cuda-toolkit 13.0.3" in str(info.value) and "nvidia-nccl-cu13" in str(info.value)
@@ -545,11 +557,11 @@ def test_a_module_that_needs_the_driver_says_where_libcuda_was_looked_for():
 def test_cuda_version_mismatches_say_expected_and_found():
     f = _facts(libs={"/usr/local/cuda/lib64/libcudart.so.12": {"version": 12080}})
     with pytest.raises(AssertionError, match=r"expected cudaRuntimeGetVersion\(\) == 12090 .*found 12080"):
-        checklist.test_cuda_runtime(f, _expect(), _image())
+        checklist.test_cuda_runtime(f, _expect(), _image(), PRESENT)
     with pytest.raises(AssertionError, match="expected CUDA_VERSION 12.9.x, found 13.0.1"):
-        checklist.test_cuda_runtime(_facts(), _expect(), _image(env={"CUDA_VERSION": "13.0.1"}))
+        checklist.test_cuda_runtime(_facts(), _expect(), _image(env={"CUDA_VERSION": "13.0.1"}), PRESENT)
     with pytest.raises(AssertionError, match="found none"):
-        checklist.test_cuda_runtime(_facts(libs={}), _expect(), _image())
+        checklist.test_cuda_runtime(_facts(libs={}), _expect(), _image(), PRESENT)
 
 
 def test_pins_and_lock_contents_name_the_difference():
@@ -920,23 +932,23 @@ def test_the_loaded_runtime_is_judged_not_any_copy_that_reports_the_right_versio
     # issue 34: a 12.9 copy somewhere in the image used to pass an image whose loaded libcudart is 12.8
     libs = {"/a/libcudart.so.12": {"version": 12080}, "/b/libcudart.so.12": {"version": 12090}}
     with pytest.raises(AssertionError, match=r"from the loaded libcudart, found 12080 at /a/libcudart.so.12$"):
-        checklist.test_cuda_runtime(_facts(libs=libs, mapped=["/a/libcudart.so.12"]), _expect(), _image())
-    checklist.test_cuda_runtime(_facts(libs=libs, mapped=["/b/libcudart.so.12"]), _expect(), _image())
+        checklist.test_cuda_runtime(_facts(libs=libs, mapped=["/a/libcudart.so.12"]), _expect(), _image(), PRESENT)
+    checklist.test_cuda_runtime(_facts(libs=libs, mapped=["/b/libcudart.so.12"]), _expect(), _image(), PRESENT)
     # none loaded: every readable copy is judged
     with pytest.raises(AssertionError, match="none loaded: every copy"):
-        checklist.test_cuda_runtime(_facts(libs=libs, mapped=[]), _expect(), _image())
-    checklist.test_cuda_runtime(_facts(version_json=None, torch=None), _expect(), _image(env={"PATH": "/bin"}))
+        checklist.test_cuda_runtime(_facts(libs=libs, mapped=[]), _expect(), _image(), PRESENT)
+    checklist.test_cuda_runtime(_facts(version_json=None, torch=None), _expect(), _image(env={"PATH": "/bin"}), PRESENT)
     with pytest.raises(AssertionError, match="expected /usr/local/cuda/version.json CUDA 12.9, found 12.8.1"):
-        checklist.test_cuda_runtime(_facts(version_json="12.8.1"), _expect(), _image())
+        checklist.test_cuda_runtime(_facts(version_json="12.8.1"), _expect(), _image(), PRESENT)
     with pytest.raises(AssertionError, match="expected torch to import, found ImportError: libcudnn"):
-        checklist.test_cuda_runtime(_facts(torch={"error": "ImportError: libcudnn"}), _expect(), _image())
+        checklist.test_cuda_runtime(_facts(torch={"error": "ImportError: libcudnn"}), _expect(), _image(), PRESENT)
     with pytest.raises(AssertionError, match="no loadable libcudart"):
         checklist.test_cuda_runtime(
-            _facts(libs={"/a/libcudart.so.12": {"version": None, "error": "x"}}), _expect(), _image()
+            _facts(libs={"/a/libcudart.so.12": {"version": None, "error": "x"}}), _expect(), _image(), PRESENT
         )
     # libcublas is no runtime
     with pytest.raises(AssertionError, match="found none in the image"):
-        checklist.test_cuda_runtime(_facts(libs={"/a/libcublas.so.12": {"real": "x"}}), _expect(), _image())
+        checklist.test_cuda_runtime(_facts(libs={"/a/libcublas.so.12": {"real": "x"}}), _expect(), _image(), PRESENT)
 
 
 def test_a_renamed_library_is_caught_by_its_name_and_by_its_version():
@@ -1146,22 +1158,26 @@ def _message(call, *args) -> str:
 
 def test_cuda_runtime_messages():
     libs = {"/b/libcudart.so.12": {"version": 12060}, "/a/libcudart.so.12": {"version": 12080}}
-    assert _message(checklist.test_cuda_runtime, _facts(libs=libs, mapped=[]), _expect(), _image()) == (
+    assert _message(checklist.test_cuda_runtime, _facts(libs=libs, mapped=[]), _expect(), _image(), PRESENT) == (
         "expected cudaRuntimeGetVersion() == 12090 (CUDA 12.9) from the libcudart (none loaded: every copy), "
         "found 12080 at /a/libcudart.so.12, 12060 at /b/libcudart.so.12"
     )
     dead = {"/a/libcudart.so.12": {"version": None}}
     assert _message(
-        checklist.test_cuda_runtime, _facts(libs=dead, mapped=["/a/libcudart.so.12"]), _expect(), _image()
+        checklist.test_cuda_runtime, _facts(libs=dead, mapped=["/a/libcudart.so.12"]), _expect(), _image(), PRESENT
     ) == (
         "expected cudaRuntimeGetVersion() == 12090 (CUDA 12.9) from the loaded libcudart, found no loadable libcudart"
     )
-    assert _message(checklist.test_cuda_runtime, _facts(libs={}), _expect(), _image()) == (
+    assert _message(checklist.test_cuda_runtime, _facts(libs={}), _expect(), _image(), PRESENT) == (
         "expected a CUDA runtime (libcudart.so) reporting 12090, found none in the image"
     )
     assert (
         _message(
-            checklist.test_cuda_runtime, _facts(torch={"version": "2.13.0+cu130", "cuda": "13.0"}), _expect(), _image()
+            checklist.test_cuda_runtime,
+            _facts(torch={"version": "2.13.0+cu130", "cuda": "13.0"}),
+            _expect(),
+            _image(),
+            PRESENT,
         )
         == "expected torch.version.cuda == 12.9, found 13.0 (torch 2.13.0+cu130)"
     )

@@ -193,3 +193,44 @@ def test_every_check_says_who_answers_it():
     assert set(boundary.BASIS) <= set(contract.CHECKS)
     assert {boundary.basis(c) for c in contract.CHECKS} == set(boundary.Basis)
     assert boundary.basis("recipe_cli") is boundary.Basis.IMAGE and boundary.basis("non_root") is boundary.Basis.HOST
+
+
+def test_a_deleted_cuda_runtime_never_reports_a_version():
+    """The facts probe replayed says libcudart reports 12.9; the host reads no such file."""
+    f, e, image, host = _correct()
+    checklist.test_cuda_runtime(f, e, image, host.files)
+    (path,) = [p for p in f["libs"] if "libcudart" in p]
+    del host.files.entries[path]
+    with pytest.raises(AssertionError, match=f"{path}: no such file in the image"):
+        checklist.test_cuda_runtime(f, e, image, host.files)
+    host.files.entries[path] = _module(path, RANDOM)
+    with pytest.raises(AssertionError, match="not an ELF file"):
+        checklist.test_cuda_runtime(f, e, image, host.files)
+
+
+def test_links_are_followed_on_the_listing():
+    lib = "/usr/local/cuda/lib64"
+    files = imagefiles.ImageFiles(
+        {
+            "/usr/local/cuda": imagefiles.Entry("/usr/local/cuda", "link", 0o777, 0, 0, 0, link="cuda-12.9"),
+            "/usr/local/cuda-12.9/lib64/libcudart.so.12": _module("/usr/local/cuda-12.9/lib64/libcudart.so.12"),
+            "/usr/local/cuda-12.9/lib64/loop": imagefiles.Entry("x", "link", 0o777, 0, 0, 0, link="loop"),
+            "/usr/local/cuda-12.9/lib64/up": imagefiles.Entry(
+                "x", "link", 0o777, 0, 0, 0, link="../lib64/libcudart.so.12"
+            ),
+        }
+    )
+    assert files.runtime_problem(f"{lib}/libcudart.so.12", None) is None
+    assert files.runtime_problem(f"{lib}/up", None) is None
+    assert files.runtime_problem(f"{lib}/loop", None) == "no such file in the image (read on the host)"
+    assert files.runtime_problem(f"{lib}/libcudart.so.13", None) == "no such file in the image (read on the host)"
+
+
+def test_a_cuda_runtime_anywhere_has_its_head_read():
+    so = tarfile.TarInfo("usr/local/cuda-12.9/lib64/libcudart.so.12.9.79")
+    so.size = 100
+    other = tarfile.TarInfo("usr/lib/libz.so.1")
+    other.size = 100
+    view = imagefiles.read(_tar(so, other, data=b"\x7fELF" + bytes(96)), ("/opt",))
+    assert view.entries["/usr/local/cuda-12.9/lib64/libcudart.so.12.9.79"].head.startswith(b"\x7fELF")
+    assert view.entries["/usr/lib/libz.so.1"].head == b""  # outside the prefix: only runtimes are read
