@@ -101,7 +101,6 @@ class ImageFiles:
                 found.append((e.path, f"{why} (read on the host, not by the image)"))
         return found
 
-
     def resolve(self, path: str) -> Entry | None:
         """The entry ``path`` leads to, its links followed on the listing as the kernel would
         (at most 40); None when it leads nowhere in the image."""

@@ -168,21 +168,27 @@ class DockerContainers:
         """Start a container of ``ref`` that idles (no network) for checks; returns its id.
         ``platform``: the image's (another machine's runs emulated), else the engine's own."""
         with docker_errors(f"cannot start a container of {ref}"):
-            container = self.docker.run(
-                ref,
-                ["infinity"],
-                entrypoint="sleep",
-                detach=True,
-                labels=_labels(),
-                platform=platform,
-                networks=["none"],
-                cap_drop=["ALL"],
-                security_options=NO_PRIVILEGE,
-                pids_limit=PIDS,
-                memory=MEMORY,
-                cpus=CPUS,
-            )
+            container = self._hardened(ref, ["infinity"], "sleep", detach=True, platform=platform)
         return container.id
+
+    def _hardened(self, ref: str, args: list[str], entrypoint: str, *, detach: bool, platform: str | None = None):
+        """``docker run`` as every container of an image under check runs: no network, no capability,
+        no-new-privileges, bounded; detached (a container) or removed when done (its stdout)."""
+        return self.docker.run(  # type: ignore[call-overload]  # ``detach`` picks the overload at run time
+            ref,
+            args,
+            entrypoint=entrypoint,
+            detach=detach,
+            remove=not detach,
+            labels=_labels(),
+            platform=platform,
+            networks=["none"],
+            cap_drop=["ALL"],
+            security_options=NO_PRIVILEGE,
+            pids_limit=PIDS,
+            memory=MEMORY,
+            cpus=CPUS,
+        )
 
     def exec(self, container_id: str, argv: list[str], timeout: float) -> Ran:
         """Run ``argv`` in the container (``docker exec``), at most ``timeout`` seconds, output capped.
@@ -242,19 +248,7 @@ class DockerContainers:
     def run_capture(self, ref: str, entrypoint: str, args: list[str]) -> str:
         """Run ``entrypoint args`` in a throwaway container of ``ref`` (no network); its stdout."""
         with docker_errors(f"cannot run {entrypoint} in {ref}"):
-            return self.docker.run(
-                ref,
-                args,
-                entrypoint=entrypoint,
-                remove=True,
-                labels=_labels(),
-                networks=["none"],
-                cap_drop=["ALL"],
-                security_options=NO_PRIVILEGE,
-                pids_limit=PIDS,
-                memory=MEMORY,
-                cpus=CPUS,
-            )
+            return self._hardened(ref, args, entrypoint, detach=False)
 
     def run_online(self, ref: str, script: str, platform: str | None = None) -> str:
         """Run ``sh -c script`` in a throwaway container of ``ref`` WITH the engine's default network
