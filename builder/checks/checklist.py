@@ -1,7 +1,8 @@
 """The image checks, one test per entry of ``contract.CHECKS`` (same names, ``test_`` prefixed), run
-by ``build test`` through pytest with testinfra's docker backend; fixtures from runner.py: ``expect``
-(matrix, record, source), ``image`` (the image config), ``image_host`` (testinfra, in a container of
-the image), ``pip_dir`` (pip for ``pip check``), ``report_warning``. Failures say expected and found.
+by ``build test`` through pytest (boundary.py: who answers each); fixtures from runner.py: ``expect``
+(matrix, record, source), ``image`` (the image config), ``image_host`` (boundary.ContainerHost, in a
+container of the image), ``image_files`` (the image's files read on the host), ``pip_dir`` (pip for
+``pip check``), ``report_warning``. Failures say expected and found.
 """
 
 from __future__ import annotations

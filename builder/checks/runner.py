@@ -1,4 +1,4 @@
-"""`build test`: run the image checks (builder/checks/checklist.py) with pytest and testinfra.
+"""`build test`: run the image checks (builder/checks/checklist.py) with pytest.
 
 Expectations are computed here from the matrix, the record and the source at the pinned commit,
 then handed to the checklist as a fixture; the checklist holds no constants of its own. A
