@@ -52,6 +52,7 @@ BASIS = {
     "gpu_code": Basis.CROSS,
     "gpu_coverage": Basis.CROSS,
     "least_privilege": Basis.CROSS,
+    "installed_files": Basis.CROSS,
 }
 
 

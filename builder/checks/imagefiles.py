@@ -15,6 +15,12 @@ loadable ELF shared object can never "load", whatever a probe printed), and /etc
 
 from __future__ import annotations
 
+import base64
+import binascii
+import csv
+import hashlib
+import io
+import posixpath
 import re
 import stat
 import struct
@@ -29,6 +35,7 @@ KEPT_TEXTS = ("/etc/passwd",)
 MAX_TEXT = 1 << 20
 SHARED_OBJECT = re.compile(r"\.so(\.[0-9.]+)?$")  # a ".so" in its name: what the loads probe tries
 ET_DYN = 3
+_RECORD = re.compile(r"\.dist-info/RECORD(\.native)?$")
 RUNTIMES = ("libcudart.so",)  # read wherever they are: cuda_runtime's answer is held to them
 MACHINES = {"linux/amd64": 62, "linux/arm64": 183, "linux/ppc64le": 21, "linux/s390x": 22}
 
@@ -52,7 +59,30 @@ class Entry:
 @dataclass
 class ImageFiles:
     entries: dict[str, Entry] = field(default_factory=dict)
-    texts: dict[str, bytes] = field(default_factory=dict)
+    texts: dict[str, bytes] = field(default_factory=dict)  # /etc/passwd, the RECORDs under the prefix
+    hashes: dict[str, str] = field(default_factory=dict)  # sha256 (hex) of every file under the prefix
+
+    def record_problems(self, root: str) -> list[tuple[str, str]]:
+        """(path, why) of every file a RECORD (or RECORD.native) under ``root`` hashes that is
+        missing from the image or holds other bytes, all read on the host: what installed_files'
+        probe answers is held to this."""
+        found = []
+        for record, text in sorted(self.texts.items()):
+            if not record.startswith(root.rstrip("/") + "/") or not _RECORD.search(record):
+                continue
+            site, name = posixpath.dirname(posixpath.dirname(record)), posixpath.basename(posixpath.dirname(record))
+            for row in csv.reader(io.StringIO(text.decode("utf-8", "replace"))):
+                if len(row) < 2 or not row[1].startswith("sha256="):
+                    continue
+                path = posixpath.normpath(posixpath.join(site, row[0]))
+                if not path.startswith(root.rstrip("/") + "/"):
+                    continue  # outside the prefix: not hashed here
+                want = _hex(row[1].removeprefix("sha256="))
+                if path not in self.hashes:
+                    found.append((path, f"missing (listed in {record}; read on the host)"))
+                elif self.hashes[path] != want:
+                    found.append((path, f"sha256 differs from {name}/{posixpath.basename(record)} (read on the host)"))
+        return found
 
     def under(self, root: str) -> Iterable[Entry]:
         top = root.rstrip("/") + "/"
@@ -147,6 +177,14 @@ def elf_problem(head: bytes, machine: int | None) -> str | None:
     return None
 
 
+def _hex(urlsafe: str) -> str:
+    """RECORD's urlsafe-base64 sha256 (no padding) as hex; "" when it is not one."""
+    try:
+        return base64.urlsafe_b64decode(urlsafe + "=" * (-len(urlsafe) % 4)).hex()
+    except (binascii.Error, ValueError):
+        return ""
+
+
 def _virtual(path: str) -> bool:
     return path.split("/")[1:2] in (["proc"], ["sys"], ["dev"])
 
@@ -170,8 +208,8 @@ def _kind(member: tarfile.TarInfo) -> str:
 
 
 def read(stream: IO[bytes], watch: tuple[str, ...]) -> ImageFiles:
-    """The static view of an exported root filesystem: ``stream`` read once, forward only; the
-    first bytes of the shared objects under the ``watch`` roots kept."""
+    """The static view of an exported root filesystem: ``stream`` read once, forward only; under
+    the ``watch`` roots every file hashed, the first bytes of each shared object and each RECORD kept."""
     tops = tuple(w.rstrip("/") + "/" for w in watch)
     view = ImageFiles()
     try:
@@ -183,16 +221,33 @@ def read(stream: IO[bytes], watch: tuple[str, ...]) -> ImageFiles:
                 if path is None:
                     raise UnreadableImage(f"a member named {member.name[:200]!r}")
                 head, kind = b"", _kind(member)
-                watched = path.startswith(tops) or path.rsplit("/", 1)[-1].startswith(RUNTIMES)
-                if kind == "file" and (path in KEPT_TEXTS or (watched and SHARED_OBJECT.search(path))):
-                    data = tar.extractfile(member)
-                    assert data is not None, "a regular member always has data"
-                    if path in KEPT_TEXTS:
-                        view.texts[path] = data.read(MAX_TEXT)
-                    else:
-                        head = data.read(HEAD)
+                if kind == "file":
+                    head = _read_file(tar, member, path, path.startswith(tops), view)
                 link = member.linkname if kind == "link" else ""
                 view.entries[path] = Entry(path, kind, member.mode, member.uid, member.gid, member.size, head, link)
     except (tarfile.TarError, EOFError, OSError) as exc:
         raise UnreadableImage(f"the exported file system is not a readable tar: {exc}") from None
     return view
+
+
+def _read_file(tar: tarfile.TarFile, member: tarfile.TarInfo, path: str, watched: bool, view: ImageFiles) -> bytes:
+    """What the view keeps of one regular file: its head (shared objects, CUDA runtimes), its sha256
+    (under a watched root), its text (/etc/passwd, RECORDs under a watched root); returns the head."""
+    runtime = path.rsplit("/", 1)[-1].startswith(RUNTIMES)
+    record = watched and _RECORD.search(path) is not None
+    if not (watched or runtime or path in KEPT_TEXTS):
+        return b""
+    data = tar.extractfile(member)
+    assert data is not None, "a regular member always has data"
+    digest, head, kept = hashlib.sha256(), b"", bytearray()
+    for chunk in iter(lambda: data.read(1 << 20), b""):
+        if len(head) < HEAD:
+            head += chunk[: HEAD - len(head)]
+        if (record or path in KEPT_TEXTS) and len(kept) < MAX_TEXT * 8:
+            kept += chunk[: MAX_TEXT * 8 - len(kept)]
+        digest.update(chunk)
+    if watched:
+        view.hashes[path] = digest.hexdigest()
+    if record or path in KEPT_TEXTS:
+        view.texts[path] = bytes(kept)
+    return head if (watched and SHARED_OBJECT.search(path)) or runtime else b""

@@ -143,6 +143,46 @@ def test_a_broken_image_replaying_good_answers_is_not_fit(hostile):
     assert rows["recipe_cli"]["basis"] == "image"
 
 
+# The next step of the attack: the interpreter itself replaced by one that installs the replay
+# whatever its flags say (-I -S included). Isolation cannot stop that; the host's reading does.
+INTERPRETER = f"""import sys
+sys.path.insert(0, "{SITE}")
+import k3replay
+args = sys.argv[1:]
+while args and args[0] in ("-I", "-S", "-E", "-s"):
+    args.pop(0)
+if args[:1] == ["-c"]:
+    sys.argv = ["-c", *args[2:]]
+    exec(compile(args[1], "<string>", "exec"), {{"__name__": "__main__"}})
+"""
+
+
+def test_a_replaced_interpreter_still_cannot_pass_the_rows_the_host_reads(hostile, tmp_path):
+    smoke, tag, _ = hostile
+    (tmp_path / "replayrun.py").write_text(INTERPRETER)
+    (tmp_path / "python").write_text('#!/bin/sh\nexec /usr/bin/python3.11 /opt/k3/replayrun.py "$@"\n')
+    (tmp_path / "python").chmod(0o755)
+    (tmp_path / "Dockerfile").write_text(
+        f"FROM {tag}\nCOPY replayrun.py /opt/k3/replayrun.py\nRUN rm /opt/k3/venv/bin/python\n"
+        "COPY python /opt/k3/venv/bin/python\n"
+    )
+    liar = tag.replace("k3-hostile-vet", "k3-hostile-python")
+    subprocess.run(
+        ["docker", "buildx", "build", "--load", "-q", "-t", liar, str(tmp_path)], check=True, capture_output=True
+    )
+    try:
+        code, doc, err = _vet(smoke, liar)
+    finally:
+        subprocess.run(["docker", "image", "rm", "-f", liar], capture_output=True)
+    assert code == 1, err[-3000:]
+    rows = {c["name"]: c for c in doc["checks"]}
+    failed = {n for n, c in rows.items() if c["status"] == "fail"}
+    host_read = {"cuda_runtime", "compiled_modules", "everything_loads", "shared_libraries", "gpu_code"}
+    assert host_read <= failed, {n: rows[n] for n in host_read - failed}
+    assert {"non_root", "no_world_writable", "least_privilege"} <= failed
+    assert "read on the host" in rows["compiled_modules"]["finding"]
+
+
 @pytest.fixture(scope="module")
 def runaway(built, tmp_path_factory):
     """Two images whose C compiler (runtime_toolchain runs $CC) never returns, or prints 300 MB."""

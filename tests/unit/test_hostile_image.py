@@ -4,6 +4,7 @@ are held to the host's reading of the image's files, whatever the image's interp
 
 from __future__ import annotations
 
+import hashlib
 import io
 import json
 import os
@@ -234,3 +235,53 @@ def test_a_cuda_runtime_anywhere_has_its_head_read():
     view = imagefiles.read(_tar(so, other, data=b"\x7fELF" + bytes(96)), ("/opt",))
     assert view.entries["/usr/local/cuda-12.9/lib64/libcudart.so.12.9.79"].head.startswith(b"\x7fELF")
     assert view.entries["/usr/lib/libz.so.1"].head == b""  # outside the prefix: only runtimes are read
+
+
+def _record_line(rel: str, data: bytes) -> str:
+    import base64
+
+    digest = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
+    return f"{rel},sha256={digest},{len(data)}\n"
+
+
+def _members(files: dict[str, bytes]) -> io.BytesIO:
+    raw = io.BytesIO()
+    with tarfile.open(fileobj=raw, mode="w") as tar:
+        for name, data in files.items():
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+    raw.seek(0)
+    return raw
+
+
+def test_every_record_hash_is_checked_again_on_the_host():
+    site = "opt/k3/venv/lib/python3.12/site-packages"
+    record = _record_line("pkg/__init__.py", b"x = 1\n") + _record_line("pkg/_c.so", b"\x7fELF good")
+    record += (
+        _record_line("pkg/gone.py", b"")
+        + _record_line("../../../../../../usr/bin/tool", b"#!")
+        + "pkg-1.0.dist-info/RECORD,,\n"
+    )
+    files = {
+        f"{site}/pkg-1.0.dist-info/RECORD": record.encode(),
+        f"{site}/pkg/__init__.py": b"x = 1\n",
+        f"{site}/pkg/_c.so": b"\x7fELF patched",  # its RECORD line was not re-hashed
+    }
+    view = imagefiles.read(_members(files), ("/opt/k3/venv",))
+    assert view.record_problems("/opt/k3/venv") == [
+        (f"/{site}/pkg/_c.so", "sha256 differs from pkg-1.0.dist-info/RECORD (read on the host)"),
+        (f"/{site}/pkg/gone.py", f"missing (listed in /{site}/pkg-1.0.dist-info/RECORD; read on the host)"),
+    ]
+    assert view.hashes[f"/{site}/pkg/__init__.py"] == hashlib.sha256(b"x = 1\n").hexdigest()
+    # installed_files: the probe replayed clean, the host's reading fails it
+    clean = {"problems": [], "dists": 1, "hashed": 3, "wheel_checked": 0, "dpkg_checked": 0, "count": 0}
+    clean["pip_added"] = {"metadata": 0, "bytecode": 0, "outside": 0}
+
+    class Host:
+        def run(self, command, *args):
+            return Ran(0, probes.MARKER + json.dumps(clean) + "\n", "")
+
+    e = _correct()[1]
+    with pytest.raises(AssertionError, match=r"found 2: .*_c\.so: sha256 differs .*read on the host"):
+        checklist_image.test_installed_files(Host(), e, lambda m: None, view)
