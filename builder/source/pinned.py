@@ -285,14 +285,8 @@ class PinnedThirdParty:
         """The tree as FetchContent would have checked it out (submodules included), mtimes fixed.
         Each submodule is written into its gitlink's directory, reached without following a link."""
         _fresh(dest)
-        parts = [
-            (
-                _commit_repo(self.url, self.commit),
-                self.commit,
-                "",
-                f"third-party source {self.name} at {self.commit[:12]}",
-            )
-        ]
+        top = f"third-party source {self.name} at {self.commit[:12]}"
+        parts = [(_commit_repo(self.url, self.commit), self.commit, "", top)]
         for sub in self.submodules:
             where = f"third-party source {self.name}: submodule {sub.path} at {sub.commit[:12]}"
             parts.append((_commit_repo(sub.url, sub.commit), sub.commit, sub.path, where))
