@@ -133,8 +133,10 @@ def test_no_other_cuda_major(facts, expect, report_warning):
 def test_compiled_modules(facts, expect, image_files):
     need(facts, "modules")
     broken = {m: facts["modules"].get(m) for m in expect.modules.required if facts["modules"].get(m)}
-    # The interpreter's answer held to the host's reading: a module with no loadable file never imports.
-    broken.update(boundary.missing_modules(image_files, expect, expect.modules.required))
+    # The interpreter's answer held to the host's reading: a module with no loadable file never imports
+    # (where the probe already says why it does not, that stays the finding).
+    for module, why in boundary.missing_modules(image_files, expect, expect.modules.required):
+        broken.setdefault(module, why)
     assert expect.modules.required, "expected the source to declare compiled modules, found none (waive or add them)"
     hint = ""
     if facts.get("libcuda"):
