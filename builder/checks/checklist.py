@@ -1,7 +1,8 @@
 """The image checks, one test per entry of ``contract.CHECKS`` (same names, ``test_`` prefixed), run
-by ``build test`` through pytest with testinfra's docker backend; fixtures from runner.py: ``expect``
-(matrix, record, source), ``image`` (the image config), ``image_host`` (testinfra, in a container of
-the image), ``pip_dir`` (pip for ``pip check``), ``report_warning``. Failures say expected and found.
+by ``build test`` through pytest (boundary.py: who answers each); fixtures from runner.py: ``expect``
+(matrix, record, source), ``image`` (the image config), ``image_host`` (boundary.ContainerHost, in a
+container of the image), ``image_files`` (the image's files read on the host), ``pip_dir`` (pip for
+``pip check``), ``report_warning``. Failures say expected and found.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ import shlex
 
 import pytest
 
-from builder.checks import probes
+from builder.checks import boundary, probes
 from builder.checks.toolchain import TOOLCHAIN
 from builder.config import contract
 from builder.config.cudamajor import is_other_major, major_minor
@@ -25,7 +26,7 @@ from builder.deps.lock import normalize
 def run_probe(image_host, name: str, request: dict, env: str = "") -> dict:
     """Run probe ``name`` (builder/checks/probes/) in the image; its facts, or a failure that shows why it
     could not run (its exit status and the end of its stderr)."""
-    result = image_host.run(f"{env}python -c %s %s", probes.script(name), json.dumps(request))
+    result = image_host.run(f"{env}{probes.PYTHON} -c %s %s", probes.script(name), json.dumps(request))
     found = probes.parse(result.stdout)
     if found is None:
         pytest.fail(
@@ -65,11 +66,16 @@ def facts(image_host, expect):
     return found
 
 
-def test_cuda_runtime(facts, expect, image):
+def test_cuda_runtime(facts, expect, image, image_files):
     need(facts, "libs", "version_json")
     want = expect.cudart_version
     runtimes = {p: e for p, e in facts["libs"].items() if "libcudart.so" in p}
     assert runtimes, f"expected a CUDA runtime (libcudart.so) reporting {want}, found none in the image"
+    # The interpreter's answer held to the host's reading: a runtime that is not there never reports.
+    absent = {p: image_files.runtime_problem(p, expect.platform) for p, e in runtimes.items() if e.get("version")}
+    assert not any(absent.values()), "expected the CUDA runtime the probe reports in the image, found " + "; ".join(
+        f"{p}: {why}" for p, why in sorted(absent.items()) if why
+    )
     # The copy the imports mapped is judged (other copies: loaded_libraries); none mapped: every copy.
     real = {e.get("real") or p: p for p, e in runtimes.items()}
     judged = [real.get(m, m) for m in facts.get("mapped") or []] or sorted(runtimes)
@@ -124,9 +130,13 @@ def test_no_other_cuda_major(facts, expect, report_warning):
     assert not wrong, f"expected only CUDA {major} libraries and packages, found: {'; '.join(wrong)}"
 
 
-def test_compiled_modules(facts, expect):
+def test_compiled_modules(facts, expect, image_files):
     need(facts, "modules")
     broken = {m: facts["modules"].get(m) for m in expect.modules.required if facts["modules"].get(m)}
+    # The interpreter's answer held to the host's reading: a module with no loadable file never imports
+    # (where the probe already says why it does not, that stays the finding).
+    for module, why in boundary.missing_modules(image_files, expect, expect.modules.required):
+        broken.setdefault(module, why)
     assert expect.modules.required, "expected the source to declare compiled modules, found none (waive or add them)"
     hint = ""
     if facts.get("libcuda"):
@@ -237,7 +247,8 @@ def test_lock_contents(facts, expect):
 
 
 def test_pip_check(image_host, pip_dir, expect, report_warning):
-    result = image_host.run("PYTHONPATH=%s python -m pip check --disable-pip-version-check --no-color", pip_dir)
+    command = f"{probes.PYTHON} -c %s %s check --disable-pip-version-check --no-color"
+    result = image_host.run(command, probes.pip_script(), pip_dir)
     lines = [ln for ln in (result.stdout + result.stderr).splitlines() if ln.strip()]
     if result.rc == 0:
         return
@@ -254,19 +265,18 @@ def test_pip_check(image_host, pip_dir, expect, report_warning):
     assert not conflicts, "expected pip check to pass, found: " + "; ".join(conflicts)
 
 
-def test_non_root(image, facts):
+def test_non_root(image, facts, image_files):
     user = image.user.split(":")[0]
     assert user not in ("", "0", "root"), f"expected a non-root default user, found {image.user or '(unset: root)'}"
+    uid = image_files.uid_of(image.user)  # the image's /etc/passwd, read on the host
+    assert uid != 0, f"expected a non-root default user, found {image.user}, uid 0 in the image's /etc/passwd"
     assert facts["uid"] != 0, f"expected the container to run as non-root, found uid {facts['uid']}"
 
 
-def test_no_world_writable(image_host):
+def test_no_world_writable(image_files):
     # Files: never. Directories: only sticky ones (/tmp, /var/tmp, /run/lock), and /tmp itself.
-    result = image_host.run(
-        "find / -xdev \\( -path /proc -o -path /sys -o -path /dev \\) -prune -o -perm -0002 ! -type l "
-        "\\( ! -type d -o ! -perm -1000 \\) ! -path /tmp -print 2>/dev/null"
-    )
-    found = [line for line in result.stdout.splitlines() if line.strip()]
+    # Read from the exported file system on the host: no program of the image answers (boundary.py).
+    found = image_files.world_writable()
     assert not found, f"expected no world-writable files outside /tmp, found: {', '.join(found[:20])}"
 
 
@@ -344,7 +354,7 @@ def test_python_trees(image_host, expect, report_warning):
     )
 
 
-def test_shared_libraries(image_host, image, expect, report_warning):
+def test_shared_libraries(image_host, image, expect, report_warning, image_files):
     request = {
         "roots": [expect.app_prefix],
         "ld_library_path": image.env.get("LD_LIBRARY_PATH", ""),
@@ -381,6 +391,7 @@ def test_shared_libraries(image_host, image, expect, report_warning):
     for name, err in sorted((found.get("dlopen") or {}).items()):
         if err:
             problems.append(f"{name} (loaded by name: {expect.dlopen[name]}) does not load: {err}")
+    problems += [f"{path}: {why}" for path, why in boundary.static_unloadable(image_files, expect)]
     assert not problems, (
         f"expected every NEEDED library of the {found['elves']} ELF files under "
         f"{expect.app_prefix} to resolve, found: " + _listing(problems)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import pytest
 
-from builder.checks import gpurules
+from builder.checks import boundary, gpurules
 from builder.checks.checklist import _listing, run_probe
 from builder.config.gpu import cell_runs
 
@@ -38,7 +38,7 @@ def derived_floor(found: dict, expect) -> tuple[gpurules.Floor, str | None, bool
     return result, driver, exact
 
 
-def test_gpu_code(gpu_found, expect, image, report_warning, record_fact):
+def test_gpu_code(gpu_found, expect, image, report_warning, record_fact, image_files):
     gpu = expect.gpu
     result, driver, exact = derived_floor(gpu_found, expect)
     # The label equals the matrix's floor (the labels check); the binaries are held to the claim.
@@ -62,6 +62,9 @@ def test_gpu_code(gpu_found, expect, image, report_warning, record_fact):
         },
     )
     problems = list(result.problems)
+    # Held to the host's reading: a shared object that is not a loadable ELF carries no GPU code any
+    # driver runs (a required extension with no file at all is gpu_coverage's: it covers no family).
+    problems += [f"{path}: {why}" for path, why in boundary.static_unloadable(image_files, expect)]
     if result.cuda > (0, 0):
         bound = "" if exact else " (an upper bound: the table has no exact entry)"
         if driver is None:
@@ -83,13 +86,13 @@ def test_gpu_code(gpu_found, expect, image, report_warning, record_fact):
     )
 
 
-def test_gpu_coverage(gpu_found, expect, report_warning, record_fact):
+def test_gpu_coverage(gpu_found, expect, report_warning, record_fact, image_files):
     gpu = expect.gpu
     jit = gpurules.cuda_of_driver(gpu.driver_floor)
     required = {ext: gpu.required_on(ext) for ext in gpu.required}
     table = gpurules.coverage(gpu_found, required, gpu.capabilities, jit)
     record_fact("gpu_coverage", {ext: table[ext] for ext in sorted(required)})
-    problems = []
+    problems = [f"{m}: {why}" for m, why in boundary.missing_modules(image_files, expect, tuple(required))]
     for ext in sorted(required):
         for cc, how in table[ext].items():
             if not cell_runs(how):

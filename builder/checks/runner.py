@@ -1,9 +1,10 @@
-"""`build test`: run the image checks (builder/checks/checklist.py) with pytest and testinfra.
+"""`build test`: run the image checks (builder/checks/checklist.py) with pytest.
 
 Expectations are computed here from the matrix, the record and the source at the pinned commit,
 then handed to the checklist as a fixture; the checklist holds no constants of its own. A
-container of the image (by digest) idles with no network while testinfra's docker backend
-runs commands in it; the container is removed afterwards whatever happened.
+container of the image (by digest) idles, hardened and with no network, while the checks run
+commands in it (boundary.ContainerHost: each with a timeout, its output capped) and read its files
+on the host (boundary.read_files); the container is removed afterwards whatever happened.
 """
 
 from __future__ import annotations
@@ -25,6 +26,8 @@ import pip
 import pytest
 
 from builder import log
+from builder.checks import boundary
+from builder.checks.imagefiles import UnreadableImage
 from builder.config import contract
 from builder.config.cudamajor import major_minor
 from builder.config.gpu import GpuCode
@@ -43,6 +46,7 @@ CHECKLIST = Path(__file__).with_name("checklist.py")
 CHECKLIST_GPU = CHECKLIST.with_name("checklist_gpu.py")  # gpu_code, gpu_coverage
 CHECKLISTS = (CHECKLIST, CHECKLIST.with_name("checklist_image.py"), CHECKLIST_GPU)  # contract.CHECKS, one test each
 CHECK_OUTPUT_NAME = "checks.txt"  # pytest's own output, beside the JUnit report
+PIP_DIR = "/tmp/k3-check-pip"  # pip's copy in the container (pip is not in the image)
 
 
 @dataclass(frozen=True)
@@ -286,11 +290,11 @@ class Report:
 class _Plugin:
     """Hands the checklist its fixtures; collects warnings it raises for the report."""
 
-    def __init__(self, expect: Expectations, config: ImageConfig, container_id: str, pip_dir: str) -> None:
+    def __init__(self, expect: Expectations, config: ImageConfig, host: boundary.ContainerHost, files) -> None:
         self._expect = expect
         self._config = config
-        self._container = container_id
-        self._pip_dir = pip_dir
+        self._host = host
+        self._files = files  # () -> the static view (boundary.read_files), read once when a check asks
         self.warnings: list[str] = []
         self.facts: dict = {}
 
@@ -303,14 +307,19 @@ class _Plugin:
         return self._config
 
     @pytest.fixture(scope="session")
-    def image_host(self):
-        import testinfra
+    def image_host(self) -> boundary.ContainerHost:
+        return self._host
 
-        return testinfra.get_host(f"docker://{self._container}")
+    @pytest.fixture(scope="session")
+    def image_files(self):
+        try:
+            return self._files()
+        except UnreadableImage as exc:
+            pytest.fail(f"expected to read the image's files on the host, found {exc}")
 
     @pytest.fixture(scope="session")
     def pip_dir(self) -> str:
-        return self._pip_dir
+        return PIP_DIR
 
     @pytest.fixture(scope="session")
     def report_warning(self):
@@ -321,12 +330,9 @@ class _Plugin:
         return self.facts.__setitem__
 
 
-def _pytest(
-    expect: Expectations, config: ImageConfig, container: str, tmp: Path, junit: Path, extra: tuple = ()
-) -> tuple[int, _Plugin]:
+def _pytest(plugin: _Plugin, tmp: Path, junit: Path, extra: tuple = ()) -> int:
     """Run the checklist against the container; pytest's own output goes to a file beside the
     JUnit report (the terminal gets the check table)."""
-    plugin = _Plugin(expect, config, container, "/tmp/k3-check-pip")
     junit.parent.mkdir(parents=True, exist_ok=True)
     ini = tmp / "pytest.ini"
     ini.write_text("[pytest]\n")
@@ -334,8 +340,8 @@ def _pytest(
     # No plugin is auto-loaded: the checks run the same whatever pytest plugins the tool's
     # environment holds (pytest-randomly would reorder them; hypothesis's plugin alone imported 73
     # modules through the assertion rewriter, seconds per run). testinfra's own plugin stays off:
-    # its parametrized "host" fixture would run checks on this machine; the checklist gets a
-    # testinfra host for the container from image_host.
+    # its parametrized "host" fixture would run checks on this machine; the checklist gets its
+    # host for the container from image_host.
     with contextlib.redirect_stdout(output):
         code = pytest.main(
             [
@@ -363,7 +369,7 @@ def _pytest(
             plugins=[plugin, *extra],
         )
     junit.with_name(CHECK_OUTPUT_NAME).write_text(log.redact(output.getvalue()))
-    return code, plugin
+    return code
 
 
 def run(engine: Engine, ref: str, expect: Expectations, junit: Path, plugins: tuple = ()) -> Report:
@@ -383,8 +389,10 @@ def run(engine: Engine, ref: str, expect: Expectations, junit: Path, plugins: tu
             shutil.copytree(
                 Path(pip.__file__).parent, Path(tmp) / "pip-path" / "pip", ignore=shutil.ignore_patterns("__pycache__")
             )
-            engine.containers.copy_into(container, Path(tmp) / "pip-path", "/tmp/k3-check-pip")
-            code, plugin = _pytest(expect, config, container, Path(tmp), junit, plugins)
+            engine.containers.copy_into(container, Path(tmp) / "pip-path", PIP_DIR)
+            host, cid, seam = boundary.ContainerHost(engine.containers, container), container, engine.containers
+            plugin = _Plugin(expect, config, host, lambda: boundary.read_files(seam, cid, expect.app_prefix))
+            code = _pytest(plugin, Path(tmp), junit, plugins)
     finally:
         if container:
             engine.containers.remove(container)

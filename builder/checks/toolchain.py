@@ -13,10 +13,10 @@ cd "$work"
 cc=${CC:-}
 [ -n "$cc" ] || cc=$(command -v gcc || command -v clang || true)
 echo "cc=$cc"
-includepy=$(python -c 'import sysconfig; print(sysconfig.get_config_var("INCLUDEPY"))')
+includepy=$(python -I -S -c 'import sysconfig; print(sysconfig.get_config_var("INCLUDEPY"))')
 echo "includepy=$includepy"
 [ -f "$includepy/Python.h" ] && echo "python_h=yes" || echo "python_h=no"
-pyinclude=$(python -c 'import sysconfig as s; n = s.get_default_scheme(); print(s.get_paths(scheme="posix_prefix" if n == "posix_local" else n)["include"])')
+pyinclude=$(python -I -S -c 'import sysconfig as s; n = s.get_default_scheme(); print(s.get_paths(scheme="posix_prefix" if n == "posix_local" else n)["include"])')
 echo "pyinclude=$pyinclude"
 if [ -n "$cc" ]; then
   printf '#include <stdio.h>\nint main(void){puts("k3-toolchain-ok");return 0;}\n' > t.c

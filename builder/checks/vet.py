@@ -19,7 +19,7 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from builder.checks import runner
+from builder.checks import boundary, probes, runner
 from builder.config import contract
 from builder.config.matrix import Target
 from builder.deps.lock import normalize
@@ -31,11 +31,11 @@ from builder.source.pinned import PinnedSource
 NOT_APPLICABLE = "not applicable to a foreign image"
 STATUSES = ("pass", "fail", "n/a")
 
-# Printed by the image's own interpreter; the probes run `python` the same way.
+# Printed by the image's own interpreter, isolated as the probes run it (no .pth, no sitecustomize).
 _PREFIX_SCRIPT = (
-    "import json, sys, sysconfig\n"
-    "print(json.dumps({'prefix': sys.prefix, 'purelib': sysconfig.get_paths()['purelib']}))\n"
+    "import json, sysconfig\nprint(json.dumps({'prefix': _isys.prefix, 'purelib': sysconfig.get_paths()['purelib']}))\n"
 )
+_PYTHON = 'exec "$(command -v python3 || command -v python)" -I -S -c "$0"'
 
 
 def prefix_of(engine: Engine, ref: str) -> str:
@@ -43,7 +43,8 @@ def prefix_of(engine: Engine, ref: str) -> str:
     (/usr, /usr/local or /), whose packages are then its site-packages (upstream vLLM installs into
     /usr/local/lib/python3.12/dist-packages with uv --system); scanning all of /usr would judge the
     OS and the CUDA toolkit as if they were the application."""
-    out = engine.containers.run_python(ref, _PREFIX_SCRIPT)
+    script = (probes.HERE / "_isolated.py").read_text() + "\n" + _PREFIX_SCRIPT
+    out = engine.containers.run_capture(ref, "sh", ["-c", _PYTHON, script])
     try:
         found = json.loads(out.strip().splitlines()[-1])
         prefix, purelib = str(found["prefix"]), str(found["purelib"])
@@ -106,6 +107,11 @@ class Row:
     def decides(self) -> bool:
         return self.status != "n/a" and not self.advisory
 
+    @property
+    def basis(self) -> str:
+        """Who answered: "host", "cross-checked" or "image" (boundary.Basis: whether the image could influence it)."""
+        return boundary.basis(self.check).value
+
 
 @dataclass
 class Scorecard:
@@ -148,7 +154,8 @@ class Scorecard:
             "verdict": self.verdict(),
             "counts": self.counts(),
             "checks": [
-                {"name": r.check, "status": r.status, "advisory": r.advisory, "finding": r.finding} for r in self.rows
+                {"name": r.check, "status": r.status, "advisory": r.advisory, "basis": r.basis, "finding": r.finding}
+                for r in self.rows
             ],
             "warnings": list(self.warnings),
             "facts": self.facts,
@@ -160,7 +167,22 @@ class Scorecard:
             said = " ".join(x for x in (r.finding, "(advisory)" if r.advisory else "") if x)
             lines.append(f"  {r.status:<5} {r.check:<20} {said}".rstrip())
         lines += [f"  note: {w}" for w in self.warnings]
-        return [*lines, *self.gpu_lines(), self.verdict()]
+        return [*lines, *self.influence(), *self.gpu_lines(), self.verdict()]
+
+    def influence(self) -> list[str]:
+        """Which rows the image could influence (docs/checks.md#who-answers-each-row), the ones that ran."""
+        ran = [r for r in self.rows if r.status != "n/a"]
+        said = {
+            "host": "read on the host, the image cannot influence",
+            "cross-checked": "the image's interpreter, isolated, held to the host's reading",
+            "image": "answered by the image's own programs, it could influence",
+        }
+        lines = []
+        for basis, what in said.items():
+            names = [r.check for r in ran if r.basis == basis]
+            if names:
+                lines.append(f"  {what}: {', '.join(names)}")
+        return lines
 
     def gpu_lines(self) -> list[str]:
         """The GPU-code inventory the checks proved: the derived driver floor, coverage per family."""
@@ -175,10 +197,10 @@ class Scorecard:
 
     def markdown(self) -> str:
         """A table for $GITHUB_STEP_SUMMARY and the decision record; findings cut to one cell."""
-        rows = ["| check | status | finding |", "| --- | --- | --- |"]
+        rows = ["| check | status | finding | answered by |", "| --- | --- | --- | --- |"]
         for r in self.rows:
             cell = _cell(r.finding) + (" *(advisory: does not decide)*" if r.advisory else "")
-            rows.append(f"| {r.check} | {'**FAIL**' if r.status == 'fail' else r.status} | {cell} |")
+            rows.append(f"| {r.check} | {'**FAIL**' if r.status == 'fail' else r.status} | {cell} | {r.basis} |")
         gpu = "".join(f"- {line.strip()}\n" for line in self.gpu_lines())
         head = f"### vet `{self.pinned}` for {self.target}\n\n**{self.verdict()}**\n\n"
         return head + (gpu + "\n" if gpu else "") + "\n".join(rows) + "\n"

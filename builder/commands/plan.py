@@ -23,7 +23,8 @@ def register(sub: argparse._SubParsersAction) -> None:
         description="Print bases with digests, source commit, versions, build args, locks "
         "and the output reference (from the matrix and local files), then the kernel plan "
         "(the archs each kernel's arch selection gives under cuda.version and cuda.arch_list, "
-        "computed by upstream's own cmake/utils.cmake with cmake -P, per GPU family the target "
+        "computed by upstream's own cmake/utils.cmake with cmake -P in a sandbox container on the engine "
+        "(never on this host: no engine reachable is exit 3), per GPU family the target "
         "claims) and every fetch in the build files, read from the source at the pin: the local "
         "mirror when an earlier lock, build or track put the pinned commit there (no network), "
         "else fetched from the source's git host (unreachable: exit 3). Exit 1 when a "
@@ -72,12 +73,22 @@ def _show(plan: Plan, out: Output, args: argparse.Namespace) -> int:
     return _kernel_plan(plan, out, how)
 
 
+def cmake_sandbox():
+    """Where the kernel plan runs upstream's CMake: a container on the engine (builder/engine/sandbox.py),
+    never this host; no engine reachable is exit 3 when the plan first runs."""
+    from builder.commands._common import docker_engine
+    from builder.engine.sandbox import CMakeSandbox
+    from builder.source.kernelplan import cmake_data
+
+    return CMakeSandbox(docker_engine().docker.client_config.docker_cmd, cmake_data())
+
+
 def _kernel_plan(plan: Plan, out: Output, how: str) -> int:
     from builder.source import kernelmap, planread
 
     target = plan.target
     tree, origin = planread.read_source(target, how)
-    result = kernelmap.compute(tree, target, origin)
+    result = kernelmap.compute(tree, target, origin, cmake_sandbox())
     for line in kernelmap.render_lines(result, target):
         out.line(line)
     out.data["kernel_plan"] = kernelmap.to_json(result)

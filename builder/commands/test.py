@@ -1,4 +1,4 @@
-"""`build test`: the image checks (testinfra) on --target's recorded image or on --image."""
+"""`build test`: the image checks (pytest, in a hardened container) on --target's recorded image or on --image."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ NAME = "test"
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         NAME,
-        help="run the image checks (testinfra) on --target's recorded image or --image",
+        help="run the image checks (pytest, in a hardened container) on --target's recorded image or --image",
         description="Check an image against the matrix: CUDA version, no other CUDA major, "
         "compiled modules and ops, pinned versions, expiry and labels, contents "
         "equal to the lock, pip check, non-root. Writes a JUnit report.",

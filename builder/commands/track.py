@@ -38,9 +38,10 @@ def run(args: argparse.Namespace, out: Output) -> int:
 
 
 def _track(args: argparse.Namespace, name: str, out: Output) -> int:
+    from builder.commands.plan import cmake_sandbox
     from builder.source.track import track
 
-    result = track(args.matrix, load(args.matrix), name, check=args.check)
+    result = track(args.matrix, load(args.matrix), name, check=args.check, sandbox=cmake_sandbox())
     out.data.update(result.to_json())
     if not result.moved:
         log.info(f"{name}: {result.branch} is at the pin {result.old[:12]}; nothing to do")

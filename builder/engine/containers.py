@@ -10,9 +10,13 @@ from __future__ import annotations
 
 import contextlib
 import os
+import subprocess
+import threading
+from collections import deque
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Protocol
+from typing import IO, TYPE_CHECKING, Protocol
 
 from builder.config import contract
 from builder.errors import BuildError, EngineUnavailable
@@ -25,6 +29,8 @@ class ContainerSeam(Protocol):
     """What the checks, the SBOM inventory and the evidence ask of containers; fakes implement this."""
 
     def start(self, ref: str, platform: str | None = None) -> str: ...
+    def exec(self, container_id: str, argv: list[str], timeout: float) -> Ran: ...
+    def export(self, container_id: str) -> contextlib.AbstractContextManager[IO[bytes]]: ...
     def copy_into(self, container_id: str, src: Path, dest: str) -> None: ...
     def remove(self, container_id: str) -> None: ...
     def remove_stale(self) -> int: ...
@@ -32,6 +38,83 @@ class ContainerSeam(Protocol):
     def run_capture(self, ref: str, entrypoint: str, args: list[str]) -> str: ...
     def logs(self, name: str) -> str: ...
     def run_online(self, ref: str, script: str, platform: str | None = None) -> str: ...
+
+
+# The checks' container (issue 49): no capability, no privilege gained through set-id files, no
+# network, and bounded processes, memory and CPU, so a check that forks or allocates without end
+# stops at a limit instead of taking the host. Its root stays writable: least_privilege measures
+# what the image's user can write, which a read-only root would hide (docs/checks.md).
+PIDS, MEMORY, CPUS = 4096, "8g", float(min(4, os.cpu_count() or 1))
+NO_PRIVILEGE = ["no-new-privileges"]
+OUTPUT_HEAD = 1 << 20  # bytes of a command's stdout/stderr kept from its start ...
+OUTPUT_TAIL = 16 << 20  # ... and from its end (where a probe prints its facts)
+
+
+@dataclass(frozen=True)
+class Ran:
+    """A command run in a container: its exit status (None: killed at its timeout), and its output
+    cut to OUTPUT_HEAD + OUTPUT_TAIL bytes per stream (``dropped``: bytes left out of the middle)."""
+
+    rc: int | None
+    stdout: str
+    stderr: str
+    dropped: int = 0
+
+    @property
+    def timed_out(self) -> bool:
+        return self.rc is None
+
+
+class _Capped:
+    """One stream read to its end, keeping its head and its tail only."""
+
+    def __init__(self, stream: IO[bytes]) -> None:
+        self.head, self.tail, self.tail_size, self.dropped = bytearray(), deque[bytes](), 0, 0
+        self.thread = threading.Thread(target=self._drain, args=(stream,), daemon=True)
+        self.thread.start()
+
+    def _drain(self, stream: IO[bytes]) -> None:
+        for chunk in iter(lambda: stream.read(1 << 16), b""):
+            room = OUTPUT_HEAD - len(self.head)
+            self.head += chunk[:room]
+            rest = chunk[room:] if room > 0 else chunk
+            if rest:
+                self.tail.append(rest)
+                self.tail_size += len(rest)
+            while self.tail and self.tail_size - len(self.tail[0]) >= OUTPUT_TAIL:
+                self.dropped += len(self.tail[0])
+                self.tail_size -= len(self.tail.popleft())
+
+    def text(self) -> str:
+        cut = b"\n[... %d bytes left out ...]\n" % self.dropped if self.dropped else b""
+        return (bytes(self.head) + cut + b"".join(self.tail)).decode("utf-8", "replace")
+
+
+def run_capped(argv: list[str], timeout: float, stdin: bytes | None = None) -> Ran:
+    """Run ``argv`` (``stdin`` its input) with a timeout (then killed: rc None) and its output capped."""
+    feed = subprocess.DEVNULL if stdin is None else subprocess.PIPE
+    proc = subprocess.Popen(argv, stdin=feed, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    assert proc.stdout is not None and proc.stderr is not None
+    out, err = _Capped(proc.stdout), _Capped(proc.stderr)
+    if stdin is not None:
+        threading.Thread(target=_feed, args=(proc.stdin, stdin), daemon=True).start()
+    try:
+        rc: int | None = proc.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+        rc = None
+    for reader in (out, err):
+        reader.thread.join(timeout=30)  # a grandchild holding the pipe open is not waited for
+    return Ran(rc, out.text(), err.text(), out.dropped + err.dropped)
+
+
+def _feed(pipe, data: bytes) -> None:
+    try:
+        pipe.write(data)
+        pipe.close()
+    except OSError:  # the command exited without reading it all
+        pass
 
 
 @contextlib.contextmanager
@@ -85,16 +168,48 @@ class DockerContainers:
         """Start a container of ``ref`` that idles (no network) for checks; returns its id.
         ``platform``: the image's (another machine's runs emulated), else the engine's own."""
         with docker_errors(f"cannot start a container of {ref}"):
-            container = self.docker.run(
-                ref,
-                ["infinity"],
-                entrypoint="sleep",
-                detach=True,
-                networks=["none"],
-                labels=_labels(),
-                platform=platform,
-            )
+            container = self._hardened(ref, ["infinity"], "sleep", detach=True, platform=platform)
         return container.id
+
+    def _hardened(self, ref: str, args: list[str], entrypoint: str, *, detach: bool, platform: str | None = None):
+        """``docker run`` as every container of an image under check runs: no network, no capability,
+        no-new-privileges, bounded; detached (a container) or removed when done (its stdout)."""
+        return self.docker.run(  # type: ignore[call-overload]  # ``detach`` picks the overload at run time
+            ref,
+            args,
+            entrypoint=entrypoint,
+            detach=detach,
+            remove=not detach,
+            labels=_labels(),
+            platform=platform,
+            networks=["none"],
+            cap_drop=["ALL"],
+            security_options=NO_PRIVILEGE,
+            pids_limit=PIDS,
+            memory=MEMORY,
+            cpus=CPUS,
+        )
+
+    def exec(self, container_id: str, argv: list[str], timeout: float) -> Ran:
+        """Run ``argv`` in the container (``docker exec``), at most ``timeout`` seconds, output capped.
+        A command killed at its timeout may leave its process in the container until it is removed."""
+        cli = self.docker.client_config.docker_cmd
+        try:
+            return run_capped([*cli, "exec", container_id, *argv], timeout)
+        except FileNotFoundError:
+            raise EngineUnavailable("docker CLI not found; run ci/setup.sh") from None
+
+    @contextlib.contextmanager
+    def export(self, container_id: str) -> Iterator[IO[bytes]]:
+        """The container's root file system as the engine exports it: a tar stream, read forward."""
+        cli = self.docker.client_config.docker_cmd
+        with subprocess.Popen([*cli, "export", container_id], stdout=subprocess.PIPE, stderr=subprocess.PIPE) as proc:
+            assert proc.stdout is not None
+            try:
+                yield proc.stdout
+            finally:
+                proc.stdout.close()
+                proc.kill()
 
     def copy_into(self, container_id: str, src: Path, dest: str) -> None:
         with docker_errors(f"cannot copy into container {container_id[:12]}"):
@@ -133,7 +248,7 @@ class DockerContainers:
     def run_capture(self, ref: str, entrypoint: str, args: list[str]) -> str:
         """Run ``entrypoint args`` in a throwaway container of ``ref`` (no network); its stdout."""
         with docker_errors(f"cannot run {entrypoint} in {ref}"):
-            return self.docker.run(ref, args, entrypoint=entrypoint, remove=True, networks=["none"], labels=_labels())
+            return self._hardened(ref, args, entrypoint, detach=False)
 
     def run_online(self, ref: str, script: str, platform: str | None = None) -> str:
         """Run ``sh -c script`` in a throwaway container of ``ref`` WITH the engine's default network

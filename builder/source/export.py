@@ -379,3 +379,26 @@ def export_tree(
                 os.close(out)
     finally:
         os.close(fd)
+
+
+def export_trees(parts: list[tuple[git.Repo, str, str, str]], root: Path, budget: Budget) -> None:
+    """Trees assembled into one under ``root`` (a third-party tree and its submodules), each part
+    ``(repo, commit, under, where)``: every tree checked on its listing, then every link resolved on
+    the assembled listing (a parent's link through a submodule's ``l -> .`` leaves the whole tree
+    though each tree alone holds it), and only then anything written."""
+    plans = [(repo, under, where, plan(repo, commit, budget, where)) for repo, commit, under, where in parts]
+    assembled = Plan([])
+    for _, under, _, tree in plans:
+        prefix = under.encode() + b"/" if under else b""
+        assembled.kinds.update({prefix + path: kind for path, kind in tree.kinds.items()})
+        assembled.links.update({prefix + path: target for path, target in tree.links.items()})
+    for _, under, where, tree in plans:
+        prefix = under.encode() + b"/" if under else b""
+        for path in tree.links:
+            _resolve_inside(assembled, prefix + path, where)
+    for repo, under, where, tree in plans:
+        fd = open_dir(root, under, where)
+        try:
+            write(repo, tree, fd, where)
+        finally:
+            os.close(fd)

@@ -152,8 +152,9 @@ def _required(plan: SourcePlan, target: Target) -> None:
                 )
 
 
-def compute(tree: SourceTree, target: Target, origin: str) -> SourcePlan:
-    """The fetch inventory and the kernel plan of ``tree`` for ``target``, held to its matrix entry."""
+def compute(tree: SourceTree, target: Target, origin: str, sandbox: kernelplan.Sandbox) -> SourcePlan:
+    """The fetch inventory and the kernel plan of ``tree`` for ``target``, held to its matrix entry;
+    upstream's CMake runs in ``sandbox`` (builder/engine/sandbox.py), never on the host."""
     from builder.errors import SourceError
 
     plan = SourcePlan(
@@ -171,7 +172,7 @@ def compute(tree: SourceTree, target: Target, origin: str) -> SourcePlan:
     plan.failures += [f"unpinned fetch: {f.describe()}" for f in plan.fetches if f.status == "UNPINNED"]
     try:
         rp, utils = kernelplan.replay(tree)
-        values = kernelplan.run_cmake(rp, utils, target.cuda.version, target.cuda.arch_list)
+        values = kernelplan.run_cmake(rp, utils, target.cuda.version, target.cuda.arch_list, sandbox)
         plan.cmake = kernelplan.cmake_binary()[1]
     except SourceError as exc:
         plan.not_computed.append(exc.message)

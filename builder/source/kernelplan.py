@@ -10,11 +10,13 @@ builds ``FLASH_KDA_SUPPORT_ARCHS`` so). ``include()`` of another file of the tre
 place. CMake runs that script in script mode (``cmake -P``), with ``cmake/utils.cmake`` included as
 it is, and reports each selection's value where the build would compute it.
 
-The tree is untrusted, so before anything runs: ``utils.cmake`` must hold nothing but function and
-macro definitions at top level, and every function the script calls (and each it calls) may use
-only the commands in ``_SAFE`` (no ``execute_process``, ``file``, ``include``...). CMake then runs in
-an empty temporary directory, with a minimal environment, a timeout, and without a network where the
-host allows (``unshare -rn``). Commands inside ``foreach``/``while``/``function`` blocks of the build
+The tree is untrusted, so CMake never runs it on the build host (issue 49): the script runs in the
+engine's sandbox container (builder/engine/sandbox.py: the tool's own cmake, no network, a
+read-only root, no capability, no host file; the script, ``cmake/utils.cmake`` inlined, on stdin),
+handed in as a ``Sandbox``. And as a second line, before anything runs: ``utils.cmake`` must hold
+nothing but function and macro definitions at top level, and every function the script calls (and
+each it calls, at any depth) may use only the commands in ``_SAFE`` (no ``execute_process``,
+``file``, ``include``...). Commands inside ``foreach``/``while``/``function`` blocks of the build
 files are not replayed; a selection there is reported as not computed.
 """
 
@@ -25,9 +27,9 @@ import os
 import re
 import shutil
 import subprocess
-import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
+from typing import Protocol
 
 from builder.errors import ConfigError, SourceError
 from builder.source.cmakefile import Command, commands, printable
@@ -36,7 +38,7 @@ from builder.source.requirements import SourceTree
 UTILS = "cmake/utils.cmake"
 ROOT_FILE = "CMakeLists.txt"
 CMAKE_MIN = (3, 26)  # vLLM's cmake_minimum_required; IN_LIST and the policies utils.cmake relies on
-TIMEOUT_SECONDS = 60
+TIMEOUT_SECONDS = 120  # the container's start included
 MAX_OUTPUT = 1024 * 1024
 _ARCH_VAR = re.compile(r"[A-Za-z0-9_]*ARCHS[A-Za-z0-9_]*")
 _SAFE = frozenset(
@@ -46,6 +48,18 @@ _SAFE = frozenset(
 _BLOCKS = {"foreach": "endforeach", "while": "endwhile", "function": "endfunction", "macro": "endmacro"}
 _MARK = "K3PLAN"
 _CUDA_GATE = re.compile(r"CUDA_COMPILER_VERSION|CUDA_VERSION")
+
+
+class SandboxRun(Protocol):
+    rc: int | None  # None: killed at its timeout
+    stdout: str
+    stderr: str
+
+
+class Sandbox(Protocol):
+    """Where the script runs: ``cmake -P`` of ``script`` (from stdin), never on the build host."""
+
+    def run(self, script: bytes, timeout: float) -> SandboxRun: ...
 
 
 @dataclass(frozen=True)
@@ -286,7 +300,6 @@ def _prelude(cuda_version: str, arch_list: tuple[str, ...]) -> list[str]:
         f'set(CUDA_ARCH_FLAGS "{flags}")',
         f'set(CUDA_ARCHS "{";".join(arch_list)}")',
         f'set(ENV{{TORCH_CUDA_ARCH_LIST}} "{" ".join(arch_list)}")',
-        'include("${CMAKE_CURRENT_LIST_DIR}/utils.cmake")',
     ]
 
 
@@ -302,39 +315,30 @@ def replay(tree: SourceTree) -> tuple[Replay, bytes]:
     return out, utils
 
 
-@functools.cache
-def _isolation() -> list[str]:
-    """``unshare -rn`` (no network) where this host lets an unprivileged user make namespaces."""
-    unshare = shutil.which("unshare")
-    if unshare and subprocess.run([unshare, "-rn", "true"], capture_output=True, timeout=10).returncode == 0:
-        return [unshare, "-rn"]
-    # No namespace: the command allowlist (_check_safe) is what keeps the script off the network.
-    return []
+def cmake_data() -> Path:
+    """The directory the sandbox image is made from: the pinned cmake's bin/ and share/cmake-X.Y/."""
+    return Path(cmake_binary()[0]).resolve().parent.parent
 
 
-def run_cmake(rp: Replay, utils: bytes, cuda_version: str, arch_list: tuple[str, ...]) -> dict[int, tuple[str, ...]]:
-    """Run the script with ``cmake -P``; selection index -> its value where the script reached it."""
-    binary, _ = cmake_binary()
-    with tempfile.TemporaryDirectory(prefix="k3-kernel-plan-") as tmp:
-        Path(tmp, "utils.cmake").write_bytes(utils)
-        Path(tmp, "plan.cmake").write_text("\n".join(_prelude(cuda_version, arch_list) + rp.script) + "\n")
-        env = {"PATH": "/usr/bin:/bin", "HOME": tmp, "LC_ALL": "C"}
-        try:
-            proc = subprocess.run(
-                [*_isolation(), binary, "-P", "plan.cmake"],
-                cwd=tmp,
-                env=env,
-                capture_output=True,
-                timeout=TIMEOUT_SECONDS,
-                stdin=subprocess.DEVNULL,
-            )
-        except subprocess.TimeoutExpired:
-            raise SourceError(f"source: the kernel plan's cmake -P ran over {TIMEOUT_SECONDS} s") from None
-    if proc.returncode != 0:
-        err = proc.stderr[-2000:].decode("utf-8", "replace").strip().splitlines()
+def script(rp: Replay, utils: bytes, cuda_version: str, arch_list: tuple[str, ...]) -> bytes:
+    """What the sandbox runs: the prelude, utils.cmake's definitions inlined (the sandbox has no file
+    of the tree; top level holds only definitions, so inlining reads as include() would), the replay."""
+    body = "\n".join(_prelude(cuda_version, arch_list)) + "\n"
+    return body.encode() + utils + b"\n" + "\n".join(rp.script).encode() + b"\n"
+
+
+def run_cmake(
+    rp: Replay, utils: bytes, cuda_version: str, arch_list: tuple[str, ...], sandbox: Sandbox
+) -> dict[int, tuple[str, ...]]:
+    """Run the script with ``cmake -P`` in ``sandbox``; selection index -> its value where it was reached."""
+    ran = sandbox.run(script(rp, utils, cuda_version, arch_list), TIMEOUT_SECONDS)
+    if ran.rc is None:
+        raise SourceError(f"source: the kernel plan's cmake -P ran over {TIMEOUT_SECONDS} s")
+    if ran.rc != 0:
+        err = ran.stderr[-2000:].strip().splitlines()
         raise SourceError(f"source: cmake -P on the build files failed: {printable(' / '.join(err[-4:]), 400)}")
     values: dict[int, tuple[str, ...]] = {}
-    for line in proc.stdout[:MAX_OUTPUT].decode("utf-8", "replace").splitlines():
+    for line in ran.stdout[:MAX_OUTPUT].splitlines():
         m = re.fullmatch(rf"-- {_MARK} (\d+) \[(.*)\]", line)
         if m:
             values[int(m.group(1))] = tuple(a for a in m.group(2).split(";") if a)

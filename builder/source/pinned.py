@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, cast
 from builder.config.matrix import Source, ThirdParty
 from builder.errors import RESOURCE_ERRNOS, SourceError, failure_kind
 from builder.fsutil import cache_dir, clamp_mtimes
-from builder.source.export import Budget, Limits, export_tree
+from builder.source.export import Budget, Limits, export_tree, export_trees
 
 if TYPE_CHECKING:  # GitPython costs ~40 ms to import: only the commands that fetch pay it
     import git
@@ -285,12 +285,12 @@ class PinnedThirdParty:
         """The tree as FetchContent would have checked it out (submodules included), mtimes fixed.
         Each submodule is written into its gitlink's directory, reached without following a link."""
         _fresh(dest)
-        budget = Budget(self.limits)
-        where = f"third-party source {self.name} at {self.commit[:12]}"
-        export_tree(_commit_repo(self.url, self.commit), self.commit, dest, budget, where)
+        top = f"third-party source {self.name} at {self.commit[:12]}"
+        parts = [(_commit_repo(self.url, self.commit), self.commit, "", top)]
         for sub in self.submodules:
             where = f"third-party source {self.name}: submodule {sub.path} at {sub.commit[:12]}"
-            export_tree(_commit_repo(sub.url, sub.commit), sub.commit, dest, budget, where, under=sub.path)
+            parts.append((_commit_repo(sub.url, sub.commit), sub.commit, sub.path, where))
+        export_trees(parts, dest, Budget(self.limits))  # every link resolved across the assembled tree
         clamp_mtimes(dest, self.source_date_epoch)
         return dest
 

@@ -96,7 +96,7 @@ def third_party_changes(t, repo: git.Repo, commit: str) -> dict[str, list[str]]:
     return changed
 
 
-def bump_report(t, pinned: source.PinnedSource, old: str) -> BumpReport:
+def bump_report(t, pinned: source.PinnedSource, old: str, sandbox) -> BumpReport:
     """The fetch inventory and the kernel plan at ``old`` and at the new commit ``pinned``, compared."""
     from dataclasses import replace
 
@@ -104,7 +104,7 @@ def bump_report(t, pinned: source.PinnedSource, old: str) -> BumpReport:
     from builder.source.kernelmap import compute
 
     trees = (replace(pinned, commit=old), pinned)
-    return compare(compute(trees[0], t, old), compute(trees[1], t, pinned.commit), trees, t)
+    return compare(compute(trees[0], t, old, sandbox), compute(trees[1], t, pinned.commit, sandbox), trees, t)
 
 
 def _commit_line(text: str, target: str, old: str) -> int:
@@ -122,7 +122,8 @@ def _commit_line(text: str, target: str, old: str) -> int:
     return line
 
 
-def track(matrix_path: Path, matrix: Matrix, name: str, *, check: bool) -> TrackResult:
+def track(matrix_path: Path, matrix: Matrix, name: str, *, check: bool, sandbox) -> TrackResult:
+    """Move ``name``'s pin to its branch head (``check``: report only); ``sandbox`` runs the kernel plan's CMake."""
     t = matrix.target(name)
     old = t.source.commit
     new = remote_head(t.source.url, t.source.branch)
@@ -153,7 +154,7 @@ def track(matrix_path: Path, matrix: Matrix, name: str, *, check: bool) -> Track
     # Subjects are upstream text: control characters escaped before a terminal or the PR body.
     result.subjects = [printable(s) for s in repo.git.log("--format=%h %s", f"{old}..{new}").splitlines()]
     result.third_party_changed = third_party_changes(t, repo, new)
-    result.report = bump_report(t, pinned, old)
+    result.report = bump_report(t, pinned, old, sandbox)
     if check:
         return result
     text = matrix_path.read_text()

@@ -233,3 +233,47 @@ def test_a_malformed_tree_writes_nothing_outside_for_the_source_and_a_third_part
         line
     )
     assert not list(tmp_path.rglob("pwned")) and not list(Path(smoke.matrix).parent.parent.rglob("pwned"))
+
+
+# --- the kernel plan's sandbox (issue 49): upstream CMake never runs on the host -------------------
+
+
+def test_the_sandbox_holds_even_without_the_static_refusal(tmp_path, monkeypatch):
+    """The refusal switched off: a helper that runs a command, writes, reads a host file and
+    downloads still reaches no host file and no network; the plan fails, the host is untouched."""
+    from builder.commands.plan import cmake_sandbox
+    from builder.errors import SourceError
+    from builder.source import kernelplan
+    from builder.source.sdist import SdistSource
+
+    marker, secret = tmp_path / "ran", tmp_path / "secret"
+    secret.write_text("k3-host-secret")
+    monkeypatch.setattr(kernelplan, "_check_safe", lambda defs, called: None)
+    bodies = {
+        "runs": f'execute_process(COMMAND sh -c "echo x > {marker}" RESULT_VARIABLE r)\n'
+        f'  message(STATUS "K3RAN ${{r}}")',
+        "writes": f'file(WRITE "{marker}" x)',
+        "reads": f'file(READ "{secret}" s)\n  message(STATUS "K3READ ${{s}}")',
+        "downloads": 'file(DOWNLOAD "http://127.0.0.1:5000/v2/" STATUS s)\n  message(STATUS "K3GOT ${s}")',
+    }
+    sandbox = cmake_sandbox()
+    for what, body in bodies.items():
+        utils = (
+            f"function(k3_deep)\n  {body}\nendfunction()\nfunction(k3_mid)\n  k3_deep()\nendfunction()\n"
+            "function(pick OUT_ARCHS SRC)\n  k3_mid()\n  set(${OUT_ARCHS} ${SRC} PARENT_SCOPE)\nendfunction()\n"
+        )
+        tree = SdistSource("x", {"CMakeLists.txt": b'pick(A_ARCHS "9.0")\n', "cmake/utils.cmake": utils.encode()}, "u")
+        rp, raw = kernelplan.replay(tree)
+        try:
+            values = kernelplan.run_cmake(rp, raw, "12.9.1", ("9.0",), sandbox)
+        except SourceError as exc:
+            values = {"refused": exc.message}
+        shown = str(values)
+        assert not marker.exists(), what
+        assert "k3-host-secret" not in shown, what
+        ran = sandbox.run(kernelplan.script(rp, raw, "12.9.1", ("9.0",)), 60)
+        assert "k3-host-secret" not in ran.stdout + ran.stderr and not marker.exists(), what
+        if what == "downloads":  # no network: the registry beside it is out of reach
+            assert re.search(r"K3GOT [1-9]", ran.stdout), ran.stdout
+        if what == "runs":  # the image has no shell, and nothing of the host
+            assert "K3RAN 0" not in ran.stdout, ran.stdout

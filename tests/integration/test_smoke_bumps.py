@@ -156,3 +156,31 @@ def test_the_smoke_at_its_pin_plans_clean(upstream):
     kernels = {k["name"]: k["families"] for k in plan["kernels"]}
     assert kernels[KERNEL] == {"8.0": "", "9.0": "9.0a", "10.0": "10.0a", "10.3": "10.3f"}
     assert kernels["CMakeLists.txt:RMS_NORM_ARCHS"] == {"8.0": "8.0+PTX", "9.0": "9.0a", "10.0": "10.0", "10.3": "10.0"}
+
+
+def test_a_nested_helper_that_would_write_a_marker_is_refused_and_writes_nothing(upstream):
+    """Issue 49: the bump hides the command two helpers deep; the plan refuses it before any CMake
+    runs (and would run it only in the sandbox): track says why, and no marker appears."""
+    _, bump, root = upstream
+    marker = root / "k3-marker"
+    helpers = (
+        f'function(k3_deep)\n  execute_process(COMMAND touch "{marker}")\n  file(WRITE "{marker}" x)\nendfunction()\n'
+        "function(k3_mid)\n  k3_deep()\nendfunction()\n"
+    )
+    bump(
+        "k3smoke: a helper for the SM90+ list",
+        {
+            "cmake/utils.cmake": lambda t: (
+                helpers
+                + t.replace(
+                    "function(cuda_archs_sm90plus OUT_CUDA_ARCHS TGT_CUDA_ARCHS)\n",
+                    "function(cuda_archs_sm90plus OUT_CUDA_ARCHS TGT_CUDA_ARCHS)\n  k3_mid()\n",
+                )
+            )
+        },
+    )
+    code, err, report, _ = _check(upstream)
+    assert code == 1, err
+    assert "k3_deep() runs execute_process(), which the kernel plan does not run from an untrusted tree" in err
+    assert not report["ready"]
+    assert not marker.exists()

@@ -199,6 +199,12 @@ class FakeContainers:
     def start(self, ref: str, platform: str | None = None) -> str:
         raise NotImplementedError(_NO_CONTAINER)
 
+    def exec(self, container_id: str, argv: list[str], timeout: float):
+        raise NotImplementedError(_NO_CONTAINER)
+
+    def export(self, container_id: str):
+        raise NotImplementedError(_NO_CONTAINER)
+
     def copy_into(self, container_id: str, src: Path, dest: str) -> None:
         raise NotImplementedError(_NO_CONTAINER)
 

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from builder.checks import checklist_image, probes
+from builder.checks import checklist_image, imagefiles, probes
 from builder.checks import runner as checks
 from builder.config import contract, waivers
 from builder.engine.buildx import ImageConfig
@@ -293,17 +293,19 @@ PRIV = {
 def test_a_waiver_is_the_only_way_past_a_finding_and_it_is_shown():
     host = _Host({"privilege": PRIV})
     with pytest.raises(AssertionError, match=r"found 1: /opt/k3/bin/su: set-id mode 0o4755"):
-        checklist_image.test_least_privilege(host, _expect(), lambda m: None)
+        checklist_image.test_least_privilege(host, _expect(), lambda m: None, imagefiles.ImageFiles())
     shown: list[str] = []
     w = {"least_privilege": {"/opt/k3/bin/s?": "a vendor's helper", "/opt/k3/old/*": "gone now"}}
-    checklist_image.test_least_privilege(host, _expect(waivers=w), shown.append)
+    checklist_image.test_least_privilege(host, _expect(waivers=w), shown.append, imagefiles.ImageFiles())
     assert shown == [
         "least_privilege: /opt/k3/bin/su: set-id mode 0o4755; waived (/opt/k3/bin/s?): a vendor's helper",
         "least_privilege: waiver /opt/k3/old/* matched nothing: drop it from runtime.waivers.least_privilege",
     ]
     # a waiver of another check does not apply
     with pytest.raises(AssertionError):
-        checklist_image.test_least_privilege(host, _expect(waivers={"bytecode_matches": w["least_privilege"]}), print)
+        checklist_image.test_least_privilege(
+            host, _expect(waivers={"bytecode_matches": w["least_privilege"]}), print, imagefiles.ImageFiles()
+        )
 
 
 def test_loaded_libraries_judges_every_copy_but_leaves_the_loaded_one_to_cuda_runtime():

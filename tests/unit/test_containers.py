@@ -76,3 +76,52 @@ def test_remove_stale_still_fails_on_any_other_inspect_failure():
     odd = DockerException(["docker", "inspect"], 1, b"", b"Error: something else")
     with pytest.raises(BuildError, match="something else"):
         DockerContainers(_Docker([_Container("x", None, odd)])).remove_stale()
+
+
+# --- the checks' container and its commands (issue 49) --------------------------------------------
+
+
+def test_a_command_past_its_timeout_is_killed_and_says_so():
+    from builder.engine.containers import run_capped
+
+    ran = run_capped(["sh", "-c", "echo started; exec sleep 1000"], timeout=1)
+    assert ran.timed_out and ran.rc is None and ran.stdout == "started\n"
+    done = run_capped(["sh", "-c", "echo out; echo err >&2; exit 3"], timeout=60)
+    assert (done.rc, done.stdout, done.stderr, done.dropped) == (3, "out\n", "err\n", 0)
+
+
+def test_a_flood_of_output_keeps_its_head_and_tail_only():
+    from builder.engine import containers
+
+    flood = "printf HEAD; head -c 100000000 /dev/zero | tr '\\0' x; printf '\\nK3-PROBE {}\\n'"
+    ran = containers.run_capped(["sh", "-c", flood], timeout=600)
+    kept = containers.OUTPUT_HEAD + containers.OUTPUT_TAIL
+    assert ran.rc == 0 and ran.stdout.startswith("HEAD") and ran.stdout.endswith("\nK3-PROBE {}\n")
+    assert ran.dropped > 100_000_000 - kept - (1 << 17) and len(ran.stdout) < kept + (1 << 17)
+    assert f"[... {ran.dropped} bytes left out ...]" in ran.stdout
+
+
+class _Runs:
+    def __init__(self):
+        self.kwargs = []
+        self.container = self
+
+    def run(self, ref, args, **kwargs):
+        self.kwargs.append(kwargs)
+
+        class Started:
+            id = "c1"
+
+        return Started() if kwargs.get("detach") else "out"
+
+
+def test_the_checks_container_drops_every_privilege_and_is_bounded():
+    docker = _Runs()
+    containers = DockerContainers(docker)  # type: ignore[arg-type]
+    assert containers.start("img") == "c1"
+    assert containers.run_capture("img", "sh", ["-c", "true"]) == "out"
+    for kwargs in docker.kwargs:
+        assert kwargs["networks"] == ["none"] and kwargs["cap_drop"] == ["ALL"]
+        assert kwargs["security_options"] == ["no-new-privileges"]
+        assert kwargs["pids_limit"] > 0 and kwargs["memory"] and kwargs["cpus"] >= 1
+        assert "privileged" not in kwargs

@@ -422,3 +422,21 @@ def test_a_mirror_made_before_this_change_gets_its_objects_checked_from_now_on(u
     before = os.stat(Path(old.git_dir) / "config").st_mtime_ns
     source.fetch(_src(upstream))
     assert os.stat(Path(old.git_dir) / "config").st_mtime_ns == before  # not written again when set
+
+
+def test_a_parent_link_through_a_submodule_link_is_resolved_across_the_assembled_tree(upstream, tmp_path):
+    """Issue 49: the submodule holds ``l -> .``; the parent's ``p -> sub/l/../..`` stays inside the
+    parent alone (``sub/l`` is a directory there) and inside the submodule alone, but on disk
+    ``sub/l/..`` is the tree's top and one more ``..`` leaves it. Refused, and nothing written."""
+    p = Plumber(Path(upstream.working_dir))
+    leaf = p.commit(p.tree([(FILE, "k.c", p.blob(b"int k;\n")), (LINK, "l", p.link(".")[1])]), branch="leaf")
+    parent = p.commit(p.tree([(LINK, "p", p.link("sub/l/../..")[1]), ("160000", "sub", leaf)]))
+    url = f"file://{upstream.working_dir}"
+    tp = _third_party(url, parent, [source.Submodule("sub", url, leaf)])
+    with pytest.raises(SourceError, match=r"third-party source lib at [0-9a-f]{12}: symlink 'p' points outside"):
+        tp.export(tmp_path / "tp")
+    assert os.listdir(tmp_path / "tp") == []
+    inside = p.commit(p.tree([(LINK, "p", p.link("sub/l/k.c")[1]), ("160000", "sub", leaf)]))
+    tp = _third_party(url, inside, [source.Submodule("sub", url, leaf)])
+    out = tp.export(tmp_path / "ok")
+    assert (out / "p").read_text() == "int k;\n"  # through the submodule's link, inside the tree

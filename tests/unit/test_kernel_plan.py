@@ -19,6 +19,7 @@ from builder.source import fetches, kernelmap, kernelplan
 from builder.source.cmakefile import commands, printable
 from builder.source.sdist import SdistSource
 from tests.conftest import REPO
+from tests.unit.cmakehost import HostCMake, host_cmake  # noqa: F401 - the module's fixture
 
 # An upstream-shaped helper (the fixture's own, not vLLM's): keep x.ya / x.yf when x.y was asked for.
 UTILS = """\
@@ -71,6 +72,8 @@ K3KERNELS = {
     "fetchcontent": "k3kernels",
 }
 ARCHS_103 = ["8.0", "9.0", "10.0", "10.3", "12.0"]
+
+pytestmark = pytest.mark.usefixtures("host_cmake")
 
 
 def _cu129_doc(arch_list: list[str]) -> dict:
@@ -263,6 +266,84 @@ def test_utils_that_would_run_a_command_is_never_run(tmp_path):
     assert not marker.exists()
 
 
+# The second line behind the sandbox (issue 49): every command that runs, downloads, reads or
+# writes outside the script is refused, at any depth of helpers, before anything runs.
+FORBIDDEN = [
+    'execute_process(COMMAND touch "{m}")',
+    'exec_program(touch ARGS "{m}")',
+    'file(WRITE "{m}" x)',
+    'file(DOWNLOAD "https://example.org/x" "{m}")',
+    'file(READ "/etc/passwd" _x)',
+    'file(GLOB _x "/*")',
+    'include("/etc/hosts")',
+    "include(FetchContent)",
+    'cmake_language(CALL execute_process COMMAND touch "{m}")',
+    'cmake_language(EVAL CODE "file(WRITE {m} x)")',
+    'configure_file("/etc/passwd" "{m}")',
+    'try_run(_r _c "{m}" "/etc/x.c")',
+    'add_custom_command(OUTPUT "{m}" COMMAND touch "{m}")',
+    'load_cache("/tmp" READ_WITH_PREFIX x A)',
+    "find_package(Python)",
+    'make_directory("{m}")',
+    'write_file("{m}" x)',
+    'ctest_run_script("{m}")',
+    'get_filename_component(_x "/etc/passwd" REALPATH)',
+]
+
+
+def _nested(body: str, depth: int) -> str:
+    """UTILS whose public helper calls ``depth`` levels of helpers, the deepest running ``body``."""
+    levels = [f"function(k3_level_{depth})\n  {body}\nendfunction()\n"]
+    for i in range(depth - 1, 0, -1):
+        levels.append(f"function(k3_level_{i})\n  k3_level_{i + 1}()\nendfunction()\n")
+    call = "  k3_level_1()\n" if depth else f"  {body}\n"
+    return "".join(levels if depth else []) + UTILS.replace("  set(_out)\n", "  set(_out)\n" + call)
+
+
+@pytest.mark.parametrize("body", FORBIDDEN)
+@pytest.mark.parametrize("depth", [0, 1, 3])
+def test_every_command_that_leaves_the_script_is_refused_at_any_depth(tmp_path, body, depth):
+    marker = tmp_path / "ran"
+    utils = _nested(body.replace("{m}", str(marker)), depth)
+    tree = _tree({"CMakeLists.txt": CMAKELISTS.replace("%DECODE%", DECODE), "cmake/utils.cmake": utils})
+    name = body.split("(")[0]
+    with pytest.raises(SourceError, match=rf"\(\) runs {name}\(\), which the kernel plan does not run"):
+        kernelplan.replay(tree)
+    assert not marker.exists()
+
+
+def test_a_helper_named_like_a_command_cannot_hide_one():
+    # a function the tree defines may be called; its own body is checked like every other
+    utils = "function(safe_name)\n  execute_process(COMMAND true)\nendfunction()\n" + UTILS.replace(
+        "  set(_out)\n", "  set(_out)\n  SAFE_NAME()\n"
+    )
+    tree = _tree({"CMakeLists.txt": CMAKELISTS.replace("%DECODE%", DECODE), "cmake/utils.cmake": utils})
+    with pytest.raises(SourceError, match=r"safe_name\(\) runs execute_process\(\)"):
+        kernelplan.replay(tree)
+
+
+def test_the_script_reaches_the_sandbox_on_stdin_with_utils_inlined():
+    tree = _tree({"CMakeLists.txt": CMAKELISTS.replace("%DECODE%", DECODE), "cmake/utils.cmake": UTILS})
+    rp, utils = kernelplan.replay(tree)
+    sandbox = HostCMake()
+    values = kernelplan.run_cmake(rp, utils, "12.9.1", ("9.0", "10.0"), sandbox)
+    (sent,) = sandbox.scripts
+    assert UTILS.encode() in sent and b"include(" not in sent  # no file of the tree is needed where it runs
+    assert values
+
+
+def test_no_engine_means_no_plan_exit_3_and_cmake_never_runs_here(monkeypatch, tmp_path):
+    from builder.engine.sandbox import CMakeSandbox
+    from builder.errors import EngineUnavailable
+
+    ran: list = []
+    monkeypatch.setattr("builder.engine.sandbox.run_capped", lambda *a, **k: ran.append(a))
+    sandbox = CMakeSandbox(["docker", "-H", f"unix://{tmp_path}/no-engine.sock"], kernelplan.cmake_data())
+    with pytest.raises(EngineUnavailable) as info:
+        sandbox.run(b"message(STATUS x)\n", 10)
+    assert info.value.exit_code == 3 and not ran
+
+
 def test_cmake_text_is_bounded_and_shown_escaped():
     with pytest.raises(SourceError, match=r"x\.cmake:2: unclosed parenthesis"):
         commands(b"set(A 1)\nset(B\n", "x.cmake")
@@ -328,7 +409,7 @@ def _cu129(arch_list: list[str]):
 
 def test_vllm_030_sdist_plan_with_and_without_10_3(vllm_sdist):
     with_103 = _cu129(["7.5", "8.0", "8.6", "8.9", "9.0", "10.0", "10.3", "12.0"])
-    plan = kernelmap.compute(vllm_sdist, with_103, "sdist")
+    plan = kernelmap.compute(vllm_sdist, with_103, "sdist", HostCMake())
     flashkda = plan.kernel("FLASH_KDA_ARCHS")[0]
     dsv3 = plan.kernel("DSV3_FUSED_A_GEMM_ARCHS")[0]
     assert flashkda.file == "cmake/external_projects/flashkda.cmake"
@@ -340,7 +421,9 @@ def test_vllm_030_sdist_plan_with_and_without_10_3(vllm_sdist):
     assert sorted({f.pinned_by for f in plan.fetches if f.pinned_by}) == sorted(with_103.source.third_party)
     assert [f.key for f in plan.fetches if f.status == "UNPINNED"] == [] and plan.stale == []
     assert plan.ok, plan.failures
-    without = kernelmap.compute(vllm_sdist, _cu129(["7.5", "8.0", "8.6", "8.9", "9.0", "10.0", "12.0"]), "sdist")
+    without = kernelmap.compute(
+        vllm_sdist, _cu129(["7.5", "8.0", "8.6", "8.9", "9.0", "10.0", "12.0"]), "sdist", HostCMake()
+    )
     lost = [f for f in without.failures if f.startswith("kernels.required")]
     assert len(lost) == 2 and all("nothing loads on 10.3 (B300)" in f for f in lost)
     assert without.kernel("FLASH_KDA_ARCHS")[0].archs == ("9.0a", "10.0a", "12.0a")
@@ -365,7 +448,7 @@ def test_no_command_is_smuggled_past_the_reader(tmp_path, smuggled):
         assert "quotes inside an unquoted argument" in exc.message
     else:
         # CMake reads the text as this reader does: set()'s arguments, never a command of its own.
-        values = kernelplan.run_cmake(rp, utils, "12.9.1", ("9.0", "10.0"))
+        values = kernelplan.run_cmake(rp, utils, "12.9.1", ("9.0", "10.0"), HostCMake())
         assert values
     assert not marker.exists()
 

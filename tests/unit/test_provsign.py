@@ -218,3 +218,26 @@ def test_the_docs_verify_table_is_the_code_s_row_list():
     assert chain.table_markdown() in auditor
     names = [name for name, _, _ in chain.ROWS]
     assert len(names) == len(set(names)) and all(len(n) < 28 for n in names)  # the CLI's column
+
+
+def test_the_key_file_is_0600_before_its_first_byte(tmp_path, monkeypatch):
+    """Issue 49: not made 0644 and narrowed later: the file that receives the key's bytes is
+    private from the moment it exists (mkstemp), whatever the umask."""
+    import os
+
+    from builder import fsutil
+
+    seen: list[int] = []
+    real = fsutil.os.fdopen
+
+    def fdopen(fd, *args, **kwargs):
+        seen.append(os.fstat(fd).st_mode & 0o777)
+        return real(fd, *args, **kwargs)
+
+    monkeypatch.setattr(fsutil.os, "fdopen", fdopen)
+    old = os.umask(0)
+    try:
+        provsign.generate_test_key(tmp_path)
+    finally:
+        os.umask(old)
+    assert seen[0] == 0o600  # the private key is written first

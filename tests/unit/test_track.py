@@ -13,8 +13,11 @@ import pytest
 
 from builder import cli
 from tests.conftest import REPO
+from tests.unit.cmakehost import HostCMake, host_cmake  # noqa: F401 - the module's fixture
 
 PIN = "ced6857afa0ea7b2e3f0846a62e1394e90f15607"
+
+pytestmark = pytest.mark.usefixtures("host_cmake")
 
 
 @pytest.fixture()

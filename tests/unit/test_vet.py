@@ -210,7 +210,9 @@ def test_prefix_is_sys_prefix_or_the_system_pythons_site_packages():
         def __init__(self, out: str) -> None:
             self.out = out
 
-        def run_python(self, ref, script):
+        def run_capture(self, ref, entrypoint, args):
+            # isolated: the image's .pth files and sitecustomize never run before the script
+            assert entrypoint == "sh" and " -I -S -c " in args[1] and args[2].startswith("# Prepended first")
             return self.out
 
     class Engine:

@@ -1,7 +1,8 @@
 """Scripts the image checks run inside a container of the image, with the image's own python.
 
 Each is a standalone file (standard library only: the image has nothing else the tool could
-rely on), run as ``python -c <text> <request as JSON>``, and prints its facts as the last line
+rely on), run isolated as ``python -I -S -c <text> <request as JSON>`` (``_isolated.py`` first:
+the site directories put on sys.path without their .pth files), and prints its facts as the last line
 that starts with ``MARKER``, so whatever an imported package prints on stdout cannot garble
 them. Each gathers every fact under its own guard: a surprise fails only the check it belongs
 to, with what was found. They are plain files so the unit tests can run them on this machine
@@ -36,8 +37,23 @@ def script(name: str) -> str:
     """The text to run: the shared reporting prelude (_report.py), then the probe."""
     if name not in NAMES + IMAGE_NAMES:
         raise KeyError(name)
-    parts = ("_report", *PRELUDES.get(name, ()), name)
+    parts = ("_isolated", "_report", *PRELUDES.get(name, ()), name)
     return "\n\n".join((HERE / f"{part}.py").read_text() for part in parts)
+
+
+# How the checks start the image's interpreter: isolated, no site hooks (the text starts with _isolated.py).
+PYTHON = "python -I -S"
+
+
+@cache
+def pip_script() -> str:
+    """``pip check`` from the copy at ``sys.argv[1]``, isolated like the probes (PYTHONPATH is
+    ignored under -I, so the copy's directory is given as an argument)."""
+    run = (
+        "import runpy\n_isys.path.insert(0, _isys.argv.pop(1))\n"
+        "runpy.run_module('pip', run_name='__main__', alter_sys=True)\n"
+    )
+    return (HERE / "_isolated.py").read_text() + "\n\n" + run
 
 
 def parse(stdout: str) -> dict | None:

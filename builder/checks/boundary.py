@@ -1,0 +1,113 @@
+"""The trust boundary of the image checks (`build test`, `build vet`; issue 49).
+
+An image under check is untrusted: a foreign one (vet) is anyone's, and ours may be broken. Each
+check's answer therefore comes from one of three places (``Basis``), and the scorecard says which:
+
+- ``HOST``: the tool's own code reads it, on the host, from the image's config or its files as the
+  engine exports them (builder/checks/imagefiles.py); no program of the image runs.
+- ``CROSS``: the image's interpreter runs a probe isolated (``python -I -S``, the site directories
+  named explicitly: no ``.pth``, no sitecustomize, no PYTHON* variable), and what it reports is held
+  against the host's reading: a module whose bytes are not a loadable ELF never "loads".
+- ``IMAGE``: only the image's own programs can answer (its interpreter importing its modules, its
+  compiler, its CLI); run isolated where it is Python, but a replaced interpreter or standard
+  library can still lie. Such a row is evidence, not proof.
+
+Every command runs in the hardened container (builder/engine/containers.py: no capability, no
+network, bounded pids, memory and CPU) through ``ContainerHost``: with a timeout and its output
+capped, so a check that never returns or prints without end fails instead of hanging vet.
+"""
+
+from __future__ import annotations
+
+import enum
+import os
+import shlex
+
+import pytest
+
+from builder.checks import imagefiles
+from builder.engine.containers import ContainerSeam, Ran
+
+TIMEOUT_ENV = "K3_CHECK_TIMEOUT"
+DEFAULT_TIMEOUT = 1800.0  # seconds per command: cu129's whole-image probes take minutes, not half an hour
+
+
+class Basis(enum.Enum):
+    HOST = "host"
+    CROSS = "cross-checked"
+    IMAGE = "image"
+
+
+# Which rows the image could influence (docs/checks.md#who-answers-each-row): HOST rows it cannot,
+# beyond its bytes; CROSS rows it cannot make pass where the host's reading says otherwise.
+BASIS = {
+    "expiry": Basis.HOST,
+    "labels": Basis.HOST,
+    "non_root": Basis.HOST,
+    "no_world_writable": Basis.HOST,
+    "cuda_runtime": Basis.CROSS,
+    "compiled_modules": Basis.CROSS,
+    "shared_libraries": Basis.CROSS,
+    "everything_loads": Basis.CROSS,
+    "gpu_code": Basis.CROSS,
+    "gpu_coverage": Basis.CROSS,
+    "least_privilege": Basis.CROSS,
+    "installed_files": Basis.CROSS,
+}
+
+
+def basis(check: str) -> Basis:
+    return BASIS.get(check, Basis.IMAGE)
+
+
+def timeout() -> float:
+    """Seconds a command of the checks may run: K3_CHECK_TIMEOUT, else DEFAULT_TIMEOUT."""
+    raw = os.environ.get(TIMEOUT_ENV, "")
+    try:
+        value = float(raw) if raw else DEFAULT_TIMEOUT
+    except ValueError:
+        value = DEFAULT_TIMEOUT
+    return value if value > 0 else DEFAULT_TIMEOUT
+
+
+class ContainerHost:
+    """What the checks ask of a host (testinfra's ``run(command, *args)``, each argument quoted
+    into ``command``), in the checks' container: every command bounded by ``limit`` seconds (a
+    command that outlives it fails its check, naming it) and its output capped."""
+
+    def __init__(self, containers: ContainerSeam, container_id: str, limit: float | None = None) -> None:
+        self._containers, self._container, self.limit = containers, container_id, limit or timeout()
+
+    def run(self, command: str, *args: object) -> Ran:
+        text = command % tuple(shlex.quote(str(a)) for a in args) if args else command
+        ran = self._containers.exec(self._container, ["/bin/sh", "-c", text], self.limit)
+        if ran.timed_out:
+            shown = command.split(" -c ")[0][:120]
+            pytest.fail(f"expected `{shown} ...` to finish within {self.limit:g} s, found it still running: killed")
+        return ran
+
+
+def read_files(containers: ContainerSeam, container_id: str, prefix: str) -> imagefiles.ImageFiles:
+    """The static view of the checks' container (its root file system as exported), read on the host."""
+    with containers.export(container_id) as stream:
+        return imagefiles.read(stream, (prefix,))
+
+
+def static_unloadable(files: imagefiles.ImageFiles, expect) -> list[tuple[str, str]]:
+    """(path, why) of the shared objects under the prefix that cannot load: the host's reading,
+    which the loads, ELF and GPU probes' answers are held to."""
+    return files.not_loadable(expect.app_prefix, expect.platform)
+
+
+def missing_modules(files: imagefiles.ImageFiles, expect, modules: tuple[str, ...]) -> list[tuple[str, str]]:
+    """(module, why) for each compiled module with no loadable shared object under the prefix."""
+    found = []
+    for module in modules:
+        tail = "/" + module.replace(".", "/") + "."
+        files_of = [e for e in files.under(expect.app_prefix) if e.kind == "file" and tail in e.path]
+        shared = [e for e in files_of if imagefiles.SHARED_OBJECT.search(e.path)]
+        if not shared:
+            found.append((module, f"no shared object for it under {expect.app_prefix} (read on the host)"))
+        elif all(imagefiles.elf_problem(e.head, imagefiles.MACHINES.get(expect.platform or "")) for e in shared):
+            found.append((module, f"{shared[0].path} is not a loadable ELF shared object (read on the host)"))
+    return found

@@ -1,0 +1,230 @@
+"""A hostile image against `build vet` (issue 49): the image may not decide its own verdict.
+
+The attack as it was found: the demo image broken (libcudart deleted, its compiled module
+overwritten with random bytes, root as its user, a setuid shell, a world-writable directory), plus a
+19-line ``.pth`` that replays a good image's probe answers, recorded here from a vet of the demo
+image itself. Before the trust boundary it was "fit" (exit 0). Now the probes run isolated
+(``python -I -S``: the .pth never runs) and the host's reading of the image's files decides the
+rows it can: the verdict names each defect. Also: a check that never returns, and one that prints
+without end, no longer hang vet or fill its memory.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from builder.checks import probes
+from tests.integration.conftest import BUILD, cli
+
+SITE = "/opt/k3/venv/lib/python3.11/site-packages"
+MODULE = f"{SITE}/k3smoke/_C.cpython-311-x86_64-linux-gnu.so"
+CUDART = f"{SITE}/nvidia/cuda_runtime/lib/libcudart.so.12"
+
+# The replay, as the attacker wrote it: every probe's facts line swapped for a good image's answer
+# with the same keys, at whatever moment the image's interpreter prints it.
+REPLAY = """import json, os, sys
+ANSWERS = json.load(open(os.path.join(os.path.dirname(__file__), "k3answers.json")))
+class Replay:
+    def __init__(self, out):
+        self.out = out
+    def write(self, text):
+        if text.startswith("K3-PROBE "):
+            try:
+                keys = ",".join(sorted(json.loads(text[9:])))
+            except ValueError:
+                keys = ""
+            text = "K3-PROBE " + ANSWERS.get(keys, text[9:])
+        return self.out.write(text)
+    def flush(self):
+        return self.out.flush()
+    def __getattr__(self, name):
+        return getattr(self.out, name)
+sys.stdout = Replay(sys.stdout)
+"""
+
+
+def _good_answers(smoke, ref: str, monkeypatch, tmp: Path) -> dict[str, str]:
+    """Every probe's facts from a vet of the demo image (in this process), keyed by their keys."""
+    from builder.commands import vet as command
+    from builder.config.matrix import load
+    from builder.engine import containers
+    from builder.engine.buildx import DockerEngine
+
+    answers: dict[str, str] = {}
+    real = containers.run_capped
+
+    def recording(argv, timeout):
+        ran = real(argv, timeout)
+        for line in ran.stdout.splitlines():
+            if line.startswith(probes.MARKER):
+                answers[",".join(sorted(json.loads(line[len(probes.MARKER) :])))] = line[len(probes.MARKER) :]
+        return ran
+
+    monkeypatch.setattr(containers, "run_capped", recording)
+    target = load(smoke.matrix).target("smoke")
+    args = argparse.Namespace(no_source=False, prefix=None)
+    card = command.vet_one(DockerEngine(), tmp, target, ref, args)
+    assert card.fit, card.text()
+    return answers
+
+
+@pytest.fixture(scope="module")
+def hostile(built, tmp_path_factory):
+    smoke, ref = built
+    context = tmp_path_factory.mktemp("hostile")
+    with pytest.MonkeyPatch.context() as mp:
+        answers = _good_answers(smoke, ref, mp, context)
+    assert len(answers) >= 10, sorted(answers)
+    (context / "k3answers.json").write_text(json.dumps(answers))
+    (context / "k3replay.py").write_text(REPLAY)
+    (context / "k3replay.pth").write_text("import k3replay\n")
+    (context / "random.bin").write_bytes(os.urandom(200_000))
+    (context / "Dockerfile").write_text(
+        f"FROM {ref}\nUSER root\n"
+        f"COPY k3replay.py k3replay.pth k3answers.json {SITE}/\n"
+        f"COPY random.bin {MODULE}\n"
+        f"RUN rm {CUDART} && cp /bin/sh /opt/k3/venv/bin/rootsh && chmod 4755 /opt/k3/venv/bin/rootsh "
+        "&& mkdir -m 777 /srv/drop\n"
+    )
+    tag = f"k3-hostile-vet:{smoke.repository.rsplit('-', 1)[-1]}"
+    subprocess.run(
+        ["docker", "buildx", "build", "--load", "-q", "-t", tag, str(context)], check=True, capture_output=True
+    )
+    yield smoke, tag, answers
+    subprocess.run(["docker", "image", "rm", "-f", tag], capture_output=True)
+
+
+def _vet(smoke, image: str, env: dict | None = None) -> tuple[int, dict, str]:
+    r = cli("--matrix", str(smoke.matrix), "vet", "--target", "smoke", "--image", image, "--json", env=env)
+    assert "Traceback" not in r.err, r.err[-3000:]
+    return r.code, json.loads(r.out), r.err
+
+
+def test_the_replay_is_live_in_the_images_own_python(hostile):
+    """The attack works wherever the image's interpreter starts as usual: its .pth rewrites a facts line."""
+    smoke, tag, answers = hostile
+    keys, good = next(iter(answers.items()))
+    fake = json.dumps(dict.fromkeys(keys.split(","), "broken"))
+    script = f"print({probes.MARKER!r} + {fake!r})"
+    out = subprocess.run(
+        ["docker", "run", "--rm", "--network", "none", "--entrypoint", "python", tag, "-c", script],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    assert out.strip() == probes.MARKER + good
+
+
+def test_a_broken_image_replaying_good_answers_is_not_fit(hostile):
+    smoke, tag, _ = hostile
+    code, doc, err = _vet(smoke, tag)
+    assert code == 1, err[-3000:]
+    assert not doc["fit"]
+    rows = {c["name"]: c for c in doc["checks"]}
+    failed = {n for n, c in rows.items() if c["status"] == "fail"}
+    # the random-bytes module: never imports, loads, resolves or carries GPU code
+    for name in ("compiled_modules", "everything_loads", "shared_libraries", "gpu_code"):
+        assert name in failed, (name, rows[name])
+    assert "not an ELF file" in rows["everything_loads"]["finding"]
+    assert "read on the host" in rows["shared_libraries"]["finding"]
+    assert "cuda_runtime" in failed  # libcudart deleted
+    # root, the setuid shell and the world-writable directory (advisory rows for a foreign image)
+    assert "non_root" in failed and "/srv/drop" in rows["no_world_writable"]["finding"]
+    assert "/opt/k3/venv/bin/rootsh: set-id mode 0o4755" in rows["least_privilege"]["finding"]
+    # the scorecard says who answered each row
+    assert rows["no_world_writable"]["basis"] == "host" and rows["everything_loads"]["basis"] == "cross-checked"
+    assert rows["recipe_cli"]["basis"] == "image"
+
+
+# The next step of the attack: the interpreter itself replaced by one that installs the replay
+# whatever its flags say (-I -S included). Isolation cannot stop that; the host's reading does.
+INTERPRETER = f"""import sys
+sys.path.insert(0, "{SITE}")
+import k3replay
+args = sys.argv[1:]
+while args and args[0] in ("-I", "-S", "-E", "-s"):
+    args.pop(0)
+if args[:1] == ["-c"]:
+    sys.argv = ["-c", *args[2:]]
+    exec(compile(args[1], "<string>", "exec"), {{"__name__": "__main__"}})
+"""
+
+
+def test_a_replaced_interpreter_still_cannot_pass_the_rows_the_host_reads(hostile, tmp_path):
+    smoke, tag, _ = hostile
+    (tmp_path / "replayrun.py").write_text(INTERPRETER)
+    (tmp_path / "python").write_text('#!/bin/sh\nexec /usr/bin/python3.11 /opt/k3/replayrun.py "$@"\n')
+    (tmp_path / "python").chmod(0o755)
+    (tmp_path / "Dockerfile").write_text(
+        f"FROM {tag}\nCOPY replayrun.py /opt/k3/replayrun.py\nRUN rm /opt/k3/venv/bin/python\n"
+        "COPY python /opt/k3/venv/bin/python\n"
+    )
+    liar = tag.replace("k3-hostile-vet", "k3-hostile-python")
+    subprocess.run(
+        ["docker", "buildx", "build", "--load", "-q", "-t", liar, str(tmp_path)], check=True, capture_output=True
+    )
+    try:
+        code, doc, err = _vet(smoke, liar)
+    finally:
+        subprocess.run(["docker", "image", "rm", "-f", liar], capture_output=True)
+    assert code == 1, err[-3000:]
+    rows = {c["name"]: c for c in doc["checks"]}
+    failed = {n for n, c in rows.items() if c["status"] == "fail"}
+    host_read = {"cuda_runtime", "compiled_modules", "everything_loads", "shared_libraries", "gpu_code"}
+    assert host_read <= failed, {n: rows[n] for n in host_read - failed}
+    assert {"non_root", "no_world_writable", "least_privilege"} <= failed
+    assert "read on the host" in rows["compiled_modules"]["finding"]
+
+
+@pytest.fixture(scope="module")
+def runaway(built, tmp_path_factory):
+    """Two images whose C compiler (runtime_toolchain runs $CC) never returns, or prints 300 MB."""
+    smoke, ref = built
+    tags = {}
+    # the flood goes to the check's own stdout (the script sends the compiler's output to a file)
+    flood = "head -c 300000000 /dev/zero | tr '\\0' x > /proc/$PPID/fd/1"
+    for name, body in {"hang": "exec sleep 100000", "flood": flood}.items():
+        context = tmp_path_factory.mktemp(name)
+        (context / "cc").write_text(f"#!/bin/sh\n{body}\n")
+        (context / "cc").chmod(0o755)
+        (context / "Dockerfile").write_text(f"FROM {ref}\nCOPY cc /usr/local/bin/k3cc\nENV CC=/usr/local/bin/k3cc\n")
+        tags[name] = f"k3-hostile-{name}:{smoke.repository.rsplit('-', 1)[-1]}"
+        subprocess.run(
+            ["docker", "buildx", "build", "--load", "-q", "-t", tags[name], str(context)],
+            check=True,
+            capture_output=True,
+        )
+    yield smoke, tags
+    for tag in tags.values():
+        subprocess.run(["docker", "image", "rm", "-f", tag], capture_output=True)
+
+
+def test_a_check_that_never_returns_fails_at_its_timeout(runaway):
+    smoke, tags = runaway
+    code, doc, err = _vet(smoke, tags["hang"], env={**os.environ, "K3_CHECK_TIMEOUT": "20"})
+    assert code == 1, err[-3000:]
+    rows = {c["name"]: c for c in doc["checks"]}
+    assert rows["runtime_toolchain"]["status"] == "fail"
+    assert "to finish within 20 s, found it still running: killed" in rows["runtime_toolchain"]["finding"]
+
+
+def test_a_check_that_prints_without_end_is_capped(runaway):
+    smoke, tags = runaway
+    # vet under a parent that reports its children's peak resident memory (vet's, or a docker CLI's)
+    measure = (
+        "import json, resource, subprocess, sys; r = subprocess.run(sys.argv[1:], capture_output=True, text=True); "
+        "print(json.dumps([r.returncode, r.stdout, resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss]))"
+    )
+    argv = [BUILD, "--matrix", str(smoke.matrix), "vet", "--target", "smoke", "--image", tags["flood"], "--json"]
+    run = subprocess.run([sys.executable, "-c", measure, *argv], capture_output=True, text=True, check=True)
+    code, out, peak_kib = json.loads(run.stdout)
+    assert peak_kib < 200 * 1024, f"peak {peak_kib // 1024} MiB for 300 MB of output"
+    rows = {c["name"]: c for c in json.loads(out)["checks"]}
+    assert code == 1 and rows["runtime_toolchain"]["status"] == "fail", rows["runtime_toolchain"]
