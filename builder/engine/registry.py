@@ -102,48 +102,26 @@ class Registry:
             with transport.open_url(req, self._token if self._own(url) else None, transport.TIMEOUT) as resp:
                 return resp.status, dict(resp.headers), transport.read_body(resp, started, limit)
         except urllib.error.HTTPError as exc:
-            if (
-                exc.code == 401
-                and retry_auth
-                and self._own(exc.filename or "")
-                and self._authenticate(exc.headers.get("WWW-Authenticate", ""))
-            ):
+            challenge = exc.headers.get("WWW-Authenticate", "") if self._own(exc.filename or "") else ""
+            if exc.code == 401 and retry_auth and challenge and self._authenticate(challenge):
                 return self._attempt(method, path, data, headers, limit, retry_auth=False)
             raise self._refused(where, exc) from None
         except transport.TooLarge as exc:
             raise RegistryError(f"{where}: {exc}") from None
         except (OSError, http.client.HTTPException, ValueError) as exc:  # ValueError: a URL urllib cannot use
-            raise self._unreached(where, exc) from None
+            raise transport.unreached(where, exc) from None
 
     def _where(self, url: str) -> str:
-        """A request's URL for messages: host and path, the query left out (a presigned URL's
-        signature is a credential)."""
+        """A URL for messages: host and path, no query (a presigned URL's signature is a secret)."""
         parts = urllib.parse.urlsplit(url)
         return f"{self.host if self._own(url) else parts.netloc}{parts.path}"
 
     def _refused(self, where: str, exc: urllib.error.HTTPError) -> RegistryError:
-        """The error for an HTTP error reply: its status, a little of its body, the registry's
-        Retry-After, and why credentials did not help (401/403)."""
-        try:
-            body = exc.read()[:300].decode("utf-8", "replace")
-        except (OSError, http.client.HTTPException):  # the error's own body cut short: its status stands
-            body = ""
-        own = self._own(exc.filename or "")  # another host's 401 was not answered: the note is not about it
-        hint = f" ({self._auth_note})" if exc.code in (401, 403) and self._auth_note and own else ""
-        return RegistryError(
-            f"{where}: HTTP {exc.code} {' '.join(body.split())}{hint}",
-            exc.code,
-            retry_after=transport.retry_after(exc.headers.get("Retry-After")),
-        )
-
-    @staticmethod
-    def _unreached(request: str, exc: Exception) -> RegistryError:
-        fault = transport.fault_of(exc)
-        if fault is transport.Fault.CUT:  # IncompleteRead, BadStatusLine
-            why = f"the registry's reply was cut short or garbled ({exc.__class__.__name__})"
-        else:
-            why = f"cannot reach the registry: {exc}"
-        return RegistryError(f"{request}: {why}", fault=fault)
+        """An HTTP error reply's error; why credentials did not help when the registry itself said
+        401/403 (another host's 401 was not answered: the note is not about it)."""
+        own = self._own(exc.filename or "")
+        note = self._auth_note if own else "not the registry's origin: no credentials sent there"
+        return transport.refused(where, exc, note if exc.code in (401, 403) else "")
 
     def _credentials(self) -> CredentialLookup:
         if self._lookup is None:
@@ -200,7 +178,6 @@ class Registry:
     def _stream(self, repo: str, digest: str, dest: Path) -> None:
         """One download of the blob into ``dest``, from its first byte."""
         got = hashlib.sha256()
-        url = f"{self.base}/v2/{repo}/blobs/{digest}"
         where = f"GET {self.host}/{repo} blob {digest[:19]}"
 
         def sink(chunk: bytes) -> None:
@@ -208,7 +185,7 @@ class Registry:
             out.write(chunk)
 
         try:
-            req = urllib.request.Request(url)
+            req = urllib.request.Request(f"{self.base}/v2/{repo}/blobs/{digest}")  # the registry's own origin
             with transport.open_url(req, self._token, transport.TIMEOUT) as resp, dest.open("wb") as out:
                 transport.read_body(resp, time.monotonic(), sink=sink)
         except urllib.error.HTTPError as exc:
@@ -216,7 +193,7 @@ class Registry:
         except (OSError, http.client.HTTPException) as exc:
             if isinstance(exc, OSError) and exc.errno is not None and exc.filename:
                 raise  # our own disk (ENOSPC, EROFS): not the registry's fault
-            raise self._unreached(where, exc) from None
+            raise transport.unreached(where, exc) from None
         if "sha256:" + got.hexdigest() != digest:
             raise RegistryError(f"{self.host}/{repo} blob {digest}: content hashes to sha256:{got.hexdigest()}")
 
@@ -239,22 +216,11 @@ class Registry:
         host: that host gets no credential, see ``_own``)."""
         post = f"{self.base}/v2/{repo}/blobs/uploads/"
         _, headers, _ = self._attempt("POST", post)
-        if not headers.get("Location"):
-            raise RegistryError(f"POST {self.host}/v2/{repo}/blobs/uploads/: the registry named no upload session")
         try:
-            location = urllib.parse.urlsplit(urllib.parse.urljoin(post, headers["Location"]))
-            location.port  # noqa: B018 - raises on a port out of range, which socket would wrap around
-        except ValueError:  # not a URL (an unclosed IPv6 bracket, port 99999): asking again gets the same
-            raise RegistryError(
-                f"POST {self.host}/v2/{repo}/blobs/uploads/: the upload session's Location is not a URL"
-            ) from None
-        query = "&".join(q for q in (location.query, urllib.parse.urlencode({"digest": digest})) if q)
-        self._attempt(
-            "PUT",
-            location._replace(query=query).geturl(),
-            data=data,
-            headers={"Content-Type": "application/octet-stream"},
-        )
+            put = transport.session_url(post, headers.get("Location", ""), digest)
+        except ValueError as exc:  # asking again gets the same
+            raise RegistryError(f"POST {self.host}/v2/{repo}/blobs/uploads/: {exc}") from None
+        self._attempt("PUT", put, data=data, headers={"Content-Type": "application/octet-stream"})
 
     def push_manifest(self, repo: str, reference: str, raw: bytes, media_type: str) -> str:
         self._request("PUT", f"/v2/{repo}/manifests/{reference}", data=raw, headers={"Content-Type": media_type})

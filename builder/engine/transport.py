@@ -185,6 +185,45 @@ def retry_after(value: str | None) -> float | None:
         return None
 
 
+def refused(where: str, exc: urllib.error.HTTPError, note: str = "") -> RegistryError:
+    """The error for an HTTP error reply to ``where`` ("METHOD host/path"): its status, a little
+    of its body, its Retry-After, and ``note`` (why credentials did not help), when there is one."""
+    try:
+        body = exc.read()[:300].decode("utf-8", "replace")
+    except (OSError, http.client.HTTPException):  # the error's own body cut short: its status stands
+        body = ""
+    return RegistryError(
+        f"{where}: HTTP {exc.code} {' '.join(body.split())}{f' ({note})' if note else ''}",
+        exc.code,
+        retry_after=retry_after(exc.headers.get("Retry-After")),
+    )
+
+
+def unreached(where: str, exc: Exception) -> RegistryError:
+    """The error for a request to ``where`` that got no reply, or a cut or garbled one."""
+    fault = fault_of(exc)
+    if fault is Fault.CUT:  # IncompleteRead, BadStatusLine
+        why = f"the registry's reply was cut short or garbled ({exc.__class__.__name__})"
+    else:
+        why = f"cannot reach the registry: {exc}"
+    return RegistryError(f"{where}: {why}", fault=fault)
+
+
+def session_url(post: str, location: str, digest: str) -> str:
+    """The URL an upload session's PUT goes to: its ``location`` resolved against the ``post``'s
+    URL (RFC 3986: it may be relative, or name another host), its query kept, ``digest`` added.
+    ValueError when there is none or it is not a URL (an unclosed IPv6 bracket, port 99999)."""
+    if not location:
+        raise ValueError("the registry named no upload session (no Location)")
+    try:
+        parts = urllib.parse.urlsplit(urllib.parse.urljoin(post, location))
+        parts.port  # noqa: B018 - raises on a port out of range, which the socket would wrap around
+    except ValueError:
+        raise ValueError("the upload session's Location is not a URL") from None
+    query = "&".join(q for q in (parts.query, urllib.parse.urlencode({"digest": digest})) if q)
+    return parts._replace(query=query).geturl()
+
+
 BUDGET_VAR = "K3_REGISTRY_RETRY_SECONDS"
 DEFAULT_BUDGET = 60.0
 BASE_DELAY, MAX_DELAY = 0.5, 10.0  # the first wait, and the longest between two attempts

@@ -305,6 +305,7 @@ def test_an_upload_session_on_another_host_gets_no_credential(helper, mode, want
             with pytest.raises(RegistryError) as info:
                 reg.push_blob("k3/x", BLOB)
             assert info.value.status == 401 and other.host in str(info.value)
+            assert "not the registry's origin: no credentials sent there" in str(info.value)
         assert [(m, p.split("?")[0]) for m, p, _ in other.seen] == [("PUT", "/upload/abc")]
         assert other.auths() == []
         assert "_state=s1&digest=sha256%3A" in other.seen[0][1]  # the session's own query kept
