@@ -220,12 +220,20 @@ def configured_realms() -> frozenset[tuple[str, str]]:
     return frozenset(pairs)
 
 
+def registry_url(host: str) -> str:
+    """The registry's base URL: plain http for an insecure one, else https."""
+    return f"{'http' if insecure(host) else 'https'}://{host}"
+
+
 def realm_allowed(host: str, realm: str) -> bool:
-    """Whether the registry ``host`` may send the tool to the token service at ``realm``: on the
-    registry's own host and port, or a pair built in or configured in $K3_TOKEN_REALMS."""
-    _, realm_host, realm_port = transport.origin(realm)
-    _, own_host, own_port = transport.origin(f"{'http' if insecure(host) else 'https'}://{host}")
-    if (realm_host, realm_port) == (own_host, own_port):
+    """Whether the registry ``host`` may send the tool to the token service at ``realm``: the
+    registry's own origin (scheme, host and port), or a pair built in or configured in
+    $K3_TOKEN_REALMS. A plain-http realm only for a registry that is itself spoken to over http:
+    an https registry's realm on the same host and port but http is another (cleartext) service."""
+    scheme = transport.origin(realm)[0]
+    if scheme == "http" and not insecure(host):
+        return False
+    if transport.origin(realm) == transport.origin(registry_url(host)):
         return True
     netloc = urllib.parse.urlsplit(realm).netloc.lower()
     return (host.lower(), netloc) in BUILT_IN_REALMS | configured_realms()
@@ -275,15 +283,20 @@ def _bearer(challenge: str, lookup: CredentialLookup, host: str) -> Answer:
     realm_parts = urllib.parse.urlsplit(realm)
     if realm_parts.scheme not in ("http", "https"):
         return Answer(None, f"the registry's token realm is not http(s): {realm_parts.scheme!r}")
+    if realm_parts.scheme == "http" and not insecure(host):
+        return Answer(
+            None, f"the registry's token realm http://{realm_parts.netloc} is plain http; asked nothing there"
+        )
     if not realm_allowed(host, realm):
         return Answer(
             None,
             f"the registry's token realm {realm_parts.netloc} is not on {host}; asked nothing there "
             f"(an operator may allow it: {TOKEN_REALMS_VAR}={host}={realm_parts.netloc})",
         )
-    # Credentials go to the token service only over https, or to this very (insecure) registry.
+    # Credentials go to the token service only over https, or over http to an insecure registry's
+    # own origin or another insecure host (loopback, $K3_INSECURE_REGISTRIES) it was allowed to name.
     may_send = creds is not None and (
-        realm_parts.scheme == "https" or realm_parts.netloc == host or insecure(realm_parts.netloc)
+        realm_parts.scheme == "https" or (insecure(host) and insecure(realm_parts.netloc))
     )
     sent = creds if may_send else None
     if creds is None:

@@ -61,7 +61,7 @@ def split_ref(name: str) -> tuple[str, str]:
 class Registry:
     def __init__(self, host: str) -> None:
         self.host = host
-        self.base = f"{'http' if auth.insecure(host) else 'https'}://{host}"
+        self.base = auth.registry_url(host)
         self._token: str | None = None
         self._lookup: CredentialLookup | None = None  # the Docker config is read once per host
         self._auth_note = ""  # why the last authentication gave nothing (one line, no secret)
@@ -69,46 +69,59 @@ class Registry:
 
     # -- transport ------------------------------------------------------------------------------
     def _request(
-        self, method: str, path: str, data: bytes | None = None, headers: dict | None = None
+        self,
+        method: str,
+        path: str,
+        data: bytes | None = None,
+        headers: dict | None = None,
+        limit: int | None = None,
     ) -> tuple[int, dict, bytes]:
-        """One request, tried again on a transient failure when it is idempotent."""
-        if method not in transport.IDEMPOTENT:
-            return self._attempt(method, path, data, headers)
-        return self._retrier.run(lambda: self._attempt(method, path, data, headers))
+        """One request (tried again on a transient failure when the Retrier says so); ``path`` is
+        resolved against the registry's base URL, ``limit`` caps the reply's size."""
+        return self._retrier.run(method, lambda: self._attempt(method, path, data, headers, limit))
+
+    def _own(self, url: str) -> bool:
+        """Whether ``url`` is on the registry's own origin: the only place its token is sent, and
+        the only one whose 401 is answered with the registry's credentials."""
+        return transport.origin(url) == transport.origin(self.base)
 
     def _attempt(
-        self, method: str, path: str, data: bytes | None = None, headers: dict | None = None, retry_auth: bool = True
+        self,
+        method: str,
+        path: str,
+        data: bytes | None = None,
+        headers: dict | None = None,
+        limit: int | None = None,
+        retry_auth: bool = True,
     ) -> tuple[int, dict, bytes]:
-        url = path if path.startswith("http") else self.base + path
-        req = urllib.request.Request(url, data=data, method=method, headers=dict(headers or {}))
+        url = urllib.parse.urljoin(self.base, path)
+        where = f"{method} {self._where(url)}"
+        started = time.monotonic()
         try:
-            with transport.open_url(req, self._token, transport.TIMEOUT) as resp:
-                return resp.status, dict(resp.headers), resp.read()
+            req = urllib.request.Request(url, data=data, method=method, headers=dict(headers or {}))
+            with transport.open_url(req, self._token if self._own(url) else None, transport.TIMEOUT) as resp:
+                return resp.status, dict(resp.headers), transport.read_body(resp, started, limit)
         except urllib.error.HTTPError as exc:
-            if exc.code == 401 and retry_auth and self._authenticate(exc.headers.get("WWW-Authenticate", "")):
-                return self._attempt(method, path, data, headers, retry_auth=False)
-            try:
-                body = exc.read()[:300].decode("utf-8", "replace")
-            except (OSError, http.client.HTTPException):  # the error's own body cut short: its status stands
-                body = ""
-            hint = f" ({self._auth_note})" if exc.code in (401, 403) and self._auth_note else ""
-            raise RegistryError(
-                f"{method} {self.host}{urllib.parse.urlsplit(url).path}: HTTP {exc.code} "
-                f"{' '.join(body.split())}{hint}",
-                exc.code,
-                retry_after=transport.retry_after(exc.headers.get("Retry-After")),
-            ) from None
-        except (OSError, http.client.HTTPException) as exc:
-            raise self._unreached(f"{method} {self.host}{urllib.parse.urlsplit(url).path}", exc) from None
+            challenge = exc.headers.get("WWW-Authenticate", "") if self._own(exc.filename or "") else ""
+            if exc.code == 401 and retry_auth and challenge and self._authenticate(challenge):
+                return self._attempt(method, path, data, headers, limit, retry_auth=False)
+            raise self._refused(where, exc) from None
+        except transport.TooLarge as exc:
+            raise RegistryError(f"{where}: {exc}") from None
+        except (OSError, http.client.HTTPException, ValueError) as exc:  # ValueError: a URL urllib cannot use
+            raise transport.unreached(where, exc) from None
 
-    @staticmethod
-    def _unreached(request: str, exc: Exception) -> RegistryError:
-        fault = transport.fault_of(exc)
-        if fault is transport.Fault.CUT:  # IncompleteRead, BadStatusLine
-            why = f"the registry's reply was cut short or garbled ({exc.__class__.__name__})"
-        else:
-            why = f"cannot reach the registry: {exc}"
-        return RegistryError(f"{request}: {why}", fault=fault)
+    def _where(self, url: str) -> str:
+        """A URL for messages: host and path, no query (a presigned URL's signature is a secret)."""
+        parts = urllib.parse.urlsplit(url)
+        return f"{self.host if self._own(url) else parts.netloc}{parts.path}"
+
+    def _refused(self, where: str, exc: urllib.error.HTTPError) -> RegistryError:
+        """An HTTP error reply's error; why credentials did not help when the registry itself said
+        401/403 (another host's 401 was not answered: the note is not about it)."""
+        own = self._own(exc.filename or "")
+        note = self._auth_note if own else "not the registry's origin: no credentials sent there"
+        return transport.refused(where, exc, note if exc.code in (401, 403) else "")
 
     def _credentials(self) -> CredentialLookup:
         if self._lookup is None:
@@ -116,8 +129,8 @@ class Registry:
         return self._lookup
 
     def _authenticate(self, challenge: str) -> bool:
-        """Answer a 401's challenge with the Docker config's credentials for this host. False (and
-        ``_auth_note`` says why, without the secret) when there is nothing better to send."""
+        """Answer the registry's 401 challenge with the Docker config's credentials for this host.
+        False (and ``_auth_note`` says why, without the secret) when there is nothing better to send."""
         answer = auth.answer_challenge(challenge, self._credentials(), self.host, self._token)
         self._auth_note = answer.note
         if answer.header is None:
@@ -128,7 +141,9 @@ class Registry:
     # -- reads ----------------------------------------------------------------------------------
     def manifest(self, repo: str, reference: str) -> Manifest | None:
         try:
-            _, headers, body = self._request("GET", f"/v2/{repo}/manifests/{reference}", headers={"Accept": ACCEPT})
+            _, headers, body = self._request(
+                "GET", f"/v2/{repo}/manifests/{reference}", headers={"Accept": ACCEPT}, limit=transport.MANIFEST_LIMIT
+            )
         except RegistryError as exc:
             if exc.status == 404:
                 return None
@@ -158,25 +173,27 @@ class Registry:
     def blob_to(self, repo: str, digest: str, dest: Path) -> None:
         """A blob streamed to ``dest`` (a layer can be GBs: never held in memory), hash-checked."""
         self._request("HEAD", f"/v2/{repo}/blobs/{digest}")  # authenticates, or raises naming the blob
-        self._retrier.run(lambda: self._stream(repo, digest, dest))
+        self._retrier.run("GET", lambda: self._stream(repo, digest, dest))
 
     def _stream(self, repo: str, digest: str, dest: Path) -> None:
         """One download of the blob into ``dest``, from its first byte."""
         got = hashlib.sha256()
-        req = urllib.request.Request(f"{self.base}/v2/{repo}/blobs/{digest}")
+        where = f"GET {self.host}/{repo} blob {digest[:19]}"
+
+        def sink(chunk: bytes) -> None:
+            got.update(chunk)
+            out.write(chunk)
+
         try:
+            req = urllib.request.Request(f"{self.base}/v2/{repo}/blobs/{digest}")  # the registry's own origin
             with transport.open_url(req, self._token, transport.TIMEOUT) as resp, dest.open("wb") as out:
-                for chunk in iter(lambda: resp.read(1 << 20), b""):
-                    got.update(chunk)
-                    out.write(chunk)
-                if resp.length:  # urllib ends a short body quietly: the bytes the reply declared are missing
-                    raise http.client.IncompleteRead(b"", resp.length)
+                transport.read_body(resp, time.monotonic(), sink=sink)
         except urllib.error.HTTPError as exc:
-            raise RegistryError(f"GET {self.host}/{repo} blob {digest[:19]}: HTTP {exc.code}", exc.code) from None
+            raise self._refused(where, exc) from None
         except (OSError, http.client.HTTPException) as exc:
             if isinstance(exc, OSError) and exc.errno is not None and exc.filename:
                 raise  # our own disk (ENOSPC, EROFS): not the registry's fault
-            raise self._unreached(f"GET {self.host}/{repo} blob {digest[:19]}", exc) from None
+            raise transport.unreached(where, exc) from None
         if "sha256:" + got.hexdigest() != digest:
             raise RegistryError(f"{self.host}/{repo} blob {digest}: content hashes to sha256:{got.hexdigest()}")
 
@@ -189,22 +206,21 @@ class Registry:
         except RegistryError as exc:
             if exc.status != 404:
                 raise
-        self._retrier.run(lambda: self._upload(repo, digest, data), again=" from a new upload session")
+        # Retried as its PUT is: the session's POST opens a new session each time, never reused.
+        self._retrier.run("PUT", lambda: self._upload(repo, digest, data), again=" from a new upload session")
         return digest
 
     def _upload(self, repo: str, digest: str, data: bytes) -> None:
-        """One upload session, POST then PUT: a failed PUT is tried again from a new session."""
-        _, headers, _ = self._attempt("POST", f"/v2/{repo}/blobs/uploads/")
-        location = headers.get("Location", "")
-        if not location.startswith("http"):
-            location = self.base + location
-        sep = "&" if "?" in location else "?"
-        self._attempt(
-            "PUT",
-            f"{location}{sep}digest={urllib.parse.quote(digest)}",
-            data=data,
-            headers={"Content-Type": "application/octet-stream"},
-        )
+        """One upload session, POST then PUT: a failed PUT is tried again from a new session. The
+        session's Location is resolved against the POST's URL (it may be relative, or name another
+        host: that host gets no credential, see ``_own``)."""
+        post = f"{self.base}/v2/{repo}/blobs/uploads/"
+        _, headers, _ = self._attempt("POST", post)
+        try:
+            put = transport.session_url(post, headers.get("Location", ""), digest)
+        except ValueError as exc:  # asking again gets the same
+            raise RegistryError(f"POST {self.host}/v2/{repo}/blobs/uploads/: {exc}") from None
+        self._attempt("PUT", put, data=data, headers={"Content-Type": "application/octet-stream"})
 
     def push_manifest(self, repo: str, reference: str, raw: bytes, media_type: str) -> str:
         self._request("PUT", f"/v2/{repo}/manifests/{reference}", data=raw, headers={"Content-Type": media_type})
@@ -243,7 +259,11 @@ class Registry:
         """Read-modify-write of the referrers index (the tag schema has no atomic update): two
         builds of one image attach at once, or an entry's manifest was deleted since. The registry
         refuses an index naming a manifest it lacks (HTTP 400), so entries it no longer has are
-        dropped and the write is retried on a fresh read."""
+        dropped and the write is retried on a fresh read.
+
+        Its own loop, not the Retrier: a 400 is a sound answer (the registry is up, the index was
+        stale), and what is sent again is a new index from a new read, not the same request. Each
+        read and write underneath still has the Retrier's retries for a transient failure."""
         for attempt in range(attempts):
             current = self.manifest(repo, tag)
             entries = [

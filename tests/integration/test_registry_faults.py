@@ -41,10 +41,11 @@ CUT = ("reset", "cut")
 class Front:
     """A threaded HTTP proxy to the registry that fails each request (keyed by method, path and
     digest, the upload session left out) with the next of ``faults``, then forwards it;
-    ``forever`` fails every request with 503."""
+    ``forever`` fails every request with 503 (and ``retry_after`` as its Retry-After)."""
 
-    def __init__(self, faults: tuple[str, ...] = (), forever: bool = False) -> None:
+    def __init__(self, faults: tuple[str, ...] = (), forever: bool = False, retry_after: str | None = None) -> None:
         self.faults, self.forever, self.counts, self.lock = faults, forever, {}, threading.Lock()
+        self.retry_after = retry_after
         front = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -64,6 +65,8 @@ class Front:
                         self.close_connection = True
                 elif fault:
                     retry = {"Retry-After": "1"} if fault == "429" else {}
+                    if front.retry_after is not None:
+                        retry = {"Retry-After": front.retry_after}
                     self._reply(int(fault), retry, b'{"errors":[{"code":"UNKNOWN","message":"injected"}]}')
                 else:
                     self._reply(*front.forward(self.command, self.path, self.headers, body))
@@ -172,15 +175,21 @@ def test_doctor_through_a_busy_front_gives_the_registrys_verdict(front, reposito
     assert "retry" not in healthy.err
 
 
-def test_a_front_that_fails_forever_is_exit_3_after_the_retries(front, repository):
+@pytest.mark.parametrize("retry_after", [None, "0", "\u00b2", "Thu, 01 Jan 1970 00:00:00 GMT"])
+def test_a_front_that_fails_forever_is_exit_3_after_the_retries(front, repository, retry_after):
+    """Whatever its Retry-After (none, 0, a superscript digit, a past date): exit 3, one line, the
+    backoff between retries (no request per round trip), and the retries the warnings counted."""
     name, digest = _push_tiny_image(REGISTRY, repository, LABELS)
-    down = front(forever=True)
+    down = front(forever=True, retry_after=retry_after)
     r = _doctor(f"{down.host}/{repository}:v1", "r575-h100.txt", K3_REGISTRY_RETRY_SECONDS="3")
     assert r.code == 3, r.out + r.err
+    assert "Traceback" not in r.err
     error = json.loads(r.out)["error"]
     assert "\n" not in error and down.host in error and "HTTP 503" in error
-    assert "still failing after" in error and "K3_REGISTRY_RETRY_SECONDS=3" in error
-    assert sum("retry" in line for line in r.err.splitlines()) >= 2
+    assert "K3_REGISTRY_RETRY_SECONDS=3" in error
+    retries = sum("retry" in line for line in r.err.splitlines())
+    assert retries >= 2 and f"still failing after {retries} retries" in error
+    assert sum(down.counts.values()) <= retries + 1  # backoff: 3 s hold a handful of requests, not thousands
 
 
 def test_the_client_gives_up_with_registry_unavailable(front, repository, monkeypatch):

@@ -15,7 +15,14 @@ from pathlib import Path
 import pytest
 
 from builder import log
-from builder.engine.auth import DOCKER_HUB_SERVER, credential_helper_get, docker_credentials
+from builder.engine import auth
+from builder.engine.auth import (
+    DOCKER_HUB_SERVER,
+    CredentialLookup,
+    Credentials,
+    credential_helper_get,
+    docker_credentials,
+)
 from builder.engine.registry import Registry, RegistryClient, RegistryError
 from builder.errors import RegistryUnavailable
 
@@ -264,10 +271,10 @@ def test_the_helper_is_asked_once_per_registry(env, server):
     assert len(calls.read_text().splitlines()) == 1
 
 
-@pytest.mark.parametrize("realm, sends", [("http://token.example/token", False), ("https://token.example/token", True)])
-def test_credentials_go_to_an_allowed_token_service_elsewhere_only_over_https(env, monkeypatch, realm, sends):
-    """A bearer realm on another host (allowed by $K3_TOKEN_REALMS) over plain http gets an
-    anonymous request, not the password."""
+@pytest.mark.parametrize("realm, asked", [("http://token.example/token", False), ("https://token.example/token", True)])
+def test_an_allowed_token_service_elsewhere_is_asked_only_over_https(env, monkeypatch, realm, asked):
+    """A bearer realm on another host (allowed by $K3_TOKEN_REALMS) over plain http, for an https
+    registry, is not asked at all (not even anonymously: its token would come back in cleartext)."""
     import io
 
     from builder.engine import transport
@@ -283,6 +290,37 @@ def test_credentials_go_to_an_allowed_token_service_elsewhere_only_over_https(en
 
     monkeypatch.setattr(transport, "open_url", open_url)
     reg = Registry("registry.example")
-    assert reg._authenticate(f'Bearer realm="{realm}",service="k3",scope="repository:k3/x:pull"') is True
-    assert [credential is not None for credential in seen] == [sends]
+    assert reg._authenticate(f'Bearer realm="{realm}",service="k3",scope="repository:k3/x:pull"') is asked
+    assert [credential is not None for credential in seen] == ([True] if asked else [])
+    if not asked:
+        return
     assert reg._token == "Bearer tok-0123456789"
+
+
+def test_an_https_registrys_plain_http_realm_on_its_own_host_and_port_is_not_asked():
+    """127.0.0.2 is not loopback by name, so its registry is https; a realm naming the same host
+    and port over http is a cleartext service: neither the credentials nor a request go there."""
+    seen: list[str] = []
+
+    class Handler(BaseHTTPRequestHandler):
+        def log_message(self, *args):
+            pass
+
+        def do_GET(self):  # noqa: N802
+            seen.append(self.headers.get("Authorization", ""))
+            self.send_response(200)
+            self.send_header("Content-Length", "15")
+            self.end_headers()
+            self.wfile.write(b'{"token":"t0k"}')
+
+    token = ThreadingHTTPServer(("127.0.0.2", 0), Handler)
+    threading.Thread(target=token.serve_forever, args=(0.05,), daemon=True).start()
+    host = f"127.0.0.2:{token.server_address[1]}"
+    try:
+        creds = CredentialLookup(Credentials("alice", SECRET, "test"), "test creds")
+        answer = auth.answer_challenge(f'Bearer realm="http://{host}/token",service="r"', creds, host, None)
+        assert answer.header is None and seen == []
+        assert answer.note == f"the registry's token realm http://{host} is plain http; asked nothing there"
+    finally:
+        token.shutdown()
+        token.server_close()

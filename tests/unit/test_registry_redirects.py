@@ -98,16 +98,25 @@ def store():
     host.close()
 
 
+def _gate(h: BaseHTTPRequestHandler, mode: str, realm: str) -> Reply | None:
+    """A registry's token service and 401 for ``mode`` ("basic", "bearer" from ``realm``); None
+    once the request carries the right credential."""
+    auth = h.headers.get("Authorization", "")
+    if h.path.startswith("/token"):
+        return 200, {}, json.dumps({"token": BEARER.split()[1] if auth == BASIC else "tok-anon-0123"}).encode()
+    if auth != (BASIC if mode == "basic" else BEARER):
+        challenge = 'Basic realm="k3"' if mode == "basic" else f'Bearer realm="{realm}"'
+        return 401, {"WWW-Authenticate": challenge}, b'{"errors":[{"code":"UNAUTHORIZED"}]}'
+    return None
+
+
 def _registry(store: Host, code: int, mode: str = "basic", realm: str | None = None) -> Host:
     """A registry that wants ``mode`` credentials, then answers ``code`` to the store for blobs."""
 
     def answer(h: BaseHTTPRequestHandler) -> Reply:
-        auth = h.headers.get("Authorization", "")
-        if h.path.startswith("/token"):
-            return 200, {}, json.dumps({"token": BEARER.split()[1] if auth == BASIC else "tok-anon-0123"}).encode()
-        if auth != (BASIC if mode == "basic" else BEARER):
-            challenge = 'Basic realm="k3"' if mode == "basic" else f'Bearer realm="{realm or registry.url + "/token"}"'
-            return 401, {"WWW-Authenticate": challenge}, b'{"errors":[{"code":"UNAUTHORIZED"}]}'
+        refused = _gate(h, mode, realm or registry.url + "/token")
+        if refused:
+            return refused
         if "/blobs/" in h.path and h.command == "GET":
             return code, {"Location": f"{store.url}/objects/{DIGEST}?X-Signature=presigned"}, b""
         return 200, {}, b""
@@ -229,6 +238,9 @@ def test_a_token_realm_on_another_host_is_not_asked_unless_the_operator_allows_i
         ("registry.example:443", "https://registry.example/token", True),
         ("127.0.0.1:5000", "http://127.0.0.1:5000/token", True),
         ("127.0.0.1:5000", "http://127.0.0.1:5001/token", False),
+        ("registry.example", "http://registry.example:443/token", False),  # same host:port, cleartext
+        ("registry.example", "http://registry.example/token", False),
+        ("127.0.0.2:8443", "http://127.0.0.2:8443/token", False),  # https: 127.0.0.2 is not loopback by name
         ("registry.example", "https://registry.example.attacker.test/token", False),
     ],
 )
@@ -255,3 +267,87 @@ def test_a_malformed_realm_allowance_is_bad_input_naming_the_variable(monkeypatc
 )
 def test_an_origin_is_scheme_host_and_port(a, b, same):
     assert (transport.origin(a) == transport.origin(b)) is same
+
+
+# -- an upload session's Location (issue 49, review of item 1) -------------------------------------
+
+
+def _uploading_registry(location: Callable[[], str], mode: str = "basic") -> Host:
+    """A registry that wants ``mode`` credentials and opens upload sessions at ``location()``."""
+
+    def answer(h: BaseHTTPRequestHandler) -> Reply:
+        refused = _gate(h, mode, registry.url + "/token")
+        if refused:
+            return refused
+        return {"HEAD": (404, {}, b""), "POST": (202, {"Location": location()}, b"")}.get(h.command, (201, {}, b""))
+
+    registry = Host(answer)
+    return registry
+
+
+@pytest.mark.parametrize("mode", ["basic", "bearer"])
+@pytest.mark.parametrize("wants", [201, 401])
+def test_an_upload_session_on_another_host_gets_no_credential(helper, mode, wants):
+    """The session's PUT goes where Location says, but the token stays with the registry, and a
+    401 from the other host is not answered with the registry's credentials."""
+
+    def answer(h: BaseHTTPRequestHandler) -> Reply:
+        return (401, {"WWW-Authenticate": 'Basic realm="elsewhere"'}, b"") if wants == 401 else (201, {}, b"")
+
+    other = Host(answer)
+    registry = _uploading_registry(lambda: f"{other.url}/upload/abc?_state=s1", mode)
+    try:
+        helper(registry.host)
+        reg = Registry(registry.host)
+        if wants == 201:
+            reg.push_blob("k3/x", BLOB)
+        else:
+            with pytest.raises(RegistryError) as info:
+                reg.push_blob("k3/x", BLOB)
+            assert info.value.status == 401 and other.host in str(info.value)
+            assert "not the registry's origin: no credentials sent there" in str(info.value)
+        assert [(m, p.split("?")[0]) for m, p, _ in other.seen] == [("PUT", "/upload/abc")]
+        assert other.auths() == []
+        assert "_state=s1&digest=sha256%3A" in other.seen[0][1]  # the session's own query kept
+        assert BASIC in registry.auths() or BEARER in registry.auths()
+    finally:
+        registry.close()
+        other.close()
+
+
+@pytest.mark.parametrize(
+    "location, path",
+    [
+        ("/v2/k3/x/blobs/uploads/u1", "/v2/k3/x/blobs/uploads/u1"),
+        ("uploads/u1", "/v2/k3/x/blobs/uploads/uploads/u1"),  # relative to the POST's URL (RFC 3986)
+        ("HTTP://{host}/v2/k3/x/blobs/uploads/u1", "/v2/k3/x/blobs/uploads/u1"),
+        ("//{host}/v2/k3/x/blobs/uploads/u1", "/v2/k3/x/blobs/uploads/u1"),
+        ("httpfoo/u1", "/v2/k3/x/blobs/uploads/httpfoo/u1"),
+        ("?_state=abc", "/v2/k3/x/blobs/uploads/"),
+    ],
+)
+def test_an_upload_location_is_resolved_against_the_post(helper, location, path):
+    registry = _uploading_registry(lambda: location.format(host=registry.host))
+    try:
+        helper(registry.host)
+        Registry(registry.host).push_blob("k3/x", BLOB)
+        method, sent, auth = registry.seen[-1]
+        assert (method, sent.split("?")[0], auth) == ("PUT", path, BASIC)
+    finally:
+        registry.close()
+
+
+@pytest.mark.parametrize(
+    "location", ["http://[::1/u1", "http://127.0.0.1:99999/u1", "/v2/k3/x/blobs/uploads/u 1", "http://:80/u1"]
+)
+def test_a_malformed_upload_location_is_final_not_retried(helper, monkeypatch, location):
+    lines: list[str] = []
+    monkeypatch.setattr(transport.log, "warn", lines.append)
+    registry = _uploading_registry(lambda: location)
+    try:
+        helper(registry.host)
+        with pytest.raises(RegistryError) as info:
+            Registry(registry.host).push_blob("k3/x", BLOB)
+        assert info.value.fault is transport.Fault.OTHER and lines == []
+    finally:
+        registry.close()

@@ -11,6 +11,8 @@ from __future__ import annotations
 import hashlib
 import http.client
 import socket
+import ssl
+import threading
 import time
 import urllib.error
 from http.server import BaseHTTPRequestHandler
@@ -77,13 +79,31 @@ def test_faults_below_http(fault, answered, expected):
         (urllib.error.URLError(ConnectionRefusedError()), Fault.REFUSED),
         (urllib.error.URLError(TimeoutError()), Fault.TIMEOUT),
         (urllib.error.URLError(socket.gaierror(-2, "Name or service not known")), Fault.OTHER),
+        (urllib.error.URLError(ssl.SSLEOFError(8, "EOF occurred in violation of protocol")), Fault.RESET),
+        (ssl.SSLZeroReturnError(6, "TLS/SSL connection has been closed"), Fault.RESET),
+        (urllib.error.URLError(ssl.SSLCertVerificationError(1, "certificate verify failed")), Fault.OTHER),
+        (http.client.InvalidURL("URL can't contain control characters"), Fault.OTHER),
     ],
 )
 def test_faults_are_told_by_type(exc, fault):
     assert transport.fault_of(exc) is fault
 
 
-@pytest.mark.parametrize("value, seconds", [("3", 3.0), ("0", 0.0), (" 12 ", 12.0), ("soon", None), ("", None)])
+@pytest.mark.parametrize(
+    "value, seconds",
+    [
+        ("3", 3.0),
+        ("0", 0.0),
+        (" 12 ", 12.0),
+        ("soon", None),
+        ("", None),
+        ("²", None),
+        ("١", None),
+        ("-5", None),
+        ("1.5", None),
+        ("9" * 400, 86400.0),
+    ],
+)
 def test_retry_after_in_seconds(value, seconds):
     assert transport.retry_after(value) == seconds
 
@@ -119,23 +139,45 @@ def test_a_persistent_fault_is_given_up_within_the_budget(cost):
     with pytest.raises(
         RegistryError, match=r"HTTP 503 .*still failing after \d+ retries .*K3_REGISTRY_RETRY_SECONDS=60"
     ):
-        retrier.run(clock.attempt(RegistryError("GET r.example/v2/: HTTP 503 busy", 503)))
+        retrier.run("GET", clock.attempt(RegistryError("GET r.example/v2/: HTTP 503 busy", 503)))
     assert clock.now - 1000.0 <= 60.0 + cost  # the budget, then the last attempt's own time
     assert clock.waits[:4] == [0.01, 0.02, 0.04, 0.05] and max(clock.waits) == 0.05  # doubling, capped
     # The budget is the host's: the next request gets what is left of it, and then none at all.
     for _ in range(2):
         with pytest.raises(RegistryError, match="still failing"):
-            retrier.run(clock.attempt(RegistryError("HTTP 503", 503)))
+            retrier.run("GET", clock.attempt(RegistryError("HTTP 503", 503)))
     assert sum(clock.waits) <= 60.0 and clock.now - 1000.0 <= 60.0 + 3 * cost
-    assert retrier.run(lambda: "ok") == "ok" and retrier.failing_since is None
+    assert retrier.run("GET", lambda: "ok") == "ok" and retrier.failing_since is None
 
 
 def test_jitter_spreads_the_waits_below_the_doubling():
     clock = Clock()
     retrier = Retrier(1.0, clock.sleep, lambda: clock.now, lambda: 0.0)
     with pytest.raises(RegistryError):
-        retrier.run(clock.attempt(RegistryError("HTTP 500", 500)))
+        retrier.run("GET", clock.attempt(RegistryError("HTTP 500", 500)))
     assert clock.waits[:3] == [0.005, 0.01, 0.02]  # half of the doubling at the least
+
+
+@pytest.mark.parametrize("after", [0.0, None])
+def test_a_retry_after_of_0_waits_the_backoff_and_the_retries_are_capped(after):
+    """Retry-After: 0 (or a past date) is no licence to hammer: the backoff still applies, and a
+    stretch of failures ends after MAX_RETRIES retries even with budget left."""
+    clock = Clock()
+    retrier = Retrier(3600.0, clock.sleep, lambda: clock.now, lambda: 1.0)
+    with pytest.raises(RegistryError, match=rf"after {transport.MAX_RETRIES} retries"):
+        retrier.run("GET", clock.attempt(RegistryError("HTTP 503", 503, retry_after=after)))
+    assert len(clock.waits) == transport.MAX_RETRIES and min(clock.waits) >= 0.01
+
+
+def test_the_final_line_counts_the_retries_of_earlier_requests():
+    clock = Clock()
+    retrier = Retrier(1.0, clock.sleep, lambda: clock.now, lambda: 1.0)
+    with pytest.raises(RegistryError):
+        retrier.run("GET", clock.attempt(RegistryError("HTTP 500", 500)))
+    spent = retrier.retries
+    with pytest.raises(RegistryError, match=rf"still failing after {spent} retries of requests to this registry"):
+        retrier.run("GET", clock.attempt(RegistryError("HTTP 500", 500)))
+    assert spent > 0
 
 
 def test_retry_after_is_honoured_and_one_past_the_budget_ends_it_at_once():
@@ -147,7 +189,7 @@ def test_retry_after_is_honoured_and_one_past_the_budget_ends_it_at_once():
         raise next(answers)
 
     with pytest.raises(RegistryError, match="HTTP 429 .*after 1 retries"):
-        retrier.run(attempt)
+        retrier.run("GET", attempt)
     assert clock.waits == [7.0]
 
 
@@ -287,3 +329,90 @@ def test_a_streamed_blob_is_fetched_again_from_its_first_byte(flaky, quick, tmp_
     server = flaky({"GET": ["500", "cut"]})
     Registry(server.host).blob_to("k3/x", DIGEST, tmp_path / "blob")
     assert (tmp_path / "blob").read_bytes() == MANIFEST and len(quick) == 2
+
+
+# -- a reply that drips (bounded time) and one too large ------------------------------------------------
+
+
+class Drip:
+    """A server answering 200 with ``body`` one ``step`` bytes every ``pause`` seconds (declared
+    length or none), until done or the client hangs up."""
+
+    def __init__(self, body: bytes, pause: float, declared: bool, step: int = 1) -> None:
+        drip = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *args):
+                pass
+
+            def _any(self):
+                drip.requests += 1
+                self.send_response(200)
+                if declared:
+                    self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                try:
+                    for i in range(0, len(body), step):
+                        self.wfile.write(body[i : i + step])
+                        self.wfile.flush()
+                        time.sleep(pause)
+                except OSError:
+                    pass
+
+            do_GET = do_HEAD = _any  # noqa: N815
+
+        from http.server import ThreadingHTTPServer
+
+        self.requests = 0
+        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.host = f"127.0.0.1:{self.httpd.server_address[1]}"
+        threading.Thread(target=self.httpd.serve_forever, args=(0.05,), daemon=True).start()
+
+    def close(self) -> None:
+        self.httpd.shutdown()
+        self.httpd.server_close()
+
+
+@pytest.mark.parametrize("declared", [True, False])
+def test_a_dripping_manifest_ends_at_the_deadline(monkeypatch, declared):
+    """A byte every 0.05 s never hits the per-read timeout; the request's deadline ends it."""
+    monkeypatch.setenv("K3_REGISTRY_RETRY_SECONDS", "0")
+    monkeypatch.setattr(transport, "DEADLINE", 0.5)
+    server = Drip(MANIFEST * 4, pause=0.05, declared=declared)  # about 17 s in all
+    try:
+        with pytest.raises(RegistryError) as info:
+            Registry(server.host).manifest("k3/x", "v1")
+        assert info.value.fault is Fault.TIMEOUT and "took over 0.5 s" in str(info.value)
+    finally:
+        server.close()
+
+
+@pytest.mark.parametrize("declared", [True, False])
+def test_a_manifest_over_4_mib_is_refused_and_not_tried_again(quick, declared):
+    server = Drip(b" " * (transport.MANIFEST_LIMIT + 1), pause=0, declared=declared, step=1 << 20)
+    try:
+        with pytest.raises(RegistryError, match=r"over 4194304 bytes") as info:
+            Registry(server.host).manifest("k3/x", "v1")
+        assert info.value.fault is Fault.OTHER and server.requests == 1 and quick == []
+    finally:
+        server.close()
+
+
+def test_a_blob_stream_under_the_minimum_rate_times_out(monkeypatch, tmp_path):
+    monkeypatch.setenv("K3_REGISTRY_RETRY_SECONDS", "0")
+    monkeypatch.setattr(transport, "TIMEOUT", 0.3)
+    server = Drip(MANIFEST, pause=0.02, declared=True)  # whole and correct, at 50 bytes/s: about 2 s
+    try:
+        with pytest.raises(RegistryError) as info:
+            Registry(server.host).blob_to("k3/x", DIGEST, tmp_path / "blob")
+        assert info.value.fault is Fault.TIMEOUT and "bytes/s" in str(info.value)
+    finally:
+        server.close()
+
+
+def test_a_streamed_blob_keeps_the_registrys_retry_after(flaky, tmp_path):
+    server = flaky({}, final=(503, {"Retry-After": "7"}, b"busy"))
+    reg = Registry(server.host)
+    with pytest.raises(RegistryError) as info:
+        reg._stream("k3/x", DIGEST, tmp_path / "blob")
+    assert info.value.status == 503 and info.value.retry_after == 7.0 and "HTTP 503 busy" in str(info.value)
