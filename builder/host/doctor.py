@@ -429,7 +429,7 @@ def load_decision(path: Path, option: str) -> dict:
     try:
         decision_markdown(_one_line(doc))
     except (KeyError, TypeError, ValueError, AttributeError) as exc:
-        raise ConfigError(f"{option} {path}: a decision record without {type(exc).__name__} {exc}") from None
+        raise ConfigError(f"{option} {path}: not a complete decision record ({type(exc).__name__}: {exc})") from None
     return doc
 
 
