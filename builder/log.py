@@ -185,18 +185,19 @@ def step(name: str, long: bool = False) -> Iterator[None]:
         sys.stderr.write(f"::group::{name}\n")
     _console.print(f"[bold]==>[/bold] {name}", markup=True)
     start = time.monotonic()
-    ok = False
+    ok, word = False, "FAILED"
     try:
         with _alive(name, start) if long else contextlib.nullcontext():
             yield
-        ok = True
+        ok, word = True, "done"
+    except KeyboardInterrupt:  # the operator stopped it: not the step's failure
+        word = "interrupted"
+        raise
     finally:
         took = time.monotonic() - start
         if _in_actions():
             sys.stderr.write("::endgroup::\n")
-        _console.print(
-            f"    {'done' if ok else 'FAILED'}: {name} ({took:.1f}s)", markup=False, style=None if ok else "red"
-        )
+        _console.print(f"    {word}: {name} ({took:.1f}s)", markup=False, style=None if ok else "red")
 
 
 @dataclass(frozen=True)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from builder import log
 from builder.accept import metrics, prompts
 from builder.accept.client import EndpointDown, Streamed
 from builder.accept.model import Outcome, Step, StepResult
@@ -51,12 +52,18 @@ def _expected_model(s: Session) -> str | None:
     return s.opts.model or (s.opts.expected.name if s.opts.expected else None)
 
 
+def reach(s: Session):
+    """GET /health, or Unreachable (exit 3) when nothing answers: asked before step 1 starts, so
+    an endpoint out of reach is that, never a failed step."""
+    try:
+        return s.client.get("/health", timeout=min(30.0, s.opts.timeout))
+    except EndpointDown as exc:
+        raise Unreachable(f"--endpoint {log.redact(s.opts.endpoint)}: {exc}") from None
+
+
 def loaded(s: Session) -> StepResult:
     """/health, /v1/models names the model, /version against the image's, /metrics' cache config."""
-    try:
-        health = s.client.get("/health", timeout=min(30.0, s.opts.timeout))
-    except EndpointDown as exc:
-        raise Unreachable(f"--endpoint {s.opts.endpoint}: {exc}") from None
+    health = reach(s)
     # A server without /health (not vLLM) is judged by /v1/models alone; any other error fails.
     if not health.ok and health.status != 404:
         return StepResult(Step.LOADED, Outcome.FAIL, f"/health answered HTTP {health.status}")
@@ -87,6 +94,15 @@ def loaded(s: Session) -> StepResult:
         else f"version unknown: {why}"
     )
     caching = s.facts["prefix_caching"]
+    wanted = s.opts.expected.prefix_caching if s.opts.expected else None
+    if wanted is not None and caching is not None and caching != wanted:
+        return StepResult(
+            Step.LOADED,
+            Outcome.FAIL,
+            f"the recipe launches with enable_prefix_caching={wanted}, the process runs with {caching} "
+            "(cache_config_info): the flag did not reach it",
+            s.facts,
+        )
     notes.append(
         "cache_config_info: not exported" if caching is None else f"enable_prefix_caching={caching} in the process"
     )

@@ -5,6 +5,8 @@ API key sent as a bearer token and never written (the evidence is redacted when 
 from __future__ import annotations
 
 import json
+import socket
+import threading
 import time
 import urllib.error
 import urllib.parse
@@ -12,9 +14,12 @@ import urllib.request
 from dataclasses import dataclass, field
 from typing import Any
 
+from builder import log
 from builder.errors import ConfigError
 
 BODY_KEPT = 4000  # characters of a request or response body kept in the evidence
+SILENT_POLL = 15.0  # seconds of a silent stream before /health is asked whether the server is there
+HEALTH_TIMEOUT = 10.0
 
 
 class EndpointDown(Exception):
@@ -25,11 +30,13 @@ def base_url(url: str) -> str:
     """The endpoint without a trailing slash or /v1 (the paths add it); bad input is one line."""
     parts = urllib.parse.urlsplit(url)
     if parts.scheme not in ("http", "https") or not parts.hostname:
-        raise ConfigError(f"--endpoint {url!r}: give http(s)://HOST[:PORT][/PATH] of the server")
+        raise ConfigError(f"--endpoint {log.redact(url)!r}: give http(s)://HOST[:PORT][/PATH] of the server")
+    if parts.username is not None or parts.password is not None:  # never echoed: it holds a password
+        raise ConfigError("--endpoint: user:password@ in the URL is not sent; give the key with --api-key-env")
     try:
         parts.port  # noqa: B018 - raises on a port that is not a number
     except ValueError:
-        raise ConfigError(f"--endpoint {url!r}: the port is not a number") from None
+        raise ConfigError(f"--endpoint {log.redact(url)!r}: the port is not a number") from None
     path = parts.path.rstrip("/")
     path = path[: -len("/v1")] if path.endswith("/v1") else path
     return urllib.parse.urlunsplit((parts.scheme, parts.netloc, path, "", ""))
@@ -69,6 +76,7 @@ class Streamed:
     usage: dict[str, Any] | None = None
     finish_reason: str | None = None
     error: str | None = None
+    body: str = ""  # an error status's body (vLLM's error JSON), to tell what it refused
 
 
 @dataclass
@@ -129,25 +137,81 @@ class Client:
         except urllib.error.HTTPError as exc:
             answer = (exc.read() or b"").decode("utf-8", "replace")
             self._keep("POST", "/v1/chat/completions", body, exc.code, answer, time.monotonic() - start)
-            return Streamed(exc.code, latency=time.monotonic() - start, error=f"HTTP {exc.code}: {answer[:200]}")
+            took = time.monotonic() - start
+            return Streamed(exc.code, latency=took, error=f"HTTP {exc.code}: {answer[:200]}", body=answer)
         except (TimeoutError, urllib.error.URLError, OSError) as exc:
             raise EndpointDown(
                 f"POST {self.url}/v1/chat/completions: no answer: {getattr(exc, 'reason', exc)}"
             ) from None
         out = Streamed(resp.status)
+        watch = _Watch(self, resp)
         try:
-            with resp:
-                _read_events(resp, out, start)
-        except (TimeoutError, OSError) as exc:
-            out.error = f"stream broken: {exc}"
+            with resp, watch:
+                _read_events(resp, out, start, watch)
+        except (TimeoutError, OSError, ValueError) as exc:
+            out.error = watch.gone or f"stream broken: {exc}"
         finally:  # kept even when an event of an unexpected shape stops the reading
+            out.error = watch.gone or out.error
             out.latency = time.monotonic() - start
             self._keep("POST", "/v1/chat/completions", body, out.status, _stream_summary(out), out.latency)
         return out
 
 
-def _read_events(resp, out: Streamed, start: float) -> None:
+class _Watch:
+    """While a stream is silent, /health is asked every SILENT_POLL seconds; when nothing answers
+    it (the engine died, the API server no longer listens, but keeps the stream open) the stream
+    is cut, so a dead server costs SILENT_POLL seconds, not the whole --timeout."""
+
+    def __init__(self, client: Client, resp) -> None:
+        self.client, self.resp = client, resp
+        self.last = time.monotonic()
+        self.gone: str | None = None
+        self.done = threading.Event()
+        self.thread = threading.Thread(target=self._run, daemon=True)
+
+    def __enter__(self) -> _Watch:
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.done.set()
+
+    def _run(self) -> None:
+        while not self.done.wait(SILENT_POLL):
+            if time.monotonic() - self.last < SILENT_POLL:
+                continue
+            why = _no_health(self.client.url)
+            if why is not None and not self.done.is_set():
+                self.gone = f"the server stopped answering while the stream was silent ({why})"
+                _cut(self.resp)
+                return
+
+
+def _no_health(url: str) -> str | None:
+    """Why GET /health got no answer, or None when it answered (any status: the server is there)."""
+    try:
+        with urllib.request.urlopen(url + "/health", timeout=HEALTH_TIMEOUT):
+            return None
+    except urllib.error.HTTPError:
+        return None
+    except (TimeoutError, urllib.error.URLError, OSError) as exc:
+        return f"GET {url}/health: no answer: {getattr(exc, 'reason', exc)}"
+
+
+def _cut(resp) -> None:
+    """Ends the blocking read of ``resp`` from another thread: its socket is shut down."""
+    sock = getattr(getattr(getattr(resp, "fp", None), "raw", None), "_sock", None)
+    try:
+        if sock is not None:
+            sock.shutdown(socket.SHUT_RDWR)
+    except OSError:
+        pass
+
+
+def _read_events(resp, out: Streamed, start: float, watch: _Watch | None = None) -> None:
     for raw in resp:
+        if watch is not None:
+            watch.last = time.monotonic()
         line = raw.decode("utf-8", "replace").strip()
         if not line.startswith("data:"):
             continue

@@ -8,7 +8,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from builder.accept.model import Step
+from builder.accept.model import RunOutcome, Step
 from builder.accept.report import server_line
 from builder.errors import ConfigError
 
@@ -30,8 +30,27 @@ def _comparison(doc: dict, expected) -> list[dict[str, Any]]:
             {"what": "enable_prefix_caching", "recipe": expected.prefix_caching, "server": server.get("prefix_caching")}
         )
         rows.append({"what": "max_model_len", "recipe": expected.max_model_len, "server": server.get("max_model_len")})
-    rows.append({"what": "vLLM version", "recipe": doc.get("expected_version"), "server": server.get("version")})
+    version = doc.get("expected_version")
+    source = f" ({doc['expected_version_from']})" if doc.get("expected_version_from") else ""
+    expected_version = f"{version}{source}" if version else NO_VERSION
+    rows.append({"what": "vLLM version", "recipe": expected_version, "server": server.get("version")})
     return rows
+
+
+NO_VERSION = "not known: no --target, --image or record label names it"
+
+
+def _prefix_numbers(doc: dict) -> dict[str, Any]:
+    """Step 4's numbers the decision weighs: the TTFT ratio and the /metrics hits per request."""
+    found = next((s for s in doc["steps"] if s["step"] == Step.PREFIX.value), None)
+    m = (found or {}).get("measured") or {}
+    return {
+        "ttft_second_over_first": m.get("ttft_second_over_first"),
+        "reuse_ratio": m.get("reuse_ratio"),
+        "changed_at_token": m.get("changed_at_token"),
+        "block_size": m.get("block_size"),
+        "hits_delta": {k: (m.get(k) or {}).get("hits_delta") for k in ("first", "second", "changed")},
+    }
 
 
 def section(doc: dict, report_dir: Path, expected) -> dict[str, Any]:
@@ -46,6 +65,7 @@ def section(doc: dict, report_dir: Path, expected) -> dict[str, Any]:
         "comparison": _comparison(doc, expected),
         "smoke": {s.name.lower(): _step(doc, s) for s in (Step.LOADED, Step.SHORT, Step.CONTEXT)},
         "prefix_caching": _step(doc, Step.PREFIX),
+        "prefix_numbers": _prefix_numbers(doc),
         "concurrency": _step(doc, Step.CONCURRENCY),
         "agent": _step(doc, Step.AGENT),
         "cross_node": _step(doc, Step.CROSS_NODE),
@@ -64,3 +84,25 @@ def record_file(path: Path) -> Path:
     if not found:
         raise ConfigError(f"--record {path}: no decision record in it (run `build doctor --record {path}` first)")
     return found[-1]
+
+
+def load_record(path: Path) -> tuple[Path, dict]:
+    """--record's file and its document, checked to be a decision record that renders: bad input
+    is refused before step 1, never after a whole run."""
+    from builder.host.doctor import load_decision
+
+    found = record_file(path)
+    return found, load_decision(found, "--record")
+
+
+def record_version(doc: dict) -> str | None:
+    """The vLLM version the record's image labels carry, or None."""
+    from builder.config import contract
+
+    labels = (doc.get("verification") or {}).get("labels") if isinstance(doc.get("verification"), dict) else None
+    return labels.get(contract.OCI_VERSION) if isinstance(labels, dict) else None
+
+
+def exit_code(doc: dict) -> int:
+    """1 when a step failed, else 0 (n/a allowed)."""
+    return 1 if RunOutcome(doc["outcome"]) is RunOutcome.FAIL else 0

@@ -14,6 +14,14 @@ class Outcome(str, enum.Enum):
     NA = "n/a"
 
 
+class RunOutcome(str, enum.Enum):
+    """A run's outcome: every step passed (n/a allowed), one failed, or it stopped before the end."""
+
+    PASS = "pass"
+    FAIL = "fail"
+    INCOMPLETE = "incomplete"
+
+
 class Step(int, enum.Enum):
     """The guide's steps, in its order (the number is the row)."""
 
@@ -105,6 +113,8 @@ class StepResult:
     seconds: float = 0.0
     ran: bool = True  # False: not run, the load stopped rising at an earlier failing step
     server_gone: bool = False  # the server stopped answering during the step
+    log_missing: str | None = None  # why the server log after this step was not read (None: read, or none given)
+    gpu: str | None = None  # the GPU state after this step, one line (or why there is none)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -118,6 +128,8 @@ class StepResult:
             "seconds": round(self.seconds, 3),
             "ran": self.ran,
             "server_gone": self.server_gone,
+            "server_log": f"n/a: {self.log_missing}" if self.log_missing else None,
+            "gpu": self.gpu,
         }
 
 

@@ -83,6 +83,37 @@ def plot(rows: list[dict]) -> bytes:
     return canvas.png()
 
 
+NAMES = {"ttft_p50": "TTFT p50", "ttft_p95": "TTFT p95", "latency_p50": "latency p50", "latency_p95": "latency p95"}
+
+
+def _hex(colour: tuple[int, int, int]) -> str:
+    return "#" + "".join(f"{c:02x}" for c in colour)
+
+
+def svg(rows: list[dict]) -> str:
+    """The same plot as an SVG with its labels: each level's concurrency under the x axis, the
+    seconds at each grid line, the axis titles and a legend (the PNG carries no text)."""
+    values = [r[k] for r in rows for k, _ in SERIES if r.get(k) is not None]
+    top = max(values) * 1.1 if values else 1.0
+    parts = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{WIDTH + 140}" height="{HEIGHT + 20}" font-size="10">']
+    parts.append(f'<rect width="{WIDTH + 140}" height="{HEIGHT + 20}" fill="white"/>')
+    for i in range(5):
+        y = HEIGHT - MARGIN - (HEIGHT - 2 * MARGIN) * i // 4
+        parts.append(f'<line x1="{MARGIN}" y1="{y}" x2="{WIDTH - MARGIN}" y2="{y}" stroke="{_hex(GREY)}"/>')
+        parts.append(f'<text x="{MARGIN - 3}" y="{y + 3}" text-anchor="end">{top * i / 4:.3g}</text>')
+    for x, row in zip((p[0] for p in points(rows, "concurrency", max(len(rows), 1))), rows, strict=False):
+        parts.append(f'<text x="{x}" y="{HEIGHT - MARGIN + 12}" text-anchor="middle">{row["concurrency"]}</text>')
+    parts.append(f'<text x="{WIDTH // 2}" y="{HEIGHT + 8}" text-anchor="middle">concurrency</text>')
+    parts.append(f'<text x="4" y="{MARGIN - 10}">seconds</text>')
+    for n, (key, colour) in enumerate(SERIES):
+        pts = " ".join(f"{x},{y}" for x, y in points(rows, key, top))
+        parts.append(f'<polyline points="{pts}" fill="none" stroke="{_hex(colour)}" stroke-width="2"/>')
+        y = MARGIN + 14 * n
+        parts.append(f'<rect x="{WIDTH}" y="{y - 8}" width="10" height="10" fill="{_hex(colour)}"/>')
+        parts.append(f'<text x="{WIDTH + 14}" y="{y}">{NAMES[key]}</text>')
+    return "\n".join([*parts, "</svg>"]) + "\n"
+
+
 LEGEND = (
     "x: concurrency levels (evenly spaced), y: seconds from 0 to 1.1 x the largest value, grid at quarters; "
     "TTFT p50 light blue, TTFT p95 dark blue, latency p50 light red, latency p95 dark red"

@@ -1,9 +1,12 @@
 """Step 4, prefix caching checked apart from the driver: two requests sharing the system prompt,
 the tool descriptions and the start of the user context, differing only in a short question; then
-a one-token change at the start. Reuse counts whole blocks, so a ratio is judged, never a count."""
+a one-token change near the start. Reuse counts whole blocks: the second request is judged by its
+ratio of the shared prefix, the changed one by position (no more than the blocks before the change)."""
 
 from __future__ import annotations
 
+import json
+import math
 import time
 
 from builder.accept import metrics, prompts
@@ -12,7 +15,6 @@ from builder.accept.model import Outcome, ReuseCause, Step, StepResult
 from builder.accept.session import Session
 
 REUSE_MIN = 0.5  # cached / shared prefix tokens the second request must reach
-CHANGED_MAX = 0.1  # ... and the changed request must stay under
 PREFIX_CAP = 4096  # tokens of shared prefix: enough to show in TTFT on a GPU, quick on a CPU
 DIFFER_EARLY = 0.5  # prompts parting before this share of the intended prefix: not identical
 SETTLE = 1.0  # seconds for the counters on /metrics to take a finished request in
@@ -68,7 +70,7 @@ class _Prompt:
 def _send(s: Session, prompt: _Prompt, question: str, word: str = "Alpha") -> tuple[dict, str | None]:
     before = _hits(s)
     out = s.client.stream_chat(prompt.body(question, word))
-    if out.status == 400 and not prompt.inline:  # tools refused: the same test, tools inline
+    if tools_refused(out) and not prompt.inline:  # tools refused: the same test, tools inline
         prompt.inline = True
         before = _hits(s)
         out = s.client.stream_chat(prompt.body(question, word))
@@ -78,6 +80,23 @@ def _send(s: Session, prompt: _Prompt, question: str, word: str = "Alpha") -> tu
     m = measured(out)
     m["hits_delta"] = None if before is None or after is None else after - before
     return m, failed.reason if failed else None
+
+
+def tools_refused(out) -> bool:
+    """An HTTP 400 whose error (vLLM's error JSON) names the tools: its param is tools or
+    tool_choice, or its message speaks of tools. Any other 400 (a prompt too long) is a failure."""
+    if out.status != 400:
+        return False
+    try:
+        doc = json.loads(out.body)
+    except ValueError:
+        return False
+    error = doc.get("error", doc) if isinstance(doc, dict) else None
+    if not isinstance(error, dict):
+        return False
+    if error.get("param") in ("tools", "tool_choice"):
+        return True
+    return error.get("param") is None and "tool" in str(error.get("message", "")).lower()
 
 
 def _first_difference(a: list[int], b: list[int]) -> int:
@@ -161,16 +180,36 @@ def _judge(s: Session, prompt: _Prompt) -> StepResult:
     if m["reuse_ratio"] < REUSE_MIN:
         cause = _cause(s, shared, len(a) - 16)
         return StepResult(Step.PREFIX, Outcome.FAIL, _why_not(cause, m, s), m, cause=cause)
-    if after_change is not None and after_change / max(shared, 1) > CHANGED_MAX:
-        why_changed = f"{after_change:.0f} tokens reused after a change at token {m['changed_at_token']}"
+    block = metrics.block_size(s.facts.get("cache_config")) or _inferred_block(reused, after_change)
+    m["block_size"] = block
+    if after_change is not None and block and after_change > _allowed(m["changed_at_token"], block):
+        why_changed = (
+            f"{after_change:.0f} tokens reused after a change at token {m['changed_at_token']}: more than the "
+            f"blocks of {block} before it ({_allowed(m['changed_at_token'], block)})"
+        )
         return StepResult(Step.PREFIX, Outcome.FAIL, why_changed, m, cause=ReuseCause.REUSE_AFTER_CHANGE)
     return StepResult(
         Step.PREFIX,
         Outcome.PASS,
         f"second request reused {reused:.0f} of {shared} shared tokens ({m['reuse_ratio']:.0%}); "
-        f"a change at token {m['changed_at_token']}: {after_change if after_change is not None else '?'} reused",
+        f"a change at token {m['changed_at_token']} (block {block or '?'}): "
+        f"{after_change if after_change is not None else '?'} reused",
         m,
     )
+
+
+def _allowed(changed_at: int, block: int) -> int:
+    """What a request changed at token ``changed_at`` may reuse: the blocks before the change,
+    counted up to a whole block (the block holding the change may be judged by the server)."""
+    return math.ceil(changed_at / block) * block
+
+
+def _inferred_block(reused: float, after_change: float | None) -> int | None:
+    """Without cache_config_info's block_size: reuse comes in whole blocks, so both counts are
+    multiples of the block; their greatest common divisor is the largest block size they allow."""
+    if not after_change:
+        return None
+    return math.gcd(int(reused), int(after_change)) or None
 
 
 def _why_not(cause: ReuseCause, m: dict, s: Session) -> str:

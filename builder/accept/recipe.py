@@ -5,6 +5,9 @@ process reports (prefix caching, the maximum context, tool calling)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
+
+from builder.errors import ConfigError
 
 # Flags of `vllm serve` that take no value (store_true) among those the recipe reading looks at;
 # any other flag is taken to consume the word after it unless that word starts with "--".
@@ -75,3 +78,17 @@ def expected(words: tuple[str, ...]) -> Expected:
         max_model_len=int(length) if length and length.isdigit() else None,
         tools="--enable-auto-tool-choice" in options and bool(options.get("--tool-call-parser")),
     )
+
+
+def from_target(matrix: Path, targets: list[str] | None) -> tuple[Expected | None, str | None, str | None]:
+    """(the recipe's expectations, the image's vLLM version, where it came from) from --target."""
+    if not targets:
+        return None, None, None
+    if len(targets) > 1:
+        raise ConfigError(f"accept: one target per run; --target names {', '.join(targets)}")
+    from builder.config.matrix import load
+
+    target = load(matrix).target(targets[0])
+    recipe = target.runtime.recipe
+    version = target.source.wheel_version if target.source.package == "vllm" else None
+    return (expected(recipe.command) if recipe else None), version, (f"--target {target.name}" if version else None)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from builder.accept.model import LogKind, NcclKind, Outcome, ReuseCause, Step, StepResult
+from builder.accept.model import LogKind, NcclKind, Outcome, ReuseCause, RunOutcome, Step, StepResult
 
 REPORT_SCHEMA = 1
 NOT_MEASURED = "not measured"
@@ -26,32 +26,43 @@ def _sign(result: StepResult | None, yes: str) -> str:
     return "no" + (f" ({result.cause.value})" if result.cause else "") + f": {result.reason}"
 
 
-def signs(results: list[StepResult], log_read: bool) -> dict[str, str | None]:
-    """The guide's four signs for keep / isolate / return; the fourth is a person's."""
-    by = {r.step: r for r in results}
+def _recurs(results: list[StepResult], log_given: bool) -> str:
+    """ "no" only when every step that ran had its log read: an unread log shows nothing."""
     driver = [f.line for r in results for f in r.findings if f.kind is LogKind.DRIVER]
-    recurs = (
-        f"yes: {driver[0]}"
-        if driver
-        else "no: not in the server log"
-        if log_read
-        else f"{NOT_MEASURED}: no --server-log"
-    )
+    if driver:
+        return f"yes: {driver[0]}"
+    if not log_given:
+        return f"{NOT_MEASURED}: no --server-log"
+    unread = next((r for r in results if r.ran and r.log_missing), None)
+    if unread is not None:
+        return f"{NOT_MEASURED}: the server log after step {unread.step.value} is n/a: {unread.log_missing}"
+    return "no: not in the server log"
+
+
+def signs(results: list[StepResult], log_read: bool) -> dict[str, str | None]:
+    """The guide's four signs for keep / isolate / return; the fourth is a person's. ``log_read``:
+    a --server-log was given (each step's result says whether its part was read)."""
+    by = {r.step: r for r in results}
     return {
-        "original_error_recurs": recurs,
+        "original_error_recurs": _recurs(results, log_read),
         "prefix_caching_as_expected": _sign(by.get(Step.PREFIX), "yes"),
         "agent_tools_work": _sign(by.get(Step.AGENT), "yes"),
         "manual_steps": None,  # how many manual steps the environment needs: only a person knows
     }
 
 
+def run_outcome(results: list[StepResult], complete: bool) -> RunOutcome:
+    if any(r.outcome is Outcome.FAIL for r in results):
+        return RunOutcome.FAIL
+    return RunOutcome.PASS if complete else RunOutcome.INCOMPLETE
+
+
 def document(head: dict[str, Any], results: list[StepResult], complete: bool, log_read: bool) -> dict[str, Any]:
-    failed = any(r.outcome is Outcome.FAIL for r in results)
     return {
         "schema": REPORT_SCHEMA,
         **head,
         "complete": complete,
-        "outcome": "fail" if failed else "pass" if complete else "incomplete",
+        "outcome": run_outcome(results, complete).value,
         "reached": reached(results),
         "steps": [r.to_json() for r in results],
         "signs": signs(results, log_read),
@@ -99,12 +110,48 @@ def markdown(doc: dict[str, Any]) -> str:
         cause = f" (cause: {s['cause']})" if s["cause"] else ""
         lines.append(f"| {s['step']} | {s['name']} | {s['outcome']} | {_cell(s['reason'])}{cause} |")
     found = sum((_findings(s) for s in doc["steps"]), [])
-    lines += ["", *concurrency_table(doc), "## Log findings", "", *(found or ["- none (or no --server-log)"])]
+    lines += [
+        "",
+        *prefix_lines(doc),
+        *concurrency_table(doc),
+        *gpu_lines(doc),
+        "## Log findings",
+        "",
+        *(found or ["- none (or no --server-log)"]),
+    ]
     lines += ["", "## Decision signs", ""]
     lines += [
         f"- {k.replace('_', ' ')}: {v if v is not None else 'TO FILL (a person)'}" for k, v in doc["signs"].items()
     ]
     return "\n".join(lines) + "\n"
+
+
+def _measured(doc: dict[str, Any], step: Step) -> dict[str, Any]:
+    return next((s["measured"] for s in doc["steps"] if s["step"] == step.value), None) or {}
+
+
+def prefix_lines(doc: dict[str, Any]) -> list[str]:
+    """Step 4's numbers: reuse, the TTFT of the second request over the first's, the /metrics hits."""
+    m = _measured(doc, Step.PREFIX)
+    if not m.get("second"):
+        return []
+    hits = ", ".join(f"{k} {(m.get(k) or {}).get('hits_delta')}" for k in ("first", "second", "changed"))
+    return [
+        "## Prefix caching",
+        "",
+        f"- shared tokens {m.get('shared_tokens')}, reused {m['second'].get('cached_tokens')} "
+        f"(ratio {m.get('reuse_ratio')}); changed at token {m.get('changed_at_token')} "
+        f"(block {m.get('block_size')}): reused {(m.get('changed') or {}).get('cached_tokens')}",
+        f"- TTFT second / first: {m.get('ttft_second_over_first')}",
+        f"- /metrics prefix-cache hits delta: {hits}",
+        "",
+    ]
+
+
+def gpu_lines(doc: dict[str, Any]) -> list[str]:
+    """The GPU state after each step that ran (only when --gpu-state was given)."""
+    rows = [f"- step {s['step']}: {_cell(s['gpu'])}" for s in doc["steps"] if s.get("ran") and s.get("gpu")]
+    return ["## GPU state", "", *rows, ""] if rows else []
 
 
 def concurrency_table(doc: dict[str, Any]) -> list[str]:
@@ -119,7 +166,7 @@ def concurrency_table(doc: dict[str, Any]) -> list[str]:
     ]
     keys = ("concurrency", "requests", "errors", "ttft_p50", "ttft_p95", "latency_p50", "latency_p95", "tokens_per_s")
     lines += ["| " + " | ".join(str(lv.get(k)) for k in keys) + " |" for lv in levels]
-    return lines + (["", f"Plot: `{doc['plot']}`"] if doc.get("plot") else []) + [""]
+    return lines + (["", f"Plot: `{doc['plot']}` (labelled: `concurrency.svg`)"] if doc.get("plot") else []) + [""]
 
 
 def server_line(server: dict[str, Any]) -> str:

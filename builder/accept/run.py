@@ -15,7 +15,8 @@ from builder import log
 from builder.accept import agent, basic, load, logscan, png, prefix, report
 from builder.accept.client import Client, EndpointDown, base_url
 from builder.accept.model import LogKind, NcclKind, Outcome, Step, StepResult, not_reached
-from builder.accept.session import LogSource, Options, Session, dump, gpu_state
+from builder.accept.session import GpuState, LogSource, Options, Session, dump, gpu_line
+from builder.errors import Interrupted
 from builder.fsutil import atomic_write
 
 STEPS: tuple[tuple[Step, Callable[[Session], StepResult]], ...] = (
@@ -27,7 +28,7 @@ STEPS: tuple[tuple[Step, Callable[[Session], StepResult]], ...] = (
     (Step.AGENT, agent.agent),
     (Step.CROSS_NODE, load.cross_node),
 )
-REPORT_JSON, REPORT_MD, PLOT = "accept.json", "accept.md", "concurrency.png"
+REPORT_JSON, REPORT_MD, PLOT, PLOT_SVG = "accept.json", "accept.md", "concurrency.png", "concurrency.svg"
 
 
 def _put(path: Path, text: str) -> None:
@@ -63,11 +64,14 @@ def _evidence(s: Session, step: Step, r: StepResult, out: Path) -> StepResult:
         _put(steps / f"{stem}.metrics.txt", metrics)
     if text is not None:
         _put(steps / f"{stem}.log", text)
+    gpu = s.gpu.take()
+    missing = why if text is None and s.opts.server_log else None
+    r = replace(r, log_missing=missing, gpu=gpu_line(gpu) if s.opts.gpu_state else None)
     evidence = {
         **r.to_json(),
         "exchanges": s.client.exchanges,
         "metrics": f"{stem}.metrics.txt" if metrics is not None else f"n/a: {s.metrics_why}",
-        "gpu": gpu_state(s.opts.gpu_state),
+        "gpu": gpu,
         "server_log": f"{stem}.log" if text is not None else f"n/a: {why}",
     }
     _put(steps / f"{stem}.json", dump(evidence))
@@ -125,6 +129,7 @@ def _write(s: Session, out: Path, head: dict, results: list[StepResult], complet
     levels = next((r.measured.get("levels") for r in results if r.step is Step.CONCURRENCY), None)
     if levels:
         atomic_write(out / PLOT, png.plot(levels))
+        atomic_write(out / PLOT_SVG, png.svg(levels))
         head["plot"] = PLOT
     head.update({"model": s.model or None, "launch": {**head["launch"], "server": dict(s.facts)}})
     doc = report.document(head, results, complete, log_read=bool(s.opts.server_log))
@@ -134,12 +139,26 @@ def _write(s: Session, out: Path, head: dict, results: list[StepResult], complet
 
 
 def run(opts: Options, api_key: str | None, out: Path) -> dict:
-    """Every step against ``opts.endpoint``; the report document. Unreachable (step 1) propagates."""
-    s = Session(opts, Client(base_url(opts.endpoint), api_key, opts.timeout), LogSource(opts.server_log))
+    """Every step against ``opts.endpoint``; the report document. Unreachable (step 1) propagates;
+    Ctrl-C keeps the report of the steps done (the one interrupted is n/a) and says where it is."""
+    client = Client(base_url(opts.endpoint), api_key, opts.timeout)
+    s = Session(opts, client, LogSource(opts.server_log), GpuState(opts.gpu_state))
     head = _head(s, dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"))
     results: list[StepResult] = []
-    failed: StepResult | None = None
+    basic.reach(s)  # out of reach: exit 3 before any step starts
     log.info("  step name                 outcome reason")
+    try:
+        _steps(s, out, head, results)
+    except KeyboardInterrupt:
+        step = STEPS[len(results)][0]
+        results.append(StepResult(step, Outcome.NA, "interrupted (Ctrl-C or SIGTERM) during this step", ran=False))
+        _write(s, out, head, results, complete=False)
+        raise Interrupted(f"interrupted at step {step.value}; the report of the steps done is kept in {out}") from None
+    return _write(s, out, head, results, complete=True)
+
+
+def _steps(s: Session, out: Path, head: dict, results: list[StepResult]) -> None:
+    failed: StepResult | None = None
     for step, fn in STEPS:
         if failed is not None:
             results.append(not_reached(step, failed.step))
@@ -150,4 +169,3 @@ def run(opts: Options, api_key: str | None, out: Path) -> dict:
         log.info(report.row(r))
         failed = r if r.outcome is Outcome.FAIL else None
         _write(s, out, head, results, complete=False)
-    return _write(s, out, head, results, complete=True)

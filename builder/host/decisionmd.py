@@ -149,6 +149,10 @@ def _outcome(step: dict | None) -> str:
     return f"{step['outcome']}: {step['reason']}{cause}"
 
 
+def _numbers(numbers: dict) -> str:
+    return "; ".join(f"{k.replace('_', ' ')} {v}" for k, v in numbers.items())
+
+
 def _launch_lines(runs: list[dict]) -> list[str]:
     """The `build accept --record` runs added to this record (issue 47); a marked blank before any."""
     if not runs:
@@ -170,6 +174,7 @@ def _launch_lines(runs: list[dict]) -> list[str]:
             *[f"- {c['what']}: recipe {c['recipe']}, server {c['server']}" for c in run["comparison"]],
             *[f"- smoke, {name.replace('_', ' ')}: {_outcome(step)}" for name, step in run["smoke"].items()],
             f"- prefix caching: {_outcome(run['prefix_caching'])}",
+            *([f"- prefix caching, measured: {_numbers(run['prefix_numbers'])}"] if run.get("prefix_numbers") else []),
             f"- concurrency: {_outcome(run['concurrency'])}",
             f"- agent: {_outcome(run['agent'])}",
             f"- cross-node: {_outcome(run['cross_node'])}",

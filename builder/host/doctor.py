@@ -409,6 +409,15 @@ def amend_decision(path: Path, option: str, key: str, entry: dict) -> tuple[Path
     """The decision record at ``path`` (.json) with ``entry`` added under ``key`` (a list: each run
     keeps its own), and its .md re-written through the one writer: what `build vet --decision` and
     `build accept --record` add."""
+    doc = load_decision(path, option)
+    doc.setdefault(key, []).append(entry)
+    md = path.with_suffix(".md")
+    _write_pair(path, md, doc)
+    return path, md
+
+
+def load_decision(path: Path, option: str) -> dict:
+    """The decision record at ``path``, checked to render (bad input up front, before a run)."""
     import json
 
     try:
@@ -417,10 +426,11 @@ def amend_decision(path: Path, option: str, key: str, entry: dict) -> tuple[Path
         raise ConfigError(f"{option} {path}: not a decision record: {exc}") from None
     if not isinstance(doc, dict) or "fault_evidence" not in doc:
         raise ConfigError(f"{option} {path}: not a decision record (`build doctor --record` writes one)")
-    doc.setdefault(key, []).append(entry)
-    md = path.with_suffix(".md")
-    _write_pair(path, md, doc)
-    return path, md
+    try:
+        decision_markdown(_one_line(doc))
+    except (KeyError, TypeError, ValueError, AttributeError) as exc:
+        raise ConfigError(f"{option} {path}: not a complete decision record ({type(exc).__name__}: {exc})") from None
+    return doc
 
 
 def _write_pair(js: Path, md: Path, doc: dict) -> None:
@@ -431,8 +441,9 @@ def _write_pair(js: Path, md: Path, doc: dict) -> None:
     from builder.fsutil import atomic_write
     from builder.log import printable
 
+    text = printable(decision_markdown(_one_line(doc)))  # rendered first: a failure writes neither
     atomic_write(js, json.dumps(doc, indent=2) + "\n")
-    atomic_write(md, printable(decision_markdown(_one_line(doc))))
+    atomic_write(md, text)
 
 
 def _one_line(value):

@@ -85,7 +85,7 @@ def test_a_plain_openai_server_gets_na_with_reasons_never_a_false_pass(plain, tm
     assert files and not any(KEY in p.read_text() for p in files)  # ... and never written
     evidence = json.loads((tmp_path / "steps" / "01-loaded-no-traffic.json").read_text())
     assert evidence["metrics"] == "n/a: /metrics answered HTTP 404"
-    assert evidence["gpu"] == {"state": None, "why": "no --gpu-state given (n/a)"}
+    assert evidence["gpu"] == {"state": None, "why": "n/a: no --gpu-state given"}
     assert evidence["server_log"] == "n/a: no --server-log given"
 
 
