@@ -8,7 +8,9 @@ provenance attached to them), with the digest the demo's record (`smoke/locks/sm
 names. So the check means something where no demo ran (CI's `.ci/run` does not run it), a stand-in
 is pushed beside them under a tag of its own (a tiny image of no layers). At the end each of these
 must still be served by the same digest, or the run fails naming what went; the stand-in is then
-deleted. The hooks are conftest.py's (imported there)."""
+deleted. The hooks are conftest.py's (imported there), so they run when pytest is given
+tests/integration or a file in it (as ci/check.sh and CI do): a conftest found only while
+collecting comes after the session started."""
 
 from __future__ import annotations
 
