@@ -17,6 +17,9 @@ Measures (NAME):
                  files deleted (the image before bytecode), median of cold interpreter starts
   overhead       the tool's fixed seconds (whole command minus the engine step) on a build whose
                  engine steps are all cached, by step, and the tool's own imports (-X importtime)
+  doctor-parse   `build doctor`'s nvidia-smi reader on hostile captures: a GPU row of 900k spaces
+                 against one of 90k (time ratio: ~10 linear, ~100 quadratic) and an 18,000-GPU
+                 `-q -x` XML (s); no engine needed
   compile-cache  Debian's redis-server on the engine's bridge as sccache's backend: the smoke with
                  heavy compile units built twice on an emptied builder; hit rate and compile step
                  time cold vs warm
@@ -47,7 +50,17 @@ sys.path.insert(0, str(REPO))
 from builder.engine import buildlog  # noqa: E402  (after sys.path: run as a script from the checkout)
 
 BUILD = str(REPO / ".venv" / "bin" / "build")
-MEASURES = ("tool-vs-raw", "noop", "expiry", "render-plan", "delta", "import-time", "overhead", "compile-cache")
+MEASURES = (
+    "tool-vs-raw",
+    "noop",
+    "expiry",
+    "render-plan",
+    "delta",
+    "import-time",
+    "overhead",
+    "compile-cache",
+    "doctor-parse",
+)
 med = statistics.median
 
 
@@ -547,6 +560,39 @@ def _compile_step_seconds(log: str) -> float:
         if step.instruction == "RUN" and "pip wheel" in step.command:
             return step.seconds
     raise ValueError("no compile step in the log")
+
+
+def doctor_parse(smoke: Smoke, rounds: int) -> list[tuple[str, str, str]]:
+    from builder.config import contract
+    from builder.host import compat, imagefacts, verdicts
+
+    facts = imagefacts.from_labels({contract.LABEL_GPU_FAMILIES: "8.0 9.0 10.0 12.0"})
+
+    def row(spaces: int) -> float:
+        text = "Driver Version: 580.95.05  CUDA Version: 13.0\n|   0  NVIDIA H100" + " " * spaces + "x\n"
+        return med(_seconds(lambda: compat.parse_smi(text)) for _ in range(max(rounds, 3)))
+
+    gpu = "<gpu><product_name>NVIDIA H100 80GB HBM3</product_name><compute_cap>9.0</compute_cap></gpu>"
+    xml = f"<nvidia_smi_log><driver_version>580.95.05</driver_version>{gpu * 18_000}</nvidia_smi_log>"
+    many = med(_seconds(lambda: verdicts.gpu_findings(compat.parse_smi(xml), facts)) for _ in range(rounds))
+    return [
+        (
+            "doctor: GPU row of 900k / 90k spaces (ratio)",
+            f"{row(900_000) / row(90_000):.1f}",
+            "~10 linear; ~100 quadratic",
+        ),
+        (
+            "doctor: 18,000-GPU -q -x XML, read + GPU findings (s)",
+            f"{many:.2f}",
+            "reviewer: 18 s (whole doctor run) before identify was cached",
+        ),
+    ]
+
+
+def _seconds(call) -> float:
+    start = time.perf_counter()
+    call()
+    return time.perf_counter() - start
 
 
 def main() -> None:

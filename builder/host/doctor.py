@@ -308,6 +308,7 @@ _NO_PATH = (
     "gpu-none",
     "gpu-partial",
     "driver-unknown",
+    "cuda-unusable",
     "gpu-unread",
     "gpu-unknown",
     "jetson",

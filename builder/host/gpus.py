@@ -16,6 +16,7 @@ older, so forward compatibility to CUDA 13 is offered only from compute capabili
 
 from __future__ import annotations
 
+import functools
 import re
 from dataclasses import dataclass
 
@@ -92,7 +93,6 @@ ARCHITECTURES: dict[str, tuple[str, ...]] = {
 # Grace hosts: the GPU shares a module with an Arm CPU, so the host is aarch64.
 GRACE = ("GH200", "GB200", "GB300", "GB10")
 _PREFIX = re.compile(r"^(?:NVIDIA\s+|Tesla\s+|GRID\s+)+", re.I)
-_CUT = re.compile(r"\s*\.\.\.\s*$")
 _BRAND_CONSUMER = re.compile(r"\b(GeForce|TITAN|Quadro|RTX)\b", re.I)
 _BRAND_DC = re.compile(r"^\s*(?:NVIDIA\s+)?Tesla\b", re.I)
 # A vGPU profile as a guest sees it: "GRID V100D-8C", "NVIDIA A100-40C", "NVIDIA H100XM-80C".
@@ -113,7 +113,7 @@ class GpuInfo:
 
     @property
     def cut(self) -> bool:
-        return bool(_CUT.search(self.name))
+        return _uncut(self.name) is not None
 
     @property
     def grace(self) -> bool:
@@ -149,8 +149,8 @@ def _entries_for(name: str) -> tuple[list[tuple[str, str]], str]:
     """(matching table rows, how): a whole name matches its longest entry; a name nvidia-smi cut
     ("...") matches every entry it can be the start of."""
     whole = _norm(name).lower()
-    if _CUT.search(name):
-        start = _norm(_CUT.sub("", name)).lower()
+    if (cut := _uncut(name)) is not None:
+        start = _norm(cut).lower()
         rows = [
             TABLE[k] for k in TABLE if k.startswith(start) or start.startswith(k + " ") or start.startswith(k + "-")
         ]
@@ -159,6 +159,16 @@ def _entries_for(name: str) -> tuple[list[tuple[str, str]], str]:
     return ([TABLE[max(keys, key=len)]] if keys else []), "table"
 
 
+def _uncut(name: str) -> str | None:
+    """A name nvidia-smi cut ("NVIDIA GeForce RTX 3090 ..."): what is left before the "...", or None.
+    String operations, not a regex searched from every position (quadratic on a run of spaces)."""
+    bare = name.rstrip()
+    return bare[:-3].rstrip() if bare.endswith("...") else None
+
+
+# Cached: a host's GPUs repeat one name, and doctor asks for each GPU's facts several times (an
+# 18,000-GPU XML took 18 s scanning the table per question).
+@functools.lru_cache(maxsize=4096)
 def identify(name: str, compute_cap: str | None = None, architecture: str | None = None) -> GpuInfo:
     """What a GPU is, from its printed name, a capture's compute_cap (which wins) and its
     `-q` Product Architecture (used when the name alone does not tell)."""
@@ -166,7 +176,7 @@ def identify(name: str, compute_cap: str | None = None, architecture: str | None
     classes = {klass for _, klass in rows}
     klass = classes.pop() if len(classes) == 1 else UNKNOWN
     if klass == UNKNOWN and not rows:
-        bare = _CUT.sub("", name) if _CUT.search(name) else name
+        bare = _uncut(name) or name
         klass = CONSUMER if _BRAND_CONSUMER.search(bare) else DC if _BRAND_DC.search(bare) else UNKNOWN
     ccs = tuple(sorted({cc for cc, _ in rows}, key=cc_tuple))
     if compute_cap and _CC.fullmatch(compute_cap.strip()):

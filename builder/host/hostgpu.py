@@ -32,6 +32,8 @@ class HostGPU:
     version_text: str = ""  # the driver version as printed (a Jetson's 540.4.0 is not 540.04.00)
     smi_version: str | None = None  # the table header's NVIDIA-SMI version, when shown
     header_notes: tuple[str, ...] = ()  # what the capture's header says that does not add up
+    unread: str = ""  # why some GPU rows of the table were not read (a row cut off); "" when all were
+    cuda_unusable: bool = False  # the header says "CUDA Version: N/A" (or ERR!): libcuda is not usable
 
     @property
     def branch(self) -> str:

@@ -22,14 +22,16 @@ FAULTS = (
     ("wsl-blocked", re.compile(r"GPU access blocked by the operating system", re.I)),
     (
         "device-handle",
-        re.compile(r"Unable to (?:determine|detect) the device handle for GPU\s*([0-9A-Fa-f:.]+)\s*:?\s*(.*)", re.I),
+        re.compile(
+            r"Unable to (?:determine|detect) the device handle for GPU\s*+([0-9A-Fa-f:.]++)\s*+:?[ \t]*+(.*)", re.I
+        ),
     ),
     ("no-nvml-library", re.compile(r"couldn't find libnvidia-ml\.so|libnvidia-ml\.so[.\d]*: cannot open shared", re.I)),
     (
         "no-driver",
         re.compile(r"couldn't communicate with the NVIDIA driver|Failed to initialize NVML: Driver Not Loaded", re.I),
     ),
-    ("no-devices", re.compile(r"^\s*No devices were found", re.I | re.M)),
+    ("no-devices", re.compile(r"^[ \t]*+No devices were found", re.I | re.M)),
     ("failed", re.compile(r"NVIDIA-SMI has failed", re.I)),
 )
 _VER = r"(\d+\.\d+(?:\.\d+)?)"
@@ -49,15 +51,25 @@ _PASTE_INDENT = re.compile(r"^[ \t>]+(?=[|+])", re.M)
 # One GPU row of the table: index, name, Persistence-M (On/Off/N/A) or the Windows driver model,
 # then the Bus-Id cell (a PCI address, or N/A on a Jetson). Spaces only, never a line break, so a
 # clean table is read row by row and a table whose line breaks a forum swallowed reads the same.
+# The name is bounded (80 characters; the longest product name is under 40) and the space runs are
+# possessive, so a long run of spaces is read in linear time, not retried at every length.
 _GPU_ROW = re.compile(
-    r"\|[ \t]*\d+[ \t]+(\S[^|\n]*?)[ \t]+(?:On|Off|N/A|WDDM|TCC|MCDM)[ \t]*\|[ \t]*"
+    r"\|[ \t]*+\d+[ \t]++(\S[^|\n]{0,80}?)[ \t]++(?:On|Off|N/A|WDDM|TCC|MCDM)[ \t]*+\|[ \t]*+"
     r"(?:[0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.[0-9A-Fa-f]|N/A)\b"
 )
-_SMI_VERSION = re.compile(r"NVIDIA-SMI(?: version)?\s*:?\s*" + _VER, re.I)
+_SMI_VERSION = re.compile(r"NVIDIA-SMI(?: version)?\s*+:?\s*+" + _VER, re.I)
+# Where a GPU row starts: `|`, its index, then a letter (the name). Counted against the rows read, so a
+# row cut off partway (a capture that ends mid-row) is seen. Fan rows start with N/A or "30%", MIG and
+# process rows with a second number; those sections are cut off before counting.
+_ROW_START = re.compile(r"\|[ \t]*+(\d+)[ \t]++[A-Za-z]")
+_TABLE_HEADER = re.compile(r"NVIDIA-SMI[ \t]++\d")
+_ONE_HOST = "capture one host at a time (one nvidia-smi output per file)"
+# Spaces a web page or word processor puts in a pasted table: no-break (U+00A0) and narrow no-break (U+202F).
+_NBSP = str.maketrans({"\u00a0": " ", "\u202f": " "})
 
 
 def parse_smi(text: str, columns: tuple[str, ...] | None = None) -> HostGPU:
-    text = text.lstrip("\ufeff").replace("\r\n", "\n").replace("\r", "\n")
+    text = text.lstrip("\ufeff").replace("\r\n", "\n").replace("\r", "\n").translate(_NBSP)
     text = _PASTE_INDENT.sub("", text)
     for fault, pattern in FAULTS:
         m = pattern.search(text)
@@ -82,9 +94,13 @@ def parse_smi(text: str, columns: tuple[str, ...] | None = None) -> HostGPU:
     if driver is None:
         return _no_driver_version(text)
     version, form = driver
+    _one_host(text)
     cuda, cuda_note = _cuda_version(text)
-    names = tuple(n.strip() for n in re.findall(r"^\s*Product Name\s*:\s*(.+)$", text, re.M)) or _table_gpus(text)
-    mig = len(re.findall(r"^\|\s+\d+\s+\d+\s+\d+\s+\d+\s+\|", _section(text, "MIG devices:"), re.M))
+    q_names = tuple(n.strip() for n in re.findall(r"^[ \t]*+Product Name[ \t]*+:[ \t]*+(.+)$", text, re.M))
+    names, unread = (q_names, "") if q_names else _table_gpus(text)
+    mig = len(
+        re.findall(r"^\|[ \t]++\d++[ \t]++\d++[ \t]++\d++[ \t]++\d++[ \t]++\|", _section(text, "MIG devices:"), re.M)
+    )
     smi = _SMI_VERSION.search(text)
     return HostGPU(
         version_tuple(version),
@@ -96,10 +112,28 @@ def parse_smi(text: str, columns: tuple[str, ...] | None = None) -> HostGPU:
         platform=_platform(text, version),
         form=form,
         mig_devices=mig,
-        archs=tuple(a.strip() for a in re.findall(r"^\s*Product Architecture\s*:\s*(.+)$", text, re.M)),
+        archs=tuple(a.strip() for a in re.findall(r"^[ \t]*+Product Architecture[ \t]*+:[ \t]*+(.+)$", text, re.M)),
         driver_models=_driver_models(text),
         vgpu=_vgpu(text, names),
+        unread=unread,
+        cuda_unusable=cuda is None and bool(cuda_note) and "Not Found" not in cuda_note,
     )
+
+
+def _one_host(text: str) -> None:
+    """Two captures pasted into one file (two tables, two drivers, GPU index 0 twice) cannot be
+    judged as one host: refused, never read as the first driver with every GPU."""
+    drivers = set(
+        re.findall(r"^[ \t|]*+(?:NVIDIA-SMI[ \t]++\S++[ \t]++)?Driver Version[ \t]*+:[ \t]*+" + _VER, text, re.M)
+    )
+    kmds = set(re.findall(r"KMD Version[ \t]*+:[ \t]*+" + _VER, text))
+    if len(drivers) > 1 or len(kmds) > 1:
+        raise SmiParseError(f"more than one driver version ({', '.join(sorted(drivers | kmds))}); {_ONE_HOST}")
+    if len(_TABLE_HEADER.findall(text)) > 1:
+        raise SmiParseError(f"more than one nvidia-smi table header; {_ONE_HOST}")
+    buses = re.findall(r"^GPU ([0-9A-Fa-f]{4,8}:[0-9A-Fa-f:.]+)[ \t]*$", text, re.M)
+    if len(set(buses)) != len(buses):
+        raise SmiParseError(f"a GPU ({', '.join(b for b in buses if buses.count(b) > 1)}) shown twice; {_ONE_HOST}")
 
 
 def _no_driver_version(text: str) -> HostGPU:
@@ -107,7 +141,7 @@ def _no_driver_version(text: str) -> HostGPU:
     lines = [line.strip() for line in text.split("\n") if line.strip()]
     listed = re.findall(r"^GPU \d+: (.+?) \(UUID: [^)]*\)", text, re.M)
     if listed:
-        migs = len(re.findall(r"^\s+MIG .+Device\s+\d+: \(UUID: MIG-", text, re.M))
+        migs = len(re.findall(r"^[ \t]++MIG .+Device[ \t]++\d++: \(UUID: MIG-", text, re.M))
         return HostGPU(
             None,
             None,
@@ -197,10 +231,10 @@ def _vgpu(text: str, names: tuple[str, ...]) -> str | None:
 
 def _driver_models(text: str) -> tuple[str, ...]:
     """The Windows driver model of each GPU: `-q`'s "Driver Model / Current", or the table rows."""
-    current = re.findall(r"Driver Model\s*\n\s*Current\s*:\s*(\S+)", text)
+    current = re.findall(r"Driver Model[ \t]*+\n[ \t]*+Current[ \t]*+:[ \t]*+(\S+)", text)
     if current:
         return tuple(m for m in current if smiforms.WINDOWS_MODEL.fullmatch(m))
-    rows = re.findall(r"^\|\s+\d+\s+.*?\b(WDDM|TCC|MCDM)\s*\|", text, re.M)
+    rows = re.findall(r"^\|[ \t]++\d++[ \t]++[^|\n]*?\b(WDDM|TCC|MCDM)[ \t]*+\|", text, re.M)
     return tuple(rows)
 
 
@@ -213,12 +247,33 @@ def _section(text: str, heading: str) -> str:
     return text[at : end if end >= 0 else len(text)]
 
 
-def _table_gpus(text: str) -> tuple[str, ...]:
-    """GPU names from the table's GPU rows (above its "MIG devices" and "Processes" sections), row by
-    row or from a table whose line breaks were swallowed: each row is its index, the name, then the
-    Persistence-M (or Windows driver-model) cell and the Bus-Id cell after it."""
+def _table_gpus(text: str) -> tuple[tuple[str, ...], str]:
+    """(GPU names, why some are unread or ""). Names come from the table's GPU rows (above its "MIG
+    devices" and "Processes" sections), row by row or from a table whose line breaks were swallowed:
+    each row is its index, the name, then the Persistence-M (or Windows driver-model) cell and the
+    Bus-Id cell after it. A row that starts but is not read, or a table that ends inside a row (no
+    closing border), leaves GPUs unread."""
     cut = min((i for i in (text.find("MIG devices:"), text.find("Processes:")) if i >= 0), default=len(text))
-    return tuple(m.group(1).strip() for m in _GPU_ROW.finditer(text[:cut]))
+    names = tuple(m.group(1).strip() for m in _GPU_ROW.finditer(text[:cut]))
+    starts = _ROW_START.findall(text[:cut])
+    if len(set(starts)) != len(starts):
+        raise SmiParseError(
+            f"GPU index {', '.join(sorted(set(i for i in starts if starts.count(i) > 1)))} shown twice; {_ONE_HOST}"
+        )
+    if len(starts) > len(names):
+        return names, f"{len(starts)} GPU rows start in the table but {len(names)} could be read (a row cut off?)"
+    if starts and _open_table(text[:cut]):
+        return names, "the table ends inside a GPU row (no closing border): the capture was cut off"
+    return names, ""
+
+
+def _open_table(section: str) -> bool:
+    """The table's GPU section does not end on a border line (`+---+`): the capture stops inside a row.
+    Only table lines count (a shell prompt after it does not); the start of the "| Processes:" line
+    before the cut is left out."""
+    lines = [line.strip() for line in section.split("\n") if line.lstrip()[:1] in ("|", "+")]
+    tail = "\n".join(lines).rstrip(" \t\n|")
+    return bool(tail) and tail[-1] not in "+-="
 
 
 def _platform(text: str, driver: str) -> str:
@@ -230,7 +285,7 @@ def _platform(text: str, driver: str) -> str:
     # an nvidia-smi newer than a two-part Linux driver (450.66 / 418.67) is a mismatched Linux host.
     if smi is not None and driver.count(".") == 1 and version_tuple(smi.group(1)) < version_tuple(driver):
         return "wsl"
-    model = re.search(r"Driver Model\s*\n\s*Current\s*:\s*(\S+)", text)
+    model = re.search(r"Driver Model[ \t]*+\n[ \t]*+Current[ \t]*+:[ \t]*+(\S+)", text)
     header = re.search(r"Driver-Model|TCC/WDDM", text)
-    rows = smiforms.WINDOWS_MODEL.search(" ".join(re.findall(r"^\|\s+\d+\s+.*?\|", text, re.M)))
+    rows = smiforms.WINDOWS_MODEL.search(" ".join(re.findall(r"^\|[ \t]++\d++[ \t]++[^|\n]*+\|", text, re.M)))
     return "windows" if header or rows or (model and smiforms.WINDOWS_MODEL.match(model.group(1))) else "linux"

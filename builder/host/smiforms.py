@@ -28,7 +28,7 @@ HEADERLESS = (
     f"--columns (the list passed to --query-gpu, in its order; doctor reads {NEEDED}), or capture it "
     "with `--format=csv` (header kept), e.g. `nvidia-smi --query-gpu=driver_version,name,compute_cap --format=csv`"
 )
-_QUERY = re.compile(r"--query-gpu[= ]\s*([A-Za-z0-9_.,\s]+?)(?=\s+-|\s*$)")
+_QUERY = re.compile(r"--query-gpu[= ][ \t]*+([A-Za-z0-9_.]++(?:[ \t]*+,[ \t]*+[A-Za-z0-9_.]++)*+)")
 
 
 # --- XML -----------------------------------------------------------------------------------------
@@ -168,6 +168,8 @@ def parse_csv(text: str, columns: tuple[str, ...] | None = None) -> HostGPU | No
     rows_2 = [m for line in lines if (m := re.fullmatch(r"\s*(\d{3}\.\d+(?:\.\d+)?)\s*,\s*([^,]+?)\s*", line))]
     if lines and len(rows_2) == len(lines):
         first = rows_2[0].group(1)
+        if len({r.group(1) for r in rows_2}) > 1:
+            raise SmiParseError("the CSV names more than one driver version; capture one host at a time")
         return HostGPU(version_tuple(first), None, tuple(r.group(2) for r in rows_2), form="csv", version_text=first)
     if lines and all(line.count(",") >= 2 for line in lines):
         return HostGPU(None, None, (), form="csv", missing=HEADERLESS)
@@ -188,6 +190,11 @@ def _host(names: list[str], rows: list[list[str]], where: str) -> HostGPU:
     versions = [v for row in table if (v := _csv_driver(row))]
     if not table or len(versions) != len(table):
         raise SmiParseError("the --query-gpu CSV has a driver_version column but a row without a version")
+    if len(set(versions)) > 1:  # two hosts' captures pasted together: never judged as one
+        raise SmiParseError(
+            f"the --query-gpu CSV names more than one driver version ({', '.join(sorted(set(versions)))}); "
+            "capture one host at a time (one nvidia-smi output per file)"
+        )
     models = tuple(m for row in table if WINDOWS_MODEL.fullmatch(m := row.get("driver_model.current") or ""))
     virt = " ".join(row.get("virtualization_mode") or "" for row in table)
     return HostGPU(

@@ -32,6 +32,7 @@ EXIT = {
     "driver-unknown": 1,
     "driver-too-old": 1,
     "driver-below-floor": 1,
+    "cuda-unusable": 1,
     "gpu-unread": 1,
     "gpu-unknown": 1,
     "compatible-ptx-jit": 0,
@@ -137,15 +138,53 @@ def evaluate(cuda: str, host: HostGPU, facts: ImageFacts, cpu: dict, found: list
         return replace(gpu, also=f"{driver.name}: {driver.reason}; route: {driver.route}") if driver else gpu
     if driver:
         return driver
-    if not host.gpus:
-        return Outcome(
-            "gpu-unread",
-            f"the driver was read ({host.driver_text}) but no GPU row of this nvidia-smi output was: whether the "
-            "image has code for the GPUs cannot be told",
-            _ASK_GPUS,
-            kind=Route.CAPTURE,
-        )
-    return _gpu_known(found) or _compatible(verdict, found)
+    return _unusable(host) or _unread(host) or _gpu_known(found) or _compatible(verdict, found)
+
+
+def _unusable(host: HostGPU) -> Outcome | None:
+    """The driver is new enough but says "CUDA Version: N/A": its CUDA library (libcuda) is not
+    usable where nvidia-smi ran, so nothing CUDA starts there (public report: shkhln/libc6-shim#14)."""
+    if not host.cuda_unusable:
+        return None
+    return Outcome(
+        "cuda-unusable",
+        f"driver {host.driver_text} is new enough, but nvidia-smi reports 'CUDA Version: N/A': the driver's CUDA "
+        "library (libcuda) is not usable where it ran (not installed, a mismatched user-space library, or not "
+        "mounted into this container), so no CUDA program starts there",
+        "repair the host's GPU runtime (install the driver's CUDA library, libcuda, matching the kernel driver; in "
+        "a container run it with `--gpus all` on a host with nvidia-container-toolkit), or capture `nvidia-smi` "
+        "where the runtime works, and run doctor again",
+        kind=Route.REPAIR_HOST,
+    )
+
+
+def _unread(host: HostGPU) -> Outcome | None:
+    if host.gpus and not host.unread:
+        return None
+    why = host.unread or "no GPU row of this nvidia-smi output was"
+    return Outcome(
+        "gpu-unread",
+        f"the driver was read ({host.driver_text}) but {why}: whether the image has code for every GPU cannot be told",
+        _ASK_GPUS,
+        kind=Route.CAPTURE,
+    )
+
+
+def _thor(cuda: str, host: HostGPU) -> Outcome:
+    """Jetson Thor: JetPack 7 puts it on the unified Arm (SBSA) CUDA 13 stack (NVIDIA's blog "What's New
+    in CUDA Toolkit 13.0 for Jetson Thor"; JetPack 7.1 release notes), so an SBSA image can run there when
+    it is a CUDA 13 one with code for 11.0. A CUDA 12 image is not confirmed to (CUDA 12.x named Thor
+    10.1): not judged compatible."""
+    return Outcome(
+        "jetson",
+        f"image needs CUDA {cuda}; this is a Jetson Thor (driver {host.driver_text}, JetPack's): with JetPack 7 "
+        "Thor runs the unified Arm (SBSA) CUDA 13 stack, so an arm64 server image built with CUDA 13 and code for "
+        "compute capability 11.0 can run on it; that a CUDA 12 image runs there is not confirmed (CUDA 12.x named "
+        "Thor 10.1), so this one is not judged compatible",
+        "run a linux/arm64 CUDA 13 image with code for 11.0 (sm_110) on JetPack 7; do not install or upgrade a "
+        "driver apart from JetPack",
+        kind=Route.OTHER_IMAGE,
+    )
 
 
 def _driver_blocker(verdict: compat.Verdict, host: HostGPU, facts: ImageFacts) -> Outcome | None:
@@ -200,6 +239,8 @@ def _blocked(cuda: str, host: HostGPU, cpu: dict, kind: str) -> Outcome | None:
             "reboot) and run doctor inside WSL2, or run the image on a Linux host",
             kind=Route.WDDM,
         )
+    if kind == "jetson" and any(g.tegra and g.cc == "11.0" for g in host.infos):
+        return _thor(cuda, host)
     if kind == "jetson":
         return Outcome(
             "jetson",
