@@ -17,6 +17,7 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+import secrets
 import urllib.error
 import urllib.request
 from dataclasses import dataclass, field
@@ -28,7 +29,9 @@ from tests.conftest import REPO
 REGISTRY = "127.0.0.1:5000"  # the registry ci/demo.sh pushes to (conftest.REGISTRY)
 DEMO_REPOSITORY = "k3/smoke"  # ci/demo.sh's default
 DEMO_RECORD = REPO / "smoke" / "locks" / "smoke" / "image.json"  # ci/demo.sh's default OUT
-STAND_IN_TAG = "suite-stand-in"
+# Each run's stand-in has a tag and a digest of its own (a nonce in its annotations): two suites on
+# one registry (two checkouts, two sessions) never delete each other's, and one never counts another's.
+STAND_IN_PREFIX = "suite-stand-in-"
 OCI_MANIFEST = "application/vnd.oci.image.manifest.v1+json"
 ACCEPT = ", ".join(
     [
@@ -84,8 +87,8 @@ def demo_repository() -> tuple[str, str | None]:
     return (m.group(1), record.get("digest")) if m else (DEMO_REPOSITORY, None)
 
 
-def push_stand_in(repository: str) -> str:
-    """A tiny image (a config, no layer) under STAND_IN_TAG; its digest."""
+def push_stand_in(repository: str, tag: str) -> str:
+    """A tiny image (a config, no layer) under ``tag``, unique to this run; its digest."""
     config = json.dumps({"architecture": "amd64", "os": "linux", "rootfs": {"type": "layers", "diff_ids": []}})
     config_digest = "sha256:" + hashlib.sha256(config.encode()).hexdigest()
     with _request("POST", f"{repository}/blobs/uploads/", data=b"") as resp:
@@ -105,10 +108,13 @@ def push_stand_in(repository: str) -> str:
                 "size": len(config),
             },
             "layers": [],
-            "annotations": {"org.opencontainers.image.description": "the integration suite's stand-in (survivors.py)"},
+            "annotations": {
+                "org.opencontainers.image.description": "the integration suite's stand-in (survivors.py)",
+                "io.k3-cu129.test.run": tag,
+            },
         }
     ).encode()
-    with _request("PUT", f"{repository}/manifests/{STAND_IN_TAG}", manifest, {"Content-Type": OCI_MANIFEST}) as resp:
+    with _request("PUT", f"{repository}/manifests/{tag}", manifest, {"Content-Type": OCI_MANIFEST}) as resp:
         return resp.headers["Docker-Content-Digest"]
 
 
@@ -116,13 +122,16 @@ def snapshot() -> Before:
     repository, recorded = demo_repository()
     before = Before(repository)
     for tag in tags_of(repository):
+        if tag.startswith(STAND_IN_PREFIX):
+            continue  # another run's stand-in: that run deletes it
         digest = digest_of(repository, tag)
         if digest:
             before.served[tag] = digest
     if recorded and digest_of(repository, recorded) == recorded:
         before.served[recorded] = recorded
-    before.stand_in = push_stand_in(repository)
-    before.served[STAND_IN_TAG] = before.stand_in
+    tag = STAND_IN_PREFIX + secrets.token_hex(6)
+    before.stand_in = push_stand_in(repository, tag)
+    before.served[tag] = before.stand_in
     return before
 
 
