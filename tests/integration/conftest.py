@@ -15,7 +15,6 @@ import urllib.error
 import urllib.request
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
-from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import NoReturn
@@ -369,19 +368,3 @@ def vllm_server(request) -> vllm_server_mod.VllmServer:
 def vllm_server_no_prefix(request) -> vllm_server_mod.VllmServer:
     """The run's vLLM server started with --no-enable-prefix-caching."""
     return _shared_vllm(request, "no-prefix")
-
-
-@pytest.fixture()
-def start_vllm_server() -> Callable[..., AbstractContextManager[vllm_server_mod.VllmServer]]:
-    """A private server: `with start_vllm_server(workdir, extra_args=...) as server:` (stopped at
-    the block's end), for a test that stops or kills its server."""
-
-    @contextmanager
-    def start(workdir: Path, extra_args: tuple[str, ...] = (), **kwargs) -> Iterator[vllm_server_mod.VllmServer]:
-        try:
-            with vllm_server_mod.start_vllm_server(workdir, tuple(extra_args), **kwargs) as server:
-                yield server
-        except vllm_server_mod.Unavailable as exc:
-            _no_vllm(exc)
-
-    return start

