@@ -43,9 +43,11 @@ def _start(work, *extra: str, env=None) -> subprocess.Popen:
     )
 
 
-# Bounds, not speed targets: with the suite in several processes on two cores, a build shares the
-# machine with others, so its steps arrive later than when it ran alone.
-def _wait_for_log(work, pattern: str, proc: subprocess.Popen, timeout: float = 240) -> Path:
+# A bound against a hang, not a speed target: the build ends on its own (and then the wait fails
+# at once, saying so), so the deadline only has to outlast a build's steps on a loaded machine.
+# 240 s was too short: at load 19 (the suite beside other sessions' builds) the runtime stage's
+# first COPY came later than that, behind a build stage that ignores the cache.
+def _wait_for_log(work, pattern: str, proc: subprocess.Popen, timeout: float = 1800) -> Path:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         for log in (work.root / "artifacts" / "smoke").glob("*/build.log"):

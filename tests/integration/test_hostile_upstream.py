@@ -144,7 +144,7 @@ def test_build_lock_during_a_build_exits_75_and_the_record_names_the_lock_built(
     smoke, _ = built
     work = smoke.copy(tmp_path / "race")
     first = _start(work)
-    _wait_for_log(work, r"^#\d+ \[", first, timeout=240)
+    _wait_for_log(work, r"^#\d+ \[", first)
     second = cli("--matrix", str(work.matrix), "lock", "--target", "smoke")
     assert second.code == 75, second.err[-2000:]
     assert "another build of this target is running" in _one_error_line(second.err)
