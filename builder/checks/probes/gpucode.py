@@ -29,6 +29,7 @@ binaries, tests/unit/test_gpucode.py):
 Request: {"roots": [...], "cuda_home": "/usr/local/cuda" | null, "env": {TRITON_PTXAS_PATH: ...}}.
 """
 
+import hashlib
 import mmap
 import os
 import re
@@ -37,8 +38,10 @@ import subprocess
 import time
 from typing import TYPE_CHECKING, Any
 
-if TYPE_CHECKING:  # at run time builder/checks/probes/_report.py is prepended: report() is defined
+if TYPE_CHECKING:  # at run time _report.py, _dyn.py and _unpack.py are prepended
+    from builder.checks.probes._dyn import elf_dynamic
     from builder.checks.probes._report import report
+    from builder.checks.probes._unpack import UnpackError, lz4_block, zstd
 
 FATBIN_MAGIC = 0xBA55ED50
 EM_CUDA = 190
@@ -97,32 +100,89 @@ def cubin(buf, base=0, size=None):
     return found
 
 
+MAX_ENTRY = 256 << 20  # a decompressed entry above this is not decoded (cu129's largest cubins are tens of MB)
+PTX_HEAD = 16384  # a PTX text's .version and .target lines sit in its first lines
+_BUDGET = {"deadline": None, "cache": {}}  # the request's time budget for decoding, and decoded payloads
+
+
+def unpack(flags, payload, size, stop=None):
+    """The decoded payload of a compressed entry; raises ValueError (with why) when it cannot be."""
+    codec = flags & (FLAG_LZ4 | FLAG_ZSTD)
+    if codec not in (FLAG_LZ4, FLAG_ZSTD):
+        raise UnpackError(f"compression flags {flags:#x} name no codec this probe knows (LZ4 0x2000, ZSTD 0x8000)")
+    deadline = _BUDGET["deadline"]
+    if deadline is not None and time.monotonic() > deadline:
+        raise UnpackError("the decoding budget of this run is spent (K3_GPUCODE_BUDGET)")
+    key = (codec, size, stop, hashlib.sha256(payload).digest())
+    if key not in _BUDGET["cache"]:
+        decode = lz4_block if codec == FLAG_LZ4 else zstd
+        try:
+            _BUDGET["cache"][key] = decode(payload, size, MAX_ENTRY, stop)
+        except (IndexError, struct.error) as exc:
+            raise UnpackError(f"corrupt: {type(exc).__name__}: {exc}") from None
+    return _BUDGET["cache"][key]
+
+
 def entry(buf, at):
-    """(object, next offset) of the fatbin entry at ``at``."""
+    """(object, next offset) of the fatbin entry at ``at``; a compressed payload is decoded first
+    (pure Python: _unpack.py), and one that cannot be is "unread", with why."""
     kind, _, hsize, psize, csize, _, minor, major, arch = struct.unpack_from("<HHIQIIHHI", buf, at)
-    flags = struct.unpack_from("<Q", buf, at + 40)[0]
+    flags, _, usize = struct.unpack_from("<QQQ", buf, at + 40)
     nxt = at + hsize + psize
     if hsize < 64 or nxt > len(buf):
         raise ValueError(f"fatbin entry at {at} runs past its container")
     variant = "a" if flags & FLAG_A else "f" if flags & FLAG_F else ""
     compressed = bool(flags & (FLAG_LZ4 | FLAG_ZSTD)) or bool(csize)
     obj: dict[str, Any] = {"sm": arch, "variant": variant, "compressed": compressed}
+    data_at = at + hsize
+    payload = bytes(buf[data_at : data_at + (csize if compressed else min(psize, PTX_HEAD))])
+    if kind not in (KIND_PTX, KIND_ELF):
+        obj.update(kind=f"kind {kind}")
+        return obj, nxt
+    if compressed:
+        if csize > psize:
+            obj["unread"] = f"its compressed size {csize} exceeds its payload {psize}"
+            payload = None
+        else:
+            try:
+                payload = unpack(flags, payload, usize, PTX_HEAD if kind == KIND_PTX else None)
+            except ValueError as exc:
+                obj["unread"] = str(exc)[:200]
+                payload = None
     if kind == KIND_PTX:
         obj.update(kind="PTX", isa=f"{major}.{minor}")
-    elif kind == KIND_ELF:
-        obj.update(kind="SASS", abi=minor)
-        data = at + hsize
-        if not compressed and bytes(buf[data : data + 4]) == b"\x7fELF":
-            inner = cubin(buf, data)
+        if payload is not None:
+            _ptx_payload(obj, payload)
+        return obj, nxt
+    obj.update(kind="SASS", abi=minor)
+    if payload is not None:
+        whole = payload if compressed else buf
+        base = 0 if compressed else data_at
+        if bytes(whole[base : base + 4]) == b"\x7fELF":
+            inner = cubin(whole, base)
             obj["toolkit"], obj["toolkit_from"] = inner.get("toolkit"), inner.get("toolkit_from")
-    else:
-        obj.update(kind=f"kind {kind}")
-    if obj["kind"] == "SASS" and not obj.get("toolkit"):
+            if inner["sm"] != arch:
+                obj["unread"] = f"its cubin is for sm_{inner['sm']}, its entry header says sm_{arch}"
+        elif compressed:
+            obj["unread"] = "its decoded payload is not an ELF cubin"
+    if not obj.get("toolkit"):
         if obj.get("abi") == 8 and arch < 100:
             obj["toolkit"], obj["toolkit_from"] = "13+", "ELF ABI 8 below sm_100"
         else:
-            obj["toolkit"], obj["toolkit_from"] = None, "compressed" if compressed else "no note"
+            obj["toolkit"] = None
+            obj["toolkit_from"] = "unread" if obj.get("unread") else "no note"
     return obj, nxt
+
+
+def _ptx_payload(obj, text):
+    """The decoded PTX's own .version (what the driver JIT-compiles), held to the entry header."""
+    try:
+        found = ptx_text(text)
+    except ValueError as exc:
+        obj["unread"] = f"its decoded PTX has {exc}"
+        return
+    if found["isa"] != obj["isa"]:
+        obj["header_isa"], obj["isa"] = obj["isa"], found["isa"]
 
 
 def fatbins(buf, start, end):
@@ -138,6 +198,48 @@ def fatbins(buf, start, end):
             obj, at = entry(buf, at)
             objs.append(obj)
         pos = max(stop, pos + 16)
+    return objs
+
+
+MAGIC_BYTES = struct.pack("<I", FATBIN_MAGIC)
+
+
+def container_at(buf, pos):
+    """The end of a well-formed fatbin container at ``pos`` (version 1, 16-byte header, a first
+    entry of kind PTX or ELF that fits), or None: four magic bytes alone in data are no container."""
+    if pos + 16 + 64 > len(buf):
+        return None
+    _, version, hsize, size = struct.unpack_from("<IHHQ", buf, pos)
+    end = pos + hsize + size
+    if version != 1 or hsize != 16 or size < 64 or end > len(buf):
+        return None
+    kind, _, ehsize, psize = struct.unpack_from("<HHIQ", buf, pos + 16)
+    if kind not in (KIND_PTX, KIND_ELF) or not 64 <= ehsize <= 4096 or pos + 16 + ehsize + psize > end:
+        return None
+    return end
+
+
+def elsewhere(buf, skip):
+    """The code objects of fatbin containers outside the ``skip`` ranges ((offset, size): the
+    .nv_fatbin section): a library can carry a fatbin as data (in .rodata, for cuModuleLoadData)
+    and load it itself."""
+    objs, ranges, at = [], [], 0
+    for start, size in sorted(skip):
+        ranges.append((at, start))
+        at = max(at, start + size)
+    ranges.append((at, len(buf)))
+    for start, stop in ranges:
+        pos = buf.find(MAGIC_BYTES, start, stop)
+        while pos != -1:
+            end = container_at(buf, pos)
+            if end is not None and end <= stop:
+                found = fatbins(buf, pos, end)
+                for obj in found:
+                    obj["outside"] = True
+                objs += found
+                pos = buf.find(MAGIC_BYTES, end, stop)
+            else:
+                pos = buf.find(MAGIC_BYTES, pos + 4, stop)
     return objs
 
 
@@ -167,10 +269,14 @@ def inspect(path):
                 return None  # 32-bit or big-endian: no CUDA code object is either
             if struct.unpack_from("<H", head, 18)[0] == EM_CUDA:
                 return "cubin", [cubin(buf)]
-            fat = sections(buf).get(".nv_fatbin")
-            if not fat or not fat[1]:
-                return None
-            return "elf", fatbins(buf, fat[0], fat[0] + fat[1])
+            secs = sections(buf)
+            fat = secs.get(".nv_fatbin")
+            objs = fatbins(buf, fat[0], fat[0] + fat[1]) if fat and fat[1] else []
+            # __nv_relfatbin holds relocatable cubins (-rdc) for a later device link: the driver never
+            # loads them (cuobjdump does not list them); every other fatbin outside .nv_fatbin is read
+            skip = [r for r in (fat, secs.get("__nv_relfatbin")) if r and r[1]]
+            objs += elsewhere(buf, skip)
+            return ("elf", objs) if objs else None
 
 
 def summarize(objs):
@@ -236,8 +342,86 @@ def walk(roots):
                     yield path
 
 
+LIB_DIRS = ("/lib/x86_64-linux-gnu", "/usr/lib/x86_64-linux-gnu", "/lib/aarch64-linux-gnu",
+            "/usr/lib/aarch64-linux-gnu", "/lib64", "/usr/lib64", "/lib", "/usr/lib")  # fmt: skip
+MAX_NEEDED = 4000
+
+
+def conf_dirs():
+    """The directories /etc/ld.so.conf(.d) names (read as text: no program of the image runs)."""
+    import glob
+
+    dirs = []
+    for conf in ["/etc/ld.so.conf", *sorted(glob.glob("/etc/ld.so.conf.d/*.conf"))]:
+        try:
+            with open(conf, encoding="utf-8", errors="replace") as fh:
+                lines = fh.read(1 << 16).splitlines()
+        except OSError:
+            continue
+        dirs += [ln.strip() for ln in lines if ln.strip().startswith("/")]
+    return dirs
+
+
+def resolve(soname, dyn, origin, ld_library_path, system):
+    """Where ld.so finds ``soname`` for a file with dynamic section ``dyn`` (DT_RPATH without
+    DT_RUNPATH, LD_LIBRARY_PATH, DT_RUNPATH, then ld.so.conf's and the default directories)."""
+    if "/" in soname:
+        return soname if os.path.isfile(soname) else None
+    dirs = [] if dyn["runpath"] else dyn["rpath"].split(":")
+    dirs += ld_library_path.split(":") + dyn["runpath"].split(":") + system
+    for d in dirs:
+        d = d.replace("${ORIGIN}", origin).replace("$ORIGIN", origin)
+        if d and os.path.isfile(os.path.join(d, soname)):
+            return os.path.join(d, soname)
+    return None
+
+
+def needed_outside(roots, ld_library_path):
+    """realpath -> the file under ``roots`` whose NEEDED closure loads it, for every library that
+    closure reaches outside the roots (a CUDA library of the base image, a vendored copy elsewhere)."""
+    tops = tuple(os.path.realpath(r).rstrip("/") + "/" for r in roots)
+    system = conf_dirs() + list(LIB_DIRS)
+    queue = [(p, p) for p in walk(roots)]
+    seen, outside = set(), {}
+    while queue and len(outside) < MAX_NEEDED:
+        path, via = queue.pop()
+        real = os.path.realpath(path)
+        if real in seen:
+            continue
+        seen.add(real)
+        try:
+            dyn = elf_dynamic(path)
+        except (OSError, ValueError, struct.error, IndexError):
+            continue
+        if dyn is None:
+            continue
+        for soname in dyn["needed"]:
+            found = resolve(soname, dyn, os.path.dirname(path), ld_library_path, system)
+            if found is None:
+                continue  # shared_libraries names what resolves nowhere
+            target = os.path.realpath(found)
+            if not (target + "/").startswith(tops) and target not in outside:
+                outside[target] = via
+            if target not in seen:
+                queue.append((found, via))
+    return outside
+
+
+def scan(path, files, errors):
+    try:
+        found = inspect(path)
+    except (OSError, ValueError, struct.error, IndexError) as exc:
+        errors[path] = f"{type(exc).__name__}: {exc}"[:200]
+        return None
+    if found and found[1]:
+        files[path] = {"shape": found[0], "objects": summarize(found[1])}
+    return found
+
+
 def main(req):
     started = time.monotonic()
+    budget = req.get("budget")
+    _BUDGET["deadline"] = started + budget if budget else None
     files: dict[str, Any] = {}
     errors: dict[str, str] = {}
     tools, scanned = [], 0
@@ -245,13 +429,12 @@ def main(req):
         scanned += 1
         if os.path.basename(path) in ASSEMBLERS and os.access(path, os.X_OK):
             tools.append(path)
-        try:
-            found = inspect(path)
-        except (OSError, ValueError, struct.error, IndexError) as exc:
-            errors[path] = f"{type(exc).__name__}: {exc}"[:200]
-            continue
-        if found and found[1]:
-            files[path] = {"shape": found[0], "objects": summarize(found[1])}
+        scan(path, files, errors)
+    outside = needed_outside(req["roots"], req.get("ld_library_path") or "")
+    for path, via in sorted(outside.items()):
+        scanned += 1
+        if scan(path, files, errors) and path in files:
+            files[path]["needed_by"] = via
     home = req.get("cuda_home")
     if home:
         tools += [
@@ -271,6 +454,7 @@ def main(req):
         "assemblers": found_tools,
         "selected": selections,
         "scanned": scanned,
+        "needed_outside": len(outside),
         "seconds": round(time.monotonic() - started, 2),
     }
 
