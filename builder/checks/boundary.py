@@ -70,6 +70,21 @@ def timeout() -> float:
     return value if value > 0 else DEFAULT_TIMEOUT
 
 
+BUDGET_ENV = "K3_GPUCODE_BUDGET"
+
+
+def decode_budget() -> float:
+    """Seconds the gpucode probe may spend decoding compressed fatbin entries (pure Python, about
+    5 MB/s for LZ4 and 0.7 MB/s for ZSTD): K3_GPUCODE_BUDGET, else half the command timeout, so
+    the probe reports what it left unread before its command is killed. Entries past it are unread."""
+    raw = os.environ.get(BUDGET_ENV, "")
+    try:
+        value = float(raw) if raw else 0.0
+    except ValueError:
+        value = 0.0
+    return min(value, timeout() / 2) if value > 0 else timeout() / 2
+
+
 class ContainerHost:
     """What the checks ask of a host (testinfra's ``run(command, *args)``, each argument quoted
     into ``command``), in the checks' container: every command bounded by ``limit`` seconds (a

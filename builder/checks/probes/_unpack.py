@@ -157,7 +157,8 @@ def _fse_counts(data, pos, max_log, max_symbol):
     log = bits(4) + 5
     if log > max_log:
         raise UnpackError(f"ZSTD FSE accuracy log {log} over {max_log}")
-    remaining, counts = (1 << log) + 1, []
+    remaining = (1 << log) + 1
+    counts: list = []
     while remaining > 1:
         if len(counts) > max_symbol:
             raise UnpackError("ZSTD FSE table has too many symbols")

@@ -102,7 +102,8 @@ def cubin(buf, base=0, size=None):
 
 MAX_ENTRY = 256 << 20  # a decompressed entry above this is not decoded (cu129's largest cubins are tens of MB)
 PTX_HEAD = 16384  # a PTX text's .version and .target lines sit in its first lines
-_BUDGET = {"deadline": None, "cache": {}}  # the request's time budget for decoding, and decoded payloads
+_DEADLINE: list[float] = []  # the request's time budget for decoding (monotonic), when it sets one
+_DECODED: dict[tuple, bytes] = {}  # identical payloads (the same cubin in two containers) decoded once
 
 
 def unpack(flags, payload, size, stop=None):
@@ -110,17 +111,16 @@ def unpack(flags, payload, size, stop=None):
     codec = flags & (FLAG_LZ4 | FLAG_ZSTD)
     if codec not in (FLAG_LZ4, FLAG_ZSTD):
         raise UnpackError(f"compression flags {flags:#x} name no codec this probe knows (LZ4 0x2000, ZSTD 0x8000)")
-    deadline = _BUDGET["deadline"]
-    if deadline is not None and time.monotonic() > deadline:
+    if _DEADLINE and time.monotonic() > _DEADLINE[0]:
         raise UnpackError("the decoding budget of this run is spent (K3_GPUCODE_BUDGET)")
     key = (codec, size, stop, hashlib.sha256(payload).digest())
-    if key not in _BUDGET["cache"]:
+    if key not in _DECODED:
         decode = lz4_block if codec == FLAG_LZ4 else zstd
         try:
-            _BUDGET["cache"][key] = decode(payload, size, MAX_ENTRY, stop)
+            _DECODED[key] = decode(payload, size, MAX_ENTRY, stop)
         except (IndexError, struct.error) as exc:
             raise UnpackError(f"corrupt: {type(exc).__name__}: {exc}") from None
-    return _BUDGET["cache"][key]
+    return _DECODED[key]
 
 
 def entry(buf, at):
@@ -135,7 +135,7 @@ def entry(buf, at):
     compressed = bool(flags & (FLAG_LZ4 | FLAG_ZSTD)) or bool(csize)
     obj: dict[str, Any] = {"sm": arch, "variant": variant, "compressed": compressed}
     data_at = at + hsize
-    payload = bytes(buf[data_at : data_at + (csize if compressed else min(psize, PTX_HEAD))])
+    payload: bytes | None = bytes(buf[data_at : data_at + (csize if compressed else min(psize, PTX_HEAD))])
     if kind not in (KIND_PTX, KIND_ELF):
         obj.update(kind=f"kind {kind}")
         return obj, nxt
@@ -382,7 +382,8 @@ def needed_outside(roots, ld_library_path):
     tops = tuple(os.path.realpath(r).rstrip("/") + "/" for r in roots)
     system = conf_dirs() + list(LIB_DIRS)
     queue = [(p, p) for p in walk(roots)]
-    seen, outside = set(), {}
+    seen: set[str] = set()
+    outside: dict[str, str] = {}
     while queue and len(outside) < MAX_NEEDED:
         path, via = queue.pop()
         real = os.path.realpath(path)
@@ -421,7 +422,7 @@ def scan(path, files, errors):
 def main(req):
     started = time.monotonic()
     budget = req.get("budget")
-    _BUDGET["deadline"] = started + budget if budget else None
+    _DEADLINE[:] = [started + budget] if budget else []
     files: dict[str, Any] = {}
     errors: dict[str, str] = {}
     tools, scanned = [], 0
