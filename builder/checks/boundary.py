@@ -126,3 +126,21 @@ def missing_modules(files: imagefiles.ImageFiles, expect, modules: tuple[str, ..
         elif all(imagefiles.elf_problem(e.head, imagefiles.MACHINES.get(expect.platform or "")) for e in shared):
             found.append((module, f"{shared[0].path} is not a loadable ELF shared object (read on the host)"))
     return found
+
+
+def mapped_elsewhere(files: imagefiles.ImageFiles, mapped: list[str]) -> list[tuple[str, str]]:
+    """(path, why) of every file an import mapped (the loads probe's /proc/self/maps) that is not a
+    file of the image as the host reads it: code written at run time (to /tmp, a cache, a memfd)
+    that no layer carries, so no check of the image's files has read it."""
+    found = []
+    for path in mapped:
+        if path.endswith(" (deleted)") or path.startswith("/memfd:"):
+            found.append((path, "mapped at import from a deleted file or from memory: in no layer of the image"))
+        elif path.split("/")[1:2] in (["dev"], ["proc"], ["sys"]):
+            continue
+        else:
+            entry = files.resolve(path)
+            if entry is None or entry.kind != "file":
+                why = "mapped at import but not a file of the image (read on the host): made at run time"
+                found.append((path, why))
+    return found
