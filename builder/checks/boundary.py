@@ -21,11 +21,13 @@ from __future__ import annotations
 
 import enum
 import os
+import re
 import shlex
 
 import pytest
 
-from builder.checks import imagefiles
+from builder.checks import elfdyn, imagefiles
+from builder.config import contract
 from builder.engine.containers import ContainerSeam, Ran
 
 TIMEOUT_ENV = "K3_CHECK_TIMEOUT"
@@ -142,5 +144,29 @@ def mapped_elsewhere(files: imagefiles.ImageFiles, mapped: list[str]) -> list[tu
             entry = files.resolve(path)
             if entry is None or entry.kind != "file":
                 why = "mapped at import but not a file of the image (read on the host): made at run time"
+                found.append((path, why))
+    return found
+
+
+def static_needed(
+    files: imagefiles.ImageFiles, expect, ld_library_path: str, reported: set[tuple[str, str]]
+) -> list[tuple[str, str]]:
+    """(path, why) of each NEEDED entry under the prefix, read on the host, that ld.so finds nowhere
+    in the image or that names a CUDA library of another major, and that the ELF probe did not
+    report (``reported``: its (path, soname) pairs): the probe's answer held to the host's reading."""
+    names = "|".join(map(re.escape, contract.CUDA_TRACKING_LIBS))
+    tracking = re.compile(rf"lib({names})\.so\.(\d+)(?:\.\d+)*$")
+    found = []
+    for path, soname in elfdyn.unresolved(files, expect.app_prefix, ld_library_path):
+        if (path, soname) not in reported and soname not in contract.DRIVER_LIBRARIES:
+            found.append((path, f"needs {soname}, found nowhere in the image (read on the host; the probe said not)"))
+    top = expect.app_prefix.rstrip("/") + "/"
+    for path, dyn in sorted(files.dynamic.items()):
+        if not path.startswith(top) or not isinstance(dyn, elfdyn.Dynamic):
+            continue
+        for soname in dyn.needed:
+            m = tracking.match(soname)
+            if m and int(m.group(2)) != expect.cuda_major and (path, soname) not in reported:
+                why = f"needs {soname}, a CUDA {m.group(2)} library (read on the host; the probe said not)"
                 found.append((path, why))
     return found
