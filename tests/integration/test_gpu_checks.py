@@ -123,7 +123,8 @@ STUB = "extern const unsigned char k3_fatbin[];\nint k3gpu_fn(void) { return k3_
 def _zstd_fatbin(work: Path) -> bytes:
     """nvcc 13's fatbin of one sm_100a cubin, ZSTD-compressed (its default): only decoding it tells
     its toolkit (ELF ABI 8 at sm_100 is CUDA 12.9's too)."""
-    fat = gpuassets.nvcc13(work / "k3_100a.fatbin", "-fatbin", "-arch=sm_100a", "--compress-mode=size")
+    gencode = ["-gencode", "arch=compute_100a,code=sm_100a"]  # SASS only: no PTX finding beside it
+    fat = gpuassets.nvcc13(work / "k3_100a.fatbin", "-fatbin", *gencode, "--compress-mode=size")
     return fat.read_bytes()
 
 
