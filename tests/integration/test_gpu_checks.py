@@ -6,8 +6,9 @@ extension lacking B300 (10.3), and Triton's bundled ptxas being CUDA 13's with n
 
 Two more are made at the OCI level, not by a Dockerfile (issue 51): files copied into a created
 container and the container committed, its labels set by ``docker commit --change``: CUDA 13 code,
-ZSTD-compressed, kept as data in a library the extension NEEDs outside the application prefix; and
-a compressed entry that cannot be decoded."""
+ZSTD-compressed, kept as data in a library the extension NEEDs outside the application prefix;
+a compressed entry that cannot be decoded; and a package whose import writes a library to /tmp and
+loads it (found in what the import maps, in no layer of the image)."""
 
 from __future__ import annotations
 
@@ -115,7 +116,20 @@ def _context(context: Path) -> None:
 OCI_VARIANTS = {
     "needed-lib-cuda13-as-data": ("gpu_code", "SASS sm_100a built by CUDA 13.0 (tkinfo), not CUDA 12"),
     "unread-entry": ("gpu_code", "SASS sm_100a unread: "),
+    # not GPU code: a package whose import writes a library to /tmp and loads it (issue 51, dlopen)
+    "loads-code-made-at-import": ("everything_loads", "/tmp/k3made/libk3made.so: mapped at import but not a file"),
 }
+MAKES = (
+    "import ctypes, os, shutil\n"
+    "os.makedirs('/tmp/k3made', exist_ok=True)\n"
+    "shutil.copy(os.path.join(os.path.dirname(__file__), '_C.abi3.so'), '/tmp/k3made/libk3made.so')\n"
+    "ctypes.CDLL('/tmp/k3made/libk3made.so')\n"
+)
+MODULE = (
+    "#define Py_LIMITED_API 0x030B0000\n#include <Python.h>\n"
+    'static struct PyModuleDef d = {PyModuleDef_HEAD_INIT, "_m", 0, -1, 0};\n'
+    "PyMODINIT_FUNC PyInit__m(void) { return PyModule_Create(&d); }\n"
+)
 KERNELS_DIR = "/usr/local/lib/k3kernels"  # outside the application prefix
 STUB = "extern const unsigned char k3_fatbin[];\nint k3gpu_fn(void) { return k3_fatbin[0]; }\n"
 
@@ -188,7 +202,22 @@ def _oci_files(work: Path) -> dict[str, dict[str, tuple[bytes, int]]]:
             EXT: ((work / "good.so").read_bytes(), 0o755),
             f"{SITE}/k3gpu/kernels/k3.fatbin": (_garbled(blob), 0o644),
         },
+        "loads-code-made-at-import": {
+            EXT: ((work / "good.so").read_bytes(), 0o755),
+            f"{SITE}/k3gpu/__init__.py": (MAKES.encode(), 0o644),
+            f"{SITE}/k3gpu/_m.abi3.so": (_abi3_module(work), 0o755),
+        },
     }
+
+
+def _abi3_module(work: Path) -> bytes:
+    """A real extension module (limited API 3.11: the smoke's interpreter imports it)."""
+    import sysconfig
+
+    (work / "m.c").write_text(MODULE)
+    include = sysconfig.get_paths()["include"]
+    subprocess.run(["gcc", "-shared", "-fPIC", f"-I{include}", "-o", str(work / "m.so"), str(work / "m.c")], check=True)
+    return (work / "m.so").read_bytes()
 
 
 @pytest.fixture(scope="module")
