@@ -1,11 +1,15 @@
 """Probe: every piece of GPU code under the given roots, and the run-time assemblers.
 
-GPU code lives in three shapes: the ``.nv_fatbin`` section of an ELF file (every ELF file is
-opened, whatever its name), a standalone cubin (an ELF file of machine EM_CUDA, as FlashInfer
-ships them), and standalone ``.fatbin``/``.ptx`` files. For each code object it reports its kind
-(SASS or PTX), its architecture with the variant (``a`` arch-specific, ``f`` family, or
-generic), the PTX ISA version, the toolkit that built it and whether it is compressed. Only
-headers and section tables are read (mmap): a 400 MB library costs its fatbin entry headers.
+GPU code lives in these shapes: the ``.nv_fatbin`` section of an ELF file (every ELF file is
+opened, whatever its name), any other well-formed fatbin container in an ELF file (data a library
+loads itself; ``__nv_relfatbin``'s relocatable cubins are left out: the driver never loads them), a
+standalone cubin (an ELF file of machine EM_CUDA, as FlashInfer ships them), and standalone
+``.fatbin``/``.ptx`` files; under the roots, and in every library their NEEDED closure reaches
+outside them (``needed_by``). For each code object it reports its kind (SASS or PTX), its
+architecture with the variant (``a`` arch-specific, ``f`` family, or generic), the PTX ISA
+version, the toolkit that built it and whether it is compressed. Files are mmapped: an
+uncompressed entry costs its headers; a compressed one is decoded (pure Python, _unpack.py), within
+the request's ``budget`` seconds, and one that cannot be is "unread" with why.
 
 The layouts (written from what this project's tests pin against cuobjdump 13.x on real
 binaries, tests/unit/test_gpucode.py):
@@ -21,12 +25,13 @@ binaries, tests/unit/test_gpucode.py):
   ``.note.nv.tkinfo``, beside "Cuda compilation tools, release 12.9, V12.9.86".
   ``.note.nv.cuinfo`` (ptxas 13) carries the toolkit as major*10+minor (130); NVRTC 12.9's cubins
   below sm_100 carry no note at all: their toolkit is unknown ("no note").
-- a compressed entry's cubin cannot be read without a ZSTD/LZ4 decoder, which the standard
-  library lacks: its toolkit is "unknown (compressed)", except that an ELF ABI 8 cubin below
-  sm_100 can only come from ptxas 13 or later (ptxas 12.x writes ABI 7 there: NVRTC 12.9.86 and
-  NCCL 2.30.7's cubins, tried), reported as "13+ (inferred from ELF ABI 8)".
+- a compressed entry (0x2000: an LZ4 block; 0x8000: a ZSTD frame) decodes to a cubin or PTX read
+  as above; a cubin with no note whose ELF ABI is 8 below sm_100 can only come from ptxas 13 or
+  later (ptxas 12.x writes ABI 7 there: NVRTC 12.9.86 and NCCL 2.30.7's cubins, tried), reported
+  as "13+ (inferred from ELF ABI 8)".
 
-Request: {"roots": [...], "cuda_home": "/usr/local/cuda" | null, "env": {TRITON_PTXAS_PATH: ...}}.
+Request: {"roots": [...], "cuda_home": "/usr/local/cuda" | null, "env": {TRITON_PTXAS_PATH: ...},
+"ld_library_path": "...", "budget": seconds | null}.
 """
 
 import hashlib
