@@ -142,8 +142,10 @@ def test_vllm_0_30_0_cuda_13_wheel_fails_naming_cuda_13(tmp_path):
     assert listing(found, ext) == collections.Counter(gpuassets.listed(ext))
     assert {o["arch"] for o in objects(found, ext)} == {"sm_90a", "sm_100f", "sm_120f"}
     result = gpurules.floor(found, CUDA129, {})
+    # its cubins are ZSTD-compressed: decoded, each one's own tkinfo note says CUDA 13.0 (before, only
+    # sm_90a was caught, by inference from its ELF ABI; the family cubins' toolkit was unknown)
     assert result.problems == [
-        f"{ext}: SASS sm_90a built by CUDA 13+ (ELF ABI 8 below sm_100), not CUDA 12",
+        f"{ext}: SASS {arch} built by CUDA 13.0 (tkinfo), not CUDA 12" for arch in ("sm_100f", "sm_120f", "sm_90a")
     ]
     table = gpurules.coverage(found, {"vllm._flashkda_C": ("9.0", "10.0", "10.3", "12.0")}, (), CUDA129)
     assert table["vllm._flashkda_C"]["10.3"] == "SASS sm_100f"  # CUDA 13's family cubins load on B300

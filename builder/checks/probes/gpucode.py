@@ -71,7 +71,8 @@ def sections(buf, base=0):
     out = {}
     for name_off, sh_type, _, _, offset, size in heads:
         start = names_at + name_off
-        name = bytes(buf[start : buf.find(b"\0", start, start + 256)]).decode("ascii", "replace")
+        end = buf.find(b"\0", start, start + 256)  # a longer name (a kernel's .text.<mangled>) is cut
+        name = bytes(buf[start : end if end != -1 else start + 256]).decode("ascii", "replace")
         if sh_type != 8:  # SHT_NOBITS has no bytes in the file
             out[name] = (base + offset, size)
     return out
@@ -108,7 +109,7 @@ def cubin(buf, base=0, size=None):
 MAX_ENTRY = 256 << 20  # a decompressed entry above this is not decoded (cu129's largest cubins are tens of MB)
 PTX_HEAD = 16384  # a PTX text's .version and .target lines sit in its first lines
 _DEADLINE: list[float] = []  # the request's time budget for decoding (monotonic), when it sets one
-_DECODED: dict[tuple, bytes] = {}  # identical payloads (the same cubin in two containers) decoded once
+_JUDGED: dict[tuple, dict] = {}  # what each distinct compressed payload said (fields, not bytes)
 
 
 def unpack(flags, payload, size, stop=None):
@@ -118,14 +119,20 @@ def unpack(flags, payload, size, stop=None):
         raise UnpackError(f"compression flags {flags:#x} name no codec this probe knows (LZ4 0x2000, ZSTD 0x8000)")
     if _DEADLINE and time.monotonic() > _DEADLINE[0]:
         raise UnpackError("the decoding budget of this run is spent (K3_GPUCODE_BUDGET)")
-    key = (codec, size, stop, hashlib.sha256(payload).digest())
-    if key not in _DECODED:
-        decode = lz4_block if codec == FLAG_LZ4 else zstd
-        try:
-            _DECODED[key] = decode(payload, size, MAX_ENTRY, stop)
-        except (IndexError, struct.error) as exc:
-            raise UnpackError(f"corrupt: {type(exc).__name__}: {exc}") from None
-    return _DECODED[key]
+    decode = lz4_block if codec == FLAG_LZ4 else zstd
+    try:
+        return decode(payload, size, MAX_ENTRY, stop)
+    except (IndexError, struct.error) as exc:
+        raise UnpackError(f"corrupt: {type(exc).__name__}: {exc}") from None
+
+
+def judged(kind, flags, usize, payload, judge):
+    """``judge(payload)`` (what a compressed entry says: a few fields, never its bytes), once per
+    distinct payload: the same cubin in two containers is decoded once."""
+    key = (kind, flags, usize, hashlib.sha256(payload).digest())
+    if key not in _JUDGED:
+        _JUDGED[key] = judge(payload)
+    return dict(_JUDGED[key])
 
 
 def entry(buf, at):
@@ -140,37 +147,25 @@ def entry(buf, at):
     compressed = bool(flags & (FLAG_LZ4 | FLAG_ZSTD)) or bool(csize)
     obj: dict[str, Any] = {"sm": arch, "variant": variant, "compressed": compressed}
     data_at = at + hsize
-    payload: bytes | None = bytes(buf[data_at : data_at + (csize if compressed else min(psize, PTX_HEAD))])
     if kind not in (KIND_PTX, KIND_ELF):
         obj.update(kind=f"kind {kind}")
         return obj, nxt
-    if compressed:
-        if csize > psize:
-            obj["unread"] = f"its compressed size {csize} exceeds its payload {psize}"
-            payload = None
-        else:
-            try:
-                payload = unpack(flags, payload, usize, PTX_HEAD if kind == KIND_PTX else None)
-            except ValueError as exc:
-                obj["unread"] = str(exc)[:200]
-                payload = None
     if kind == KIND_PTX:
         obj.update(kind="PTX", isa=f"{major}.{minor}")
-        if payload is not None:
-            _ptx_payload(obj, payload)
-        return obj, nxt
-    obj.update(kind="SASS", abi=minor)
-    if payload is not None:
-        whole = payload if compressed else buf
-        base = 0 if compressed else data_at
-        if bytes(whole[base : base + 4]) == b"\x7fELF":
-            inner = cubin(whole, base)
-            obj["toolkit"], obj["toolkit_from"] = inner.get("toolkit"), inner.get("toolkit_from")
-            if inner["sm"] != arch:
-                obj["unread"] = f"its cubin is for sm_{inner['sm']}, its entry header says sm_{arch}"
-        elif compressed:
-            obj["unread"] = "its decoded payload is not an ELF cubin"
-    if not obj.get("toolkit"):
+    else:
+        obj.update(kind="SASS", abi=minor)
+    if compressed and csize > psize:
+        obj["unread"] = f"its compressed size {csize} exceeds its payload {psize}"
+    elif compressed:
+        payload = bytes(buf[data_at : data_at + csize])
+        isa = obj.get("isa")
+        obj.update(judged(kind, flags, usize, payload, lambda p: _judge(kind, flags, usize, p, isa, arch)))
+    elif kind == KIND_PTX:
+        obj.update(_ptx_fields(bytes(buf[data_at : data_at + min(psize, PTX_HEAD)]), obj["isa"]))
+    elif bytes(buf[data_at : data_at + 4]) == b"\x7fELF":
+        inner = cubin(buf, data_at)
+        obj.update(_cubin_fields(inner, arch))
+    if obj["kind"] == "SASS" and not obj.get("toolkit"):
         if obj.get("abi") == 8 and arch < 100:
             obj["toolkit"], obj["toolkit_from"] = "13+", "ELF ABI 8 below sm_100"
         else:
@@ -179,15 +174,72 @@ def entry(buf, at):
     return obj, nxt
 
 
-def _ptx_payload(obj, text):
-    """The decoded PTX's own .version (what the driver JIT-compiles), held to the entry header."""
+def _judge(kind, flags, usize, payload, isa, arch):
+    """The fields a compressed entry's decoded payload gives (``unread`` with why when it cannot)."""
+    try:
+        if kind == KIND_PTX:
+            return _ptx_fields(unpack(flags, payload, usize, PTX_HEAD), isa)
+        return _cubin_fields(compressed_cubin(flags, payload, usize), arch)
+    except ValueError as exc:
+        return {"unread": str(exc)[:200]}
+
+
+def _cubin_fields(inner, arch):
+    out = {"toolkit": inner.get("toolkit"), "toolkit_from": inner.get("toolkit_from")}
+    if inner["sm"] != arch:
+        out["unread"] = f"its cubin is for sm_{inner['sm']}, its entry header says sm_{arch}"
+    return out
+
+
+def _ptx_fields(text, isa):
+    """The PTX text's own .version (what the driver JIT-compiles), held over the entry header's."""
     try:
         found = ptx_text(text)
     except ValueError as exc:
-        obj["unread"] = f"its decoded PTX has {exc}"
-        return
-    if found["isa"] != obj["isa"]:
-        obj["header_isa"], obj["isa"] = obj["isa"], found["isa"]
+        return {"unread": f"its PTX has {exc}"}
+    return {} if found["isa"] == isa else {"header_isa": isa, "isa": found["isa"]}
+
+
+STEPS = (4096, 65536, 1 << 20)  # decoded prefixes tried before a whole compressed cubin
+
+
+def compressed_cubin(flags, payload, size):
+    """What a compressed cubin says of itself (``cubin``'s answer), from as short a decoded prefix
+    as settles it: ptxas writes .shstrtab first, at 0x40, its note names before ".nv.info", and the
+    tkinfo note after the symbol table. A prefix that names no note past ".nv.info" is "no note";
+    one that holds the tkinfo release line gives the toolkit; else the whole cubin is decoded.
+    Pure-Python decoding is slow (about 5 MB/s LZ4): most cubins settle in their first 4 KiB."""
+    for stop in STEPS:
+        if stop >= size:
+            break
+        found = cubin_head(unpack(flags, payload, size, stop))
+        if found is not None:
+            return found
+    data = unpack(flags, payload, size)
+    if data[:4] != b"\x7fELF":
+        raise UnpackError("its decoded payload is not an ELF cubin")
+    return cubin(data)
+
+
+def cubin_head(data):
+    """``cubin``'s answer from a cubin's first bytes, or None when they do not settle its notes."""
+    if len(data) < 64 or data[:4] != b"\x7fELF":
+        raise UnpackError("its decoded payload is not an ELF cubin")
+    abi, flags = data[8], struct.unpack_from("<I", data, 48)[0]
+    sm, accel = ((flags >> 8) & 0xFF, bool(flags & 0x8)) if abi >= 8 else (flags & 0xFF, bool(flags & 0x800))
+    found = {"kind": "SASS", "sm": sm, "variant": "a" if accel else "", "abi": abi, "compressed": False}
+    rel = RELEASE.search(data)
+    if rel:
+        opt = ARCH_OPT.search(data)
+        found["toolkit"], found["toolkit_from"] = f"{int(rel.group(1))}.{int(rel.group(2))}", "tkinfo"
+        if opt and opt.group(2) and int(opt.group(1)) == sm:
+            found["variant"] = opt.group(2).decode()
+        return found
+    names = data[0x40:]
+    if names.startswith(b"\0.shstrtab\0") and b".nv.info" in names and b".note.nv." not in names:
+        found["toolkit"], found["toolkit_from"] = None, "no note"
+        return found
+    return None
 
 
 def fatbins(buf, start, end):
