@@ -235,3 +235,30 @@ def test_four_magic_bytes_in_data_are_no_container(tmp_path):
     lib = _shared(tmp_path / "libdata.so", _as_rodata(blob))
     assert probe(tmp_path)["files"] == {}
     assert lib.exists()
+
+
+def _probe_space() -> dict:
+    space: dict = {"__name__": "k3probe"}
+    text = probes.script("gpucode").split('if __name__ == "__main__":')[0]
+    exec(compile(text, "gpucode", "exec"), space)  # noqa: S102 - the probe's own text
+    return space
+
+
+def test_a_compressed_cubin_is_judged_from_a_prefix_as_from_the_whole(tmp_path):
+    """NVRTC 12.9's cubins: sm_80 has no note (settled by its section names in 4 KiB), sm_100a a
+    tkinfo note; LZ4 blocks made by the reference encoder; the answer equals whole decoding's."""
+    lz4 = _cli("lz4")
+    space = _probe_space()
+    for arch in ("sm_80", "sm_100a"):
+        raw = gpuassets.nvrtc(arch)
+        frame = subprocess.run([lz4, "-q", "-c", "-BI", "-B7"], input=raw, capture_output=True, check=True).stdout
+        ((stored, block),) = _lz4_blocks(frame)
+        assert not stored
+        fast = space["compressed_cubin"](0x2000, block, len(raw))
+        whole = space["cubin"](raw)
+        keys = ("sm", "variant", "abi", "toolkit", "toolkit_from")
+        assert [fast.get(k) for k in keys] == [whole.get(k) for k in keys], arch
+        assert fast["toolkit_from"] == ("no note" if arch == "sm_80" else "tkinfo")
+    assert space["cubin_head"](gpuassets.nvrtc("sm_100a")[:100]) is None  # names not reached: not settled
+    with pytest.raises(ValueError, match="not an ELF cubin"):
+        space["cubin_head"](b"\0" * 100)
