@@ -262,3 +262,17 @@ def test_a_compressed_cubin_is_judged_from_a_prefix_as_from_the_whole(tmp_path):
     assert space["cubin_head"](gpuassets.nvrtc("sm_100a")[:100]) is None  # names not reached: not settled
     with pytest.raises(ValueError, match="not an ELF cubin"):
         space["cubin_head"](b"\0" * 100)
+
+
+def test_the_decoding_budget_leaves_the_probe_time_to_report(monkeypatch):
+    from builder.checks import boundary
+
+    monkeypatch.setenv("K3_CHECK_TIMEOUT", "600")
+    monkeypatch.delenv("K3_GPUCODE_BUDGET", raising=False)
+    assert boundary.decode_budget() == 300  # half the command's timeout by default
+    monkeypatch.setenv("K3_GPUCODE_BUDGET", "120")
+    assert boundary.decode_budget() == 120
+    monkeypatch.setenv("K3_GPUCODE_BUDGET", "5000")
+    assert boundary.decode_budget() == 300  # never past half the timeout: the command would be killed first
+    monkeypatch.setenv("K3_GPUCODE_BUDGET", "soon")
+    assert boundary.decode_budget() == 300
