@@ -21,11 +21,13 @@ from __future__ import annotations
 
 import enum
 import os
+import re
 import shlex
 
 import pytest
 
-from builder.checks import imagefiles
+from builder.checks import elfdyn, imagefiles
+from builder.config import contract
 from builder.engine.containers import ContainerSeam, Ran
 
 TIMEOUT_ENV = "K3_CHECK_TIMEOUT"
@@ -70,6 +72,21 @@ def timeout() -> float:
     return value if value > 0 else DEFAULT_TIMEOUT
 
 
+BUDGET_ENV = "K3_GPUCODE_BUDGET"
+
+
+def decode_budget() -> float:
+    """Seconds the gpucode probe may spend decoding compressed fatbin entries (pure Python, about
+    5 MB/s for LZ4 and 0.7 MB/s for ZSTD): K3_GPUCODE_BUDGET, else half the command timeout, so
+    the probe reports what it left unread before its command is killed. Entries past it are unread."""
+    raw = os.environ.get(BUDGET_ENV, "")
+    try:
+        value = float(raw) if raw else 0.0
+    except ValueError:
+        value = 0.0
+    return min(value, timeout() / 2) if value > 0 else timeout() / 2
+
+
 class ContainerHost:
     """What the checks ask of a host (testinfra's ``run(command, *args)``, each argument quoted
     into ``command``), in the checks' container: every command bounded by ``limit`` seconds (a
@@ -110,4 +127,46 @@ def missing_modules(files: imagefiles.ImageFiles, expect, modules: tuple[str, ..
             found.append((module, f"no shared object for it under {expect.app_prefix} (read on the host)"))
         elif all(imagefiles.elf_problem(e.head, imagefiles.MACHINES.get(expect.platform or "")) for e in shared):
             found.append((module, f"{shared[0].path} is not a loadable ELF shared object (read on the host)"))
+    return found
+
+
+def mapped_elsewhere(files: imagefiles.ImageFiles, mapped: list[str]) -> list[tuple[str, str]]:
+    """(path, why) of every file an import mapped (the loads probe's /proc/self/maps) that is not a
+    file of the image as the host reads it: code written at run time (to /tmp, a cache, a memfd)
+    that no layer carries, so no check of the image's files has read it."""
+    found = []
+    for path in mapped:
+        if path.endswith(" (deleted)") or path.startswith("/memfd:"):
+            found.append((path, "mapped at import from a deleted file or from memory: in no layer of the image"))
+        elif path.split("/")[1:2] in (["dev"], ["proc"], ["sys"]):
+            continue
+        else:
+            entry = files.resolve(path)
+            if entry is None or entry.kind != "file":
+                why = "mapped at import but not a file of the image (read on the host): made at run time"
+                found.append((path, why))
+    return found
+
+
+def static_needed(
+    files: imagefiles.ImageFiles, expect, ld_library_path: str, reported: set[tuple[str, str]]
+) -> list[tuple[str, str]]:
+    """(path, why) of each NEEDED entry under the prefix, read on the host, that ld.so finds nowhere
+    in the image or that names a CUDA library of another major, and that the ELF probe did not
+    report (``reported``: its (path, soname) pairs): the probe's answer held to the host's reading."""
+    names = "|".join(map(re.escape, contract.CUDA_TRACKING_LIBS))
+    tracking = re.compile(rf"lib({names})\.so\.(\d+)(?:\.\d+)*$")
+    found = []
+    for path, soname in elfdyn.unresolved(files, expect.app_prefix, ld_library_path):
+        if (path, soname) not in reported and soname not in contract.DRIVER_LIBRARIES:
+            found.append((path, f"needs {soname}, found nowhere in the image (read on the host; the probe said not)"))
+    top = expect.app_prefix.rstrip("/") + "/"
+    for path, dyn in sorted(files.dynamic.items()):
+        if not path.startswith(top) or not isinstance(dyn, elfdyn.Dynamic):
+            continue
+        for soname in dyn.needed:
+            m = tracking.match(soname)
+            if m and int(m.group(2)) != expect.cuda_major and (path, soname) not in reported:
+                why = f"needs {soname}, a CUDA {m.group(2)} library (read on the host; the probe said not)"
+                found.append((path, why))
     return found

@@ -392,6 +392,10 @@ def test_shared_libraries(image_host, image, expect, report_warning, image_files
         if err:
             problems.append(f"{name} (loaded by name: {expect.dlopen[name]}) does not load: {err}")
     problems += [f"{path}: {why}" for path, why in boundary.static_unloadable(image_files, expect)]
+    # Held to the NEEDED lists the host reads from the same files (elfdyn.py): what the probe left out
+    reported = {(e["path"], e["needed"]) for e in found["unresolved"] + found["other_major"]}
+    ld_path = image.env.get("LD_LIBRARY_PATH", "")
+    problems += [f"{p}: {why}" for p, why in boundary.static_needed(image_files, expect, ld_path, reported)]
     assert not problems, (
         f"expected every NEEDED library of the {found['elves']} ELF files under "
         f"{expect.app_prefix} to resolve, found: " + _listing(problems)

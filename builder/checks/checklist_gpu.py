@@ -21,7 +21,14 @@ def gpu_found(image_host, image, expect):
     if expect.gpu is None:
         pytest.skip("the target claims no GPU code (no `gpu` block in the matrix)")
     env = {k: image.env[k] for k in ("TRITON_PTXAS_PATH", "TRITON_PTXAS_BLACKWELL_PATH") if image.env.get(k)}
-    request = {"roots": [expect.app_prefix], "cuda_home": expect.cuda_home, "env": env}
+    request = {
+        "roots": [expect.app_prefix],
+        "cuda_home": expect.cuda_home,
+        "env": env,
+        # the libraries the prefix's files NEED are read wherever they are, found as ld.so would
+        "ld_library_path": image.env.get("LD_LIBRARY_PATH", ""),
+        "budget": boundary.decode_budget(),
+    }
     found = run_probe(image_host, "gpucode", request)
     assert "error" not in found, f"expected the GPU-code probe to run, found {found.get('error')}"
     return found

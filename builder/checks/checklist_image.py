@@ -95,6 +95,11 @@ def test_everything_loads(image_host, expect, report_warning, image_files):
             left.append((path, what))
     # The probe's answer held to the host's reading: bytes that are not a loadable ELF never load.
     left += [(p, w) for p, w in boundary.static_unloadable(image_files, expect) if p not in {q for q, _ in left}]
+    # What the imports mapped is held to the image's files: code an import writes and loads is in no layer.
+    left += boundary.mapped_elsewhere(image_files, found.get("mapped", []))
+    if found.get("dlopened"):  # dlopen targets: loaded by name at import, no NEEDED entry shows them
+        shown = ", ".join(found["dlopened"][:8]) + (" ..." if len(found["dlopened"]) > 8 else "")
+        report_warning(f"everything_loads: {len(found['dlopened'])} libraries loaded by dlopen at import: {shown}")
     problems = _unwaived(expect, "everything_loads", left, report_warning)
     assert not problems, (
         f"expected each of the {found['extensions']} extension modules to import and the {found['shared']} other "

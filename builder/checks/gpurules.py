@@ -143,6 +143,8 @@ def _object(out: Floor, path: str, obj: dict, matrix_cuda: Version, major: int) 
     """Fold one code object into ``out``; the problem it is, if any (before waivers)."""
     n = obj.get("count", 1)
     what = f"{obj['kind']} {obj['arch']}" + (f" x{n}" if n > 1 else "")
+    if obj.get("unread"):  # compressed and not decoded, or its bytes contradict its header: never fine
+        return f"{what} unread: {obj['unread']}"
     if obj["kind"] == "PTX":
         needs = isa_cuda(obj.get("isa", ""))
         if needs is None or needs > matrix_cuda[:2]:

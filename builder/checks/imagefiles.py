@@ -29,6 +29,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import IO
 
+from builder.checks import elfdyn
+
 MAX_MEMBERS = 4_000_000  # cu129's image holds about 120,000 files
 HEAD = 64  # an ELF64 header
 KEPT_TEXTS = ("/etc/passwd",)
@@ -61,6 +63,8 @@ class ImageFiles:
     entries: dict[str, Entry] = field(default_factory=dict)
     texts: dict[str, bytes] = field(default_factory=dict)  # /etc/passwd, the RECORDs under the prefix
     hashes: dict[str, str] = field(default_factory=dict)  # sha256 (hex) of every file under the prefix
+    # each shared object's under the prefix NEEDED, SONAME, RPATH, RUNPATH (elfdyn.py), or why unread
+    dynamic: dict[str, elfdyn.Dynamic | str] = field(default_factory=dict)
 
     def record_problems(self, root: str) -> list[tuple[str, str]]:
         """(path, why) of every file a RECORD (or RECORD.native) under ``root`` hashes that is
@@ -235,19 +239,25 @@ def _read_file(tar: tarfile.TarFile, member: tarfile.TarInfo, path: str, watched
     (under a watched root), its text (/etc/passwd, RECORDs under a watched root); returns the head."""
     runtime = path.rsplit("/", 1)[-1].startswith(RUNTIMES)
     record = watched and _RECORD.search(path) is not None
-    if not (watched or runtime or path in KEPT_TEXTS):
+    text = path in KEPT_TEXTS or elfdyn.CONF.match(path) is not None
+    if not (watched or runtime or text):
         return b""
     data = tar.extractfile(member)
     assert data is not None, "a regular member always has data"
     digest, head, kept = hashlib.sha256(), b"", bytearray()
+    dyn = elfdyn.Capture() if watched and SHARED_OBJECT.search(path) else None
     for chunk in iter(lambda: data.read(1 << 20), b""):
         if len(head) < HEAD:
             head += chunk[: HEAD - len(head)]
-        if (record or path in KEPT_TEXTS) and len(kept) < MAX_TEXT * 8:
+        if (record or text) and len(kept) < MAX_TEXT * 8:
             kept += chunk[: MAX_TEXT * 8 - len(kept)]
+        if dyn is not None:
+            dyn.feed(chunk)
         digest.update(chunk)
     if watched:
         view.hashes[path] = digest.hexdigest()
-    if record or path in KEPT_TEXTS:
+    if record or text:
         view.texts[path] = bytes(kept)
+    if dyn is not None and (found := dyn.result()) is not None:
+        view.dynamic[path] = found
     return head if (watched and SHARED_OBJECT.search(path)) or runtime else b""

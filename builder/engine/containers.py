@@ -192,12 +192,23 @@ class DockerContainers:
 
     def exec(self, container_id: str, argv: list[str], timeout: float) -> Ran:
         """Run ``argv`` in the container (``docker exec``), at most ``timeout`` seconds, output capped.
-        A command killed at its timeout may leave its process in the container until it is removed."""
+        Past its timeout the command is killed in the container too: killing the ``docker exec``
+        client leaves the process running there, taking CPU from every later check (issue 49)."""
         cli = self.docker.client_config.docker_cmd
         try:
-            return run_capped([*cli, "exec", container_id, *argv], timeout)
+            ran = run_capped([*cli, "exec", container_id, *argv], timeout)
         except FileNotFoundError:
             raise EngineUnavailable("docker CLI not found; run ci/setup.sh") from None
+        if ran.timed_out:
+            self._reap(container_id)
+        return ran
+
+    def _reap(self, container_id: str) -> None:
+        """Kill every process in the container, by the engine (no program of the image is trusted to
+        do it): a restart with no grace period SIGKILLs its init, and with it the whole PID namespace,
+        then starts the idle ``sleep`` again; the container's files are kept for the later checks."""
+        with docker_errors(f"cannot kill a timed-out command in container {container_id[:12]}"):
+            self.docker.container.restart(container_id, time=0)
 
     @contextlib.contextmanager
     def export(self, container_id: str) -> Iterator[IO[bytes]]:

@@ -2,13 +2,22 @@
 (a fatbin of NVRTC 12.9 cubins and PTX in an extension's .nv_fatbin, as nvcc lays it out) and one
 defect each, checked under a copy of the smoke matrix with a ``gpu`` block of its own. Each fails
 exactly its check: PTX of ISA 9.0 and a cubin of CUDA 13 (both made by nvcc 13 here), a required
-extension lacking B300 (10.3), and Triton's bundled ptxas being CUDA 13's with no override."""
+extension lacking B300 (10.3), and Triton's bundled ptxas being CUDA 13's with no override.
+
+Two more are made at the OCI level, not by a Dockerfile (issue 51): files copied into a created
+container and the container committed, its labels set by ``docker commit --change``: CUDA 13 code,
+ZSTD-compressed, kept as data in a library the extension NEEDs outside the application prefix;
+a compressed entry that cannot be decoded; and a package whose import writes a library to /tmp and
+loads it (found in what the import maps, in no layer of the image)."""
 
 from __future__ import annotations
 
+import io
 import re
 import shutil
+import struct
 import subprocess
+import tarfile
 from pathlib import Path
 
 import pytest
@@ -66,8 +75,9 @@ def with_gpu(text: str) -> str:
     return header + yaml.safe_dump(doc, sort_keys=False, width=4096)
 
 
-def _extension(out: Path, images: list[tuple[str, str, bytes]], work: Path) -> None:
-    """A shared object whose .nv_fatbin holds ``images`` (kind, sm, bytes) packed by fatbinary."""
+def _extension(out: Path, images: list[tuple[str, str, bytes]], work: Path, *link: str) -> None:
+    """A shared object whose .nv_fatbin holds ``images`` (kind, sm, bytes) packed by fatbinary
+    (``link``: more arguments to its link, with ``STUB`` for its source when given)."""
     args = []
     for i, (kind, sm, data) in enumerate(images):
         path = work / f"image{i}.{kind}"
@@ -75,8 +85,8 @@ def _extension(out: Path, images: list[tuple[str, str, bytes]], work: Path) -> N
         args.append(f"--image3=kind={kind},sm={sm},file={path}")
     fatbin = work / "k3.fatbin"
     subprocess.run([str(FATBINARY), f"--create={fatbin}", "-64", *args], check=True, capture_output=True)
-    (work / "stub.c").write_text("int k3gpu_fn(void) { return 1; }\n")
-    subprocess.run(["gcc", "-shared", "-fPIC", "-o", str(work / "stub.so"), str(work / "stub.c")], check=True)
+    (work / "stub.c").write_text(STUB if link else "int k3gpu_fn(void) { return 1; }\n")
+    subprocess.run(["gcc", "-shared", "-fPIC", "-o", str(work / "stub.so"), str(work / "stub.c"), *link], check=True)
     subprocess.run(
         ["objcopy", "--add-section", f".nv_fatbin={fatbin}", str(work / "stub.so"), str(out)],
         check=True,
@@ -100,6 +110,138 @@ def _context(context: Path) -> None:
     shutil.copy(work / "k3.cubin", context / "k3_sm_90_cuda13.cubin")
     shutil.copy(PTXAS13, context / "ptxas")
     shutil.rmtree(work)
+
+
+# The OCI-level variants: name -> (the check that fails, text in its message)
+OCI_VARIANTS = {
+    "needed-lib-cuda13-as-data": ("gpu_code", "SASS sm_100a built by CUDA 13.0 (tkinfo), not CUDA 12"),
+    "unread-entry": ("gpu_code", "SASS sm_100a unread: "),
+    # not GPU code: a package whose import writes a library to /tmp and loads it (issue 51, dlopen)
+    "loads-code-made-at-import": ("everything_loads", "/tmp/k3made/libk3made.so: mapped at import but not a file"),
+}
+MAKES = (
+    "import ctypes, os, shutil\n"
+    "os.makedirs('/tmp/k3made', exist_ok=True)\n"
+    "shutil.copy(os.path.join(os.path.dirname(__file__), '_C.abi3.so'), '/tmp/k3made/libk3made.so')\n"
+    "ctypes.CDLL('/tmp/k3made/libk3made.so')\n"
+)
+MODULE = (
+    "#define Py_LIMITED_API 0x030B0000\n#include <Python.h>\n"
+    'static struct PyModuleDef d = {PyModuleDef_HEAD_INIT, "_m", 0, -1, 0};\n'
+    "PyMODINIT_FUNC PyInit__m(void) { return PyModule_Create(&d); }\n"
+)
+KERNELS_DIR = "/usr/local/lib/k3kernels"  # outside the application prefix
+STUB = "extern const unsigned char k3_fatbin[];\nint k3gpu_fn(void) { return k3_fatbin[0]; }\n"
+
+
+def _zstd_fatbin(work: Path) -> bytes:
+    """nvcc 13's fatbin of one sm_100a cubin, ZSTD-compressed (its default): only decoding it tells
+    its toolkit (ELF ABI 8 at sm_100 is CUDA 12.9's too)."""
+    gencode = ["-gencode", "arch=compute_100a,code=sm_100a"]  # SASS only: no PTX finding beside it
+    fat = gpuassets.nvcc13(work / "k3_100a.fatbin", "-fatbin", *gencode, "--compress-mode=size")
+    return fat.read_bytes()
+
+
+def _garbled(blob: bytes) -> bytes:
+    """``blob`` with its first compressed entry's payload overwritten mid-way (its sizes kept)."""
+    out = bytearray(blob)
+    hsize, _ = struct.unpack_from("<IQ", out, 16 + 4)
+    csize = struct.unpack_from("<I", out, 16 + 16)[0]
+    mid = 16 + hsize + csize // 2
+    out[mid : mid + 16] = b"\xa5" * 16
+    return bytes(out)
+
+
+def _tar(files: dict[str, tuple[bytes, int]]) -> bytes:
+    """A tar of ``files`` (absolute path -> (bytes, mode)), owned by root, with their directories."""
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w") as tar:
+        dirs = sorted({str(Path(p).parent) for p in files})
+        for d in dirs:
+            info = tarfile.TarInfo(d.lstrip("/"))
+            info.type, info.mode = tarfile.DIRTYPE, 0o755
+            tar.addfile(info)
+        for path, (data, mode) in sorted(files.items()):
+            info = tarfile.TarInfo(path.lstrip("/"))
+            info.size, info.mode = len(data), mode
+            tar.addfile(info, io.BytesIO(data))
+    return buf.getvalue()
+
+
+def _committed(ref: str, tag: str, files: dict[str, tuple[bytes, int]]) -> str:
+    """``ref`` with ``files`` written into a created container, committed as ``tag`` with the labels."""
+    cid = subprocess.run(["docker", "create", ref], capture_output=True, text=True, check=True).stdout.strip()
+    try:
+        subprocess.run(["docker", "cp", "-", f"{cid}:/"], input=_tar(files), capture_output=True, check=True)
+        change = ["--change", f"LABEL {LABELS.removeprefix('LABEL ')}"]
+        subprocess.run(["docker", "commit", *change, cid, tag], capture_output=True, check=True)
+    finally:
+        subprocess.run(["docker", "rm", "-f", cid], capture_output=True)
+    return tag
+
+
+def _oci_files(work: Path) -> dict[str, dict[str, tuple[bytes, int]]]:
+    if not FATBINARY.exists() or not shutil.which("objcopy"):
+        pytest.skip(f"needs the CUDA 13 toolkit at {FATBINARY.parent.parent} and objcopy")
+    blob = _zstd_fatbin(work)
+    body = ",".join(str(b) for b in blob)
+    (work / "k3kernels.c").write_text(f"__attribute__((aligned(8))) const unsigned char k3_fatbin[] = {{{body}}};\n")
+    lib = work / "libk3kernels.so"
+    subprocess.run(["gcc", "-shared", "-fPIC", "-o", str(lib), str(work / "k3kernels.c")], check=True)
+    sass = {arch: gpuassets.nvrtc(f"sm_{arch}") for arch in ("80", "90a", "100f")}
+    ptx = gpuassets.nvrtc("compute_90a", ptx=True)
+    good = [("elf", a, sass[a]) for a in ("80", "90a", "100f")] + [("ptx", "90a", ptx)]
+    _extension(work / "needs.so", good, work, f"-L{work}", "-lk3kernels", f"-Wl,-rpath,{KERNELS_DIR}")
+    _extension(work / "good.so", good, work)
+    return {
+        "needed-lib-cuda13-as-data": {
+            EXT: ((work / "needs.so").read_bytes(), 0o755),
+            f"{KERNELS_DIR}/libk3kernels.so": (lib.read_bytes(), 0o755),
+        },
+        "unread-entry": {
+            EXT: ((work / "good.so").read_bytes(), 0o755),
+            f"{SITE}/k3gpu/kernels/k3.fatbin": (_garbled(blob), 0o644),
+        },
+        "loads-code-made-at-import": {
+            EXT: ((work / "good.so").read_bytes(), 0o755),
+            f"{SITE}/k3gpu/__init__.py": (MAKES.encode(), 0o644),
+            f"{SITE}/k3gpu/_m.abi3.so": (_abi3_module(work), 0o755),
+        },
+    }
+
+
+def _abi3_module(work: Path) -> bytes:
+    """A real extension module (limited API 3.11: the smoke's interpreter imports it)."""
+    import sysconfig
+
+    (work / "m.c").write_text(MODULE)
+    include = sysconfig.get_paths()["include"]
+    subprocess.run(["gcc", "-shared", "-fPIC", f"-I{include}", "-o", str(work / "m.so"), str(work / "m.c")], check=True)
+    return (work / "m.so").read_bytes()
+
+
+@pytest.fixture(scope="module")
+def oci_variants(built, tmp_path_factory):
+    """The OCI-level variants, committed (no build) and checked once, side by side."""
+    smoke, ref = built
+    work = smoke.variant(tmp_path_factory.mktemp("gpu-oci") / "work", "gpu", with_gpu)
+    files = _oci_files(tmp_path_factory.mktemp("gpu-oci-files"))
+    suffix = smoke.repository.rsplit("-", 1)[-1]
+    tags = {name: _committed(ref, f"k3-check-variant:{name}-{suffix}", f) for name, f in files.items()}
+    yield check_images(work.matrix, tags)
+    subprocess.run(["docker", "image", "rm", "-f", *tags.values()], capture_output=True)
+
+
+@pytest.mark.parametrize("name", sorted(OCI_VARIANTS))
+def test_each_oci_level_gpu_variant_fails_exactly_its_check(oci_variants, name):
+    check, text = OCI_VARIANTS[name]
+    r = oci_variants[name]
+    assert r.code == 1, r.err[-3000:]
+    failed = _failed(r.err)
+    assert set(failed) == {check}, r.err[-3000:]
+    assert text in failed[check], failed
+    if name == "needed-lib-cuda13-as-data":  # found through the extension's NEEDED, outside the prefix
+        assert f"{KERNELS_DIR}/libk3kernels.so" in failed[check], failed
 
 
 @pytest.fixture(scope="module")

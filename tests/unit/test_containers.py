@@ -90,6 +90,32 @@ def test_a_command_past_its_timeout_is_killed_and_says_so():
     assert (done.rc, done.stdout, done.stderr, done.dropped) == (3, "out\n", "err\n", 0)
 
 
+class _Execs:
+    """A Docker client whose ``docker exec`` is a shell command, and whose restarts are recorded."""
+
+    def __init__(self, command: str):
+        self.restarted: list[tuple[str, int]] = []
+        self.container = self
+
+        class Config:
+            docker_cmd = ["sh", "-c", command, "docker"]
+
+        self.client_config = Config()
+
+    def restart(self, cid, time):
+        self.restarted.append((cid, time))
+
+
+def test_a_timed_out_exec_is_killed_in_the_container_too():
+    # killing the `docker exec` client leaves the process running in the container: the engine kills it
+    hung = _Execs("echo started; exec sleep 1000")
+    ran = DockerContainers(hung).exec("c1", ["python", "-c", "while 1: pass"], timeout=1)  # type: ignore[arg-type]
+    assert ran.timed_out and hung.restarted == [("c1", 0)]
+    quick = _Execs("echo done")
+    ran = DockerContainers(quick).exec("c1", ["true"], timeout=60)  # type: ignore[arg-type]
+    assert ran.rc == 0 and quick.restarted == []
+
+
 def test_a_flood_of_output_keeps_its_head_and_tail_only():
     from builder.engine import containers
 

@@ -84,15 +84,10 @@ def test_nvcc_13_fatbin_in_an_extension_equals_cuobjdump(tmp_path, compress):
     compressed = compress == "-compress-all"
     assert all(o["compressed"] == compressed for o in objects(found, ext))
     sass = [o for o in objects(found, ext) if o["kind"] == "SASS"]
-    if compressed:  # the cubin is out of reach; ABI 8 below sm_100 is CUDA 13's ptxas
-        assert {o["arch"]: o.get("toolkit") for o in sass} == {
-            "sm_80": "13+",
-            "sm_90a": "13+",
-            "sm_100f": None,
-            "sm_103a": None,
-        }
-    else:
-        assert {o.get("toolkit") for o in sass} == {"13.0"}
+    # compressed (ZSTD, 0x8000, nvcc 13's default) or not, every cubin is read: its own note names CUDA 13.0
+    assert {o["arch"]: (o.get("toolkit"), o.get("toolkit_from")) for o in sass} == {
+        arch: ("13.0", "tkinfo") for arch in ("sm_80", "sm_90a", "sm_100f", "sm_103a")
+    }
     result = gpurules.floor(found, CUDA129, {})
     text = "; ".join(result.problems)
     assert "PTX compute_90 of PTX ISA 9.0 (CUDA 13.0), newer than CUDA 12.9" in text
@@ -131,7 +126,11 @@ def test_nccl_2_30_7_cuda_12_9_passes_and_equals_cuobjdump():
     result = gpurules.floor(found, CUDA129, {})
     assert result.problems == [] and result.cuda == (12, 9), result.problems
     assert gpurules.driver_for(result.cuda) == ("575.51.03", True)
-    assert result.unknown == {"compressed": sum(by_arch.values()) - 27}  # LZ4 (0x2000): toolkit out of reach
+    # LZ4 (0x2000), decoded: cubins below sm_100 carry no note (ptxas 12.9), the rest say 12.9 in tkinfo
+    assert all(o["compressed"] and not o.get("unread") for o in objects(found, lib)), objects(found, lib)
+    assert {o.get("toolkit") for o in objects(found, lib) if o["kind"] == "SASS" and o["sm"] >= 100} == {"12.9"}
+    below_100 = sum(o["count"] for o in objects(found, lib) if o["kind"] == "SASS" and o["sm"] < 100)
+    assert below_100 == 140 and result.unknown == {"no note": below_100}
 
 
 def test_vllm_0_30_0_cuda_13_wheel_fails_naming_cuda_13(tmp_path):
@@ -143,8 +142,10 @@ def test_vllm_0_30_0_cuda_13_wheel_fails_naming_cuda_13(tmp_path):
     assert listing(found, ext) == collections.Counter(gpuassets.listed(ext))
     assert {o["arch"] for o in objects(found, ext)} == {"sm_90a", "sm_100f", "sm_120f"}
     result = gpurules.floor(found, CUDA129, {})
+    # its cubins are ZSTD-compressed: decoded, each one's own tkinfo note says CUDA 13.0 (before, only
+    # sm_90a was caught, by inference from its ELF ABI; the family cubins' toolkit was unknown)
     assert result.problems == [
-        f"{ext}: SASS sm_90a built by CUDA 13+ (ELF ABI 8 below sm_100), not CUDA 12",
+        f"{ext}: SASS {arch} built by CUDA 13.0 (tkinfo), not CUDA 12" for arch in ("sm_100f", "sm_120f", "sm_90a")
     ]
     table = gpurules.coverage(found, {"vllm._flashkda_C": ("9.0", "10.0", "10.3", "12.0")}, (), CUDA129)
     assert table["vllm._flashkda_C"]["10.3"] == "SASS sm_100f"  # CUDA 13's family cubins load on B300

@@ -1,11 +1,15 @@
 """Probe: every piece of GPU code under the given roots, and the run-time assemblers.
 
-GPU code lives in three shapes: the ``.nv_fatbin`` section of an ELF file (every ELF file is
-opened, whatever its name), a standalone cubin (an ELF file of machine EM_CUDA, as FlashInfer
-ships them), and standalone ``.fatbin``/``.ptx`` files. For each code object it reports its kind
-(SASS or PTX), its architecture with the variant (``a`` arch-specific, ``f`` family, or
-generic), the PTX ISA version, the toolkit that built it and whether it is compressed. Only
-headers and section tables are read (mmap): a 400 MB library costs its fatbin entry headers.
+GPU code lives in these shapes: the ``.nv_fatbin`` section of an ELF file (every ELF file is
+opened, whatever its name), any other well-formed fatbin container in an ELF file (data a library
+loads itself; ``__nv_relfatbin``'s relocatable cubins are left out: the driver never loads them), a
+standalone cubin (an ELF file of machine EM_CUDA, as FlashInfer ships them), and standalone
+``.fatbin``/``.ptx`` files; under the roots, and in every library their NEEDED closure reaches
+outside them (``needed_by``). For each code object it reports its kind (SASS or PTX), its
+architecture with the variant (``a`` arch-specific, ``f`` family, or generic), the PTX ISA
+version, the toolkit that built it and whether it is compressed. Files are mmapped: an
+uncompressed entry costs its headers; a compressed one is decoded (pure Python, _unpack.py), within
+the request's ``budget`` seconds, and one that cannot be is "unread" with why.
 
 The layouts (written from what this project's tests pin against cuobjdump 13.x on real
 binaries, tests/unit/test_gpucode.py):
@@ -21,14 +25,16 @@ binaries, tests/unit/test_gpucode.py):
   ``.note.nv.tkinfo``, beside "Cuda compilation tools, release 12.9, V12.9.86".
   ``.note.nv.cuinfo`` (ptxas 13) carries the toolkit as major*10+minor (130); NVRTC 12.9's cubins
   below sm_100 carry no note at all: their toolkit is unknown ("no note").
-- a compressed entry's cubin cannot be read without a ZSTD/LZ4 decoder, which the standard
-  library lacks: its toolkit is "unknown (compressed)", except that an ELF ABI 8 cubin below
-  sm_100 can only come from ptxas 13 or later (ptxas 12.x writes ABI 7 there: NVRTC 12.9.86 and
-  NCCL 2.30.7's cubins, tried), reported as "13+ (inferred from ELF ABI 8)".
+- a compressed entry (0x2000: an LZ4 block; 0x8000: a ZSTD frame) decodes to a cubin or PTX read
+  as above; a cubin with no note whose ELF ABI is 8 below sm_100 can only come from ptxas 13 or
+  later (ptxas 12.x writes ABI 7 there: NVRTC 12.9.86 and NCCL 2.30.7's cubins, tried), reported
+  as "13+ (inferred from ELF ABI 8)".
 
-Request: {"roots": [...], "cuda_home": "/usr/local/cuda" | null, "env": {TRITON_PTXAS_PATH: ...}}.
+Request: {"roots": [...], "cuda_home": "/usr/local/cuda" | null, "env": {TRITON_PTXAS_PATH: ...},
+"ld_library_path": "...", "budget": seconds | null}.
 """
 
+import hashlib
 import mmap
 import os
 import re
@@ -37,8 +43,10 @@ import subprocess
 import time
 from typing import TYPE_CHECKING, Any
 
-if TYPE_CHECKING:  # at run time builder/checks/probes/_report.py is prepended: report() is defined
+if TYPE_CHECKING:  # at run time _report.py, _dyn.py and _unpack.py are prepended
+    from builder.checks.probes._dyn import elf_dynamic
     from builder.checks.probes._report import report
+    from builder.checks.probes._unpack import UnpackError, lz4_block, zstd
 
 FATBIN_MAGIC = 0xBA55ED50
 EM_CUDA = 190
@@ -63,7 +71,8 @@ def sections(buf, base=0):
     out = {}
     for name_off, sh_type, _, _, offset, size in heads:
         start = names_at + name_off
-        name = bytes(buf[start : buf.find(b"\0", start, start + 256)]).decode("ascii", "replace")
+        end = buf.find(b"\0", start, start + 256)  # a longer name (a kernel's .text.<mangled>) is cut
+        name = bytes(buf[start : end if end != -1 else start + 256]).decode("ascii", "replace")
         if sh_type != 8:  # SHT_NOBITS has no bytes in the file
             out[name] = (base + offset, size)
     return out
@@ -97,32 +106,140 @@ def cubin(buf, base=0, size=None):
     return found
 
 
+MAX_ENTRY = 256 << 20  # a decompressed entry above this is not decoded (cu129's largest cubins are tens of MB)
+PTX_HEAD = 16384  # a PTX text's .version and .target lines sit in its first lines
+_DEADLINE: list[float] = []  # the request's time budget for decoding (monotonic), when it sets one
+_JUDGED: dict[tuple, dict] = {}  # what each distinct compressed payload said (fields, not bytes)
+
+
+def unpack(flags, payload, size, stop=None):
+    """The decoded payload of a compressed entry; raises ValueError (with why) when it cannot be."""
+    codec = flags & (FLAG_LZ4 | FLAG_ZSTD)
+    if codec not in (FLAG_LZ4, FLAG_ZSTD):
+        raise UnpackError(f"compression flags {flags:#x} name no codec this probe knows (LZ4 0x2000, ZSTD 0x8000)")
+    if _DEADLINE and time.monotonic() > _DEADLINE[0]:
+        raise UnpackError("the decoding budget of this run is spent (K3_GPUCODE_BUDGET)")
+    decode = lz4_block if codec == FLAG_LZ4 else zstd
+    try:
+        return decode(payload, size, MAX_ENTRY, stop)
+    except (IndexError, struct.error) as exc:
+        raise UnpackError(f"corrupt: {type(exc).__name__}: {exc}") from None
+
+
+def judged(kind, flags, usize, payload, judge):
+    """``judge(payload)`` (what a compressed entry says: a few fields, never its bytes), once per
+    distinct payload: the same cubin in two containers is decoded once."""
+    key = (kind, flags, usize, hashlib.sha256(payload).digest())
+    if key not in _JUDGED:
+        _JUDGED[key] = judge(payload)
+    return dict(_JUDGED[key])
+
+
 def entry(buf, at):
-    """(object, next offset) of the fatbin entry at ``at``."""
+    """(object, next offset) of the fatbin entry at ``at``; a compressed payload is decoded first
+    (pure Python: _unpack.py), and one that cannot be is "unread", with why."""
     kind, _, hsize, psize, csize, _, minor, major, arch = struct.unpack_from("<HHIQIIHHI", buf, at)
-    flags = struct.unpack_from("<Q", buf, at + 40)[0]
+    flags, _, usize = struct.unpack_from("<QQQ", buf, at + 40)
     nxt = at + hsize + psize
     if hsize < 64 or nxt > len(buf):
         raise ValueError(f"fatbin entry at {at} runs past its container")
     variant = "a" if flags & FLAG_A else "f" if flags & FLAG_F else ""
     compressed = bool(flags & (FLAG_LZ4 | FLAG_ZSTD)) or bool(csize)
     obj: dict[str, Any] = {"sm": arch, "variant": variant, "compressed": compressed}
+    data_at = at + hsize
+    if kind not in (KIND_PTX, KIND_ELF):
+        obj.update(kind=f"kind {kind}")
+        return obj, nxt
     if kind == KIND_PTX:
         obj.update(kind="PTX", isa=f"{major}.{minor}")
-    elif kind == KIND_ELF:
-        obj.update(kind="SASS", abi=minor)
-        data = at + hsize
-        if not compressed and bytes(buf[data : data + 4]) == b"\x7fELF":
-            inner = cubin(buf, data)
-            obj["toolkit"], obj["toolkit_from"] = inner.get("toolkit"), inner.get("toolkit_from")
     else:
-        obj.update(kind=f"kind {kind}")
+        obj.update(kind="SASS", abi=minor)
+    if compressed and csize > psize:
+        obj["unread"] = f"its compressed size {csize} exceeds its payload {psize}"
+    elif compressed:
+        payload = bytes(buf[data_at : data_at + csize])
+        isa = obj.get("isa")
+        obj.update(judged(kind, flags, usize, payload, lambda p: _judge(kind, flags, usize, p, isa, arch)))
+    elif kind == KIND_PTX:
+        obj.update(_ptx_fields(bytes(buf[data_at : data_at + min(psize, PTX_HEAD)]), obj["isa"]))
+    elif bytes(buf[data_at : data_at + 4]) == b"\x7fELF":
+        inner = cubin(buf, data_at)
+        obj.update(_cubin_fields(inner, arch))
     if obj["kind"] == "SASS" and not obj.get("toolkit"):
         if obj.get("abi") == 8 and arch < 100:
             obj["toolkit"], obj["toolkit_from"] = "13+", "ELF ABI 8 below sm_100"
         else:
-            obj["toolkit"], obj["toolkit_from"] = None, "compressed" if compressed else "no note"
+            obj["toolkit"] = None
+            obj["toolkit_from"] = "unread" if obj.get("unread") else "no note"
     return obj, nxt
+
+
+def _judge(kind, flags, usize, payload, isa, arch):
+    """The fields a compressed entry's decoded payload gives (``unread`` with why when it cannot)."""
+    try:
+        if kind == KIND_PTX:
+            return _ptx_fields(unpack(flags, payload, usize, PTX_HEAD), isa)
+        return _cubin_fields(compressed_cubin(flags, payload, usize), arch)
+    except ValueError as exc:
+        return {"unread": str(exc)[:200]}
+
+
+def _cubin_fields(inner, arch):
+    out = {"toolkit": inner.get("toolkit"), "toolkit_from": inner.get("toolkit_from")}
+    if inner["sm"] != arch:
+        out["unread"] = f"its cubin is for sm_{inner['sm']}, its entry header says sm_{arch}"
+    return out
+
+
+def _ptx_fields(text, isa):
+    """The PTX text's own .version (what the driver JIT-compiles), held over the entry header's."""
+    try:
+        found = ptx_text(text)
+    except ValueError as exc:
+        return {"unread": f"its PTX has {exc}"}
+    return {} if found["isa"] == isa else {"header_isa": isa, "isa": found["isa"]}
+
+
+STEPS = (4096, 65536, 1 << 20)  # decoded prefixes tried before a whole compressed cubin
+
+
+def compressed_cubin(flags, payload, size):
+    """What a compressed cubin says of itself (``cubin``'s answer), from as short a decoded prefix
+    as settles it: ptxas writes .shstrtab first, at 0x40, its note names before ".nv.info", and the
+    tkinfo note after the symbol table. A prefix that names no note past ".nv.info" is "no note";
+    one that holds the tkinfo release line gives the toolkit; else the whole cubin is decoded.
+    Pure-Python decoding is slow (about 5 MB/s LZ4): most cubins settle in their first 4 KiB."""
+    for stop in STEPS:
+        if stop >= size:
+            break
+        found = cubin_head(unpack(flags, payload, size, stop))
+        if found is not None:
+            return found
+    data = unpack(flags, payload, size)
+    if data[:4] != b"\x7fELF":
+        raise UnpackError("its decoded payload is not an ELF cubin")
+    return cubin(data)
+
+
+def cubin_head(data):
+    """``cubin``'s answer from a cubin's first bytes, or None when they do not settle its notes."""
+    if len(data) < 64 or data[:4] != b"\x7fELF":
+        raise UnpackError("its decoded payload is not an ELF cubin")
+    abi, flags = data[8], struct.unpack_from("<I", data, 48)[0]
+    sm, accel = ((flags >> 8) & 0xFF, bool(flags & 0x8)) if abi >= 8 else (flags & 0xFF, bool(flags & 0x800))
+    found = {"kind": "SASS", "sm": sm, "variant": "a" if accel else "", "abi": abi, "compressed": False}
+    rel = RELEASE.search(data)
+    if rel:
+        opt = ARCH_OPT.search(data)
+        found["toolkit"], found["toolkit_from"] = f"{int(rel.group(1))}.{int(rel.group(2))}", "tkinfo"
+        if opt and opt.group(2) and int(opt.group(1)) == sm:
+            found["variant"] = opt.group(2).decode()
+        return found
+    names = data[0x40:]
+    if names.startswith(b"\0.shstrtab\0") and b".nv.info" in names and b".note.nv." not in names:
+        found["toolkit"], found["toolkit_from"] = None, "no note"
+        return found
+    return None
 
 
 def fatbins(buf, start, end):
@@ -138,6 +255,48 @@ def fatbins(buf, start, end):
             obj, at = entry(buf, at)
             objs.append(obj)
         pos = max(stop, pos + 16)
+    return objs
+
+
+MAGIC_BYTES = struct.pack("<I", FATBIN_MAGIC)
+
+
+def container_at(buf, pos):
+    """The end of a well-formed fatbin container at ``pos`` (version 1, 16-byte header, a first
+    entry of kind PTX or ELF that fits), or None: four magic bytes alone in data are no container."""
+    if pos + 16 + 64 > len(buf):
+        return None
+    _, version, hsize, size = struct.unpack_from("<IHHQ", buf, pos)
+    end = pos + hsize + size
+    if version != 1 or hsize != 16 or size < 64 or end > len(buf):
+        return None
+    kind, _, ehsize, psize = struct.unpack_from("<HHIQ", buf, pos + 16)
+    if kind not in (KIND_PTX, KIND_ELF) or not 64 <= ehsize <= 4096 or pos + 16 + ehsize + psize > end:
+        return None
+    return end
+
+
+def elsewhere(buf, skip):
+    """The code objects of fatbin containers outside the ``skip`` ranges ((offset, size): the
+    .nv_fatbin section): a library can carry a fatbin as data (in .rodata, for cuModuleLoadData)
+    and load it itself."""
+    objs, ranges, at = [], [], 0
+    for start, size in sorted(skip):
+        ranges.append((at, start))
+        at = max(at, start + size)
+    ranges.append((at, len(buf)))
+    for start, stop in ranges:
+        pos = buf.find(MAGIC_BYTES, start, stop)
+        while pos != -1:
+            end = container_at(buf, pos)
+            if end is not None and end <= stop:
+                found = fatbins(buf, pos, end)
+                for obj in found:
+                    obj["outside"] = True
+                objs += found
+                pos = buf.find(MAGIC_BYTES, end, stop)
+            else:
+                pos = buf.find(MAGIC_BYTES, pos + 4, stop)
     return objs
 
 
@@ -167,10 +326,14 @@ def inspect(path):
                 return None  # 32-bit or big-endian: no CUDA code object is either
             if struct.unpack_from("<H", head, 18)[0] == EM_CUDA:
                 return "cubin", [cubin(buf)]
-            fat = sections(buf).get(".nv_fatbin")
-            if not fat or not fat[1]:
-                return None
-            return "elf", fatbins(buf, fat[0], fat[0] + fat[1])
+            secs = sections(buf)
+            fat = secs.get(".nv_fatbin")
+            objs = fatbins(buf, fat[0], fat[0] + fat[1]) if fat and fat[1] else []
+            # __nv_relfatbin holds relocatable cubins (-rdc) for a later device link: the driver never
+            # loads them (cuobjdump does not list them); every other fatbin outside .nv_fatbin is read
+            skip = [r for r in (fat, secs.get("__nv_relfatbin")) if r and r[1]]
+            objs += elsewhere(buf, skip)
+            return ("elf", objs) if objs else None
 
 
 def summarize(objs):
@@ -236,8 +399,87 @@ def walk(roots):
                     yield path
 
 
+LIB_DIRS = ("/lib/x86_64-linux-gnu", "/usr/lib/x86_64-linux-gnu", "/lib/aarch64-linux-gnu",
+            "/usr/lib/aarch64-linux-gnu", "/lib64", "/usr/lib64", "/lib", "/usr/lib")  # fmt: skip
+MAX_NEEDED = 4000
+
+
+def conf_dirs():
+    """The directories /etc/ld.so.conf(.d) names (read as text: no program of the image runs)."""
+    import glob
+
+    dirs = []
+    for conf in ["/etc/ld.so.conf", *sorted(glob.glob("/etc/ld.so.conf.d/*.conf"))]:
+        try:
+            with open(conf, encoding="utf-8", errors="replace") as fh:
+                lines = fh.read(1 << 16).splitlines()
+        except OSError:
+            continue
+        dirs += [ln.strip() for ln in lines if ln.strip().startswith("/")]
+    return dirs
+
+
+def resolve(soname, dyn, origin, ld_library_path, system):
+    """Where ld.so finds ``soname`` for a file with dynamic section ``dyn`` (DT_RPATH without
+    DT_RUNPATH, LD_LIBRARY_PATH, DT_RUNPATH, then ld.so.conf's and the default directories)."""
+    if "/" in soname:
+        return soname if os.path.isfile(soname) else None
+    dirs = [] if dyn["runpath"] else dyn["rpath"].split(":")
+    dirs += ld_library_path.split(":") + dyn["runpath"].split(":") + system
+    for d in dirs:
+        d = d.replace("${ORIGIN}", origin).replace("$ORIGIN", origin)
+        if d and os.path.isfile(os.path.join(d, soname)):
+            return os.path.join(d, soname)
+    return None
+
+
+def needed_outside(roots, ld_library_path):
+    """realpath -> the file under ``roots`` whose NEEDED closure loads it, for every library that
+    closure reaches outside the roots (a CUDA library of the base image, a vendored copy elsewhere)."""
+    tops = tuple(os.path.realpath(r).rstrip("/") + "/" for r in roots)
+    system = conf_dirs() + list(LIB_DIRS)
+    queue = [(p, p) for p in walk(roots)]
+    seen: set[str] = set()
+    outside: dict[str, str] = {}
+    while queue and len(outside) < MAX_NEEDED:
+        path, via = queue.pop()
+        real = os.path.realpath(path)
+        if real in seen:
+            continue
+        seen.add(real)
+        try:
+            dyn = elf_dynamic(path)
+        except (OSError, ValueError, struct.error, IndexError):
+            continue
+        if dyn is None:
+            continue
+        for soname in dyn["needed"]:
+            found = resolve(soname, dyn, os.path.dirname(path), ld_library_path, system)
+            if found is None:
+                continue  # shared_libraries names what resolves nowhere
+            target = os.path.realpath(found)
+            if not (target + "/").startswith(tops) and target not in outside:
+                outside[target] = via
+            if target not in seen:
+                queue.append((found, via))
+    return outside
+
+
+def scan(path, files, errors):
+    try:
+        found = inspect(path)
+    except (OSError, ValueError, struct.error, IndexError) as exc:
+        errors[path] = f"{type(exc).__name__}: {exc}"[:200]
+        return None
+    if found and found[1]:
+        files[path] = {"shape": found[0], "objects": summarize(found[1])}
+    return found
+
+
 def main(req):
     started = time.monotonic()
+    budget = req.get("budget")
+    _DEADLINE[:] = [started + budget] if budget else []
     files: dict[str, Any] = {}
     errors: dict[str, str] = {}
     tools, scanned = [], 0
@@ -245,13 +487,12 @@ def main(req):
         scanned += 1
         if os.path.basename(path) in ASSEMBLERS and os.access(path, os.X_OK):
             tools.append(path)
-        try:
-            found = inspect(path)
-        except (OSError, ValueError, struct.error, IndexError) as exc:
-            errors[path] = f"{type(exc).__name__}: {exc}"[:200]
-            continue
-        if found and found[1]:
-            files[path] = {"shape": found[0], "objects": summarize(found[1])}
+        scan(path, files, errors)
+    outside = needed_outside(req["roots"], req.get("ld_library_path") or "")
+    for path, via in sorted(outside.items()):
+        scanned += 1
+        if scan(path, files, errors) and path in files:
+            files[path]["needed_by"] = via
     home = req.get("cuda_home")
     if home:
         tools += [
@@ -271,6 +512,7 @@ def main(req):
         "assemblers": found_tools,
         "selected": selections,
         "scanned": scanned,
+        "needed_outside": len(outside),
         "seconds": round(time.monotonic() - started, 2),
     }
 

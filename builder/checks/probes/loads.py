@@ -13,6 +13,11 @@ resolves its symbols. A driver library the container runtime
 mounts is the one allowed gap: it is counted, and the file's symbols are then not checked.
 Run with the compat libcuda.so.1 on LD_LIBRARY_PATH. Request: {"roots": [...],
 "driver_libraries": [...], "timeout": 120, "jobs": 2}.
+
+Each child that loaded also reports what it then maps (/proc/self/maps): every file the imports
+mapped (the check holds each to the image's files as the host reads them: code written at run time,
+to /tmp or a memfd, is in no layer), and the libraries no NEEDED entry of a mapped file names: what
+the imports loaded with dlopen (``dlopened``).
 """
 
 import importlib
@@ -24,12 +29,13 @@ import sys
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # at run time _report.py, _dyn.py and _fork.py are prepended
-    from builder.checks.probes._dyn import elf_files
+    from builder.checks.probes._dyn import elf_dynamic, elf_files
     from builder.checks.probes._fork import child_result, fork_call, in_child
     from builder.checks.probes._report import report
 
 MISSING = re.compile(r"([^\s:/]+\.so[.\d]*): cannot open shared object file")
 LIMIT = 200
+MAPPED_LIMIT = 20000
 
 
 def dotted(path, sites):
@@ -81,9 +87,17 @@ def load_now(path, providers, drivers):
     return "too many libraries to preload"
 
 
+def maps():
+    """The files this process maps (/proc/self/maps), " (deleted)" and memfd ones included."""
+    with open("/proc/self/maps") as fh:
+        rows = [line.split(None, 5) for line in fh]
+    return sorted({r[5].strip() for r in rows if len(r) == 6 and r[5].startswith("/")})
+
+
 def attempt(path, module, providers, drivers):
     if module is None:
-        return load_now(path, providers, drivers)
+        why = load_now(path, providers, drivers)
+        return why if why is not None else {"maps": maps()}
     try:
         loaded = importlib.import_module(module)
     except BaseException as exc:  # noqa: BLE001 - whatever an import raises is the finding
@@ -92,7 +106,33 @@ def attempt(path, module, providers, drivers):
             return ["gap", m.group(1)]
         return f"{type(exc).__name__}: {exc}"
     where = os.path.realpath(getattr(loaded, "__file__", "") or "")
-    return None if where == os.path.realpath(path) else f"import {module} loads {where or 'no file'} instead"
+    if where != os.path.realpath(path):
+        return f"import {module} loads {where or 'no file'} instead"
+    return {"maps": maps()}
+
+
+def dlopened(mapped, files, sites):
+    """The mapped ELF libraries no NEEDED entry of a mapped or prefix file names, that are no
+    extension module (Python dlopens those): what imports loaded by name at run time."""
+    needed = {n for dyn in files.values() for n in dyn["needed"]}
+    libs = {}
+    for path in mapped:
+        if path.endswith(" (deleted)") or not os.path.isfile(path):
+            continue
+        try:
+            dyn = elf_dynamic(path)
+        except (OSError, ValueError, IndexError):
+            continue
+        if dyn is not None and dyn["type"] == 3:
+            libs[path] = dyn
+            needed.update(dyn["needed"])
+    out = []
+    for path, dyn in sorted(libs.items()):
+        names = {os.path.basename(path), dyn["soname"]}
+        if names & needed or dotted(os.path.realpath(path), sites) or dyn["interp"]:
+            continue  # a NEEDED library, an extension module, or ld.so / the interpreter itself
+        out.append(path)
+    return out
 
 
 def run_all(items, providers, drivers, timeout, jobs):
@@ -164,12 +204,16 @@ def main(req):
     drivers = set(req["driver_libraries"])
     jobs = max(1, min(req.get("jobs") or os.cpu_count() or 1, 8))
     results = by_package(items, providers, drivers, req.get("timeout", 120), jobs)
+    mapped = sorted({f for r in results.values() if isinstance(r, dict) for f in r.get("maps", ())})
     out: dict[str, Any] = {
         "extensions": sum(1 for _, m in items if m),
         "shared": sum(1 for _, m in items if not m),
         "covered": covered,
         "failed": [[p, m, results[p]] for p, m in items if isinstance(results.get(p), str)],
         "gaps": [[p, results[p][1]] for p, _ in items if isinstance(results.get(p), list)],
+        "mapped": mapped[:MAPPED_LIMIT],
+        "mapped_count": len(mapped),
+        "dlopened": dlopened(mapped, files, sites)[:LIMIT],
     }
     out["count"] = len(out["failed"])
     out["failed"] = out["failed"][:LIMIT]
