@@ -30,6 +30,12 @@ WaivableCheck = Literal[
     "image_hygiene",
     "package_files",
     "page_alignment",
+    "container_runtime",
+    "interpreter_options",
+    "startup_hooks",
+    "runtime_user",
+    "system_files",
+    "base_whiteouts",
 ]
 Waivers = dict[WaivableCheck, dict[PathPattern, Reason]]
 
