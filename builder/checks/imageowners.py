@@ -7,9 +7,10 @@ the runtime and the programs in the image resolve it:
 - a user *name* with no /etc/passwd entry (or a group name with no /etc/group entry): runc refuses
   to start the container ("unable to find user");
 - a numeric uid with no entry starts, but getpass.getuser() (torch's caches) needs USER or LOGNAME in
-  the Env, and os.path.expanduser("~") needs HOME: without them they raise;
-- the home (HOME in the Env, else the passwd entry's) exists, is a directory and is writable by the
-  user; where both are set they agree; /tmp exists and is writable by the user.
+  the Env, or it raises;
+- the home (HOME in the Env, else what runc sets: the passwd entry's home, else "/") exists, is a
+  directory and is writable by the user; where both are set they agree; /tmp exists and is writable
+  by the user.
 
 System directories and the library/binary directories are owned by root (uid 0), so no other user
 of the image can replace what every process loads or runs; no file carries a file capability (the
@@ -103,7 +104,7 @@ def user_findings(
     uid = account.uid if account else int(name)
     gid = int(group) if group.isdigit() else groups(files).get(group, account.gid if account else uid)
     if account is None:
-        notes.append(f"uid {uid} has no /etc/passwd entry: getpass and ~ rely on the Env")
+        notes.append(f"uid {uid} has no /etc/passwd entry: getpass reads the Env, the runtime sets HOME=/ if unset")
         if not any(env.get(v) for v in GETPASS_VARS):
             found.append(
                 (
@@ -111,18 +112,13 @@ def user_findings(
                     f"uid {uid} has no entry and the Env sets no {'/'.join(GETPASS_VARS)}: getpass.getuser() raises",
                 )
             )
-        if not env.get("HOME"):
-            found.append(
-                ("/etc/passwd", f"uid {uid} has no entry and the Env sets no HOME: os.path.expanduser('~') fails")
-            )
     elif env.get("HOME") and env["HOME"].rstrip("/") != account.home.rstrip("/"):
         found.append(
             ("/config/Env/HOME", f"HOME={env['HOME']!r} but {account.name}'s /etc/passwd home is {account.home!r}")
         )
-    home = env.get("HOME") or (account.home if account else "")
+    # runc sets HOME, when the Env does not, to the passwd entry's home, else "/" (libcontainer setupUser)
+    home = env.get("HOME") or (account.home if account else "") or "/"
     for what, path in (("home", home), ("/tmp", "/tmp")):
-        if not path:
-            continue
         entry = files.resolve(path)
         if entry is None or entry.kind != "dir":
             found.append((path, f"the {what} of uid {uid} is not a directory in the image"))

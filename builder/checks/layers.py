@@ -36,6 +36,7 @@ class Layer:
     opaque: list[str] = field(default_factory=list)  # directories its opaque whiteouts empty
     capabilities: dict[str, bytes] = field(default_factory=dict)
     packages: dict[str, str] = field(default_factory=dict)  # file -> the dpkg package whose .list names it
+    links: dict[str, str] = field(default_factory=dict)  # symbolic link -> its target
 
 
 @dataclass
@@ -58,20 +59,41 @@ class Layers:
         a later layer's whiteout removes, opaque whiteouts included."""
         below: set[str] = set()
         packages: dict[str, str] = {}
+        links: dict[str, str] = {}
         found = []
         for layer in self.ordered:
+            hit = set()
             for gone in layer.removed:
-                hit = [p for p in below if p == gone or p.startswith(gone.rstrip("/") + "/")]
-                found += [(p, layer.digest, packages.get(p, "")) for p in sorted(hit)]
-                below -= set(hit)
+                hit |= {p for p in below if p == gone or p.startswith(gone.rstrip("/") + "/")}
             for directory in layer.opaque:
                 top = directory.rstrip("/") + "/"
-                hit = [p for p in below if p.startswith(top) and p not in layer.paths]
-                found += [(p, layer.digest, packages.get(p, "")) for p in sorted(hit)]
-                below -= set(hit)
+                hit |= {p for p in below if p.startswith(top) and p not in layer.paths}
+            if hit:
+                # dpkg lists name paths as the package ships them (/bin/ls); a merged-/usr root holds
+                # them through links (/bin -> usr/bin): both sides compared with their links resolved.
+                owner = {_resolved(p, links): pkg for p, pkg in packages.items()}
+                found += [(p, layer.digest, owner.get(_resolved(p, links), "")) for p in sorted(hit)]
+                below -= hit
             below |= layer.paths
             packages.update(layer.packages)
+            links.update(layer.links)
         return found
+
+
+def _resolved(path: str, links: dict[str, str]) -> str:
+    """``path`` with the links of its directories followed (at most 40), as the kernel would."""
+    parts, done, hops = [p for p in path.split("/") if p], "", 0
+    while parts:
+        part = parts.pop(0)
+        here = posixpath.dirname(done) if part == ".." else f"{done}/{part}"
+        if here in links and parts and hops < 40:
+            hops += 1
+            target = links[here]
+            parts = [p for p in (target if target.startswith("/") else f"{done}/{target}").split("/") if p] + parts
+            done = ""
+            continue
+        done = here
+    return posixpath.normpath(done or "/")
 
 
 def _normal(name: str) -> str | None:
@@ -99,6 +121,8 @@ def read_layer(fileobj: IO[bytes], digest: str) -> Layer:
                 layer.removed.append(posixpath.join(base, name[len(WHITEOUT) :]))
                 continue
             layer.paths.add(path)
+            if member.issym():
+                layer.links[path] = member.linkname
             cap = member.pax_headers.get(CAPABILITY_XATTR)
             if cap:
                 layer.capabilities[path] = cap.encode("utf-8", "surrogateescape")

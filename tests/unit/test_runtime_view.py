@@ -326,7 +326,8 @@ def test_the_runtime_user_resolves_with_a_writable_home_and_tmp():
     assert [p for p, _ in _user("vllm", {"HOME": "/tmp"})] == ["/config/Env/HOME"]  # disagrees with passwd
     # a numeric uid without an entry: getpass and ~ need the Env (cu129: USER, LOGNAME, HOME=/tmp)
     assert _user("2000:2000", {"USER": "vllm", "HOME": "/tmp"}) == []
-    assert len(_user("2000:2000", {})) == 2
+    # no USER/LOGNAME: getpass raises; no HOME: runc sets "/", which uid 2000 cannot write
+    assert [p for p, _ in _user("2000:2000", {})] == ["/etc/passwd", "/"]
     assert [p for p, _ in _user("2000", {"LOGNAME": "x", "HOME": "/home/vllm"})] == ["/home/vllm"]  # not its home
 
 
@@ -418,6 +419,17 @@ def test_a_whiteout_of_an_os_package_s_file_is_named_with_its_package(reverse, o
     removed = saved.removed_base_files()
     assert [(p, pkg) for p, _, pkg in removed] == [("/bin/ls", "coreutils"), ("/etc/app/a.conf", "")]
     assert removed[0][1] == saved.ordered[1].digest
+
+
+def test_a_merged_usr_root_s_package_files_are_matched_through_its_links():
+    merged = [
+        ("usr/bin", "dir", 0o755, 0, 0, b""),
+        ("usr/bin/ls", "file", 0o755, 0, 0, b"ls"),
+        ("bin", "link", 0o777, 0, 0, "usr/bin"),
+        ("var/lib/dpkg/info/coreutils.list", "file", 0o644, 0, 0, b"/bin\n/bin/ls\n"),
+    ]
+    removed = layers.read(_saved(merged, [("usr/bin/.wh.ls", "file", 0o644, 0, 0, b"")])).removed_base_files()
+    assert [(p, pkg) for p, _, pkg in removed] == [("/usr/bin/ls", "coreutils")]
 
 
 def test_the_whiteouts_check_fails_for_package_files_and_shows_the_rest():
