@@ -261,6 +261,8 @@ def runtime_view(built):
         ]
     )
     repository, variant = ocivariant.push_variant(ref, _broken_runtime_view, (tar,))
+    # pulled first: vet --json of an image the engine lacks gets docker's "Unable to find image" on stdout
+    subprocess.run(["docker", "pull", "-q", variant], check=True, capture_output=True)
     yield smoke, ref, variant
     ocivariant.remove(repository, variant)
 
