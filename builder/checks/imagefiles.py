@@ -184,6 +184,15 @@ def elf_problem(head: bytes, machine: int | None) -> str | None:
     return None
 
 
+def capability(pax: dict[str, str]) -> bytes:
+    """A member's file capability: SCHILY.xattr.security.capability (what Docker and containerd
+    apply), or another writer's form of the same attribute (libarchive's LIBARCHIVE.xattr.*)."""
+    for key, value in pax.items():
+        if key == CAPABILITY_XATTR or key.endswith("xattr.security.capability"):
+            return value.encode("utf-8", "surrogateescape") or b"(empty)"
+    return b""
+
+
 def _hex(urlsafe: str) -> str:
     """RECORD's urlsafe-base64 sha256 (no padding) as hex; "" when it is not one."""
     try:
@@ -231,7 +240,7 @@ def read(stream: IO[bytes], watch: tuple[str, ...]) -> ImageFiles:
                 if kind == "file":
                     head = _read_file(tar, member, path, path.startswith(tops), view)
                 link = member.linkname if kind == "link" else ""
-                cap = member.pax_headers.get(CAPABILITY_XATTR, "").encode("utf-8", "surrogateescape")
+                cap = capability(member.pax_headers)
                 view.entries[path] = Entry(
                     path, kind, member.mode, member.uid, member.gid, member.size, head, link, cap
                 )

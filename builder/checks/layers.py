@@ -20,11 +20,13 @@ import tarfile
 from dataclasses import dataclass, field
 from typing import IO
 
-from builder.checks.imagefiles import CAPABILITY_XATTR, MAX_MEMBERS, UnreadableImage
+from builder.checks.imagefiles import MAX_MEMBERS, UnreadableImage, capability
 
 WHITEOUT = ".wh."
 OPAQUE = ".wh..wh..opq"
-_DPKG_LIST = re.compile(r"^/var/lib/dpkg/info/([^/]+)\.list$")
+# dpkg's file lists (info/NAME.list: absolute paths) and md5sums (info/ or a distroless status.d/:
+# "md5  relative/path"), either of which names a package's files.
+_DPKG_LIST = re.compile(r"^/var/lib/dpkg/(?:info|status\.d)/([^/]+)\.(list|md5sums)$")
 MAX_JSON = 4 << 20
 
 
@@ -123,17 +125,22 @@ def read_layer(fileobj: IO[bytes], digest: str) -> Layer:
             layer.paths.add(path)
             if member.issym():
                 layer.links[path] = member.linkname
-            cap = member.pax_headers.get(CAPABILITY_XATTR)
+            cap = capability(member.pax_headers)
             if cap:
-                layer.capabilities[path] = cap.encode("utf-8", "surrogateescape")
+                layer.capabilities[path] = cap
             package = _DPKG_LIST.match(path)
             if package and member.isfile():
-                data = tar.extractfile(member)
-                text = data.read(8 << 20).decode("utf-8", "replace") if data else ""
-                for line in text.splitlines():
-                    if line.startswith("/"):
-                        layer.packages[posixpath.normpath(line)] = package.group(1).split(":")[0]
+                _read_list(tar, member, package.group(1), package.group(2), layer)
     return layer
+
+
+def _read_list(tar: tarfile.TarFile, member: tarfile.TarInfo, name: str, kind: str, layer: Layer) -> None:
+    data = tar.extractfile(member)
+    text = data.read(8 << 20).decode("utf-8", "replace") if data else ""
+    for line in text.splitlines():
+        path = line if kind == "list" else line.partition("  ")[2]
+        if path and (kind == "md5sums" or path.startswith("/")):
+            layer.packages[posixpath.normpath("/" + path.lstrip("/"))] = name.split(":")[0]
 
 
 def _is_tar(head: bytes) -> bool:

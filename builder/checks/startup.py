@@ -63,6 +63,14 @@ def hooks(files: imagefiles.ImageFiles, pythonpath: str = "") -> list[Hook]:
             lines = executable_lines(text)
             if lines:
                 found.append(Hook(path, f"a .pth file with {len(lines)} executable line(s)", lines[0][:200]))
+    for path, entry in sorted(files.entries.items()):
+        # site.py opens a linked .pth through its link: its target's bytes are what runs
+        if path.endswith(".pth") and _in_site_dir(path) and entry.kind in ("link", "hardlink"):
+            target = files.resolve(path) if entry.kind == "link" else None
+            text = files.texts.get(target.path) if target is not None else None
+            lines = executable_lines(text) if text is not None else ["(its target's bytes not read here)"]
+            if lines:
+                found.append(Hook(path, f"a .pth file that is a {entry.kind} with executable line(s)", lines[0][:200]))
     for directory in _search_dirs(files, pythonpath):
         top = directory.rstrip("/") + "/"
         for path in sorted(p for p in files.entries if p.startswith(top)):

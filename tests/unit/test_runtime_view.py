@@ -496,3 +496,32 @@ def test_container_runtime_judges_the_config_against_the_matrix_floor():
         checklist_runtime.test_container_runtime(bad, _expect(), print, _files())
     waived = {"container_runtime": {"/config/Env/NVIDIA_REQUIRE_CUDA": "a CUDA 13 host only"}}
     checklist_runtime.test_container_runtime(bad, _expect(gpu=gpu, waivers=waived), print, _files())
+
+
+def test_a_linked_pth_is_judged_by_its_target_s_bytes_and_an_unread_target_fails_closed():
+    files = _files(
+        *SITE_DIRS,
+        ("/opt/k3/hooks", "dir", 0o755, 0, 0, b""),
+        ("/opt/k3/hooks/real.pth", "file", 0o644, 0, 0, b"import os\n"),
+        ("/opt/k3/hooks/data.txt", "file", 0o644, 0, 0, b"import os\n"),
+        ("/opt/k3/hooks/paths.pth", "file", 0o644, 0, 0, b"/srv\n"),
+        (f"{SITE}/a.pth", "link", 0o777, 0, 0, "/opt/k3/hooks/real.pth"),
+        (f"{SITE}/b.pth", "link", 0o777, 0, 0, "/opt/k3/hooks/data.txt"),  # its text is not kept: fails closed
+        (f"{SITE}/c.pth", "link", 0o777, 0, 0, "/opt/k3/hooks/paths.pth"),  # directories only: no hook
+    )
+    found = {h.path: h.code for h in startup.hooks(files)}
+    assert found == {f"{SITE}/a.pth": "import os", f"{SITE}/b.pth": "(its target's bytes not read here)"}
+
+
+def test_any_writer_s_form_of_the_capability_attribute_counts():
+    files = _files(("/usr/bin/x", "file", 0o755, 0, 0, b"x", {"LIBARCHIVE.xattr.security.capability": "AQAAAg"}))
+    assert [p for p, _ in imageowners.capability_findings(files)] == ["/usr/bin/x"]
+
+
+def test_a_distroless_status_d_md5sums_names_its_package_s_files():
+    lower = [
+        ("usr/lib/libnuma.so.1", "file", 0o644, 0, 0, b"x"),
+        ("var/lib/dpkg/status.d/libnuma1.md5sums", "file", 0o644, 0, 0, b"0" * 32 + b"  usr/lib/libnuma.so.1\n"),
+    ]
+    removed = layers.read(_saved(lower, [("usr/lib/.wh.libnuma.so.1", "file", 0o644, 0, 0, b"")])).removed_base_files()
+    assert [(p, pkg) for p, _, pkg in removed] == [("/usr/lib/libnuma.so.1", "libnuma1")]
