@@ -120,7 +120,9 @@ def user_findings(
     home = env.get("HOME") or (account.home if account else "") or "/"
     for what, path in (("home", home), ("/tmp", "/tmp")):
         entry = files.resolve(path)
-        if entry is None or entry.kind != "dir":
+        if entry is None and path == "/":  # an export carries no entry for the root directory itself
+            found.append((path, f"the {what} of uid {uid} is the root directory, not shown writable by it"))
+        elif entry is None or entry.kind != "dir":
             found.append((path, f"the {what} of uid {uid} is not a directory in the image"))
         elif not writable_by(entry, uid, gid):
             found.append(

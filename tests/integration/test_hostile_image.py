@@ -271,7 +271,7 @@ RUNTIME_ROWS = {
     "container_runtime": ("NVIDIA_REQUIRE_CUDA='cuda>=13.0' refuses the driver floor", "/usr/local/cuda/compat"),
     "interpreter_options": ("/config/Env/PYTHONWARNINGS",),
     "startup_hooks": (f"{SITE}/k3hook.pth: a .pth file with 1 executable line(s): import os",),
-    "runtime_user": ("getpass.getuser() raises", "/: the home of uid 2000 is not writable"),
+    "runtime_user": ("getpass.getuser() raises", "/: the home of uid 2000 is the root directory"),
     "system_files": ("/usr/bin/k3cap: carries a file capability", "/usr/bin/k3own: owned by uid 1000"),
     "base_whiteouts": ("/etc/debian_version: a file of the OS package base-files",),
 }

@@ -328,6 +328,9 @@ def test_the_runtime_user_resolves_with_a_writable_home_and_tmp():
     assert _user("2000:2000", {"USER": "vllm", "HOME": "/tmp"}) == []
     # no USER/LOGNAME: getpass raises; no HOME: runc sets "/", which uid 2000 cannot write
     assert [p for p, _ in _user("2000:2000", {})] == ["/etc/passwd", "/"]
+    no_root_entry = imagefiles.read(_tar(BASE[1:]), ("/opt/k3",))  # docker export writes no "/" member
+    found = imageowners.user_findings(no_root_entry, "2000", {"USER": "u"})[0]
+    assert found == [("/", "the home of uid 2000 is the root directory, not shown writable by it")]
     assert [p for p, _ in _user("2000", {"LOGNAME": "x", "HOME": "/home/vllm"})] == ["/home/vllm"]  # not its home
 
 
