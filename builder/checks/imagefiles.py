@@ -25,7 +25,7 @@ import re
 import stat
 import struct
 import tarfile
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import IO
 
@@ -184,7 +184,7 @@ def elf_problem(head: bytes, machine: int | None) -> str | None:
     return None
 
 
-def capability(pax: dict[str, str]) -> bytes:
+def capability(pax: Mapping[str, str]) -> bytes:
     """A member's file capability: SCHILY.xattr.security.capability (what Docker and containerd
     apply), or another writer's form of the same attribute (libarchive's LIBARCHIVE.xattr.*)."""
     for key, value in pax.items():

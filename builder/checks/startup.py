@@ -63,14 +63,7 @@ def hooks(files: imagefiles.ImageFiles, pythonpath: str = "") -> list[Hook]:
             lines = executable_lines(text)
             if lines:
                 found.append(Hook(path, f"a .pth file with {len(lines)} executable line(s)", lines[0][:200]))
-    for path, entry in sorted(files.entries.items()):
-        # site.py opens a linked .pth through its link: its target's bytes are what runs
-        if path.endswith(".pth") and _in_site_dir(path) and entry.kind in ("link", "hardlink"):
-            target = files.resolve(path) if entry.kind == "link" else None
-            text = files.texts.get(target.path) if target is not None else None
-            lines = executable_lines(text) if text is not None else ["(its target's bytes not read here)"]
-            if lines:
-                found.append(Hook(path, f"a .pth file that is a {entry.kind} with executable line(s)", lines[0][:200]))
+    found += _linked_pth(files)
     for directory in _search_dirs(files, pythonpath):
         top = directory.rstrip("/") + "/"
         for path in sorted(p for p in files.entries if p.startswith(top)):
@@ -80,6 +73,21 @@ def hooks(files: imagefiles.ImageFiles, pythonpath: str = "") -> list[Hook]:
             if files.resolve(path) is None:
                 continue  # a dangling link imports nothing
             found.append(Hook(path, rest.split(".")[0].split("/")[0], ""))
+    return found
+
+
+def _linked_pth(files: imagefiles.ImageFiles) -> list[Hook]:
+    """Hooks in .pth files that are links: site.py opens them through the link, so the target's
+    bytes are what runs; a target whose bytes the host did not keep (or a hard link) fails closed."""
+    found = []
+    for path, entry in sorted(files.entries.items()):
+        if not (path.endswith(".pth") and _in_site_dir(path) and entry.kind in ("link", "hardlink")):
+            continue
+        target = files.resolve(path) if entry.kind == "link" else None
+        held = files.texts.get(target.path) if target is not None else None
+        lines = executable_lines(held) if held is not None else ["(its target's bytes not read here)"]
+        if lines:
+            found.append(Hook(path, f"a .pth file that is a {entry.kind} with executable line(s)", lines[0][:200]))
     return found
 
 
