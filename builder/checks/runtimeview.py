@@ -78,28 +78,38 @@ def _term(text: str) -> tuple[str, str, str] | None:
 
 def requirement(text: str, driver: Driver) -> tuple[bool | None, str]:
     """Whether ``driver`` satisfies the requirement ``text`` on every GPU (True), on none (False),
-    or only on some (None: every alternative that holds also names an arch or brand); and why."""
-    alternatives = [alt for alt in text.split(" ") if alt]
+    or only on some (None: every alternative that holds also names an arch or brand); and why.
+    Terms are read in order, as dsl_evaluate does: a false one ends its alternative unread further,
+    an invalid one that is reached refuses the container."""
     some = []
-    for alt in alternatives:
-        terms = [t for t in alt.split(",") if t]
-        parsed = [_term(t) for t in terms]
-        if any(p is None for p in parsed):
-            bad = next(t for t, p in zip(terms, parsed, strict=True) if p is None)
-            return False, f"{bad!r} is not an expression libnvidia-container evaluates (invalid expression)"
-        holds = True
-        for name, op, value in parsed:  # type: ignore[misc]
-            if name == "cuda" and not _compare(driver.cuda, op, _numbers(value) or ()):
-                holds = False
-            if name == "driver" and not _compare(_numbers(driver.version) or (), op, _numbers(value) or ()):
-                holds = False
-        if holds and all(p[0] in VERSION_TERMS for p in parsed):  # type: ignore[index]
+    for alt in [a for a in text.split(" ") if a]:
+        holds, device = _alternative(alt, driver)
+        if holds is None:
+            return False, device
+        if holds and not device:
             return True, f"{alt!r} holds"
         if holds:
             some.append(alt)
     if some:
         return None, f"only {', '.join(repr(s) for s in some)} hold(s): on those GPUs alone"
+    if not text.strip():
+        return True, "an empty requirement holds"
     return False, "no alternative holds (unsatisfied condition)"
+
+
+def _alternative(alt: str, driver: Driver) -> tuple[bool | None, str]:
+    """(does every term hold, "" or the device terms it also needs); (None, why) for an invalid term."""
+    device = []
+    for text in [t for t in alt.split(",") if t]:
+        term = _term(text)
+        if term is None:
+            return None, f"{text!r} is not an expression libnvidia-container evaluates (invalid expression)"
+        name, op, value = term
+        if name in DEVICE_TERMS:
+            device.append(text)
+        elif not _compare(driver.cuda if name == "cuda" else _numbers(driver.version) or (), op, _numbers(value) or ()):
+            return False, ""
+    return True, ",".join(device)
 
 
 def requirements(env: dict[str, str]) -> dict[str, str]:

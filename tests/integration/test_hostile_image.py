@@ -142,6 +142,12 @@ def test_a_broken_image_replaying_good_answers_is_not_fit(hostile):
     # the scorecard says who answered each row
     assert rows["no_world_writable"]["basis"] == "host" and rows["everything_loads"]["basis"] == "cross-checked"
     assert rows["recipe_cli"]["basis"] == "image"
+    # the replaying .pth itself, read on the host (issue 51): a start-up hook the matrix does not name
+    assert rows["startup_hooks"]["status"] == "fail" and rows["startup_hooks"]["basis"] == "host"
+    assert (
+        f"{SITE}/k3replay.pth: a .pth file with 1 executable line(s): import k3replay"
+        in rows["startup_hooks"]["finding"]
+    )
 
 
 # The next step of the attack: the interpreter itself replaced by one that installs the replay
@@ -178,7 +184,14 @@ def test_a_replaced_interpreter_still_cannot_pass_the_rows_the_host_reads(hostil
     assert code == 1, err[-3000:]
     rows = {c["name"]: c for c in doc["checks"]}
     failed = {n for n, c in rows.items() if c["status"] == "fail"}
-    host_read = {"cuda_runtime", "compiled_modules", "everything_loads", "shared_libraries", "gpu_code"}
+    host_read = {
+        "cuda_runtime",
+        "compiled_modules",
+        "everything_loads",
+        "shared_libraries",
+        "gpu_code",
+        "startup_hooks",
+    }
     assert host_read <= failed, {n: rows[n] for n in host_read - failed}
     assert {"non_root", "no_world_writable", "least_privilege"} <= failed
     assert "read on the host" in rows["compiled_modules"]["finding"]

@@ -90,6 +90,9 @@ def test_the_cuda_base_s_requirement_holds_on_the_floor_and_newer():
         ("foo>=1", False),
         ("cuda>=twelve", False),
         ("brand>=tesla", False),
+        ("cuda>=13.0,foo>=1 cuda>=12.0", True),  # a false term ends its alternative: foo is never read
+        ("cuda>=12.0,foo>=1", False),  # reached: invalid expression
+        ("", True),
     ],
 )
 def test_requirements_are_alternatives_of_conjunctions_as_libnvidia_container_reads_them(text, ok):
