@@ -26,7 +26,7 @@ import shlex
 
 import pytest
 
-from builder.checks import elfdyn, imagefiles
+from builder.checks import elfdyn, imagefiles, layers
 from builder.config import contract
 from builder.engine.containers import ContainerSeam, Ran
 
@@ -55,6 +55,13 @@ BASIS = {
     "gpu_coverage": Basis.CROSS,
     "least_privilege": Basis.CROSS,
     "installed_files": Basis.CROSS,
+    # The runtime's view (issue 51): the config and the files, read by the tool's own code.
+    "container_runtime": Basis.HOST,
+    "interpreter_options": Basis.HOST,
+    "startup_hooks": Basis.HOST,
+    "runtime_user": Basis.HOST,
+    "system_files": Basis.HOST,
+    "base_whiteouts": Basis.HOST,
 }
 
 
@@ -108,6 +115,12 @@ def read_files(containers: ContainerSeam, container_id: str, prefix: str) -> ima
     """The static view of the checks' container (its root file system as exported), read on the host."""
     with containers.export(container_id) as stream:
         return imagefiles.read(stream, (prefix,))
+
+
+def read_layers(engine, image_id: str) -> layers.Layers:
+    """The image's layers (``docker save`` of ``image_id``), read on the host: whiteouts, file capabilities."""
+    with engine.export_image(image_id) as stream:
+        return layers.read(stream)
 
 
 def static_unloadable(files: imagefiles.ImageFiles, expect) -> list[tuple[str, str]]:

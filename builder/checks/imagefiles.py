@@ -25,7 +25,7 @@ import re
 import stat
 import struct
 import tarfile
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import IO
 
@@ -33,7 +33,13 @@ from builder.checks import elfdyn
 
 MAX_MEMBERS = 4_000_000  # cu129's image holds about 120,000 files
 HEAD = 64  # an ELF64 header
-KEPT_TEXTS = ("/etc/passwd",)
+KEPT_TEXTS = ("/etc/passwd", "/etc/group", "/etc/ld.so.preload")
+# Start-up hooks (builder/checks/startup.py): every .pth file is kept, wherever it is (a few KiB each).
+HOOK_TEXT = re.compile(r"(\.pth|/(?:site|user)customize(?:/__init__)?\.py)$")
+# The base's dpkg records, which a start-up hook an OS package installed unchanged is held to.
+DPKG_TEXT = re.compile(r"^/var/lib/dpkg/(?:status|info/[^/]+\.md5sums)$")
+MAX_HOOK_TEXTS = 10_000
+CAPABILITY_XATTR = "SCHILY.xattr.security.capability"  # a file capability, as a PAX record carries it
 MAX_TEXT = 1 << 20
 SHARED_OBJECT = re.compile(r"\.so(\.[0-9.]+)?$")  # a ".so" in its name: what the loads probe tries
 ET_DYN = 3
@@ -56,6 +62,7 @@ class Entry:
     size: int
     head: bytes = b""  # the first HEAD bytes of a shared object under a watched root, or a CUDA runtime
     link: str = ""  # a symbolic link's target
+    capability: bytes = b""  # its security.capability extended attribute (a file capability), if any
 
 
 @dataclass
@@ -181,6 +188,15 @@ def elf_problem(head: bytes, machine: int | None) -> str | None:
     return None
 
 
+def capability(pax: Mapping[str, str]) -> bytes:
+    """A member's file capability: SCHILY.xattr.security.capability (what Docker and containerd
+    apply), or another writer's form of the same attribute (libarchive's LIBARCHIVE.xattr.*)."""
+    for key, value in pax.items():
+        if key == CAPABILITY_XATTR or key.endswith("xattr.security.capability"):
+            return value.encode("utf-8", "surrogateescape") or b"(empty)"
+    return b""
+
+
 def _hex(urlsafe: str) -> str:
     """RECORD's urlsafe-base64 sha256 (no padding) as hex; "" when it is not one."""
     try:
@@ -228,7 +244,10 @@ def read(stream: IO[bytes], watch: tuple[str, ...]) -> ImageFiles:
                 if kind == "file":
                     head = _read_file(tar, member, path, path.startswith(tops), view)
                 link = member.linkname if kind == "link" else ""
-                view.entries[path] = Entry(path, kind, member.mode, member.uid, member.gid, member.size, head, link)
+                cap = capability(member.pax_headers)
+                view.entries[path] = Entry(
+                    path, kind, member.mode, member.uid, member.gid, member.size, head, link, cap
+                )
     except (tarfile.TarError, EOFError, OSError) as exc:
         raise UnreadableImage(f"the exported file system is not a readable tar: {exc}") from None
     return view
@@ -236,11 +255,14 @@ def read(stream: IO[bytes], watch: tuple[str, ...]) -> ImageFiles:
 
 def _read_file(tar: tarfile.TarFile, member: tarfile.TarInfo, path: str, watched: bool, view: ImageFiles) -> bytes:
     """What the view keeps of one regular file: its head (shared objects, CUDA runtimes), its sha256
-    (under a watched root), its text (/etc/passwd, RECORDs under a watched root); returns the head."""
+    (under a watched root), its text (KEPT_TEXTS, RECORDs under a watched root, every .pth file);
+    returns the head."""
     runtime = path.rsplit("/", 1)[-1].startswith(RUNTIMES)
     record = watched and _RECORD.search(path) is not None
+    hook = HOOK_TEXT.search(path) is not None or DPKG_TEXT.match(path) is not None
+    record = record or (hook and len(view.texts) < MAX_HOOK_TEXTS)
     text = path in KEPT_TEXTS or elfdyn.CONF.match(path) is not None
-    if not (watched or runtime or text):
+    if not (watched or runtime or record or text):
         return b""
     data = tar.extractfile(member)
     assert data is not None, "a regular member always has data"

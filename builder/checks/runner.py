@@ -44,7 +44,8 @@ from builder.source.pinned import PinnedSource
 
 CHECKLIST = Path(__file__).with_name("checklist.py")
 CHECKLIST_GPU = CHECKLIST.with_name("checklist_gpu.py")  # gpu_code, gpu_coverage
-CHECKLISTS = (CHECKLIST, CHECKLIST.with_name("checklist_image.py"), CHECKLIST_GPU)  # contract.CHECKS, one test each
+CHECKLIST_RUNTIME = CHECKLIST.with_name("checklist_runtime.py")  # the runtime's view of the image (issue 51)
+CHECKLISTS = (CHECKLIST, CHECKLIST.with_name("checklist_image.py"), CHECKLIST_GPU, CHECKLIST_RUNTIME)  # contract.CHECKS
 CHECK_OUTPUT_NAME = "checks.txt"  # pytest's own output, beside the JUnit report
 PIP_DIR = "/tmp/k3-check-pip"  # pip's copy in the container (pip is not in the image)
 
@@ -290,11 +291,14 @@ class Report:
 class _Plugin:
     """Hands the checklist its fixtures; collects warnings it raises for the report."""
 
-    def __init__(self, expect: Expectations, config: ImageConfig, host: boundary.ContainerHost, files) -> None:
+    def __init__(
+        self, expect: Expectations, config: ImageConfig, host: boundary.ContainerHost, files, layers=None
+    ) -> None:
         self._expect = expect
         self._config = config
         self._host = host
         self._files = files  # () -> the static view (boundary.read_files), read once when a check asks
+        self._layers = layers  # () -> the image's layers (boundary.read_layers), read once when a check asks
         self.warnings: list[str] = []
         self.facts: dict = {}
 
@@ -316,6 +320,15 @@ class _Plugin:
             return self._files()
         except UnreadableImage as exc:
             pytest.fail(f"expected to read the image's files on the host, found {exc}")
+
+    @pytest.fixture(scope="session")
+    def image_layers(self):
+        if self._layers is None:
+            pytest.skip("the image's layers are not readable here (no saved image)")
+        try:
+            return self._layers()
+        except UnreadableImage as exc:
+            pytest.fail(f"expected to read the image's layers on the host, found {exc}")
 
     @pytest.fixture(scope="session")
     def pip_dir(self) -> str:
@@ -391,7 +404,8 @@ def run(engine: Engine, ref: str, expect: Expectations, junit: Path, plugins: tu
             )
             engine.containers.copy_into(container, Path(tmp) / "pip-path", PIP_DIR)
             host, cid, seam = boundary.ContainerHost(engine.containers, container), container, engine.containers
-            plugin = _Plugin(expect, config, host, lambda: boundary.read_files(seam, cid, expect.app_prefix))
+            files = lambda: boundary.read_files(seam, cid, expect.app_prefix)  # noqa: E731
+            plugin = _Plugin(expect, config, host, files, lambda: boundary.read_layers(engine, config.id))
             code = _pytest(plugin, Path(tmp), junit, plugins)
     finally:
         if container:

@@ -409,6 +409,34 @@ CHECKS.update(
         "requires to map the file on a 64K-page kernel (elf/dl-load.c); other images skip it, saying why",
     }
 )
+# The image as its runtime reads it (builder/checks/checklist_runtime.py; issue 51): every answer read
+# on the host, from the image config, the exported file system or the saved layers.
+CHECKS.update(
+    {
+        "container_runtime": "the NVIDIA container runtime accepts the image on the target's driver floor "
+        "(gpu.driver_floor) and on every newer driver: each NVIDIA_REQUIRE_* (and a legacy image's CUDA_VERSION) "
+        "has an alternative whose cuda/driver terms hold there on every GPU (libnvidia-container's DSL: spaces "
+        "separate alternatives, commas join terms); NVIDIA_DRIVER_CAPABILITIES grants compute and utility (unset: "
+        "the toolkit's default, utility,compute); NVIDIA_VISIBLE_DEVICES, where set, names GPUs; no "
+        "LD_LIBRARY_PATH entry is a CUDA compat directory or holds another CUDA major's libcudart",
+        "interpreter_options": "no variable of the config's Env changes what the image's Python or loader runs "
+        "(PYTHONSTARTUP, PYTHONINSPECT, PYTHONHOME, PYTHONUSERBASE, PYTHONPLATLIBDIR, PYTHONBREAKPOINT, "
+        "PYTHONWARNINGS=error, PYTHONOPTIMIZE, PYTHONDEVMODE, PYTHONMALLOC, LD_PRELOAD, LD_AUDIT) and "
+        "/etc/ld.so.preload names nothing; every other PYTHON* variable is shown (PYTHONPATH: loaded_libraries)",
+        "startup_hooks": "no start-up hook in the image's files: a .pth file in a site directory with a line "
+        "starting with 'import' and a space or tab, a sitecustomize or usercustomize module in a site directory, "
+        "a standard library directory or on the config's PYTHONPATH; a hook an OS package installed with its "
+        "dpkg md5 intact is shown, not failed",
+        "runtime_user": "the config's User resolves: a name has an /etc/passwd entry (a group name an /etc/group "
+        "one); a numeric uid without one has USER or LOGNAME and HOME in the Env; HOME agrees with the passwd "
+        "home where both exist; the home and /tmp are directories the user can write",
+        "system_files": "no file carries a file capability (security.capability, in the exported file system or "
+        "any layer's PAX records), and /, /etc, /usr, /usr/local, the bin, sbin and lib directories, and what "
+        "the bin and sbin directories hold, are owned by root",
+        "base_whiteouts": "every path a lower layer has that a later layer's whiteout (.wh.NAME or an opaque "
+        ".wh..wh..opq) removes is named; one that a dpkg package's file list (/var/lib/dpkg/info/*.list) names fails",
+    }
+)
 # The largest page a kernel of the image's hosts may run, by the machine of the image's interpreter
 # (page_alignment). Grace hosts (GH200, GB200, GB300: aarch64) often run 64K-page kernels (Ubuntu's
 # linux-nvidia-64k flavour); x86_64 kernels have 4 KiB pages only, so amd64 images are not walked.

@@ -9,6 +9,11 @@ is shown too (a stale waiver hides nothing today and would hide a new defect tom
       waivers:
         everything_loads:
           /opt/k3/venv/lib/python3.12/site-packages/torchcodec/libtorchcodec_core4.so: FFmpeg 4 variant
+        container_runtime:
+          /config/Env/NVIDIA_REQUIRE_CUDA: only ever run on r580 hosts
+
+A finding about a variable of the image config (the runtime's view: builder/checks/checklist_runtime.py)
+is named by its place in the OCI image config, ``/config/Env/NAME``.
 """
 
 from __future__ import annotations
@@ -30,6 +35,12 @@ WaivableCheck = Literal[
     "image_hygiene",
     "package_files",
     "page_alignment",
+    "container_runtime",
+    "interpreter_options",
+    "startup_hooks",
+    "runtime_user",
+    "system_files",
+    "base_whiteouts",
 ]
 Waivers = dict[WaivableCheck, dict[PathPattern, Reason]]
 

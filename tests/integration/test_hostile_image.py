@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -141,6 +142,12 @@ def test_a_broken_image_replaying_good_answers_is_not_fit(hostile):
     # the scorecard says who answered each row
     assert rows["no_world_writable"]["basis"] == "host" and rows["everything_loads"]["basis"] == "cross-checked"
     assert rows["recipe_cli"]["basis"] == "image"
+    # the replaying .pth itself, read on the host (issue 51): a start-up hook the matrix does not name
+    assert rows["startup_hooks"]["status"] == "fail" and rows["startup_hooks"]["basis"] == "host"
+    assert (
+        f"{SITE}/k3replay.pth: a .pth file with 1 executable line(s): import k3replay"
+        in rows["startup_hooks"]["finding"]
+    )
 
 
 # The next step of the attack: the interpreter itself replaced by one that installs the replay
@@ -177,7 +184,14 @@ def test_a_replaced_interpreter_still_cannot_pass_the_rows_the_host_reads(hostil
     assert code == 1, err[-3000:]
     rows = {c["name"]: c for c in doc["checks"]}
     failed = {n for n, c in rows.items() if c["status"] == "fail"}
-    host_read = {"cuda_runtime", "compiled_modules", "everything_loads", "shared_libraries", "gpu_code"}
+    host_read = {
+        "cuda_runtime",
+        "compiled_modules",
+        "everything_loads",
+        "shared_libraries",
+        "gpu_code",
+        "startup_hooks",
+    }
     assert host_read <= failed, {n: rows[n] for n in host_read - failed}
     assert {"non_root", "no_world_writable", "least_privilege"} <= failed
     assert "read on the host" in rows["compiled_modules"]["finding"]
@@ -228,3 +242,71 @@ def test_a_check_that_prints_without_end_is_capped(runaway):
     assert peak_kib < 200 * 1024, f"peak {peak_kib // 1024} MiB for 300 MB of output"
     rows = {c["name"]: c for c in json.loads(out)["checks"]}
     assert code == 1 and rows["runtime_toolchain"]["status"] == "fail", rows["runtime_toolchain"]
+
+
+# --- the runtime's view (issue 51): one variant made at the OCI level, no build ---------------------
+# The smoke's config edited and one layer written here appended, pushed under a repository of its own:
+# each class of issue 51 part A is in it once, and `build test` and `build vet` name each on its row.
+CAPABILITY = "\x01\x00\x00\x02\x00\x20\x00\x00" + "\x00" * 12  # vfs_cap_data v2: cap_net_raw, effective
+
+
+def _broken_runtime_view(config: dict) -> None:
+    env = dict(item.split("=", 1) for item in config["config"]["Env"])
+    for var in ("USER", "LOGNAME", "HOME"):
+        env.pop(var, None)  # uid 2000 has no passwd entry: getpass raises, runc's HOME=/ is not writable
+    env["NVIDIA_REQUIRE_CUDA"] = "cuda>=13.0"  # a cu129 image refusing r575 hosts
+    env["LD_LIBRARY_PATH"] = "/usr/local/cuda/compat:" + env.get("LD_LIBRARY_PATH", "")
+    env["PYTHONWARNINGS"] = "error"
+    config["config"]["Env"] = [f"{k}={v}" for k, v in env.items()]
+
+
+@pytest.fixture(scope="module")
+def runtime_view(built):
+    from tests.integration import ocivariant
+
+    smoke, ref = built
+    tar = ocivariant.layer(
+        [
+            (SITE.lstrip("/") + "/k3hook.pth", "file", 0o644, 0, "import os\n", {}),
+            ("usr/bin/k3cap", "file", 0o755, 0, "#!/bin/sh\n", {"SCHILY.xattr.security.capability": CAPABILITY}),
+            ("usr/bin/k3own", "file", 0o755, 1000, "#!/bin/sh\n", {}),
+            ("etc/.wh.debian_version", "file", 0o644, 0, b"", {}),  # base-files' file, removed
+        ]
+    )
+    repository, variant = ocivariant.push_variant(ref, _broken_runtime_view, (tar,))
+    # pulled first: vet --json of an image the engine lacks gets docker's "Unable to find image" on stdout
+    subprocess.run(["docker", "pull", "-q", variant], check=True, capture_output=True)
+    yield smoke, ref, variant
+    ocivariant.remove(repository, variant)
+
+
+RUNTIME_ROWS = {
+    "container_runtime": ("NVIDIA_REQUIRE_CUDA='cuda>=13.0' refuses the driver floor", "/usr/local/cuda/compat"),
+    "interpreter_options": ("/config/Env/PYTHONWARNINGS",),
+    "startup_hooks": (f"{SITE}/k3hook.pth: a .pth file with 1 executable line(s): import os",),
+    "runtime_user": ("getpass.getuser() raises", "/: the home of uid 2000 is the root directory"),
+    "system_files": ("/usr/bin/k3cap: carries a file capability", "/usr/bin/k3own: owned by uid 1000"),
+    "base_whiteouts": ("/etc/debian_version: a file of the OS package base-files",),
+}
+
+
+def test_the_runtime_s_view_is_read_on_the_host_and_each_class_fails_its_row(runtime_view):
+    smoke, ref, variant = runtime_view
+    code, doc, err = _vet(smoke, variant)
+    assert code == 1, err[-3000:]
+    rows = {c["name"]: c for c in doc["checks"]}
+    for name, texts in RUNTIME_ROWS.items():
+        assert rows[name]["status"] == "fail" and rows[name]["basis"] == "host", rows[name]
+        assert all(t in rows[name]["finding"] for t in texts), (name, rows[name]["finding"])
+    r = cli("--matrix", str(smoke.matrix), "test", "--target", "smoke", "--image", variant)
+    assert r.code == 1, r.err[-3000:]
+    for name in RUNTIME_ROWS:
+        assert re.search(rf"^\s+FAIL\s+{name}\s", r.err, re.M), r.err[-3000:]
+
+
+def test_the_demo_image_passes_every_runtime_row(runtime_view):
+    smoke, ref, _ = runtime_view
+    code, doc, err = _vet(smoke, ref)
+    rows = {c["name"]: c for c in doc["checks"]}
+    assert all(rows[name]["status"] == "pass" for name in RUNTIME_ROWS), {n: rows[n] for n in RUNTIME_ROWS}
+    assert code == 0, err[-3000:]

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from builder.checks import checklist, checklist_gpu, checklist_image, imagefiles, probes
+from builder.checks import checklist, checklist_gpu, checklist_image, checklist_runtime, imagefiles, probes
 from builder.checks import runner as checks
 from builder.config import contract, matrix
 from builder.config.gpu import GpuCode
@@ -635,11 +635,11 @@ def test_junit_report_must_hold_every_check(tmp_path):
 def test_every_contract_check_has_a_test():
     names = [
         n.removeprefix("test_")
-        for m in (checklist, checklist_gpu, checklist_image)
+        for m in (checklist, checklist_gpu, checklist_image, checklist_runtime)
         for n in dir(m)
         if n.startswith("test_")
     ]
-    assert sorted(names) == sorted(checks.contract.CHECKS)  # each once, in one of the three modules
+    assert sorted(names) == sorted(checks.contract.CHECKS)  # each once, in one of the four modules
     assert all(Path(p).exists() for p in checks.CHECKLISTS) and checks.CHECKLISTS[0] == checks.CHECKLIST
     assert checks.CHECKLIST_GPU in checks.CHECKLISTS
 

@@ -1,0 +1,187 @@
+"""The image's layers as the tool reads them on the host (issue 51): whiteouts and file capabilities.
+
+Read from ``docker save`` (an OCI layout tar: blobs named by digest, index.json and Docker's
+manifest.json naming the layers in order), once, forward only, never written to disk; each layer is
+an untrusted tar like the exported file system (imagefiles.py): names normalised, never followed,
+members counted. What a layer keeps here is small: its paths, its whiteouts, its file capabilities
+and the base's dpkg file lists (to tell an OS package's file from any other).
+
+Whiteouts are the OCI image spec's (image-spec/layer.md "Whiteouts"): an entry ``.wh.NAME`` removes
+NAME (and what is under it) of the lower layers; ``.wh..wh..opq`` in a directory removes everything
+the lower layers have in it.
+"""
+
+from __future__ import annotations
+
+import json
+import posixpath
+import re
+import tarfile
+from dataclasses import dataclass, field
+from typing import IO
+
+from builder.checks.imagefiles import MAX_MEMBERS, UnreadableImage, capability
+
+WHITEOUT = ".wh."
+OPAQUE = ".wh..wh..opq"
+# dpkg's file lists (info/NAME.list: absolute paths) and md5sums (info/ or a distroless status.d/:
+# "md5  relative/path"), either of which names a package's files.
+_DPKG_LIST = re.compile(r"^/var/lib/dpkg/(?:info|status\.d)/([^/]+)\.(list|md5sums)$")
+MAX_JSON = 4 << 20
+
+
+@dataclass
+class Layer:
+    digest: str
+    paths: set[str] = field(default_factory=set)
+    removed: list[str] = field(default_factory=list)  # what its .wh. entries remove
+    opaque: list[str] = field(default_factory=list)  # directories its opaque whiteouts empty
+    capabilities: dict[str, bytes] = field(default_factory=dict)
+    packages: dict[str, str] = field(default_factory=dict)  # file -> the dpkg package whose .list names it
+    links: dict[str, str] = field(default_factory=dict)  # symbolic link -> its target
+
+
+@dataclass
+class Layers:
+    ordered: list[Layer]
+
+    def capabilities(self) -> dict[str, str]:
+        """path -> the layer (digest) whose file capability is in the merged file system."""
+        caps: dict[str, str] = {}
+        for layer in self.ordered:
+            for gone in layer.removed + layer.opaque:
+                caps = {p: d for p, d in caps.items() if p != gone and not p.startswith(gone.rstrip("/") + "/")}
+            for path in layer.paths:
+                caps.pop(path, None)
+            caps.update(dict.fromkeys(layer.capabilities, layer.digest))
+        return caps
+
+    def removed_base_files(self) -> list[tuple[str, str, str]]:
+        """(path, removing layer's digest, dpkg package or "") of every path a lower layer has that
+        a later layer's whiteout removes, opaque whiteouts included."""
+        below: set[str] = set()
+        packages: dict[str, str] = {}
+        links: dict[str, str] = {}
+        found = []
+        for layer in self.ordered:
+            hit = set()
+            for gone in layer.removed:
+                hit |= {p for p in below if p == gone or p.startswith(gone.rstrip("/") + "/")}
+            for directory in layer.opaque:
+                top = directory.rstrip("/") + "/"
+                hit |= {p for p in below if p.startswith(top) and p not in layer.paths}
+            if hit:
+                # dpkg lists name paths as the package ships them (/bin/ls); a merged-/usr root holds
+                # them through links (/bin -> usr/bin): both sides compared with their links resolved.
+                owner = {_resolved(p, links): pkg for p, pkg in packages.items()}
+                found += [(p, layer.digest, owner.get(_resolved(p, links), "")) for p in sorted(hit)]
+                below -= hit
+            below |= layer.paths
+            packages.update(layer.packages)
+            links.update(layer.links)
+        return found
+
+
+def _resolved(path: str, links: dict[str, str]) -> str:
+    """``path`` with the links of its directories followed (at most 40), as the kernel would."""
+    parts, done, hops = [p for p in path.split("/") if p], "", 0
+    while parts:
+        part = parts.pop(0)
+        here = posixpath.dirname(done) if part == ".." else f"{done}/{part}"
+        if here in links and parts and hops < 40:
+            hops += 1
+            target = links[here]
+            parts = [p for p in (target if target.startswith("/") else f"{done}/{target}").split("/") if p] + parts
+            done = ""
+            continue
+        done = here
+    return posixpath.normpath(done or "/")
+
+
+def _normal(name: str) -> str | None:
+    parts = [p for p in name.split("/") if p not in ("", ".")]
+    if "\0" in name or ".." in parts:
+        return None
+    return "/" + "/".join(parts)
+
+
+def read_layer(fileobj: IO[bytes], digest: str) -> Layer:
+    """One layer tar (plain or gzip), read as a stream."""
+    layer = Layer(digest)
+    with tarfile.open(fileobj=fileobj, mode="r|*") as tar:
+        for count, member in enumerate(tar):
+            if count >= MAX_MEMBERS:
+                raise UnreadableImage(f"layer {digest[:19]}: more than {MAX_MEMBERS} members")
+            path = _normal(member.name)
+            if path is None:
+                raise UnreadableImage(f"layer {digest[:19]}: a member named {member.name[:200]!r}")
+            base, name = posixpath.split(path)
+            if name == OPAQUE:
+                layer.opaque.append(base)
+                continue
+            if name.startswith(WHITEOUT):
+                layer.removed.append(posixpath.join(base, name[len(WHITEOUT) :]))
+                continue
+            layer.paths.add(path)
+            if member.issym():
+                layer.links[path] = member.linkname
+            cap = capability(member.pax_headers)
+            if cap:
+                layer.capabilities[path] = cap
+            package = _DPKG_LIST.match(path)
+            if package and member.isfile():
+                _read_list(tar, member, package.group(1), package.group(2), layer)
+    return layer
+
+
+def _read_list(tar: tarfile.TarFile, member: tarfile.TarInfo, name: str, kind: str, layer: Layer) -> None:
+    data = tar.extractfile(member)
+    text = data.read(8 << 20).decode("utf-8", "replace") if data else ""
+    for line in text.splitlines():
+        path = line if kind == "list" else line.partition("  ")[2]
+        if path and (kind == "md5sums" or path.startswith("/")):
+            layer.packages[posixpath.normpath("/" + path.lstrip("/"))] = name.split(":")[0]
+
+
+def _is_tar(head: bytes) -> bool:
+    return head[:2] == b"\x1f\x8b" or head[257:262] == b"ustar" or (len(head) >= 512 and not head.strip(b"\0"))
+
+
+def read(stream: IO[bytes]) -> Layers:
+    """The layers of a ``docker save`` stream, in the order the image's manifest names them."""
+    layers: dict[str, Layer] = {}
+    docs: dict[str, bytes] = {}
+    try:
+        with tarfile.open(fileobj=stream, mode="r|") as outer:
+            for member in outer:
+                if not member.isfile():
+                    continue
+                blob = outer.extractfile(member)
+                if blob is None:
+                    continue
+                name = member.name.removeprefix("./")
+                head = blob.peek(512)[:512] if hasattr(blob, "peek") else b""
+                if len(head) >= 512 and _is_tar(head) or head[:2] == b"\x1f\x8b":
+                    layers[name] = read_layer(blob, "sha256:" + name.rsplit("/", 1)[-1])
+                elif member.size <= MAX_JSON:
+                    docs[name] = blob.read()
+    except (tarfile.TarError, EOFError, OSError) as exc:
+        raise UnreadableImage(f"the saved image is not a readable tar: {exc}") from None
+    order = _order(docs)
+    missing = [n for n in order if n not in layers]
+    if missing:
+        raise UnreadableImage(f"the saved image's manifest names layers it does not carry: {', '.join(missing[:3])}")
+    return Layers([layers[n] for n in order])
+
+
+def _order(docs: dict[str, bytes]) -> list[str]:
+    """The layer blobs' names in image order: Docker's manifest.json, else index.json's manifest."""
+    try:
+        if "manifest.json" in docs:
+            return list(json.loads(docs["manifest.json"])[0]["Layers"])
+        index = json.loads(docs["index.json"])
+        digest = index["manifests"][0]["digest"]
+        manifest = json.loads(docs["blobs/sha256/" + digest.split(":", 1)[1]])
+        return ["blobs/sha256/" + layer["digest"].split(":", 1)[1] for layer in manifest["layers"]]
+    except (KeyError, IndexError, TypeError, ValueError) as exc:
+        raise UnreadableImage(f"the saved image names no layer order (manifest.json, index.json): {exc}") from None
