@@ -1,0 +1,232 @@
+"""`build escrow` (builder/escrow/) against the real registry on 127.0.0.1:5000: the smoke target
+naming linux/amd64 and linux/arm64, built with the fake engine (as tests/unit/test_multiplatform.py
+builds it), its bases a two-platform image pushed here first, escrowed into a repository of this
+run's own (deleted at the end: only what this test made). Real: the smoke's git repositories and
+their bundles, the locks and the wheel cache of test_pipeline_ordering.py, the DSSE signature.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import hashlib
+import json
+import subprocess
+import urllib.request
+import uuid
+
+import pytest
+
+from builder.cli import main
+from builder.config import matrix
+from builder.config.options import BuildOptions
+from builder.engine.blobcopy import BlobCopier
+from builder.engine.registry import OCI_MANIFEST, RegistryClient
+from builder.escrow import inputs
+from builder.escrow import manifest as em
+from builder.escrow.inputs import Kind
+from builder.escrow.run import escrow_target
+from builder.pipeline import build as pipeline
+from builder.pipeline import smoke, smokearm64
+from builder.pipeline.plan import Plan
+from builder.records import provsign
+from tests.unit.fakeengine import FakeEngine
+from tests.unit.test_multiplatform import PLATFORMS, _lock_all
+from tests.unit.test_pipeline_ordering import REGISTRY, Checks, smoke_repos  # noqa: F401
+
+LOCAL = "127.0.0.1:5000"
+
+
+def _registry_up() -> bool:
+    try:
+        with urllib.request.urlopen(f"http://{LOCAL}/v2/", timeout=3) as resp:
+            return resp.status == 200
+    except OSError:
+        return False
+
+
+pytestmark = pytest.mark.skipif(not _registry_up(), reason=f"no registry on {LOCAL} (ci/setup.sh starts one)")
+
+
+class Made:
+    """What this test pushed, so it deletes only that."""
+
+    def __init__(self, prefix: str) -> None:
+        self.prefix = prefix
+        self.client = RegistryClient()
+        self.copier = BlobCopier(self.client)
+        self.manifests: list[tuple[str, str]] = []
+        self.blobs: list[tuple[str, str]] = []
+        self.recorded = ""  # the recorded digest: the escrow's tag is escrow-<its hex>
+
+    def image(self, name: str, arch: str) -> tuple[str, int]:
+        config = json.dumps({"architecture": arch, "os": "linux", "rootfs": {"type": "layers"}}).encode()
+        layer = f"base layer for {arch} {self.prefix}".encode()
+        for blob in (config, layer):
+            self.blobs.append((name, self.copier.push_bytes(name, blob)))
+        doc = {
+            "schemaVersion": 2,
+            "mediaType": OCI_MANIFEST,
+            "config": {
+                "mediaType": "application/vnd.oci.image.config.v1+json",
+                "digest": _d(config),
+                "size": len(config),
+            },
+            "layers": [
+                {"mediaType": "application/vnd.oci.image.layer.v1.tar", "digest": _d(layer), "size": len(layer)}
+            ],
+        }
+        raw = json.dumps(doc).encode()
+        self.manifests.append((name, self.copier.push_manifest(name, raw, OCI_MANIFEST)))
+        return self.manifests[-1][1], len(raw)
+
+    def delete(self) -> None:
+        for name, digest in self.manifests:
+            self.client.delete_manifest(name, digest)
+        for name, digest in self.blobs:
+            self.copier.delete_blob(name, digest)
+
+
+def _d(data: bytes) -> str:
+    return "sha256:" + hashlib.sha256(data).hexdigest()
+
+
+@pytest.fixture()
+def escrowed(tmp_path, monkeypatch, smoke_repos):  # noqa: F811
+    """A two-platform smoke build whose bases are served here, and a repository to escrow into."""
+    monkeypatch.setenv("K3_CACHE_DIR", str(tmp_path / "cache"))
+    prefix = f"k3-escrow-test-{uuid.uuid4().hex[:12]}"
+    made = Made(prefix)
+    base = f"{LOCAL}/{prefix}/base"
+    amd, arm = made.image(base, "amd64"), made.image(base, "arm64")
+    bases = {
+        "linux/amd64": {"devel": f"{base}:t@{amd[0]}", "runtime": f"{base}:t@{amd[0]}"},
+        "linux/arm64": {"devel": f"{base}:t@{arm[0]}", "runtime": f"{base}:t@{arm[0]}"},
+        "index": {"devel": "sha256:" + "1" * 64, "runtime": "sha256:" + "2" * 64},
+    }
+    root = tmp_path / "checkout"
+    root.mkdir()
+    key, pub = provsign.generate_test_key(tmp_path / "signing")
+    text = smoke.matrix_text(
+        REGISTRY,
+        bases["linux/amd64"],
+        smoke_repos,
+        dt.date.today() + dt.timedelta(days=180),
+        signing={"key": str(key), "public_key": str(pub)},
+    )
+    (root / "matrix.yaml").write_text(smokearm64.with_platforms(text, bases))
+    loaded = matrix.load(root / "matrix.yaml")
+    pipeline.render_all(loaded, ["smoke"], check=False)
+    plan = Plan.of(loaded, "smoke")
+    _lock_all(plan)
+    Checks(monkeypatch)
+    made.recorded = pipeline.build(plan, FakeEngine(), BuildOptions()).digest
+    dest = f"{LOCAL}/{prefix}/escrow"
+    yield loaded, dest, made
+    _cleanup(made, dest)
+
+
+def _cleanup(made: Made, dest: str) -> None:
+    """Delete what the escrow made in this run's repository (every manifest its tag's index names,
+    their blobs, the index), then the bases this test pushed."""
+    client, copier = made.client, made.copier
+    for tag in ("escrow-" + d for d in _escrow_tags(made)):
+        index = client.raw_manifest(dest, tag)
+        if index is None:
+            continue
+        for child in index.doc["manifests"]:
+            _delete_tree(client, copier, dest, child["digest"])
+        client.delete_manifest(dest, index.digest)
+    made.delete()
+
+
+def _escrow_tags(made: Made) -> list[str]:
+    return [made.recorded.removeprefix("sha256:")] if made.recorded else []
+
+
+def _delete_tree(client: RegistryClient, copier: BlobCopier, dest: str, digest: str) -> None:
+    got = client.raw_manifest(dest, digest)
+    if got is None:
+        return
+    for child in got.doc.get("manifests", []):
+        _delete_tree(client, copier, dest, child["digest"])
+    for desc in [got.doc["config"], *got.doc.get("layers", [])] if "config" in got.doc else []:
+        copier.delete_blob(dest, desc["digest"])
+    client.delete_manifest(dest, digest)
+
+
+def _served(client: RegistryClient, copier: BlobCopier, dest: str, entry: em.Entry) -> bool:
+    if entry.kind is Kind.BASE:
+        return copier.has_manifest(dest, entry.digest)
+    return copier.has_blob(dest, entry.digest) and copier.has_manifest(dest, entry.artifact)
+
+
+def test_every_input_is_escrowed_signed_and_a_second_run_pushes_nothing(escrowed):
+    loaded, dest, made = escrowed
+    root = loaded.path.parent
+    first = escrow_target(loaded, "smoke", dest)
+    inv = inputs.inventory(root, loaded.target("smoke"))
+    kinds = {i.kind for i in inv.inputs}
+    assert kinds == {Kind.SOURCE, Kind.WHEEL, Kind.BASE, Kind.RECIPE}
+    # The source, the third-party tree and its submodule; both platforms' bases.
+    assert {i.name for i in inv.inputs if isinstance(i, inputs.SourceInput)} == {
+        "source",
+        "third_party/k3kernels",
+        "third_party/k3kernels/third-party/k3math",
+    }
+    assert {i.key for i in inv.inputs if i.kind is Kind.BASE} == {
+        f"base {r} {p}" for r in ("build", "runtime") for p in PLATFORMS
+    }
+    assert set(first.manifest.entries) == {i.key for i in inv.inputs}
+    for key, entry in first.manifest.entries.items():
+        assert _served(made.client, made.copier, dest, entry), key
+    pushed = {r["kind"]: r for r in first.tally.rows()}
+    assert pushed["source"]["pushed"] > 0 and pushed["wheel"]["pushed"] > 0
+    # The bases sit on the escrow's registry: mounted across repositories, not uploaded.
+    assert (pushed["base"]["pushed"], pushed["base"]["mounted"]) == (0, _base_bytes(made))
+    # Signed like the provenance, verified offline against the matrix's public key.
+    text = (root / "locks" / "smoke" / em.ESCROW_NAME).read_text()
+    assert text == first.envelope
+    env, parsed = em.parse(text, "escrow.json")
+    target = loaded.target("smoke")
+    assert [a.ok for a in em.signature_answers(env, target.signing, root)] == [True, True, True]
+    assert parsed.digest == inv.digest and parsed.entries == first.manifest.entries
+    # The tag names the index, and the index names the signed manifest and every artifact.
+    assert made.client.resolve_digest(f"{dest}:{first.tag}") == first.index
+    listed = {m["digest"] for m in made.client.raw_manifest(dest, first.index).doc["manifests"]}
+    assert {e.artifact for e in first.manifest.entries.values()} <= listed
+    # Idempotent: nothing pushed again, everything counted as already there, the same index.
+    second = escrow_target(loaded, "smoke", dest)
+    assert all(r["pushed"] == 0 and r["mounted"] == 0 for r in second.tally.rows()), second.tally.rows()
+    again = {r["kind"]: r["already"] for r in second.tally.rows()}
+    assert again == {k: r["pushed"] + r["mounted"] + r["already"] for k, r in pushed.items()}
+    assert second.index == first.index
+
+
+def _base_bytes(made: Made) -> int:
+    """The bases' config and layer bytes this test pushed (both platforms' images, once each)."""
+    total = 0
+    for name, digest in made.manifests:
+        doc = made.client.raw_manifest(name, digest).doc
+        total += doc["config"]["size"] + sum(layer["size"] for layer in doc["layers"])
+    return total
+
+
+def test_the_source_bundle_holds_the_pinned_commit(escrowed, tmp_path):
+    loaded, dest, made = escrowed
+    pushed = escrow_target(loaded, "smoke", dest)
+    entry = pushed.manifest.entries[next(k for k in pushed.manifest.entries if k.startswith("source source@"))]
+    bundle = tmp_path / "source.bundle"
+    made.client.blob_to(dest, entry.digest, bundle)
+    clone = tmp_path / "clone"
+    subprocess.run(["git", "clone", "--quiet", "--bare", str(bundle), str(clone)], check=True)
+    head = subprocess.run(["git", "-C", str(clone), "rev-parse", "refs/heads/pinned"], capture_output=True, text=True)
+    assert head.stdout.strip() == entry.pin["commit"]
+
+
+def test_a_bad_to_is_refused_with_exit_2_and_nothing_written(escrowed, capsys):
+    loaded, dest, made = escrowed
+    with pytest.raises(SystemExit) as info:
+        main(["--matrix", str(loaded.path), "escrow", "--target", "smoke", "--to", "not a repo"])
+    assert info.value.code == 2
+    assert "--to" in capsys.readouterr().err
+    assert not (loaded.path.parent / "locks" / "smoke" / em.ESCROW_NAME).exists()
