@@ -7,6 +7,7 @@ their bundles, the locks and the wheel cache of test_pipeline_ordering.py, the D
 
 from __future__ import annotations
 
+import base64
 import datetime as dt
 import hashlib
 import json
@@ -23,6 +24,7 @@ from builder.engine.blobcopy import BlobCopier
 from builder.engine.registry import OCI_MANIFEST, RegistryClient
 from builder.escrow import inputs
 from builder.escrow import manifest as em
+from builder.escrow.check import escrow_row
 from builder.escrow.inputs import Kind
 from builder.escrow.run import escrow_target
 from builder.pipeline import build as pipeline
@@ -230,3 +232,35 @@ def test_a_bad_to_is_refused_with_exit_2_and_nothing_written(escrowed, capsys):
     assert info.value.code == 2
     assert "--to" in capsys.readouterr().err
     assert not (loaded.path.parent / "locks" / "smoke" / em.ESCROW_NAME).exists()
+
+
+def test_verify_row_holds_then_names_the_input_whose_blob_was_deleted(escrowed):
+    loaded, dest, made = escrowed
+    root, target = loaded.path.parent, loaded.target("smoke")
+    assert escrow_row(root, target).ok is True
+    pushed = escrow_target(loaded, "smoke", dest)
+    row = escrow_row(root, target)
+    assert row.ok, row.detail
+    assert f"{len(pushed.manifest.entries)} inputs" in row.detail
+    key = next(k for k in sorted(pushed.manifest.entries) if k.startswith("wheel "))
+    digest = pushed.manifest.entries[key].digest
+    assert made.copier.delete_blob(dest, digest)
+    # Every input that blob held is named (the same wheel in both platforms' locks: one blob).
+    sharing = [k for k, e in sorted(pushed.manifest.entries.items()) if e.digest == digest]
+    row = escrow_row(root, target)
+    assert not row.ok and f"does not serve {len(sharing)} escrowed input(s): {', '.join(sharing)}" in row.detail
+
+
+def test_verify_row_fails_on_an_edited_escrow_manifest(escrowed):
+    loaded, dest, made = escrowed
+    root, target = loaded.path.parent, loaded.target("smoke")
+    escrow_target(loaded, "smoke", dest)
+    path = root / "locks" / "smoke" / em.ESCROW_NAME
+    doc = json.loads(path.read_text())
+    statement = json.loads(base64.b64decode(doc["payload"]))
+    first = sorted(statement["predicate"]["inputs"])[0]
+    statement["predicate"]["inputs"][first]["digest"] = "sha256:" + "0" * 64
+    doc["payload"] = base64.b64encode(json.dumps(statement).encode()).decode()
+    path.write_text(json.dumps(doc))
+    row = escrow_row(root, target)
+    assert not row.ok and "does not verify over this payload" in row.detail
