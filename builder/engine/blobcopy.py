@@ -9,8 +9,13 @@ mapping), so a registry out of reach is ``RegistryUnavailable`` (exit 3) here as
 from __future__ import annotations
 
 import hashlib
+import http.client
+import time
+import urllib.error
+import urllib.request
 from pathlib import Path
 
+from builder.engine import transport
 from builder.engine.registry import ACCEPT, Registry, RegistryClient
 from builder.engine.transport import RegistryError, session_url
 from builder.errors import RegistryUnavailable
@@ -93,6 +98,41 @@ class BlobCopier:
             return registry.push_manifest(repo, tag or digest, raw, media_type)
         except RegistryError as exc:
             raise RegistryUnavailable(f"registry: pushing manifest {tag or digest[:19]} to {name}: {exc}") from None
+
+    def download(self, name: str, digest: str, dest: Path) -> str | None:
+        """Stream the blob ``digest`` into ``dest``; the sha256 of what arrived ("sha256:..."), which
+        the caller compares (a registry serving other bytes is the caller's refusal to make), or
+        None when the registry does not have it (404)."""
+        registry, repo = self._at(name)
+        got = [hashlib.sha256()]
+
+        def once() -> None:
+            got[0] = hashlib.sha256()  # a retry starts again from the first byte
+            req = urllib.request.Request(f"{registry.base}/v2/{repo}/blobs/{digest}")
+            with transport.open_url(req, registry._token, transport.TIMEOUT) as resp, dest.open("wb") as out:
+
+                def sink(chunk: bytes) -> None:
+                    got[0].update(chunk)
+                    out.write(chunk)
+
+                transport.read_body(resp, time.monotonic(), sink=sink)
+
+        try:
+            registry._request("HEAD", f"/v2/{repo}/blobs/{digest}")  # authenticates, or says 404
+            registry._retrier.run("GET", once)
+        except RegistryError as exc:
+            if exc.status == 404:
+                return None
+            raise RegistryUnavailable(f"registry: {name} blob {digest[:19]}: {exc}") from None
+        except urllib.error.HTTPError as exc:
+            if exc.code == 404:
+                return None
+            raise RegistryUnavailable(f"registry: {name} blob {digest[:19]}: HTTP {exc.code}") from None
+        except (OSError, http.client.HTTPException) as exc:
+            if isinstance(exc, OSError) and exc.errno is not None and exc.filename:
+                raise  # our own disk: not the registry's fault
+            raise RegistryUnavailable(f"registry: {name} blob {digest[:19]}: {exc}") from None
+        return "sha256:" + got[0].hexdigest()
 
     def delete_blob(self, name: str, digest: str) -> bool:
         """Delete a blob (tests remove what they made; a registry may refuse: False)."""

@@ -14,6 +14,7 @@ import json
 import subprocess
 import urllib.request
 import uuid
+from pathlib import Path
 
 import pytest
 
@@ -22,9 +23,11 @@ from builder.config import matrix
 from builder.config.options import BuildOptions
 from builder.engine.blobcopy import BlobCopier
 from builder.engine.registry import OCI_MANIFEST, RegistryClient
+from builder.errors import RecordError
 from builder.escrow import inputs
 from builder.escrow import manifest as em
 from builder.escrow.check import escrow_row
+from builder.escrow.fetch import download
 from builder.escrow.inputs import Kind
 from builder.escrow.run import escrow_target
 from builder.pipeline import build as pipeline
@@ -264,3 +267,57 @@ def test_verify_row_fails_on_an_edited_escrow_manifest(escrowed):
     path.write_text(json.dumps(doc))
     row = escrow_row(root, target)
     assert not row.ok and "does not verify over this payload" in row.detail
+
+
+def test_reproduce_from_escrow_downloads_every_input_digest_checked(escrowed, capsys):
+    loaded, dest, made = escrowed
+    pushed = escrow_target(loaded, "smoke", dest)
+    ref = f"{pushed.repository}@{pushed.index}"
+    with pytest.raises(SystemExit) as info:
+        main(["--matrix", str(loaded.path), "reproduce", "--target", "smoke", "--from-escrow", ref, "--json"])
+    doc = json.loads(capsys.readouterr().out)
+    assert info.value.code == 0 and doc["rebuilt"] is None, doc
+    out = Path(doc["downloaded"])
+    assert (out / em.ESCROW_NAME).read_text() == pushed.envelope
+    for key, entry in pushed.manifest.entries.items():
+        if entry.kind is Kind.BASE:
+            blob = out / "bases" / "blobs" / "sha256" / entry.digest.removeprefix("sha256:")
+        else:
+            blob = out / entry.kind.value / entry.title
+        assert "sha256:" + hashlib.sha256(blob.read_bytes()).hexdigest() == entry.digest, key
+    refs = json.loads((out / "bases" / "index.json").read_text())["manifests"]
+    assert len(refs) == 4  # build and runtime, both platforms
+
+
+def test_reproduce_from_escrow_names_a_missing_input_and_writes_nothing(escrowed, capsys):
+    loaded, dest, made = escrowed
+    pushed = escrow_target(loaded, "smoke", dest)
+    key = next(k for k in sorted(pushed.manifest.entries) if k.startswith("source "))
+    assert made.copier.delete_blob(dest, pushed.manifest.entries[key].digest)
+    with pytest.raises(SystemExit) as info:
+        main(["--matrix", str(loaded.path), "reproduce", "--target", "smoke", "--from-escrow", f"{dest}:{pushed.tag}"])
+    assert info.value.code == 2
+    assert key in capsys.readouterr().err
+    assert not (loaded.path.parent / "artifacts" / "smoke" / "escrow").exists()
+
+
+def test_bytes_that_are_not_the_manifest_digest_are_refused(escrowed, tmp_path, monkeypatch):
+    """A registry serving other bytes under a digest (storage tampered behind its back): refused."""
+    loaded, dest, made = escrowed
+    pushed = escrow_target(loaded, "smoke", dest)
+    key = next(k for k in sorted(pushed.manifest.entries) if k.startswith("wheel "))
+    wanted = pushed.manifest.entries[key].digest
+    real = BlobCopier.download
+
+    def tampered(self, name, digest, where):
+        got = real(self, name, digest, where)
+        if digest == wanted:
+            where.write_bytes(b"tampered")
+            return "sha256:" + hashlib.sha256(b"tampered").hexdigest()
+        return got
+
+    monkeypatch.setattr(BlobCopier, "download", tampered)
+    out = tmp_path / "escrow"
+    with pytest.raises(RecordError, match="the escrow served bytes with digest"):
+        download(f"{dest}@{pushed.index}", loaded.target("smoke"), loaded.path.parent, out)
+    assert not out.exists()
