@@ -18,7 +18,7 @@ from builder.records.verify import Row
 
 ROW = "registry: escrow"
 HOLDS_WHEN = (
-    "(`--registry`, a target with `locks/<target>/escrow.json`) the escrow manifest is signed like the provenance "
+    "(a target with `locks/<target>/escrow.json`) the escrow manifest is signed like the provenance "
     "(the three provenance questions, offline), escrows the recorded digest, names every input the record set "
     "names, and the escrow registry serves each one (HEAD of every blob and manifest); without escrow.json it "
     "holds and says the build is not escrowed"
