@@ -62,6 +62,7 @@ class Made:
         self.manifests: list[tuple[str, str]] = []
         self.blobs: list[tuple[str, str]] = []
         self.recorded = ""  # the recorded digest: the escrow's tag is escrow-<its hex>
+        self.recorded_more: list[str] = []  # later builds escrowed into the same repository
 
     def image(self, name: str, arch: str) -> tuple[str, int]:
         config = json.dumps({"architecture": arch, "os": "linux", "rootfs": {"type": "layers"}}).encode()
@@ -145,7 +146,7 @@ def _cleanup(made: Made, dest: str) -> None:
 
 
 def _escrow_tags(made: Made) -> list[str]:
-    return [made.recorded.removeprefix("sha256:")] if made.recorded else []
+    return [d.removeprefix("sha256:") for d in [made.recorded, *made.recorded_more] if d]
 
 
 def _delete_tree(client: RegistryClient, copier: BlobCopier, dest: str, digest: str) -> None:
@@ -321,3 +322,36 @@ def test_bytes_that_are_not_the_manifest_digest_are_refused(escrowed, tmp_path, 
     with pytest.raises(RecordError, match="the escrow served bytes with digest"):
         download(f"{dest}@{pushed.index}", loaded.target("smoke"), loaded.path.parent, out)
     assert not out.exists()
+
+
+def test_a_second_build_escrowed_beside_the_first_pushes_only_what_changed(escrowed, monkeypatch):
+    """Two builds that share sources, wheels and bases (here a label-only change: the expiry date,
+    so a new Dockerfile and a new digest): the second escrow pushes its Dockerfile and nothing else
+    of the inputs; everything else is already there, by content."""
+    loaded, dest, made = escrowed
+    first = escrow_target(loaded, "smoke", dest)
+    path = loaded.path
+    text = path.read_text()
+    expires = loaded.target("smoke").expires.isoformat()
+    path.write_text(text.replace(f"expires: '{expires}'", f"expires: '{_later(expires)}'"))
+    bumped = matrix.load(path)
+    pipeline.render_all(bumped, ["smoke"], check=False)
+    plan = Plan.of(bumped, "smoke")  # the locks stand: the expiry is no input of theirs
+    Checks(monkeypatch)
+    second_digest = pipeline.build(plan, FakeEngine(), BuildOptions()).digest
+    assert second_digest != first.manifest.digest
+    second = escrow_target(bumped, "smoke", dest)
+    rows = {r["kind"]: r for r in second.tally.rows()}
+    assert {k: r["pushed"] + r["mounted"] for k, r in rows.items() if r["pushed"] + r["mounted"]} == {
+        "recipe": sum(
+            e.size
+            for k, e in second.manifest.entries.items()
+            if k.startswith("recipe ") and k.endswith("Dockerfile") and e.digest != first.manifest.entries[k].digest
+        )
+    }
+    assert rows["recipe"]["pushed"] > 0
+    made.recorded_more.append(second_digest)
+
+
+def _later(day: str) -> str:
+    return (dt.date.fromisoformat(day) + dt.timedelta(days=1)).isoformat()
