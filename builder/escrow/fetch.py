@@ -25,6 +25,7 @@ from builder.engine.registry import OCI_INDEX, RegistryClient, split_reference
 from builder.errors import RecordError
 from builder.escrow import manifest as em
 from builder.escrow.inputs import Kind
+from builder.fsutil import sha256_file
 
 _TITLE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+%=-]{0,200}")  # a plain file name: no path, no dot-file
 
@@ -96,6 +97,10 @@ def _file(copier: BlobCopier, name: str, key: str, entry: em.Entry, out: Path) -
         raise RecordError(f"{key}: its artifact {entry.artifact[:19]} holds other bytes than the escrow manifest's")
     where = out / entry.kind.value / entry.title
     where.parent.mkdir(exist_ok=True)
+    if where.exists():  # the same bytes under two keys (one wheel in two locks): written once
+        if "sha256:" + sha256_file(where) != entry.digest:
+            raise RecordError(f"{key}: its file name {entry.title!r} is another input's, with other bytes; refused")
+        return
     _blob(copier, name, key, entry.digest, where)
 
 

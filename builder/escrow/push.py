@@ -190,14 +190,13 @@ def seal(esc: Escrow, manifest: em.EscrowManifest, envelope: str, tag: str) -> s
         got = esc.client.raw_manifest(esc.dest, entry.artifact)
         if got is None:
             raise RegistryUnavailable(f"registry: {esc.dest}@{entry.artifact}: pushed, then not served ({key})")
-        artifact_type = got.doc.get("artifactType", em.MEDIA.get(entry.kind, ("",))[0])
-        parts.append((entry.artifact, len(got.raw), got.media_type, artifact_type, key))
+        parts.append((entry.artifact, len(got.raw), got.media_type, got.doc.get("artifactType", ""), key))
     index = {
         "schemaVersion": 2,
         "mediaType": OCI_INDEX,
         "artifactType": em.INDEX_TYPE,
-        "manifests": [
-            {"mediaType": m, "digest": d, "size": s, "artifactType": t, "annotations": {em.KEY: k}}
+        "manifests": [  # a base keeps its own manifest: no artifactType there
+            {"mediaType": m, "digest": d, "size": s, **({"artifactType": t} if t else {}), "annotations": {em.KEY: k}}
             for d, s, m, t, k in parts
         ],
         "annotations": {"dev.k3-builder.escrow.subject": manifest.digest},
