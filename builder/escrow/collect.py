@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import shutil
 import subprocess
 import tempfile
 from dataclasses import dataclass
@@ -40,6 +41,7 @@ class LocalBlob:
     sha256: str  # hex
     size: int
     title: str  # the file name an auditor's `oras pull` writes (org.opencontainers.image.title)
+    shallow: bool = False  # a git bundle whose history stops at the pinned commit (see ``bundle``)
 
 
 def collect(root: Path, target, inventory: Inventory, work: Path) -> dict[str, LocalBlob]:
@@ -55,7 +57,9 @@ def collect(root: Path, target, inventory: Inventory, work: Path) -> dict[str, L
 
 def _local(root: Path, target, item: Input, wheels: dict[str, Path], work: Path) -> LocalBlob:
     if isinstance(item, SourceInput):
-        return _blob(bundle(item, work), f"{item.name.replace('/', '_')}-{item.commit[:12]}.bundle")
+        made = bundle(item, work)
+        blob = _blob(made, f"{item.name.replace('/', '_')}-{item.commit[:12]}.bundle")
+        return LocalBlob(blob.path, blob.sha256, blob.size, blob.title, shallow=is_shallow(made))
     if isinstance(item, WheelInput):
         path = next((wheels[h] for h in item.hashes if h in wheels), None)
         if path is None:
@@ -100,7 +104,11 @@ def bundle(item: SourceInput, work: Path) -> Path:
     """A git bundle of ``item.commit`` and its history, made in a scratch repository that borrows
     the mirror's objects (alternates): the shared mirror gets no ref and no write. One pack thread,
     so the same commit bundles to the same bytes with one git version (the escrow then finds it
-    already there); another git version may pack differently: a new blob, same commit."""
+    already there); another git version may pack differently: a new blob, same commit.
+
+    A third-party tree fetched by id is fetched at depth 1 (builder/source/pinned.py): its mirror
+    is shallow, so its bundle holds the pinned commit and its tree but not its parents. Unbundle
+    it into a repository whose ``shallow`` file names the commit (docs/auditor.md)."""
     # The mirror the build fetched the commit into (fetched by id when the cache lost it); its
     # module is at its line limit, so its private helper is called from here.
     mirror = Path(pinned._commit_repo(item.url, item.commit).git_dir)
@@ -109,9 +117,24 @@ def bundle(item: SourceInput, work: Path) -> Path:
     with tempfile.TemporaryDirectory(dir=work) as scratch:
         _git(["init", "--quiet", "--bare", scratch])
         Path(scratch, "objects", "info", "alternates").write_text(str(Path(mirror, "objects").resolve()) + "\n")
+        if Path(mirror, "shallow").exists():  # a tree fetched by id at depth 1: its history stops here
+            shutil.copyfile(Path(mirror, "shallow"), Path(scratch, "shallow"))
         _git(["-C", scratch, "update-ref", "refs/heads/pinned", item.commit])
         _git(["-C", scratch, "-c", "pack.threads=1", "bundle", "create", "--quiet", str(out), "refs/heads/pinned"])
     return out
+
+
+def is_shallow(path: Path) -> bool:
+    """Whether the bundle's pinned commit names a parent the bundle does not hold (no prerequisite
+    is listed: git's bundle format cannot say "shallow", so it is recorded in the escrow manifest)."""
+    with tempfile.TemporaryDirectory() as scratch:
+        _git(["init", "--quiet", "--bare", scratch])
+        proc = subprocess.run(
+            ["git", "-C", scratch, "fetch", "--quiet", str(path), "refs/heads/pinned:refs/heads/pinned"],
+            capture_output=True,
+            env={**os.environ, **GIT_ENV},
+        )
+        return proc.returncode != 0
 
 
 def _git(args: list[str]) -> None:

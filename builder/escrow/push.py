@@ -158,7 +158,8 @@ def push_all(esc: Escrow, inventory: Inventory, blobs: dict[str, LocalBlob]) -> 
             continue
         blob = blobs[item.key]
         artifact = esc.artifact(item.kind, item.key, blob)
-        entries[item.key] = em.Entry(item.kind, "sha256:" + blob.sha256, blob.size, artifact, blob.title, _pin(item))
+        pin = _pin(item) | ({"history": "shallow"} if blob.shallow else {})
+        entries[item.key] = em.Entry(item.kind, "sha256:" + blob.sha256, blob.size, artifact, blob.title, pin)
     return entries
 
 

@@ -217,16 +217,24 @@ def _base_bytes(made: Made) -> int:
     return total
 
 
-def test_the_source_bundle_holds_the_pinned_commit(escrowed, tmp_path):
+def test_each_source_bundle_clones_alone_to_its_pinned_commit(escrowed, tmp_path):
+    """Every bundle (the source, the third-party tree, its submodule) is whole: it clones with no
+    other repository (a bundle of a shallow mirror would need prerequisites) to the pinned commit."""
     loaded, dest, made = escrowed
     pushed = escrow_target(loaded, "smoke", dest)
-    entry = pushed.manifest.entries[next(k for k in pushed.manifest.entries if k.startswith("source source@"))]
-    bundle = tmp_path / "source.bundle"
-    made.client.blob_to(dest, entry.digest, bundle)
-    clone = tmp_path / "clone"
-    subprocess.run(["git", "clone", "--quiet", "--bare", str(bundle), str(clone)], check=True)
-    head = subprocess.run(["git", "-C", str(clone), "rev-parse", "refs/heads/pinned"], capture_output=True, text=True)
-    assert head.stdout.strip() == entry.pin["commit"]
+    sources = {k: e for k, e in pushed.manifest.entries.items() if e.kind is Kind.SOURCE}
+    assert len(sources) == 3
+    for i, (key, entry) in enumerate(sorted(sources.items())):
+        bundle = tmp_path / f"{i}.bundle"
+        made.client.blob_to(dest, entry.digest, bundle)
+        clone = tmp_path / f"clone{i}"
+        subprocess.run(["git", "clone", "--quiet", "--bare", str(bundle), str(clone)], check=True)
+        head = subprocess.run(
+            ["git", "-C", str(clone), "rev-parse", "refs/heads/pinned"], capture_output=True, text=True
+        )
+        assert head.stdout.strip() == entry.pin["commit"], key
+        fsck = subprocess.run(["git", "-C", str(clone), "fsck", "--no-dangling"], capture_output=True, text=True)
+        assert fsck.returncode == 0, (key, fsck.stderr)
 
 
 def test_a_bad_to_is_refused_with_exit_2_and_nothing_written(escrowed, capsys):
