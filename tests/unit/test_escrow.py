@@ -10,8 +10,11 @@ from __future__ import annotations
 import base64
 import datetime as dt
 import hashlib
+import http.server
 import json
 import subprocess
+import threading
+import urllib.error
 import urllib.request
 import uuid
 from pathlib import Path
@@ -310,26 +313,60 @@ def test_reproduce_from_escrow_names_a_missing_input_and_writes_nothing(escrowed
     assert not (loaded.path.parent / "artifacts" / "smoke" / "escrow").exists()
 
 
-def test_bytes_that_are_not_the_manifest_digest_are_refused(escrowed, tmp_path, monkeypatch):
-    """A registry serving other bytes under a digest (storage tampered behind its back): refused."""
+class _Tampering(http.server.BaseHTTPRequestHandler):
+    """A registry in front of the real one that serves other bytes for one blob (its storage
+    changed behind its back); everything else is passed through as it is."""
+
+    tampered = ""  # the blob digest whose bytes are replaced
+
+    def _forward(self, method: str) -> None:
+        if method == "GET" and self.path.endswith(f"/blobs/{self.tampered}"):
+            body = b"tampered"
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+            return
+        req = urllib.request.Request(f"http://{LOCAL}{self.path}", method=method, headers=dict(self.headers))
+        try:
+            with urllib.request.urlopen(req, timeout=30) as resp:
+                status, headers, body = resp.status, resp.headers, resp.read()
+        except urllib.error.HTTPError as exc:
+            status, headers, body = exc.code, exc.headers, exc.read()
+        self.send_response(status)
+        for key in ("Content-Type", "Docker-Content-Digest", "Content-Length"):
+            if headers.get(key):
+                self.send_header(key, headers[key])
+        self.end_headers()
+        if method == "GET":
+            self.wfile.write(body)
+
+    def do_GET(self) -> None:  # noqa: N802 - http.server's name
+        self._forward("GET")
+
+    def do_HEAD(self) -> None:  # noqa: N802
+        self._forward("HEAD")
+
+    def log_message(self, *args) -> None:
+        pass
+
+
+def test_bytes_that_are_not_the_manifest_digest_are_refused_and_nothing_is_written(escrowed, tmp_path):
     loaded, dest, made = escrowed
     pushed = escrow_target(loaded, "smoke", dest)
     key = next(k for k in sorted(pushed.manifest.entries) if k.startswith("wheel "))
-    wanted = pushed.manifest.entries[key].digest
-    real = BlobCopier.download
-
-    def tampered(self, name, digest, where):
-        got = real(self, name, digest, where)
-        if digest == wanted:
-            where.write_bytes(b"tampered")
-            return "sha256:" + hashlib.sha256(b"tampered").hexdigest()
-        return got
-
-    monkeypatch.setattr(BlobCopier, "download", tampered)
-    out = tmp_path / "escrow"
-    with pytest.raises(RecordError, match="the escrow served bytes with digest"):
-        download(f"{dest}@{pushed.index}", loaded.target("smoke"), loaded.path.parent, out)
-    assert not out.exists()
+    handler = type("Tampering", (_Tampering,), {"tampered": pushed.manifest.entries[key].digest})
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        front = f"127.0.0.1:{server.server_address[1]}/{dest.split('/', 1)[1]}"
+        out = tmp_path / "escrow"
+        with pytest.raises(RecordError, match="the escrow served bytes with digest"):
+            download(f"{front}@{pushed.index}", loaded.target("smoke"), loaded.path.parent, out)
+        assert not out.exists() and list(tmp_path.glob(".escrow.*")) == []
+    finally:
+        server.shutdown()
+        server.server_close()
 
 
 def test_a_second_build_escrowed_beside_the_first_pushes_only_what_changed(escrowed, monkeypatch):
