@@ -68,7 +68,7 @@ class DebInput:
 @dataclass(frozen=True)
 class BaseInput:
     role: str  # "build" or "runtime"
-    platform: str  # the platform whose record names it
+    platform: str  # the platform whose record names it, or "index": the tag's multi-platform index
     name: str  # the reference the record names (registry/repository:tag)
     digest: str  # sha256:...: an image index (every platform copied) or one image manifest
     kind: Kind = Kind.BASE
@@ -162,7 +162,21 @@ def inventory(root: Path, target) -> Inventory:
     for files in platform_files(root, target):
         for item in _platform_inputs(root, target.for_platform(files.platform), files):
             found.setdefault(item.key, item)
+    for item in _base_indexes(target, found):
+        found.setdefault(item.key, item)
     return Inventory(target.name, image, digest, tuple(found.values()))
+
+
+def _base_indexes(target, found: dict[str, Input]) -> list[BaseInput]:
+    """The multi-platform index each base's tag had (matrix ``platforms.<p>.index``), beside the
+    per-platform manifests the records name: copied whole, every platform it carries."""
+    out = []
+    for platform, spec in target.platforms.items():
+        for role, digest in sorted(spec.index.items()):
+            named = found.get(f"base {role} {platform}")
+            if isinstance(named, BaseInput):
+                out.append(BaseInput(role, "index", named.name, digest))
+    return out
 
 
 def _platform_inputs(root: Path, target, files: PlatformFiles) -> list[Input]:

@@ -25,7 +25,7 @@ from builder.cli import main
 from builder.config import matrix
 from builder.config.options import BuildOptions
 from builder.engine.blobcopy import BlobCopier
-from builder.engine.registry import OCI_MANIFEST, RegistryClient
+from builder.engine.registry import OCI_INDEX, OCI_MANIFEST, RegistryClient
 from builder.errors import RecordError
 from builder.escrow import inputs
 from builder.escrow import manifest as em
@@ -88,6 +88,16 @@ class Made:
         self.manifests.append((name, self.copier.push_manifest(name, raw, OCI_MANIFEST)))
         return self.manifests[-1][1], len(raw)
 
+    def index(self, name: str, images: dict[str, tuple[str, int]]) -> str:
+        """The multi-platform index of ``images`` (arch -> (digest, size)), pushed by digest."""
+        entries = [
+            {"mediaType": OCI_MANIFEST, "digest": d, "size": n, "platform": {"os": "linux", "architecture": arch}}
+            for arch, (d, n) in images.items()
+        ]
+        raw = json.dumps({"schemaVersion": 2, "mediaType": OCI_INDEX, "manifests": entries}).encode()
+        self.manifests.insert(0, (name, self.copier.push_manifest(name, raw, OCI_INDEX)))  # deleted first
+        return self.manifests[0][1]
+
     def delete(self) -> None:
         for name, digest in self.manifests:
             self.client.delete_manifest(name, digest)
@@ -107,10 +117,11 @@ def escrowed(tmp_path, monkeypatch, smoke_repos):  # noqa: F811
     made = Made(prefix)
     base = f"{LOCAL}/{prefix}/base"
     amd, arm = made.image(base, "amd64"), made.image(base, "arm64")
+    index = made.index(base, {"amd64": amd, "arm64": arm})
     bases = {
         "linux/amd64": {"devel": f"{base}:t@{amd[0]}", "runtime": f"{base}:t@{amd[0]}"},
         "linux/arm64": {"devel": f"{base}:t@{arm[0]}", "runtime": f"{base}:t@{arm[0]}"},
-        "index": {"devel": "sha256:" + "1" * 64, "runtime": "sha256:" + "2" * 64},
+        "index": {"devel": index, "runtime": index},
     }
     root = tmp_path / "checkout"
     root.mkdir()
@@ -183,7 +194,7 @@ def test_every_input_is_escrowed_signed_and_a_second_run_pushes_nothing(escrowed
         "third_party/k3kernels/third-party/k3math",
     }
     assert {i.key for i in inv.inputs if i.kind is Kind.BASE} == {
-        f"base {r} {p}" for r in ("build", "runtime") for p in PLATFORMS
+        f"base {r} {p}" for r in ("build", "runtime") for p in (*PLATFORMS, "index")
     }
     assert set(first.manifest.entries) == {i.key for i in inv.inputs}
     for key, entry in first.manifest.entries.items():
@@ -216,7 +227,8 @@ def _base_bytes(made: Made) -> int:
     total = 0
     for name, digest in made.manifests:
         doc = made.client.raw_manifest(name, digest).doc
-        total += doc["config"]["size"] + sum(layer["size"] for layer in doc["layers"])
+        if "config" in doc:  # an image (the index adds none of its own)
+            total += doc["config"]["size"] + sum(layer["size"] for layer in doc["layers"])
     return total
 
 
@@ -298,7 +310,7 @@ def test_reproduce_from_escrow_downloads_every_input_digest_checked(escrowed, ca
             blob = out / entry.kind.value / entry.title
         assert "sha256:" + hashlib.sha256(blob.read_bytes()).hexdigest() == entry.digest, key
     refs = json.loads((out / "bases" / "index.json").read_text())["manifests"]
-    assert len(refs) == 4  # build and runtime, both platforms
+    assert len(refs) == 6  # build and runtime: both platforms' manifests and the tag's index
 
 
 def test_reproduce_from_escrow_names_a_missing_input_and_writes_nothing(escrowed, capsys):
