@@ -7,6 +7,7 @@ import argparse
 
 from builder import log
 from builder.commands._common import Output, add_globals, targets
+from builder.config import contract
 from builder.config.matrix import load
 
 NAME = "escrow"
@@ -34,8 +35,12 @@ def run(args: argparse.Namespace, out: Output) -> int:
     from builder.escrow.run import escrow_target
 
     matrix = load(args.matrix)
+    root = matrix.path.resolve().parent
+    names = targets(matrix, args.target)
+    if not args.target:  # every target that has a record (a named one without a record is refused)
+        names = [n for n in names if contract.record_path(root, n).exists()]
     docs = {}
-    for name in targets(matrix, args.target):
+    for name in names:
         pushed = escrow_target(matrix, name, args.to)
         ref = f"{pushed.repository}@{pushed.index}"
         for row in pushed.tally.rows():
@@ -50,6 +55,10 @@ def run(args: argparse.Namespace, out: Output) -> int:
             "bytes": pushed.tally.rows(),
         }
         out.line(ref)
+    if not docs:
+        from builder.errors import RecordError
+
+        raise RecordError(f"escrow: nothing recorded in {root / contract.LOCKS_DIR} to escrow; build first")
     out.data.update(docs[args.target[0]] if len(docs) == 1 and args.target else {"targets": docs})
     return 0
 
