@@ -46,8 +46,10 @@ def escrow_row(root: Path, target, client: RegistryClient | None = None) -> Row:
 def _check(root: Path, target, path: Path, client: RegistryClient) -> str:
     try:
         env, escrowed = em.parse(path.read_text(encoding="utf-8"), path.name)
-    except (OSError, UnicodeDecodeError, ValueError) as exc:
+    except (OSError, UnicodeDecodeError) as exc:
         raise _Fail(f"{path.name}: {exc}") from None
+    except ValueError as exc:  # em.parse names the file
+        raise _Fail(str(exc)) from None
     bad = [a.detail for a in em.signature_answers(env, target.signing, root) if not a.ok]
     if bad:
         raise _Fail(f"{path.name}: " + "; ".join(bad))

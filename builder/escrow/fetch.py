@@ -39,7 +39,10 @@ def download(ref: str, target, root: Path, dest: Path, client: RegistryClient | 
     client = client or RegistryClient()
     name, reference = split_reference(ref)
     envelope = _envelope(client, name, reference, ref)
-    env, escrowed = em.parse(envelope, f"{ref}: the escrow manifest")
+    try:
+        env, escrowed = em.parse(envelope, f"{ref}: the escrow manifest")
+    except ValueError as exc:  # not an envelope, not our predicate: what the registry served is refused
+        raise RecordError(str(exc)) from None
     bad = [a.detail for a in em.signature_answers(env, target.signing, root) if not a.ok]
     if bad:
         raise RecordError(f"{ref}: the escrow manifest: " + "; ".join(bad))
@@ -64,10 +67,13 @@ def _envelope(client: RegistryClient, name: str, reference: str, ref: str) -> st
             f"{ref}: {'not served' if index is None else 'not an escrow index'} (`build escrow` prints one)"
         )
     found = [m for m in index.doc.get("manifests", []) if m.get("artifactType") == em.MANIFEST_TYPE]
-    artifact = client.raw_manifest(name, found[0]["digest"]) if len(found) == 1 else None
-    if artifact is None or len(artifact.doc.get("layers", [])) != 1:
+    digests = [m.get("digest") for m in found]
+    artifact = client.raw_manifest(name, digests[0]) if digests and isinstance(digests[0], str) else None
+    layers = artifact.doc.get("layers", []) if artifact is not None else []
+    layer = layers[0].get("digest") if len(digests) == 1 and len(layers) == 1 else None
+    if not isinstance(layer, str):  # the index is anyone's bytes until the envelope's signature holds
         raise RecordError(f"{ref}: the escrow index names no single escrow manifest")
-    return client.blob(name, artifact.doc["layers"][0]["digest"]).decode("utf-8", "replace")
+    return client.blob(name, layer).decode("utf-8", "replace")
 
 
 def _inputs(copier: BlobCopier, name: str, escrowed: em.EscrowManifest, out: Path) -> None:

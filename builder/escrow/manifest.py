@@ -97,7 +97,10 @@ def envelope(manifest: EscrowManifest, signing, root: Path) -> str:
 
 def parse(text: str, where: str) -> tuple[Any, EscrowManifest]:
     """(envelope, manifest) of an escrow manifest's text; ValueError naming ``where`` otherwise."""
-    env, statement = provsign.read(text)
+    try:
+        env, statement = provsign.read(text)
+    except ValueError as exc:
+        raise ValueError(f"{where}: {exc}") from None
     try:
         if statement["predicateType"] != PREDICATE_TYPE:
             raise ValueError(f"predicateType {statement['predicateType']!r} is not {PREDICATE_TYPE}")
