@@ -105,17 +105,26 @@ class BlobCopier:
         None when the registry does not have it (404)."""
         registry, repo = self._at(name)
         got = [hashlib.sha256()]
+        where = f"GET {registry.host}/{repo} blob {digest[:19]}"
 
         def once() -> None:
             got[0] = hashlib.sha256()  # a retry starts again from the first byte
-            req = urllib.request.Request(f"{registry.base}/v2/{repo}/blobs/{digest}")
-            with transport.open_url(req, registry._token, transport.TIMEOUT) as resp, dest.open("wb") as out:
+            req = urllib.request.Request(f"{registry.base}/v2/{repo}/blobs/{digest}")  # the registry's own origin
+            try:
+                with transport.open_url(req, registry._token, transport.TIMEOUT) as resp, dest.open("wb") as out:
 
-                def sink(chunk: bytes) -> None:
-                    got[0].update(chunk)
-                    out.write(chunk)
+                    def sink(chunk: bytes) -> None:
+                        got[0].update(chunk)
+                        out.write(chunk)
 
-                transport.read_body(resp, time.monotonic(), sink=sink)
+                    transport.read_body(resp, time.monotonic(), sink=sink)
+            # As RegistryErrors, so the Retrier fetches a stream cut short (or a 503) again.
+            except urllib.error.HTTPError as exc:
+                raise registry._refused(where, exc) from None
+            except (OSError, http.client.HTTPException) as exc:
+                if isinstance(exc, OSError) and exc.errno is not None and exc.filename:
+                    raise  # our own disk: not the registry's fault
+                raise transport.unreached(where, exc) from None
 
         try:
             registry._request("HEAD", f"/v2/{repo}/blobs/{digest}")  # authenticates, or says 404
@@ -123,14 +132,6 @@ class BlobCopier:
         except RegistryError as exc:
             if exc.status == 404:
                 return None
-            raise RegistryUnavailable(f"registry: {name} blob {digest[:19]}: {exc}") from None
-        except urllib.error.HTTPError as exc:
-            if exc.code == 404:
-                return None
-            raise RegistryUnavailable(f"registry: {name} blob {digest[:19]}: HTTP {exc.code}") from None
-        except (OSError, http.client.HTTPException) as exc:
-            if isinstance(exc, OSError) and exc.errno is not None and exc.filename:
-                raise  # our own disk: not the registry's fault
             raise RegistryUnavailable(f"registry: {name} blob {digest[:19]}: {exc}") from None
         return "sha256:" + got[0].hexdigest()
 
