@@ -6,6 +6,7 @@ import argparse
 
 from builder import log
 from builder.commands._common import Output, add_globals, docker_engine, targets
+from builder.config import contract
 from builder.config.matrix import load
 from builder.errors import VerifyFailed
 
@@ -23,7 +24,9 @@ def register(sub: argparse._SubParsersAction) -> None:
         "signature: verified (cosign on PATH accepted a keyless signature by matrix "
         "signing.identity or $K3_SIGNING_IDENTITY, issuer signing.issuer or "
         "$K3_SIGNING_ISSUER), present-unverified (signed, not checked: no cosign or no "
-        "identity), missing (a failure only when an identity is set) or failed. "
+        "identity), missing (a failure only when an identity is set) or failed; and, for a "
+        "target escrowed by `build escrow`, that its signed escrow manifest names every input "
+        "the record names and the escrow registry serves each one. "
         "Exit 0 only if all hold; nothing recorded at all is a failure.",
     )
     add_globals(p)
@@ -37,7 +40,14 @@ def run(args: argparse.Namespace, out: Output) -> int:
 
     matrix = load(args.matrix)
     engine = docker_engine() if args.registry else None
-    results = verify_targets(matrix, targets(matrix, args.target), engine, explicit=bool(args.target))
+    names = targets(matrix, args.target)
+    results = verify_targets(matrix, names, engine, explicit=bool(args.target))
+    if args.registry:  # the escrow's row (builder/escrow/check.py), once per recorded target
+        from builder.escrow.check import escrow_row
+
+        root = matrix.path.resolve().parent
+        recorded = [n for n in names if contract.record_path(root, n).exists()]
+        results += [(n, escrow_row(root, matrix.target(n))) for n in recorded]
     out.data["rows"] = []
     failed = []
     for name, row in results:

@@ -354,3 +354,20 @@ def wheel_records(wheelhouse: Path) -> dict[str, dict[str, object]]:
     under ``wheelhouse`` (the context's wheelhouse/layers: what the image installs, each wheel
     hash-checked against the lock); {version, error} for a wheel whose RECORD cannot be read."""
     return dict(sorted((_wheel_record(p) for p in wheelhouse.rglob("*.whl")), key=lambda kv: kv[0]))
+
+
+# What `build escrow` reads: the same hash-checked cache entries the context is copied from,
+# downloaded again (and checked again) when the cache lost them.
+def wheelhouse(target: Target, lock: Path) -> Path:
+    """The directory holding every wheel of ``lock`` (a ``.complete`` cache entry)."""
+    return _wheelhouse(target, lock)
+
+
+def fetch_deb(entry) -> Path:
+    """The cached .deb of an OS lock entry, its sha256 checked."""
+    return _fetch_deb(entry)
+
+
+def standalone_python(target: Target) -> Path:
+    """The cached CPython tarball a standalone-Python target names, its sha256 checked."""
+    return _standalone_python(target)

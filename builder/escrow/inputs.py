@@ -1,0 +1,212 @@
+"""What a recorded build read, as typed frozen records: one class per kind of input, each with the
+digest that pins it and the name the record set gives it. Made offline from locks/<target>/
+(image.json of each platform, both Python locks, os-packages.txt), the committed Dockerfile and
+the matrix; nothing is downloaded here (builder/escrow/collect.py finds the bytes).
+
+Every input has a ``key``: a stable, unique name ("wheel requirements.txt torch==2.9.0"), the key
+of the escrow manifest.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import Enum
+from pathlib import Path
+
+from builder.config import contract
+from builder.deps import lock, oslock
+from builder.errors import RecordError
+from builder.fsutil import sha256_file
+from builder.records import store
+
+
+class Kind(str, Enum):
+    SOURCE = "source"  # a git tree at a commit: the source, a third-party tree, a submodule
+    WHEEL = "wheel"  # a Python lock entry, by sha256
+    DEB = "deb"  # an OS lock entry, by sha256
+    BASE = "base"  # a base image, by digest, every platform it carries
+    PYTHON = "python"  # the standalone CPython tarball, by sha256
+    RECIPE = "recipe"  # a committed file the build reads: Dockerfile, locks
+
+
+@dataclass(frozen=True)
+class SourceInput:
+    name: str  # "source", "third_party/<name>", "third_party/<name>/<submodule path>"
+    url: str
+    commit: str  # the pin (a git object id, not a sha256 of bytes: the bundle's digest is the escrow's)
+    kind: Kind = Kind.SOURCE
+
+    @property
+    def key(self) -> str:
+        return f"source {self.name}@{self.commit}"
+
+
+@dataclass(frozen=True)
+class WheelInput:
+    lock: str  # the lock file, relative to the repository ("locks/cu129/requirements.txt")
+    name: str
+    version: str
+    hashes: tuple[str, ...]  # the lock's sha256 (hex); the escrowed file is one of them
+    kind: Kind = Kind.WHEEL
+
+    @property
+    def key(self) -> str:
+        return f"wheel {self.lock} {self.name}=={self.version}"
+
+
+@dataclass(frozen=True)
+class DebInput:
+    lock: str
+    entry: oslock.DebEntry  # name, version, arch, url, size, sha256
+    kind: Kind = Kind.DEB
+
+    @property
+    def key(self) -> str:
+        return f"deb {self.lock} {self.entry.name}={self.entry.version} {self.entry.arch}"
+
+
+@dataclass(frozen=True)
+class BaseInput:
+    role: str  # "build" or "runtime"
+    platform: str  # the platform whose record names it, or "index": the tag's multi-platform index
+    name: str  # the reference the record names (registry/repository:tag)
+    digest: str  # sha256:...: an image index (every platform copied) or one image manifest
+    kind: Kind = Kind.BASE
+
+    @property
+    def key(self) -> str:
+        return f"base {self.role} {self.platform}"
+
+
+@dataclass(frozen=True)
+class PythonInput:
+    platform: str
+    url: str
+    sha256: str
+    kind: Kind = Kind.PYTHON
+
+    @property
+    def key(self) -> str:
+        return f"python {self.platform}"
+
+
+@dataclass(frozen=True)
+class RecipeInput:
+    path: str  # relative to the repository
+    sha256: str
+    kind: Kind = Kind.RECIPE
+
+    @property
+    def key(self) -> str:
+        return f"recipe {self.path}"
+
+
+Input = SourceInput | WheelInput | DebInput | BaseInput | PythonInput | RecipeInput
+
+
+@dataclass(frozen=True)
+class Inventory:
+    target: str
+    image: str  # the record's image reference (registry/repository@sha256:...)
+    digest: str  # the recorded digest: the image index's for a multi-platform target
+    inputs: tuple[Input, ...]
+
+    def by_key(self) -> dict[str, Input]:
+        return {i.key: i for i in self.inputs}
+
+
+@dataclass(frozen=True)
+class PlatformFiles:
+    """Where one platform's committed files are (the first platform's are the target's own)."""
+
+    platform: str
+    record_dir: Path
+    locks: Path
+    dockerfile: Path
+
+
+def platform_files(root: Path, target) -> list[PlatformFiles]:
+    """Each platform's record directory, lock directory and Dockerfile, as verify reads them."""
+    if not target.platforms:
+        locks = contract.lock_path(root, target.name).parent
+        return [PlatformFiles(target.platform_names()[0], locks, locks, contract.dockerfile_path(root, target.name))]
+    out = []
+    for i, platform in enumerate(target.platform_names()):
+        sub = "" if i == 0 else platform.replace("/", "-")
+        locks = contract.lock_path(root, target.name).parent / sub
+        dockerfile = contract.dockerfile_path(root, target.name).parent / sub / contract.DOCKERFILE_NAME
+        out.append(
+            PlatformFiles(platform, contract.platform_record_dir(root, target.name, platform), locks, dockerfile)
+        )
+    return out
+
+
+def recorded_digest(root: Path, target) -> tuple[str, str]:
+    """(image, digest) of the target's top record: the index's for a multi-platform target."""
+    import json
+
+    path = contract.record_path(root, target.name)
+    try:
+        doc = json.loads(path.read_text(encoding="utf-8"))
+        return str(doc["image"]), str(doc["digest"])
+    except FileNotFoundError:
+        raise RecordError(f"{path}: no record: build the target before escrowing it") from None
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise RecordError(f"{path}: not a readable record ({exc.__class__.__name__}); restore it from git") from None
+
+
+def inventory(root: Path, target) -> Inventory:
+    """Every input the record set names, in a stable order (the escrow manifest's)."""
+    image, digest = recorded_digest(root, target)
+    found: dict[str, Input] = {}
+    for files in platform_files(root, target):
+        for item in _platform_inputs(root, target.for_platform(files.platform), files):
+            found.setdefault(item.key, item)
+    for item in _base_indexes(target, found):
+        found.setdefault(item.key, item)
+    return Inventory(target.name, image, digest, tuple(found.values()))
+
+
+def _base_indexes(target, found: dict[str, Input]) -> list[BaseInput]:
+    """The multi-platform index each base's tag had (matrix ``platforms.<p>.index``), beside the
+    per-platform manifests the records name: copied whole, every platform it carries."""
+    out = []
+    for platform, spec in target.platforms.items():
+        for role, digest in sorted(spec.index.items()):
+            named = found.get(f"base {role} {platform}")
+            if isinstance(named, BaseInput):
+                out.append(BaseInput(role, "index", named.name, digest))
+    return out
+
+
+def _platform_inputs(root: Path, target, files: PlatformFiles) -> list[Input]:
+    record = store.read(files.record_dir / contract.RECORD_NAME)
+    if record is None:
+        raise RecordError(f"{files.record_dir / contract.RECORD_NAME}: no record: build the target first")
+    out: list[Input] = [*_sources(record.source)]
+    out += [BaseInput(role, files.platform, b["name"], b["digest"]) for role, b in sorted(record.bases.items())]
+    standalone = target.python.standalone if target.python.provider == "standalone" else None
+    if standalone is not None:
+        out.append(PythonInput(files.platform, str(standalone.url), standalone.sha256))
+    recipe = [files.dockerfile, files.locks / contract.LOCK_NAME, files.locks / contract.BUILD_LOCK_NAME]
+    os_lock = files.locks / contract.OS_LOCK_NAME
+    recipe += [os_lock] if os_lock.exists() else []
+    out += [RecipeInput(_rel(root, p), sha256_file(p)) for p in recipe if p.exists()]
+    for path in (files.locks / contract.LOCK_NAME, files.locks / contract.BUILD_LOCK_NAME):
+        out += [WheelInput(_rel(root, path), e.name, e.version, e.hashes) for e in lock.read_entries(path)]
+    if os_lock.exists():
+        out += [DebInput(_rel(root, os_lock), e) for e in oslock.read(os_lock)]
+    return out
+
+
+def _sources(source: dict) -> list[SourceInput]:
+    out = [SourceInput("source", str(source["url"]), str(source["commit"]))]
+    for name, tree in sorted((source.get("third_party") or {}).items()):
+        out.append(SourceInput(f"third_party/{name}", str(tree["url"]), str(tree["commit"])))
+        for sub in tree.get("submodules") or []:
+            out.append(SourceInput(f"third_party/{name}/{sub['path']}", str(sub["url"]), str(sub["commit"])))
+    return out
+
+
+def _rel(root: Path, path: Path) -> str:
+    return path.resolve().relative_to(root.resolve()).as_posix()
