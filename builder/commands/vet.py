@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING
 
 from builder import log
 from builder.commands._common import Output, add_globals, docker_engine, written
+from builder.config.imageref import names_registry_host
 from builder.errors import BuildError, ConfigError, Unreachable, is_network_failure
 
 if TYPE_CHECKING:
@@ -91,8 +92,7 @@ def pin(engine: Engine, ref: str) -> str:
         raise
     if "@sha256:" in ref:
         return ref
-    first = ref.split("/", 1)[0]
-    if "/" in ref and ("." in first or ":" in first or first == "localhost"):
+    if names_registry_host(ref):
         digest = engine.registry.resolve_digest(ref)
         if digest is None:
             raise ConfigError(f"--image {ref}: the registry does not serve it")

@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import IO, TYPE_CHECKING, Protocol, cast
 
 from builder.config import contract, platforms
+from builder.config.imageref import names_registry_host
 from builder.engine.containers import ContainerSeam, DockerContainers, docker_errors
 from builder.engine.registry import RegistryClient, RegistrySeam
 from builder.errors import (
@@ -159,8 +160,7 @@ def image_config(engine: Engine, ref: str, arch: str | None = None) -> ImageConf
     image the registry does not serve too, an unreachable registry exit 3."""
     if not _IMAGE_REF.fullmatch(ref):
         raise ConfigError(f"--image {ref!r}: not an image reference (name[:tag][@sha256:...])")
-    first = ref.split("/", 1)[0]
-    if "/" in ref and ("." in first or ":" in first or first == "localhost"):
+    if names_registry_host(ref):
         doc = engine.registry.image_config(ref, arch or "amd64")
         if doc is None:
             offered = f" (no linux/{arch} image in it)" if arch else ""
