@@ -10,8 +10,9 @@ from pathlib import Path
 
 from builder import log
 from builder.commands._accept_options import API_KEY_ENV, DESCRIPTION, OPTIONS
-from builder.commands._common import Output, add_globals, docker_engine, written
+from builder.commands._common import Output, add_globals, docker_engine
 from builder.errors import ConfigError, Unreachable
+from builder.fsutil import written
 
 NAME = "accept"
 

@@ -7,7 +7,8 @@ import argparse
 from typing import TYPE_CHECKING
 
 from builder import log
-from builder.commands._common import Output, add_build_options, add_globals, build_options, docker_engine, targets
+from builder.commands._build_options import add_build_options, build_options
+from builder.commands._common import Output, add_globals, docker_engine, targets
 from builder.config.gpu import cell_runs
 from builder.config.matrix import load
 from builder.errors import BuilderError

@@ -7,7 +7,8 @@ import argparse
 import datetime as dt
 from pathlib import Path
 
-from builder.commands._common import Output, add_globals, docker_engine, per_target, written
+from builder.commands._common import Output, add_globals, docker_engine, per_target
+from builder.fsutil import written
 
 NAME = "doctor"
 

@@ -8,8 +8,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from builder import log
-from builder.commands._common import Output, add_globals, docker_engine, written
+from builder.commands._common import Output, add_globals, docker_engine
 from builder.errors import ConfigError
+from builder.fsutil import written
 
 if TYPE_CHECKING:
     from builder.checks.vet import Scorecard
