@@ -16,7 +16,7 @@ from builder.checks.vet import Scorecard, vet
 from builder.config import contract
 from builder.config.imageref import names_registry_host
 from builder.config.matrix import Matrix, Target
-from builder.engine.buildx import Engine, image_config
+from builder.engine.seam import Engine, image_config
 from builder.errors import BuildError, ConfigError, Unreachable, is_network_failure
 from builder.source import pinned as source
 

@@ -41,7 +41,7 @@ def _api_key(name: str | None) -> str | None:
 
 def _image_version(image: str) -> str | None:
     from builder.config import contract
-    from builder.engine.buildx import image_config
+    from builder.engine.seam import image_config
 
     return image_config(docker_engine(), image, None).labels.get(contract.OCI_VERSION)
 

@@ -22,7 +22,7 @@ from builder.config.imageref import names_registry_host
 from builder.errors import BuilderError
 
 if TYPE_CHECKING:
-    from builder.engine.buildx import Engine
+    from builder.engine.seam import Engine
 
 # Where image.json keeps the gpu_coverage table (contract.RECORD_GPU, written by the pipeline's
 # publish.gpu_record): extension -> compute capability -> what serves it (CoverageCell.show).

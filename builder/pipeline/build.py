@@ -31,7 +31,7 @@ from builder.config.options import BuildOptions
 from builder.config.platforms import slug
 from builder.deps import lock, oslock
 from builder.dockerfile import compilecache, render
-from builder.engine.buildx import Engine
+from builder.engine.seam import Engine
 from builder.errors import CheckFailed, RecordError
 from builder.fsutil import atomic_write, sha256_bytes
 from builder.pipeline import publish, publishindex

@@ -21,7 +21,7 @@ from pathlib import Path
 from builder import log
 from builder.config.imageref import names_registry_host
 from builder.config.matrix import Target
-from builder.engine.buildx import BuildRequest, BuildResult, Engine
+from builder.engine.seam import BuildRequest, BuildResult, Engine
 from builder.errors import BuilderError, BuildError
 
 _HOST_CACHES = ("inline", "local")

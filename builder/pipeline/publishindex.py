@@ -24,7 +24,7 @@ from builder import log
 from builder.config import contract
 from builder.config.options import BuildOptions
 from builder.config.platforms import slug
-from builder.engine.buildx import Engine
+from builder.engine.seam import Engine
 from builder.errors import ConfigError, RecordError
 from builder.fsutil import sha256_file
 from builder.pipeline.context import emulated_refused

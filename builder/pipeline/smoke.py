@@ -45,7 +45,7 @@ import git
 import yaml
 
 from builder import log
-from builder.engine.buildx import Engine
+from builder.engine.seam import Engine
 from builder.errors import ConfigError
 from builder.fsutil import atomic_write
 from builder.pipeline import smokecache, smokeos, smokeroots

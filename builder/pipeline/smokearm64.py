@@ -19,7 +19,7 @@ from pathlib import Path
 
 import yaml
 
-from builder.engine.buildx import Engine
+from builder.engine.seam import Engine
 from builder.errors import BuildError
 from builder.pipeline import smoke, smokecache, smokeroots
 

@@ -449,9 +449,9 @@ def test_the_fake_keeps_to_the_engine_seam():
     them too: the assignment at the end of tests/unit/fakeengine.py)."""
     import inspect
 
-    from builder.engine.buildx import Engine
     from builder.engine.containers import ContainerSeam
     from builder.engine.registry import RegistrySeam
+    from builder.engine.seam import Engine
     from tests.unit.fakeengine import FakeContainers, FakeRegistry
 
     for protocol, fake in ((Engine, FakeEngine), (RegistrySeam, FakeRegistry), (ContainerSeam, FakeContainers)):
@@ -480,7 +480,7 @@ def test_the_fake_keeps_to_the_engine_seam():
 def test_which_cache_exports_leave_the_host(spec, leaves):
     from pathlib import Path
 
-    from builder.engine.buildx import BuildRequest
+    from builder.engine.seam import BuildRequest
     from builder.pipeline import prepush
 
     req = BuildRequest(context=Path("."), dockerfile=Path("Dockerfile"), tags=("t",), build_args={}, cache_to=spec)

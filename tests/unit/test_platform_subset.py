@@ -194,7 +194,7 @@ def test_platform_on_a_one_image_target_is_refused(tmp_path, monkeypatch, smoke_
 def test_every_platform_s_emulation_refusal_comes_before_any_build(both, checks, monkeypatch):  # noqa: F811
     """On an amd64-only builder a cu129 arm64 compile is refused before the amd64 one runs (the
     smoke is exempt from the refusal, so it stands in for cu129 here)."""
-    from builder.engine.buildx import EngineInfo
+    from builder.engine.seam import EngineInfo
     from builder.pipeline import context, publishindex
 
     engine = FakeEngine()
