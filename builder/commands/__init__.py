@@ -4,5 +4,5 @@ puts them together in their order; ``_common`` holds what several share (the glo
 options, --target handling, the stdout document); ``reference`` writes the commands reference
 (docs/reference/commands.md) from the parser. ``builder.cli`` parses with them and dispatches.
 
-May import: config, engine, dockerfile, source, deps, checks, records, host, pipeline, accept.
+May import: config, engine, dockerfile, source, deps, checks, records, host, pipeline, accept, smoke.
 """

@@ -13,7 +13,7 @@ with the fake engine (tests/unit/fakeengine.py), no Docker:
 - `build reproduce` rebuilds with no cache and reports the same digest, or what differs.
 
 Everything else runs for real: the smoke matrix and its git repositories (made by
-builder/pipeline/smoke.py, as `build smoke-init` makes them), the rendered Dockerfile, the offline
+builder/smoke/smoke.py, as `build smoke-init` makes them), the rendered Dockerfile, the offline
 checks, the source fetch, the context assembly, the SBOM and provenance, the record set. Three
 things are not real, each because it needs what a unit test does not have:
 
@@ -42,9 +42,9 @@ from builder.deps import lock
 from builder.errors import BuildError, CheckFailed, NotReproduced, RecordError, RegistryUnavailable
 from builder.fsutil import cache_dir, sha256_bytes
 from builder.pipeline import build as pipeline
-from builder.pipeline import smoke
 from builder.pipeline.plan import Plan
 from builder.records import store
+from builder.smoke import smoke
 from builder.source import pinned as source
 from tests.unit.fakeengine import FakeEngine
 

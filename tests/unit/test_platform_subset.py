@@ -16,9 +16,9 @@ from builder.config import contract, matrix
 from builder.config.options import BuildOptions
 from builder.errors import ConfigError, RecordError
 from builder.pipeline import build as pipeline
-from builder.pipeline import smoke
 from builder.pipeline.plan import Plan
 from builder.records import index
+from builder.smoke import smoke
 from tests.unit.fakeengine import FakeEngine
 from tests.unit.test_multiplatform import (  # noqa: F401 (both, checks: fixtures)
     REGISTRY,

@@ -184,3 +184,17 @@ def test_heavy_imports_wait_until_an_image_exists():
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip()
     assert out == "", f"imported at start-up: {out}"
+
+
+def test_the_smoke_is_a_package_of_its_own_that_the_pipeline_never_imports():
+    """The smoke (builder/smoke/) is a miniature the pipeline builds, not part of it: it declares
+    its own layers, and nothing in the tool but `build smoke-init` (commands) imports it."""
+    declared = _declared()
+    assert declared["smoke"] == {"config", "engine", "deps", "records"}
+    assert "smoke" not in declared["pipeline"] and "smoke" in declared["commands"]
+    importers = {
+        _unit(_module_name(path))
+        for path in _sources()
+        if any(_unit(dep) == "smoke" for dep in _imported_modules(path))
+    }
+    assert importers <= {"smoke", "commands"}, importers
