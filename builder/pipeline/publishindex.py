@@ -38,7 +38,7 @@ class IndexResult:
     record: index.IndexRecord
     changed: bool  # a new index digest (or a new record of it)
     up_to_date: bool  # every platform up to date and the index as recorded, served under the tag
-    platforms: list[Any]  # each platform's build.Outcome, in the matrix's order
+    platforms: list[Any]  # each platform's build.BuildOutcome, in the matrix's order
     seconds: float
 
 
