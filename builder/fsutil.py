@@ -1,4 +1,5 @@
-"""Atomic file writes and hashing: a record is either the old file or the new one, never half."""
+"""Atomic file writes and hashing: a record is either the old file or the new one, never half;
+small files read as untrusted input; a write whose path fails reported as bad input."""
 
 from __future__ import annotations
 
@@ -6,7 +7,11 @@ import hashlib
 import os
 import stat
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
+from typing import TypeVar
+
+T = TypeVar("T")
 
 
 def atomic_write(path: Path, data: str | bytes, mode: int = 0o644) -> None:
@@ -101,3 +106,16 @@ def read_regular(path: Path, limit: int, what: str) -> bytes:
             return fh.read(limit + 1)[:limit]
     except OSError as exc:
         raise ConfigError(f"{path}: cannot read {what}: {exc.strerror}") from None
+
+
+def written(write: Callable[[], T], what: str) -> T:
+    """``write()``, with a path that fails between the check and the write (removed, made
+    unwritable) as one line, exit 2; a full or read-only disk stays exit 74 (cli's mapping)."""
+    from builder.errors import RESOURCE_ERRNOS, ConfigError
+
+    try:
+        return write()
+    except OSError as exc:
+        if exc.errno in RESOURCE_ERRNOS:
+            raise
+        raise ConfigError(f"{what}: cannot write {exc.filename or 'the record'}: {exc.strerror}") from None

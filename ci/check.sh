@@ -7,7 +7,7 @@
 # With no arguments (CI), the static checks and the unit suite run beside the integration suite
 # (itself in a few processes): the integration tests spend most of their time waiting on BuildKit,
 # the registry and PyPI, so on a 2-core machine the rest fits in the gaps (measured:
-# CONTRIBUTING.md, "CI time"). Each side's output is printed whole, one after the other, and the
+# docs/ci-time.md). Each side's output is printed whole, one after the other, and the
 # run fails if either side failed. ruff runs first and alone: a lint error stops the run at once.
 set -euo pipefail
 cd "$(dirname "$0")/.."

@@ -171,7 +171,7 @@ have=$(engine_version); bx=$(buildx_version)
 version_ge "$have" 25 || { echo "ci/setup.sh: Docker Engine $have < 25" >&2; exit 1; }
 version_ge "$bx" 0.13 || { echo "ci/setup.sh: buildx $bx < 0.13" >&2; exit 1; }
 
-# The smoke's bases: one mmdebstrap run per architecture (builder/pipeline/smokeroots.py); its
+# The smoke's bases: one mmdebstrap run per architecture (builder/smoke/smokeroots.py); its
 # merged-usr hook merges /usr with debootstrap's own function.
 if ! command -v mmdebstrap >/dev/null 2>&1 || ! command -v debootstrap >/dev/null 2>&1; then
   need_root; apt_update_once

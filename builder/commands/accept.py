@@ -10,8 +10,9 @@ from pathlib import Path
 
 from builder import log
 from builder.commands._accept_options import API_KEY_ENV, DESCRIPTION, OPTIONS
-from builder.commands._common import Output, add_globals, docker_engine, written
+from builder.commands._common import Output, add_globals, docker_engine
 from builder.errors import ConfigError, Unreachable
+from builder.fsutil import written
 
 NAME = "accept"
 
@@ -40,7 +41,7 @@ def _api_key(name: str | None) -> str | None:
 
 def _image_version(image: str) -> str | None:
     from builder.config import contract
-    from builder.engine.buildx import image_config
+    from builder.engine.seam import image_config
 
     return image_config(docker_engine(), image, None).labels.get(contract.OCI_VERSION)
 

@@ -7,13 +7,14 @@ import argparse
 from typing import TYPE_CHECKING
 
 from builder import log
-from builder.commands._common import Output, add_build_options, add_globals, build_options, docker_engine, targets
+from builder.commands._build_options import add_build_options, build_options
+from builder.commands._common import Output, add_globals, docker_engine, targets
 from builder.config.gpu import cell_runs
 from builder.config.matrix import load
 from builder.errors import BuilderError
 
 if TYPE_CHECKING:
-    from builder.pipeline.build import Outcome
+    from builder.pipeline.build import BuildOutcome
 
 NAME = "build"
 
@@ -40,7 +41,7 @@ def run(args: argparse.Namespace, out: Output) -> int:
     plans = [Plan.of(matrix, name) for name in targets(matrix, args.target)]
     options = build_options(args, plans)
     engine = docker_engine()
-    outcomes: list[Outcome] = []
+    outcomes: list[BuildOutcome] = []
     errors: list[tuple[str, BuilderError]] = []
     if len(plans) == 1:
         outcomes.append(build(plans[0], engine, options))
@@ -60,7 +61,7 @@ def run(args: argparse.Namespace, out: Output) -> int:
     return 0
 
 
-def summarize(outcomes: list[Outcome], errors: list[tuple[str, BuilderError]], out: Output) -> None:
+def summarize(outcomes: list[BuildOutcome], errors: list[tuple[str, BuilderError]], out: Output) -> None:
     """The summary table on stderr, each image on stdout, and the builds in the JSON document."""
     rows = []
     for o in outcomes:
@@ -100,7 +101,7 @@ def gpu_summary(gpu: dict) -> str:
     )
 
 
-def _build_doc(o: Outcome) -> dict:
+def _build_doc(o: BuildOutcome) -> dict:
     return {
         "target": o.target,
         "image": o.image,

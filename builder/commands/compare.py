@@ -62,7 +62,7 @@ def run(args: argparse.Namespace, out: Output) -> int:
 
 
 def _reference(args: argparse.Namespace) -> str:
-    from builder.commands.vet import default_image, pick_target
+    from builder.checks.vetrun import default_image, pick_target
     from builder.config.matrix import load
 
     if not args.target:
@@ -72,10 +72,11 @@ def _reference(args: argparse.Namespace) -> str:
 
 def _scorecards(engine, args: argparse.Namespace, ours: str, reference: str) -> dict:
     """`build vet` on both images for --target, side by side (builder/host/compare.py)."""
-    from builder.commands.vet import pick_target, vet_one
+    from builder.checks.vetrun import VetParams, pick_target, vet_one
     from builder.config.matrix import load
     from builder.host.compare import side_by_side
 
     target = pick_target(load(args.matrix), args.target, None)
-    cards = [vet_one(engine, args.matrix.parent, target, image, args).to_json() for image in (ours, reference)]
+    params = VetParams(no_source=args.no_source)
+    cards = [vet_one(engine, args.matrix.parent, target, image, params).to_json() for image in (ours, reference)]
     return side_by_side(*cards)

@@ -7,7 +7,8 @@ import argparse
 import datetime as dt
 from pathlib import Path
 
-from builder.commands._common import Output, add_globals, docker_engine, per_target, written
+from builder.commands._common import Output, add_globals, docker_engine, per_target
+from builder.fsutil import written
 
 NAME = "doctor"
 
@@ -45,7 +46,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace, out: Output) -> int:
-    from builder.engine.buildx import image_config
+    from builder.engine.seam import image_config
     from builder.host import doctor, hostctx, imagefacts
 
     smi_text, smi_source = doctor.read_nvidia_smi(args.nvidia_smi_file)

@@ -7,9 +7,10 @@ import argparse
 from pathlib import Path
 
 from builder import log
-from builder.commands._common import Output, add_globals, docker_engine, written
+from builder.commands._common import Output, add_globals, docker_engine
 from builder.config.matrix import load
 from builder.errors import ConfigError
+from builder.fsutil import written
 
 NAME = "evidence"
 

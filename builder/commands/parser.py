@@ -26,7 +26,8 @@ from builder.commands import (
     verify,
     vet,
 )
-from builder.commands._common import Output, add_build_options, add_globals
+from builder.commands._build_options import add_build_options
+from builder.commands._common import Output, add_globals
 
 DESCRIPTION = """\
 Reproducible builds of vLLM for Kimi K3 against CUDA 12.9, from matrix.yaml.

@@ -12,7 +12,8 @@ import re
 import sys
 from collections.abc import Set
 
-from builder.commands._common import BUILD_OPTIONS, GLOBAL_OPTIONS
+from builder.commands._build_options import BUILD_OPTIONS
+from builder.commands._common import GLOBAL_OPTIONS
 from builder.commands.parser import DEFAULT, build_parser
 
 COMMAND = "python -m builder.commands.reference > docs/reference/commands.md"
@@ -117,9 +118,5 @@ def _anchor(title: str) -> str:
     return re.sub(r"[-\s]+", "-", slug)
 
 
-def _main() -> None:
-    sys.stdout.write(markdown())
-
-
 if __name__ == "__main__":
-    _main()
+    sys.stdout.write(markdown())

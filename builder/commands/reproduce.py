@@ -5,7 +5,8 @@ from __future__ import annotations
 import argparse
 from typing import TYPE_CHECKING
 
-from builder.commands._common import Output, add_build_options, add_globals, build_options, docker_engine, per_target
+from builder.commands._build_options import add_build_options, build_options
+from builder.commands._common import Output, add_globals, docker_engine, per_target
 
 if TYPE_CHECKING:
     from builder.pipeline.plan import Plan

@@ -30,7 +30,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace, out: Output) -> int:
-    from builder.pipeline import smoke, smokearm64
+    from builder.smoke import smoke, smokearm64
 
     second = smokearm64.second_platform if args.arm64 else None
     matrix_path = smoke.init(args.out, args.registry, docker_engine(), repository=args.repository, second=second)

@@ -1,12 +1,12 @@
-"""The one engine seam: ``Engine`` is what the pipeline needs from Docker, in three concerns.
+"""The Docker engine: ``DockerEngine``, the one implementation of the engine seam
+(builder/engine/seam.py) through the Docker CLI (python-on-whales) and buildx. It builds into the
+local image store, exports a built image as a tar stream, pushes, removes, imports and inspects
+images; its containers are ``DockerContainers`` (builder/engine/containers.py) and its registry
+``RegistryClient`` (builder/engine/registry.py). Failures come out as ``BuildError``,
+``EngineUnavailable`` or ``HostResources``, never as python-on-whales' own exceptions.
 
-``Engine`` itself builds (buildx) into the local image store, exports a built image as a tar stream
-(for the secret scan, before anything leaves the host), pushes it, removes it, imports and inspects
-images; ``engine.containers`` runs them
-(builder/engine/containers.py) and ``engine.registry`` talks to the registry over HTTP
-(builder/engine/registry.py). The rest of the code gets typed results or a ``BuildError``/
-``EngineUnavailable``. ``DockerEngine`` is the one implementation (python-on-whales); unit-test
-fakes implement the ``Engine`` protocol instead of subclassing it.
+The seam's types and ``image_config`` are importable from here too, as they were before the seam
+had a module of its own.
 """
 
 from __future__ import annotations
@@ -20,17 +20,18 @@ import subprocess
 import threading
 import time
 from collections.abc import Callable, Iterator
-from contextlib import AbstractContextManager, contextmanager
-from dataclasses import dataclass, field
+from contextlib import contextmanager
 from pathlib import Path
-from typing import IO, TYPE_CHECKING, Protocol, cast
+from typing import IO, TYPE_CHECKING, cast
 
 from builder.config import contract, platforms
 from builder.engine.containers import ContainerSeam, DockerContainers, docker_errors
 from builder.engine.registry import RegistryClient, RegistrySeam
+from builder.engine.seam import BuildRequest, BuildResult, EngineInfo, ImageConfig
+from builder.engine.seam import Engine as Engine  # noqa: F401  (re-exported)
+from builder.engine.seam import image_config as image_config  # noqa: F401  (re-exported)
 from builder.errors import (
     BuildError,
-    ConfigError,
     EngineUnavailable,
     HostResources,
     RegistryUnavailable,
@@ -43,74 +44,6 @@ if TYPE_CHECKING:
 
 MIN_ENGINE = (25, 0)
 MIN_BUILDX = (0, 13)
-
-
-@dataclass(frozen=True)
-class EngineInfo:
-    server_version: str
-    buildx_version: str
-    builder: str | None  # as `buildx inspect` names them (None when it does not)
-    driver: str | None
-    cpus: int
-    memory_bytes: int
-    native: tuple[str, ...] = ()  # the platforms it runs without QEMU (platforms.native_platforms)
-
-
-@dataclass(frozen=True)
-class BuildRequest:
-    context: Path
-    dockerfile: Path
-    tags: tuple[str, ...]
-    build_args: dict[str, str]
-    build_contexts: dict[str, Path] = field(default_factory=dict)
-    source_date_epoch: int | None = None
-    push: bool = False  # False: into the local image store (scanned, then pushed with Engine.push)
-    no_cache: bool = False
-    builder: str | None = None
-    secrets: tuple[str, ...] = ()  # buildx --secret specs (id=...,src=...); values never logged
-    attest: bool = False  # BuildKit provenance + SBOM attestations (not on the docker driver)
-    cache_from: tuple[str, ...] = ()  # buildx --cache-from specs (a bare ref means type=registry)
-    cache_to: str | None = None  # buildx --cache-to spec, e.g. type=inline or type=registry,ref=...,mode=max
-    platform: str | None = None  # buildx --platform (one "os/arch"; None: the builder's own)
-
-
-@dataclass(frozen=True)
-class ImageConfig:
-    ref: str
-    id: str
-    labels: dict[str, str]
-    env: dict[str, str]
-    user: str
-    entrypoint: tuple[str, ...]
-    cmd: tuple[str, ...] = ()  # the config's Cmd (image_starts runs Entrypoint + Cmd)
-
-
-@dataclass(frozen=True)
-class BuildResult:
-    # push=True: the manifest digest the registry serves; push=False: the local image's ID (its
-    # config digest), which names exactly the layers that were built (the config lists their diff_ids)
-    digest: str
-
-
-class Engine(Protocol):
-    """The seam: what the pipeline asks of Docker. Fakes in the unit tests implement this
-    (tests/unit/fakeengine.py). The two sub-seams are read-only, so an implementation may hold
-    its own registry or container type as long as it provides what the seam names."""
-
-    @property
-    def containers(self) -> ContainerSeam: ...
-    @property
-    def registry(self) -> RegistrySeam: ...
-
-    def preflight(self, builder: str | None = None) -> EngineInfo: ...
-    def build(self, req: BuildRequest, log_path: Path, echo: Callable[[str], None]) -> BuildResult: ...
-    def export_image(self, image_id: str) -> AbstractContextManager[IO[bytes]]: ...
-    def push(self, ref: str) -> str: ...
-    def remove_image(self, image_id: str) -> None: ...
-    def import_and_push(self, rootfs_tar: Path, ref: str, platform: str | None = None) -> str: ...
-    def image_config(self, ref: str) -> ImageConfig: ...
-    def describe(self) -> dict[str, str]: ...
-    def image_inspect(self, ref: str) -> str: ...
 
 
 # The Go docker CLI under a memory or thread limit: the host's resources, not an engine out of reach.
@@ -147,36 +80,6 @@ def _start_stream(make: Callable[[], Iterator[str]], env: dict[str, str]) -> tup
                 else:
                     os.environ[k] = v
     return first, stream
-
-
-_IMAGE_REF = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:/-]{0,250}(?:@sha256:[0-9a-f]{64})?")
-
-
-def image_config(engine: Engine, ref: str, arch: str | None = None) -> ImageConfig:
-    """An image's config for doctor and compare: read from the registry when the reference names
-    one (no pull of a multi-GB image), else from the local engine. Of an index, the linux/``arch``
-    image's (doctor: the host's; default amd64). A malformed reference is bad input (exit 2), an
-    image the registry does not serve too, an unreachable registry exit 3."""
-    if not _IMAGE_REF.fullmatch(ref):
-        raise ConfigError(f"--image {ref!r}: not an image reference (name[:tag][@sha256:...])")
-    first = ref.split("/", 1)[0]
-    if "/" in ref and ("." in first or ":" in first or first == "localhost"):
-        doc = engine.registry.image_config(ref, arch or "amd64")
-        if doc is None:
-            offered = f" (no linux/{arch} image in it)" if arch else ""
-            raise ConfigError(f"--image {ref}: the registry does not serve it{offered}")
-        cfg = doc.get("config") or {}
-        env = dict(item.split("=", 1) for item in cfg.get("Env") or [] if "=" in item)
-        return ImageConfig(
-            ref=ref,
-            id="",
-            labels=dict(cfg.get("Labels") or {}),
-            env=env,
-            user=cfg.get("User") or "",
-            entrypoint=tuple(cfg.get("Entrypoint") or ()),
-            cmd=tuple(cfg.get("Cmd") or ()),
-        )
-    return engine.image_config(ref)
 
 
 class DockerEngine:

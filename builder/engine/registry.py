@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
+from builder.config.imageref import names_registry_host
 from builder.engine import auth, transport
 from builder.engine.auth import CredentialLookup
 from builder.engine.transport import RegistryError
@@ -53,7 +54,7 @@ class Manifest:
 def split_ref(name: str) -> tuple[str, str]:
     """'host[:port]/repo/path' -> (host, repo/path)."""
     host, _, repo = name.partition("/")
-    if not repo or ("." not in host and ":" not in host and host != "localhost"):
+    if not repo or not names_registry_host(name):
         return "registry-1.docker.io", name if "/" in name else f"library/{name}"
     return host, repo
 

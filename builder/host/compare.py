@@ -137,7 +137,7 @@ class Comparison:
 
 
 def compare(engine, ours: str, reference: str) -> Comparison:
-    from builder.engine.buildx import image_config
+    from builder.engine.seam import image_config
 
     ca, cb = image_config(engine, ours), image_config(engine, reference)  # bad or unserved refs refused first
     a, b = inventory.read(engine, ours), inventory.read(engine, reference)

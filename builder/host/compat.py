@@ -82,7 +82,10 @@ class Route(Enum):
 
 
 @dataclass(frozen=True)
-class Verdict:
+class DriverVerdict:
+    """The driver's verdict on one CUDA version (the driver rules alone); verdicts.HostVerdict
+    names the host's from it, and doctor.Diagnosis is what doctor prints and records."""
+
     compatible: bool
     reason: str
     route: str
@@ -173,13 +176,13 @@ WINDOWS_TABLE = (
 )
 
 
-def decide(cuda: str, host: HostGPU) -> Verdict:
+def decide(cuda: str, host: HostGPU) -> DriverVerdict:
     major, minor, update = parse_cuda(cuda)
     if host.fault:
         state, route, save = BROKEN[host.fault]
         lib = f" (user-space NVML library {host.nvml})" if host.nvml else ""
         state = state.format(lib=lib, line=host.fault_line or "")
-        return Verdict(
+        return DriverVerdict(
             False,
             f"image needs CUDA {cuda} but this host has no usable NVIDIA driver: {state}",
             route,
@@ -187,7 +190,7 @@ def decide(cuda: str, host: HostGPU) -> Verdict:
             Route.REPAIR_HOST,
         )
     if host.driver is None:
-        return Verdict(
+        return DriverVerdict(
             False,
             f"image needs CUDA {cuda} but this host has no usable NVIDIA driver ({host.note})",
             f"install a driver ({_INSTALL}), then run doctor again",
@@ -198,11 +201,11 @@ def decide(cuda: str, host: HostGPU) -> Verdict:
     return _linux(cuda, (major, minor, update), host, host.driver)
 
 
-def _windows(cuda: str, need: tuple[int, int], host: HostGPU) -> Verdict:
+def _windows(cuda: str, need: tuple[int, int], host: HostGPU) -> DriverVerdict:
     where = "a WSL host's Windows driver" if host.platform == "wsl" else "a Windows driver"
     have = parse_cuda(host.cuda)[:2] if host.cuda else None
     if have and have >= need:
-        return Verdict(
+        return DriverVerdict(
             True,
             f"CUDA {cuda}: {host.driver_text} is {where} that reports CUDA up to {host.cuda} ({WINDOWS_TABLE})",
             "run the image as it is",
@@ -229,30 +232,30 @@ def _windows(cuda: str, need: tuple[int, int], host: HostGPU) -> Verdict:
             ),
         )
     tail = "; forward compatibility (cuda-compat) is not assessed for this driver"
-    return Verdict(False, reason, route + tail, kind=kind)
+    return DriverVerdict(False, reason, route + tail, kind=kind)
 
 
-def _linux(cuda: str, version: tuple[int, int, int], host: HostGPU, drv: tuple[int, ...]) -> Verdict:
+def _linux(cuda: str, version: tuple[int, int, int], host: HostGPU, drv: tuple[int, ...]) -> DriverVerdict:
     """``drv``: the host's driver version (``host.driver``, known to be there)."""
     major, minor, update = version
     full = MIN_DRIVER.get(version) or MIN_DRIVER.get((major, minor, 0))
     family = FAMILY_MIN.get(major)
     if full and drv >= full:
-        return Verdict(
+        return DriverVerdict(
             True,
             f"CUDA {cuda} needs driver >= {_fmt(full)}; host has {host.driver_text} ({host.branch})",
             "run the image as it is",
         )
     if full is None and host.cuda and parse_cuda(host.cuda)[:2] >= (major, minor):
         # No table entry: nvidia-smi's "CUDA Version" is the newest CUDA the driver fully supports.
-        return Verdict(
+        return DriverVerdict(
             True,
             f"CUDA {cuda}: host driver {host.driver_text} ({host.branch}) supports CUDA up to {host.cuda}",
             "run the image as it is",
         )
     if family and drv >= family:
         need = f" (full support from {_fmt(full)})" if full else ""
-        return Verdict(
+        return DriverVerdict(
             True,
             f"CUDA {cuda} runs on driver {host.driver_text} ({host.branch}) through minor-version "
             f"compatibility within CUDA {major}.x (family minimum {_fmt(family)}){need}; "
@@ -266,7 +269,7 @@ def _linux(cuda: str, version: tuple[int, int, int], host: HostGPU, drv: tuple[i
         else f"CUDA {cuda} is not in the compatibility table"
     ) + f"; host has {host.driver_text} ({host.branch})"
     if major >= 13 and FAMILY_MIN[12] <= drv < FAMILY_MIN[13]:
-        return Verdict(
+        return DriverVerdict(
             False,
             reason,
             f"use the cu129 build (this project) on this CUDA 12 driver ({host.branch}), "
@@ -274,14 +277,14 @@ def _linux(cuda: str, version: tuple[int, int, int], host: HostGPU, drv: tuple[i
             kind=Route.USE_CU129,
         )
     if major >= 13 and drv < FAMILY_MIN[12]:
-        return Verdict(
+        return DriverVerdict(
             False,
             reason,
             f"upgrade the driver to r580+ (even the cu129 build needs a CUDA 12 driver, >= {_fmt(FAMILY_MIN[12])})",
             kind=Route.UPGRADE_DRIVER,
         )
     route = f"upgrade the driver to at least {_fmt(wanted)}" if wanted else "upgrade the driver"
-    return Verdict(False, reason, route, kind=Route.UPGRADE_DRIVER)
+    return DriverVerdict(False, reason, route, kind=Route.UPGRADE_DRIVER)
 
 
 def _forward(host: HostGPU) -> str:

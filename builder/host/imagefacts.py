@@ -18,10 +18,11 @@ from typing import TYPE_CHECKING
 
 from builder.config import contract
 from builder.config.gpu import PTX, SASS, CoverageCell, GpuArch, Version, cc_version
+from builder.config.imageref import names_registry_host
 from builder.errors import BuilderError
 
 if TYPE_CHECKING:
-    from builder.engine.buildx import Engine
+    from builder.engine.seam import Engine
 
 # Where image.json keeps the gpu_coverage table (contract.RECORD_GPU, written by the pipeline's
 # publish.gpu_record): extension -> compute capability -> what serves it (CoverageCell.show).
@@ -142,12 +143,6 @@ def record_coverage(record_path) -> dict:
     return {}
 
 
-def _from_registry(ref: str) -> bool:
-    """The rule engine.buildx.image_config uses: a reference naming a registry host is read there."""
-    first = ref.split("/", 1)[0]
-    return "/" in ref and ("." in first or ":" in first or first == "localhost")
-
-
 def _platform(os_name, arch, variant=None) -> str:
     return f"{os_name or '?'}/{arch or '?'}" + (f"/{variant}" if variant else "")
 
@@ -158,7 +153,7 @@ def platforms(engine: Engine, ref: str) -> tuple[tuple[str, ...], str]:
     from builder.engine.registry import split_reference
 
     try:
-        if _from_registry(ref):
+        if names_registry_host(ref):
             manifest = engine.registry.raw_manifest(*split_reference(ref))
             doc = manifest.doc if manifest else {}
             if "manifests" in doc:

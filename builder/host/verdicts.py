@@ -48,7 +48,10 @@ _ASK_GPUS = (
 
 
 @dataclass(frozen=True)
-class Outcome:
+class HostVerdict:
+    """The host's verdict for an image, named (``EXIT``'s keys): host kind, CPU, GPUs and the
+    driver's verdict (compat.DriverVerdict) together; doctor.Diagnosis carries it to the user."""
+
     name: str
     reason: str
     route: str
@@ -110,25 +113,25 @@ def cpu_finding(host: HostGPU, facts: ImageFacts, ctx: HostContext) -> dict:
     }
 
 
-def evaluate(cuda: str, host: HostGPU, facts: ImageFacts, cpu: dict, found: list[dict], kind: str) -> Outcome:
+def evaluate(cuda: str, host: HostGPU, facts: ImageFacts, cpu: dict, found: list[dict], kind: str) -> HostVerdict:
     if host.missing:  # nvidia-smi output without a driver version: what the GPUs and CPU tell, then what to capture
         blocker = _blocked(cuda, host, cpu, kind) or _gpu_blocker(found, facts)
-        return blocker or Outcome(
+        return blocker or HostVerdict(
             "driver-unknown", f"image needs CUDA {cuda}; {host.missing}", _CAPTURE, kind=Route.CAPTURE
         )
     verdict = compat.decide(cuda, host)
     if host.fault:
-        return Outcome("broken-host", verdict.reason, verdict.route, verdict.save, verdict.kind)
+        return HostVerdict("broken-host", verdict.reason, verdict.route, verdict.save, verdict.kind)
     if host.driver is None:
         if kind == "container-no-runtime":
-            return Outcome(
+            return HostVerdict(
                 "container-no-runtime",
                 f"image needs CUDA {cuda}; this is a container without the NVIDIA GPU runtime (no nvidia-smi)",
                 "run the container with `--gpus all` (or `--runtime=nvidia`, or the CDI device nvidia.com/gpu=all) "
                 "on a host where nvidia-container-toolkit is configured; then run doctor in it again",
                 kind=Route.GPU_RUNTIME,
             )
-        return Outcome("no-driver", verdict.reason, verdict.route, kind=verdict.kind)
+        return HostVerdict("no-driver", verdict.reason, verdict.route, kind=verdict.kind)
     blocked = _blocked(cuda, host, cpu, kind)
     if blocked:
         return blocked
@@ -141,12 +144,12 @@ def evaluate(cuda: str, host: HostGPU, facts: ImageFacts, cpu: dict, found: list
     return _unusable(host) or _unread(host) or _gpu_known(found) or _compatible(verdict, found)
 
 
-def _unusable(host: HostGPU) -> Outcome | None:
+def _unusable(host: HostGPU) -> HostVerdict | None:
     """The driver is new enough but says "CUDA Version: N/A": its CUDA library (libcuda) is not
     usable where nvidia-smi ran, so nothing CUDA starts there (public report: shkhln/libc6-shim#14)."""
     if not host.cuda_unusable:
         return None
-    return Outcome(
+    return HostVerdict(
         "cuda-unusable",
         f"driver {host.driver_text} is new enough, but nvidia-smi reports 'CUDA Version: N/A': the driver's CUDA "
         "library (libcuda) is not usable where it ran (not installed, a mismatched user-space library, or not "
@@ -158,11 +161,11 @@ def _unusable(host: HostGPU) -> Outcome | None:
     )
 
 
-def _unread(host: HostGPU) -> Outcome | None:
+def _unread(host: HostGPU) -> HostVerdict | None:
     if host.gpus and not host.unread:
         return None
     why = host.unread or "no GPU row of this nvidia-smi output was"
-    return Outcome(
+    return HostVerdict(
         "gpu-unread",
         f"the driver was read ({host.driver_text}) but {why}: whether the image has code for every GPU cannot be told",
         _ASK_GPUS,
@@ -170,12 +173,12 @@ def _unread(host: HostGPU) -> Outcome | None:
     )
 
 
-def _thor(cuda: str, host: HostGPU) -> Outcome:
+def _thor(cuda: str, host: HostGPU) -> HostVerdict:
     """Jetson Thor: JetPack 7 puts it on the unified Arm (SBSA) CUDA 13 stack (NVIDIA's blog "What's New
     in CUDA Toolkit 13.0 for Jetson Thor"; JetPack 7.1 release notes), so an SBSA image can run there when
     it is a CUDA 13 one with code for 11.0. A CUDA 12 image is not confirmed to (CUDA 12.x named Thor
     10.1): not judged compatible."""
-    return Outcome(
+    return HostVerdict(
         "jetson",
         f"image needs CUDA {cuda}; this is a Jetson Thor (driver {host.driver_text}, JetPack's): with JetPack 7 "
         "Thor runs the unified Arm (SBSA) CUDA 13 stack, so an arm64 server image built with CUDA 13 and code for "
@@ -187,17 +190,17 @@ def _thor(cuda: str, host: HostGPU) -> Outcome:
     )
 
 
-def _driver_blocker(verdict: compat.Verdict, host: HostGPU, facts: ImageFacts) -> Outcome | None:
+def _driver_blocker(verdict: compat.DriverVerdict, host: HostGPU, facts: ImageFacts) -> HostVerdict | None:
     if not verdict.compatible:
-        return Outcome("driver-too-old", verdict.reason, verdict.route, kind=verdict.kind)
+        return HostVerdict("driver-too-old", verdict.reason, verdict.route, kind=verdict.kind)
     return _below_floor(host, facts)
 
 
-def _gpu_known(found: list[dict]) -> Outcome | None:
+def _gpu_known(found: list[dict]) -> HostVerdict | None:
     unknown = [f["name"] for f in found if f["coverage"] == "unknown"]
     if not unknown:
         return None
-    return Outcome(
+    return HostVerdict(
         "gpu-unknown",
         f"the compute capability of {', '.join(dict.fromkeys(unknown))} is unknown to this tool, so its "
         "coverage by the image cannot be told",
@@ -206,22 +209,22 @@ def _gpu_known(found: list[dict]) -> Outcome | None:
     )
 
 
-def _compatible(verdict: compat.Verdict, found: list[dict]) -> Outcome:
+def _compatible(verdict: compat.DriverVerdict, found: list[dict]) -> HostVerdict:
     jit = [f for f in found if f["coverage"] == "ptx-jit-only"]
     if jit:
-        return Outcome(
+        return HostVerdict(
             "compatible-ptx-jit",
             f"{verdict.reason}; the image carries only PTX for {_names(jit)}: the driver JIT-compiles it",
             "run the image; its first start JIT-compiles the PTX (minutes): keep the CUDA cache on a volume "
             "(CUDA_CACHE_PATH)",
             kind=Route.RUN_JIT,
         )
-    return Outcome("compatible", verdict.reason, verdict.route, kind=verdict.kind)
+    return HostVerdict("compatible", verdict.reason, verdict.route, kind=verdict.kind)
 
 
-def _blocked(cuda: str, host: HostGPU, cpu: dict, kind: str) -> Outcome | None:
+def _blocked(cuda: str, host: HostGPU, cpu: dict, kind: str) -> HostVerdict | None:
     if kind == "vgpu-manager":
-        return Outcome(
+        return HostVerdict(
             "vgpu-manager",
             f"image needs CUDA {cuda}; {host.driver_text} is a vGPU manager (hypervisor) driver: it reports "
             "'CUDA Version: Not Found' and runs no CUDA itself",
@@ -230,7 +233,7 @@ def _blocked(cuda: str, host: HostGPU, cpu: dict, kind: str) -> Outcome | None:
             kind=Route.VGPU_GUEST,
         )
     if kind == "windows-tcc":
-        return Outcome(
+        return HostVerdict(
             "windows-tcc",
             f"image needs CUDA {cuda}; the GPU runs in TCC mode, which serves native Windows CUDA only: WSL2 and "
             "Docker Desktop, where this Linux image runs on Windows, cannot use it (public reports: "
@@ -242,7 +245,7 @@ def _blocked(cuda: str, host: HostGPU, cpu: dict, kind: str) -> Outcome | None:
     if kind == "jetson" and any(g.tegra and g.cc == "11.0" for g in host.infos):
         return _thor(cuda, host)
     if kind == "jetson":
-        return Outcome(
+        return HostVerdict(
             "jetson",
             f"image needs CUDA {cuda}; this is a Jetson (an integrated Tegra GPU on L4T, driver {host.driver_text}): "
             "its driver comes with JetPack, and an image for server arm64 (SBSA) hosts, as this tool and "
@@ -252,7 +255,7 @@ def _blocked(cuda: str, host: HostGPU, cpu: dict, kind: str) -> Outcome | None:
             kind=Route.JETSON,
         )
     if cpu["match"] is False:
-        return Outcome(
+        return HostVerdict(
             "cpu-mismatch",
             f"the host's CPU is {cpu['host']} ({cpu['from']}); the image is built for {', '.join(cpu['image'])} only",
             f"run an image built for linux/{cpu['host']} (a matrix target for that platform); this one cannot start "
@@ -271,7 +274,7 @@ def _names(found: list[dict], kernels: bool = False) -> str:
     return ", ".join(f"{n} x {s}" if (n := shown.count(s)) > 1 else s for s in dict.fromkeys(shown))
 
 
-def _gpu_blocker(found: list[dict], facts: ImageFacts) -> Outcome | None:
+def _gpu_blocker(found: list[dict], facts: ImageFacts) -> HostVerdict | None:
     missing = [f for f in found if f["coverage"] in (NONE, PARTIAL)]
     if not missing:
         return None
@@ -281,11 +284,11 @@ def _gpu_blocker(found: list[dict], facts: ImageFacts) -> Outcome | None:
     build = f"an image with code for compute capability {' '.join(sorted({f['cc'] or '?' for f in missing}))}"
     tail = " (CUDA 13 dropped Volta and older: only a CUDA 12 build can serve them)" if old else ""
     if len(missing) == len(found):
-        return Outcome(
+        return HostVerdict(
             "gpu-none", reason, f"run {build}: a target whose gpu.families lists it{tail}", kind=Route.OTHER_IMAGE
         )
     covered = [str(i) for i, f in enumerate(found) if f not in missing]
-    return Outcome(
+    return HostVerdict(
         "gpu-partial",
         reason + f"; covered: GPU {', '.join(covered)}",
         f"restrict the image to the covered GPUs (CUDA_VISIBLE_DEVICES={','.join(covered)}), or run {build} "
@@ -308,13 +311,13 @@ def _judged_by(facts: ImageFacts) -> str:
     )
 
 
-def _below_floor(host: HostGPU, facts: ImageFacts) -> Outcome | None:
+def _below_floor(host: HostGPU, facts: ImageFacts) -> HostVerdict | None:
     if not facts.floor or host.platform != "linux" or host.driver is None:
         return None
     floor = version_tuple(facts.floor)
     if host.driver >= floor:
         return None
-    return Outcome(
+    return HostVerdict(
         "driver-below-floor",
         f"the image's GPU code needs driver >= {facts.floor} (label driver-floor: the newest PTX ISA and toolkit "
         f"of its binaries, proven by the gpu_code check); host has {host.driver_text} ({host.branch}). "

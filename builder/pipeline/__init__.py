@@ -1,5 +1,5 @@
 """The build and its orchestration: what a build reads (plan), the build step by step and
-`build reproduce`, the smoke target's fixtures, and the diff of two images.
+`build reproduce`, and the diff of two images. (The smoke target is builder/smoke/.)
 
 May import: config, engine, dockerfile, source, deps, checks, records.
 """

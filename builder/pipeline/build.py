@@ -31,7 +31,7 @@ from builder.config.options import BuildOptions
 from builder.config.platforms import slug
 from builder.deps import lock, oslock
 from builder.dockerfile import compilecache, render
-from builder.engine.buildx import Engine
+from builder.engine.seam import Engine
 from builder.errors import CheckFailed, RecordError
 from builder.fsutil import atomic_write, sha256_bytes
 from builder.pipeline import publish, publishindex
@@ -44,7 +44,7 @@ from builder.records import store as records
 from builder.source import pinned as source
 
 __all__ = [
-    "Outcome",
+    "BuildOutcome",
     "Reproduction",
     "build",
     "lock_target",
@@ -59,7 +59,7 @@ __all__ = [
 
 
 @dataclass
-class Outcome:
+class BuildOutcome:
     target: str
     image: str
     digest: str
@@ -72,7 +72,7 @@ class Outcome:
     cache: compilecache.Stats | None = None
     gpu: dict | None = None  # the record's gpu (derived driver floor, coverage): the summary shows it
     platform: str | None = None  # one platform of an image index
-    platforms: list[Outcome] = field(default_factory=list)  # an image index's: each platform's build
+    platforms: list[BuildOutcome] = field(default_factory=list)  # an image index's: each platform's build
 
 
 # --- render -------------------------------------------------------------------------------------
@@ -178,7 +178,7 @@ def rehearse_lock(plan: Plan):
 # --- build --------------------------------------------------------------------------------------
 
 
-def build(plan: Plan, engine: Engine, options: BuildOptions) -> Outcome:
+def build(plan: Plan, engine: Engine, options: BuildOptions) -> BuildOutcome:
     with target_lock(plan):
         try:
             if plan.indexed:  # each platform built on its own, then one image index names them
@@ -190,9 +190,9 @@ def build(plan: Plan, engine: Engine, options: BuildOptions) -> Outcome:
                 _drop_inputs(plan)
 
 
-def _index_outcome(plan: Plan, result: publishindex.IndexResult) -> Outcome:
+def _index_outcome(plan: Plan, result: publishindex.IndexResult) -> BuildOutcome:
     r = result.record
-    return Outcome(
+    return BuildOutcome(
         plan.target.name,
         r.image,
         r.digest,
@@ -214,7 +214,7 @@ def _drop_inputs(plan: Plan) -> None:
             shutil.rmtree(build_dir / name, ignore_errors=True)
 
 
-def _build(plan: Plan, engine: Engine, options: BuildOptions) -> Outcome:
+def _build(plan: Plan, engine: Engine, options: BuildOptions) -> BuildOutcome:
     target, started = plan.target, time.monotonic()
     record_path = plan.record_dir / contract.RECORD_NAME
     previous = records.read(record_path)  # a damaged record stops the build before anything runs
@@ -226,7 +226,7 @@ def _build(plan: Plan, engine: Engine, options: BuildOptions) -> Outcome:
         if previous is not None and current:
             of = f" ({plan.platform})" if plan.platform else ""
             log.info(f"    up to date{of}: {previous.image} (same inputs, served by the registry; --force rebuilds)")
-            return Outcome(
+            return BuildOutcome(
                 target.name,
                 previous.image,
                 previous.digest,
@@ -251,7 +251,7 @@ def _build(plan: Plan, engine: Engine, options: BuildOptions) -> Outcome:
     record = publish.record_of(prep, result.digest, options.run_checks, seconds, gpu)
     record = publish.attach_and_write(prep, record, signer)
     changed = previous is None or previous.digest != record.digest
-    return Outcome(
+    return BuildOutcome(
         target.name,
         record.image,
         result.digest,

@@ -19,8 +19,9 @@ import zlib
 from pathlib import Path
 
 from builder import log
+from builder.config.imageref import names_registry_host
 from builder.config.matrix import Target
-from builder.engine.buildx import BuildRequest, BuildResult, Engine
+from builder.engine.seam import BuildRequest, BuildResult, Engine
 from builder.errors import BuilderError, BuildError
 
 _HOST_CACHES = ("inline", "local")
@@ -104,8 +105,7 @@ def base_layers(engine: Engine, target: Target) -> frozenset[str]:
     """The runtime base's layers by diff_id (pinned, not built by us; `docker save` names a layer
     by its diff_id), when its registry answers; else nothing is skipped."""
     base = target.bases.runtime
-    first = base.name.split("/", 1)[0]
-    if "/" not in base.name or not ("." in first or ":" in first or first == "localhost"):
+    if not names_registry_host(base.name):
         return frozenset()
     try:
         # Of a base pinned through its index: the image of the platform this build is for.

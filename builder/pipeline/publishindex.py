@@ -24,7 +24,7 @@ from builder import log
 from builder.config import contract
 from builder.config.options import BuildOptions
 from builder.config.platforms import slug
-from builder.engine.buildx import Engine
+from builder.engine.seam import Engine
 from builder.errors import ConfigError, RecordError
 from builder.fsutil import sha256_file
 from builder.pipeline.context import emulated_refused
@@ -38,7 +38,7 @@ class IndexResult:
     record: index.IndexRecord
     changed: bool  # a new index digest (or a new record of it)
     up_to_date: bool  # every platform up to date and the index as recorded, served under the tag
-    platforms: list[Any]  # each platform's build.Outcome, in the matrix's order
+    platforms: list[Any]  # each platform's build.BuildOutcome, in the matrix's order
     seconds: float
 
 

@@ -11,7 +11,7 @@ from pathlib import Path
 from builder import log
 from builder.config import contract
 from builder.config.options import BuildOptions
-from builder.engine.buildx import Engine
+from builder.engine.seam import Engine
 from builder.errors import NotReproduced, RecordError
 from builder.fsutil import sha256_file
 from builder.pipeline.context import BuildContext, prepare, run_engine

@@ -9,6 +9,7 @@ import re
 
 from packageurl import PackageURL
 
+from builder.config.imageref import names_registry_host
 from builder.records.store import Record
 
 SBOM_TYPE = "application/vnd.cyclonedx+json"
@@ -33,10 +34,9 @@ def oci_purl(ref: str, digest: str) -> PackageURL:
     if ":" in last:
         last, tag = last.split(":", 1)
     repo = f"{head}/{last}" if head else last
-    first = repo.split("/", 1)[0]
     if "/" not in repo:
         repo = f"docker.io/library/{repo}"
-    elif not ("." in first or ":" in first or first == "localhost"):
+    elif not names_registry_host(repo):
         repo = f"docker.io/{repo}"
     qualifiers = {"repository_url": repo, **({"tag": tag} if tag else {})}
     return PackageURL(type="oci", name=last.lower(), version=digest, qualifiers=qualifiers)

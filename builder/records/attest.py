@@ -35,7 +35,7 @@ from builder.config import contract
 from builder.config.matrix import Target
 from builder.deps.lock import LockEntry, normalize
 from builder.deps.oslock import DebEntry
-from builder.engine.buildx import Engine
+from builder.engine.seam import Engine
 from builder.fsutil import sha256_file
 from builder.records import inventory
 from builder.records.artifacts import PROVENANCE_TYPE, SBOM_TYPE, WHEEL_NAME, oci_purl, third_party_trees

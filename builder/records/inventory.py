@@ -18,7 +18,7 @@ import logging
 import re
 from dataclasses import dataclass
 
-from builder.engine.buildx import Engine
+from builder.engine.seam import Engine
 
 # DEP-5's short names (copyright-format 1.0, "License specification") and SPDX ids of the same
 # shape, with an optional version and "+": what a fallback may take from a file in prose. Anything

@@ -84,7 +84,7 @@ class Entry:
 
 
 @dataclass
-class Plan:
+class ExportPlan:
     """A tree's entries, checked, with each symlink's target read."""
 
     entries: list[Entry]
@@ -132,11 +132,13 @@ def _check_name(path: bytes, where: str) -> None:
             )
 
 
-def plan(repo: git.Repo, commit: str, budget: Budget, where: str, replaced: frozenset[bytes] = frozenset()) -> Plan:
+def plan(
+    repo: git.Repo, commit: str, budget: Budget, where: str, replaced: frozenset[bytes] = frozenset()
+) -> ExportPlan:
     """The checked listing of ``commit``'s tree: refused (SourceError) on a duplicate path, an
     entry whose parent is not a directory of the tree, a link leaving the tree, or a cap exceeded.
     ``replaced``: top-level files the export writes itself (a tree's own copy is left out)."""
-    result = Plan([])
+    result = ExportPlan([])
     files = size = 0
     for entry in list_tree(repo, commit, where):
         _check_name(entry.path, where)
@@ -186,7 +188,7 @@ def _link_target(repo: git.Repo, entry: Entry, where: str) -> bytes:
     return target
 
 
-def _resolve_inside(tree: Plan, link: bytes, where: str) -> None:
+def _resolve_inside(tree: ExportPlan, link: bytes, where: str) -> None:
     """Follow ``link`` on the listing exactly as the kernel would on disk (every link along the way,
     ``..`` after a link applied to where the link led), refusing it when it leaves the tree, is
     absolute, or needs more than MAX_SYMLINK_HOPS links. A missing component is taken as a
@@ -312,7 +314,7 @@ class _Blobs:
         self.feeder.join(timeout=5)
 
 
-def write(repo: git.Repo, tree: Plan, root_fd: int, where: str) -> None:
+def write(repo: git.Repo, tree: ExportPlan, root_fd: int, where: str) -> None:
     """Create every planned entry under ``root_fd``: directories 0755, files 0644 or 0755 (git
     records only the execute bit), links as links; each relative to its parent's handle."""
     handles = _Handles(root_fd)
@@ -387,7 +389,7 @@ def export_trees(parts: list[tuple[git.Repo, str, str, str]], root: Path, budget
     the assembled listing (a parent's link through a submodule's ``l -> .`` leaves the whole tree
     though each tree alone holds it), and only then anything written."""
     plans = [(repo, under, where, plan(repo, commit, budget, where)) for repo, commit, under, where in parts]
-    assembled = Plan([])
+    assembled = ExportPlan([])
     for _, under, _, tree in plans:
         prefix = under.encode() + b"/" if under else b""
         assembled.kinds.update({prefix + path: kind for path, kind in tree.kinds.items()})

@@ -11,7 +11,6 @@ without end, no longer hang vet or fill its memory.
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import re
@@ -53,7 +52,7 @@ sys.stdout = Replay(sys.stdout)
 
 def _good_answers(smoke, ref: str, monkeypatch, tmp: Path) -> dict[str, str]:
     """Every probe's facts from a vet of the demo image (in this process), keyed by their keys."""
-    from builder.commands import vet as command
+    from builder.checks.vetrun import VetParams, vet_one
     from builder.config.matrix import load
     from builder.engine import containers
     from builder.engine.buildx import DockerEngine
@@ -70,8 +69,7 @@ def _good_answers(smoke, ref: str, monkeypatch, tmp: Path) -> dict[str, str]:
 
     monkeypatch.setattr(containers, "run_capped", recording)
     target = load(smoke.matrix).target("smoke")
-    args = argparse.Namespace(no_source=False, prefix=None)
-    card = command.vet_one(DockerEngine(), tmp, target, ref, args)
+    card = vet_one(DockerEngine(), tmp, target, ref, VetParams())
     assert card.fit, card.text()
     return answers
 

@@ -21,7 +21,7 @@ def _no_registered_secrets(monkeypatch):
 @pytest.fixture()
 def old_set(tmp_path) -> Path:
     """A record set on disk (SBOM, provenance, record), each file "old <name>\\n": what the
-    journal tests (test_journal_order.py, test_store_exact.py) write a new set over."""
+    journal tests (test_journal_order.py, test_store_journal.py) write a new set over."""
     directory = tmp_path / "locks"
     directory.mkdir()
     for name in (contract.SBOM_NAME, contract.PROVENANCE_NAME, contract.RECORD_NAME):

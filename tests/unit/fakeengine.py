@@ -1,4 +1,4 @@
-"""A fake of the engine seam (builder/engine/buildx.py ``Engine``, with the ``registry`` and
+"""A fake of the engine seam (builder/engine/seam.py ``Engine``, with the ``registry`` and
 ``containers`` seams of builder/engine/registry.py and builder/engine/containers.py), for unit
 tests of the pipeline on a successful build, without Docker.
 
@@ -40,12 +40,12 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import IO, TYPE_CHECKING
 
-from builder.engine.buildx import BuildRequest, BuildResult, EngineInfo, ImageConfig
 from builder.engine.registry import Manifest, split_reference
+from builder.engine.seam import BuildRequest, BuildResult, EngineInfo, ImageConfig
 from builder.errors import BuildError, RegistryUnavailable
 
 if TYPE_CHECKING:
-    from builder.engine.buildx import Engine
+    from builder.engine.seam import Engine
 
 MANIFEST_TYPE = "application/vnd.oci.image.manifest.v1+json"
 INDEX_TYPE = "application/vnd.oci.image.index.v1+json"

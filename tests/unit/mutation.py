@@ -59,22 +59,22 @@ SCOPE: dict[str, tuple[str, ...] | None] = {
 # and a per-module selection keeps that step (and every mutant's run) to seconds. The copy is needed
 # because mutmut discards every cached result when its test selection changes.
 TESTS: dict[str, tuple[str, ...]] = {
-    "records.verify": ("test_verify_rows.py", "test_records.py", "test_verify_exact.py"),
+    "records.verify": ("test_verify_rows.py", "test_records.py", "test_verify_tampers.py"),
     "records.provsign": (
         "test_provsign.py",
-        "test_dsse_more.py",
+        "test_provsign_envelope.py",
         "test_attest.py",
         "test_verify_rows.py",
-        "test_provsign_exact.py",
+        "test_provsign_pae.py",
     ),
-    "records.store": ("test_records.py", "test_store_more.py", "test_journal_order.py", "test_store_exact.py"),
+    "records.store": ("test_records.py", "test_store_fields.py", "test_journal_order.py", "test_store_journal.py"),
     "checks.secretscan": (
         "test_secretscan.py",
         "test_secretscan_props.py",
         "test_secretscan_scan.py",
-        "test_secretscan_exact.py",
+        "test_secretscan_boundaries.py",
     ),
-    "deps.oslock": ("test_oslock.py", "test_oslock_more.py", "test_oslock_exact.py", "test_oslock_resolve.py"),
+    "deps.oslock": ("test_oslock.py", "test_oslock_format.py", "test_oslock_refusals.py", "test_oslock_resolve.py"),
 }
 
 KILLED = {1, 3, 36, 24, -24, 152, 255, 37}  # a failing test, pytest's internal error, a timeout, a type check

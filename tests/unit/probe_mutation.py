@@ -29,17 +29,17 @@ PROBES = REPO / "builder" / "checks" / "probes"
 # probe:function -> the unit tests that run it. The rules each check relies on.
 _ELF = (
     "tests/unit/test_elf_ld.py",
-    "tests/unit/test_elf_exact.py",
+    "tests/unit/test_elf_search.py",
     "tests/unit/test_probes.py::test_elf_resolves_runpath_origin_and_reports_what_nothing_provides",
 )
 _HYGIENE = (
-    "tests/unit/test_probes_more.py",
-    "tests/unit/test_probes_exact.py",
+    "tests/unit/test_probes_links_and_trees.py",
+    "tests/unit/test_probes_search_paths.py",
     "tests/unit/test_probes.py::test_hygiene_finds_dangling_links_links_into_build_paths_and_named_build_paths",
 )
 _TREES = (
-    "tests/unit/test_probes_more.py",
-    "tests/unit/test_probes_exact.py",
+    "tests/unit/test_probes_links_and_trees.py",
+    "tests/unit/test_probes_search_paths.py",
     "tests/unit/test_probes.py::test_trees_imports_every_module_and_names_what_fails",
 )
 # The least-privilege probe as an unprivileged user (as root every "can write" is yes, so its rules

@@ -21,7 +21,7 @@ from builder.config import contract, matrix
 from builder.config.gpu import GpuCode
 from builder.config.matrix import Extensions
 from builder.deps import lock, oslock
-from builder.engine.buildx import ImageConfig
+from builder.engine.seam import ImageConfig
 from builder.errors import BuildError, CheckFailed, SourceError
 from builder.fsutil import sha256_bytes, sha256_file
 from builder.source import extensions

@@ -19,7 +19,7 @@ import pytest
 from builder.checks import checklist_image, imagefiles, probes
 from builder.checks import runner as checks
 from builder.config import contract, waivers
-from builder.engine.buildx import ImageConfig
+from builder.engine.seam import ImageConfig
 from builder.source import extensions
 from tests.unit.test_probes import compile_so, run
 

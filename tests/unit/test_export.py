@@ -386,7 +386,7 @@ def test_a_link_the_kernel_resolves_outside_the_tree_is_always_refused(tmp_path_
 
     root = tmp_path_factory.mktemp("tree") / "root"
     root.mkdir()
-    tree = export.Plan([])
+    tree = export.ExportPlan([])
     for d in _DIRS:
         (root / d.decode()).mkdir()
         tree.kinds[d] = 0o040000

@@ -15,7 +15,7 @@ import yaml
 
 from builder.config import matrix
 from builder.dockerfile import render
-from builder.pipeline import smoke
+from builder.smoke import smoke
 from tests.conftest import REPO
 
 HADOLINT = shutil.which("hadolint", path=str(Path(sys.executable).parent)) or shutil.which("hadolint")

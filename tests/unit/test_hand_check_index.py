@@ -100,8 +100,8 @@ def test_the_hand_check_holds_on_a_one_image_target(tmp_path, monkeypatch, smoke
     import datetime as dt
 
     from builder.config import matrix
-    from builder.pipeline import smoke
     from builder.pipeline.plan import Plan
+    from builder.smoke import smoke
     from tests.unit.test_multiplatform import REGISTRY, _bases, _lock_all_one
 
     monkeypatch.setenv("K3_CACHE_DIR", str(tmp_path / "cache"))

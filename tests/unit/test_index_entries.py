@@ -10,8 +10,9 @@ from types import SimpleNamespace
 
 import pytest
 
-from builder.engine.buildx import BuildRequest, DockerEngine
+from builder.engine.buildx import DockerEngine
 from builder.engine.registry import index_entry
+from builder.engine.seam import BuildRequest
 from builder.errors import BuildError
 from tests.unit.fakeengine import FakeEngine
 

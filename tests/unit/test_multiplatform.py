@@ -24,10 +24,10 @@ from builder.config import contract, matrix
 from builder.config.options import BuildOptions
 from builder.errors import ConfigError, RecordError
 from builder.pipeline import build as pipeline
-from builder.pipeline import smoke, smokearm64
 from builder.pipeline.plan import Plan
 from builder.records import artifacts, index, verifyindex
 from builder.records.verify import verify_targets
+from builder.smoke import smoke, smokearm64
 from builder.source import pinned as source
 from tests.conftest import REPO
 from tests.unit.fakeengine import FakeEngine

@@ -12,9 +12,8 @@ from pathlib import Path
 import pytest
 
 from builder import cli
-from builder.commands._common import written
 from builder.errors import ConfigError
-from builder.fsutil import reserve_stem
+from builder.fsutil import reserve_stem, written
 from builder.host import doctor, evidence
 from tests.unit.test_doctor import SMI, _NoDocker, _record
 

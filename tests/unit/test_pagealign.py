@@ -19,7 +19,7 @@ import pytest
 
 from builder.checks import checklist_image
 from builder.checks.probes import pagealign
-from builder.engine.buildx import ImageConfig
+from builder.engine.seam import ImageConfig
 from tests.unit.test_checks_image import _expect, _Host
 from tests.unit.test_probes import run
 

@@ -13,7 +13,7 @@ with the fake engine (tests/unit/fakeengine.py), no Docker:
 - `build reproduce` rebuilds with no cache and reports the same digest, or what differs.
 
 Everything else runs for real: the smoke matrix and its git repositories (made by
-builder/pipeline/smoke.py, as `build smoke-init` makes them), the rendered Dockerfile, the offline
+builder/smoke/smoke.py, as `build smoke-init` makes them), the rendered Dockerfile, the offline
 checks, the source fetch, the context assembly, the SBOM and provenance, the record set. Three
 things are not real, each because it needs what a unit test does not have:
 
@@ -42,9 +42,9 @@ from builder.deps import lock
 from builder.errors import BuildError, CheckFailed, NotReproduced, RecordError, RegistryUnavailable
 from builder.fsutil import cache_dir, sha256_bytes
 from builder.pipeline import build as pipeline
-from builder.pipeline import smoke
 from builder.pipeline.plan import Plan
 from builder.records import store
+from builder.smoke import smoke
 from builder.source import pinned as source
 from tests.unit.fakeengine import FakeEngine
 
@@ -449,9 +449,9 @@ def test_the_fake_keeps_to_the_engine_seam():
     them too: the assignment at the end of tests/unit/fakeengine.py)."""
     import inspect
 
-    from builder.engine.buildx import Engine
     from builder.engine.containers import ContainerSeam
     from builder.engine.registry import RegistrySeam
+    from builder.engine.seam import Engine
     from tests.unit.fakeengine import FakeContainers, FakeRegistry
 
     for protocol, fake in ((Engine, FakeEngine), (RegistrySeam, FakeRegistry), (ContainerSeam, FakeContainers)):
@@ -480,7 +480,7 @@ def test_the_fake_keeps_to_the_engine_seam():
 def test_which_cache_exports_leave_the_host(spec, leaves):
     from pathlib import Path
 
-    from builder.engine.buildx import BuildRequest
+    from builder.engine.seam import BuildRequest
     from builder.pipeline import prepush
 
     req = BuildRequest(context=Path("."), dockerfile=Path("Dockerfile"), tags=("t",), build_args={}, cache_to=spec)

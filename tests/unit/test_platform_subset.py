@@ -16,9 +16,9 @@ from builder.config import contract, matrix
 from builder.config.options import BuildOptions
 from builder.errors import ConfigError, RecordError
 from builder.pipeline import build as pipeline
-from builder.pipeline import smoke
 from builder.pipeline.plan import Plan
 from builder.records import index
+from builder.smoke import smoke
 from tests.unit.fakeengine import FakeEngine
 from tests.unit.test_multiplatform import (  # noqa: F401 (both, checks: fixtures)
     REGISTRY,
@@ -194,7 +194,7 @@ def test_platform_on_a_one_image_target_is_refused(tmp_path, monkeypatch, smoke_
 def test_every_platform_s_emulation_refusal_comes_before_any_build(both, checks, monkeypatch):  # noqa: F811
     """On an amd64-only builder a cu129 arm64 compile is refused before the amd64 one runs (the
     smoke is exempt from the refusal, so it stands in for cu129 here)."""
-    from builder.engine.buildx import EngineInfo
+    from builder.engine.seam import EngineInfo
     from builder.pipeline import context, publishindex
 
     engine = FakeEngine()

@@ -164,7 +164,7 @@ def test_the_smoke_sets_cu129_s_cache_variables_as_cu129_does(tmp_path):
     import yaml
 
     from builder.config import matrix
-    from builder.pipeline import smoke
+    from builder.smoke import smoke
 
     bases = {"devel": "127.0.0.1:5000/k3/b@sha256:" + "a" * 64, "runtime": "127.0.0.1:5000/k3/r@sha256:" + "b" * 64}
     repos = {"url": "file:///s", "commit": "1" * 40, "kernels_url": "file:///k", "kernels_commit": "2" * 40}

@@ -11,8 +11,8 @@ import pytest
 import yaml
 
 from builder.cli import main
-from builder.commands import schema
 from builder.config import matrix
+from builder.config import matrixschema as schema
 from tests.conftest import REPO
 
 COMMITTED = REPO / "docs" / "matrix.schema.json"

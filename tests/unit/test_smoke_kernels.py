@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from builder.pipeline import smoke
+from builder.smoke import smoke
 from tests import nvidia_tools
 
 SRC = smoke.ASSETS / "src"

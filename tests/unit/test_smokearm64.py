@@ -8,7 +8,7 @@ import pytest
 import yaml
 
 from builder.errors import BuildError
-from builder.pipeline import smoke, smokearm64, smokeroots
+from builder.smoke import smoke, smokearm64, smokeroots
 
 STATUS = """Package: libc6
 Status: install ok installed

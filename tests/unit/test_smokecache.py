@@ -13,14 +13,14 @@ from pathlib import Path
 
 import yaml
 
-from builder.pipeline import smokecache
+from builder.smoke import smokecache
 
 # One process of the test: made_once with a make() that logs when it starts and ends (and
 # sleeps between, so a second process has time to collide) and a usable() that logs when the
 # state was read; prints what made_once returned.
 CHILD = r"""
 import json, os, sys, time
-from builder.pipeline import smokecache
+from builder.smoke import smokecache
 events, me, mode = sys.argv[1], sys.argv[2], sys.argv[3]
 
 def note(what):

@@ -32,10 +32,10 @@ from builder.deps import lock, oslock
 from builder.errors import VerifyFailed
 from builder.fsutil import cache_dir, sha256_bytes, sha256_file
 from builder.pipeline import build as pipeline
-from builder.pipeline import smoke
 from builder.pipeline.plan import Plan
 from builder.records import attest, provsign, verify
 from builder.records.chain import all_rows
+from builder.smoke import smoke
 from builder.source import pinned as source
 from tests.unit.fakeengine import FakeContainers, FakeEngine
 

@@ -122,7 +122,7 @@ def test_nothing_that_decides_ran_is_not_fit(checkout, checks, capsys):
 def test_the_default_image_is_the_targets_reference(checkout, checks, capsys, monkeypatch):
     path, engine = checkout
     seen = []
-    monkeypatch.setattr("builder.commands.vet.pin", lambda engine, ref: seen.append(ref) or ref)
+    monkeypatch.setattr("builder.checks.vetrun.pin", lambda engine, ref: seen.append(ref) or ref)
     code, doc = _vet(path, "--target", "cu129", capsys=capsys)
     assert code == 0, doc
     assert seen == [matrix.load(path).target("cu129").reference.image.ref]
@@ -179,7 +179,7 @@ def test_a_target_without_reference_needs_image(tmp_path):
     loaded = matrix.load(REPO / "matrix.yaml")
     bare = loaded.target("cu129").model_copy(update={"reference": None})
     with pytest.raises(ConfigError, match=r"targets\.cu129\.reference is not set; pass --image"):
-        from builder.commands.vet import default_image
+        from builder.checks.vetrun import default_image
 
         default_image(bare, None)
 

@@ -19,9 +19,9 @@ from pathlib import Path
 
 import yaml
 
-from builder.engine.buildx import Engine
+from builder.engine.seam import Engine
 from builder.errors import BuildError
-from builder.pipeline import smoke, smokecache, smokeroots
+from builder.smoke import smoke, smokecache, smokeroots
 
 ARCH = "arm64"
 PLATFORM = "linux/arm64"

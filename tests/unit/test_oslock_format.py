@@ -1,4 +1,4 @@
-"""More of the OS lock (builder/deps/oslock.py): each line is exactly
+"""The OS lock's format (builder/deps/oslock.py): each line is exactly
 ``name version arch url size sha256:<64 hex>`` (trailing text, a garbled hash, a line split or
 doubled is refused, naming the file and line), the headers, and the archive index's own fields as
 apt prints them (a garbled SHA256 or Filename, an architecture that is not the base's, a URL apt

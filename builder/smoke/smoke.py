@@ -45,11 +45,11 @@ import git
 import yaml
 
 from builder import log
-from builder.engine.buildx import Engine
+from builder.engine.seam import Engine
 from builder.errors import ConfigError
 from builder.fsutil import atomic_write
-from builder.pipeline import smokecache, smokeos, smokeroots
-from builder.pipeline.smokeos import MIRROR, SUITE
+from builder.smoke import smokecache, smokeos, smokeroots
+from builder.smoke.smokeos import MIRROR, SUITE
 
 ASSETS = Path(__file__).resolve().parents[1] / "smoke_assets"
 BRANCH = "k3-smoke"

@@ -15,7 +15,7 @@ import pytest
 
 from builder.checks.probes import _dyn, hygiene, trees
 from tests.unit.test_elf_ld import CC, cc
-from tests.unit.test_probes_more import EXT, files, run
+from tests.unit.test_probes_links_and_trees import EXT, files, run
 
 
 @pytest.fixture(autouse=True)

@@ -1,6 +1,6 @@
-"""More of the hygiene and trees probes (builder/checks/probes/hygiene.py, trees.py), on trees made
-here: links relative to where they stand that land in a build-only root, roots named exactly (not
-as a prefix of a longer name), each separator that starts a named path; and which files and
+"""Links and trees in the hygiene and trees probes (builder/checks/probes/hygiene.py, trees.py), on
+trees made here: links relative to where they stand that land in a build-only root, roots named
+exactly (not as a prefix of a longer name), each separator that starts a named path; and which files and
 directories under a tree are modules: compiled modules (a real one, built with the C compiler
 against this interpreter's headers), data-only directories, directories whose names are no
 Python identifier, bytecode caches, namespace directories.

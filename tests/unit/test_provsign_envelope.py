@@ -1,6 +1,6 @@
-"""More of the DSSE envelope (builder/records/provsign.py): an envelope is read only with in-toto's
-payloadType (a good payload under another type is refused, and so is a good type over a payload
-that is not a JSON object); several signatures, one of them by the matrix's key, are attributed
+"""The DSSE envelope read and attributed (builder/records/provsign.py): an envelope is read only
+with in-toto's payloadType (a good payload under another type is refused, and so is a good type
+over a payload that is not a JSON object); several signatures, one of them by the matrix's key, are attributed
 one by one; the signature by the matrix's key is checked over DSSE's pre-authentication encoding,
 which covers the payload type as well as the payload.
 """

@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from builder.engine.buildx import Engine
+from builder.engine.seam import Engine
 from builder.errors import BuildError
 
 SUITE = "bookworm"  # the smoke's bases and OS packages: Debian 12

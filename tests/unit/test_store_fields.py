@@ -1,4 +1,4 @@
-"""More of the record (builder/records/store.py): every field read strictly by type (a bool is not a
+"""The record's fields (builder/records/store.py): every field read strictly by type (a bool is not a
 number), the OS lock's hash where the contract puts it, files that are not a record's, and the
 problems between a record and the audit files it names, each named.
 """

@@ -21,7 +21,7 @@ from pathlib import Path
 from builder import log
 from builder.errors import BuildError
 from builder.fsutil import cache_dir
-from builder.pipeline.smokeos import MIRROR, SUITE
+from builder.smoke.smokeos import MIRROR, SUITE
 
 # How the roots are made, part of the bases' recipe (smoke._recipe, with recipe() below): bases
 # made another way are made again.
