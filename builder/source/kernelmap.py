@@ -108,6 +108,7 @@ class SourcePlan:
     failures: list[str] = field(default_factory=list)
     stale: list[str] = field(default_factory=list)
     cmake: str = ""
+    platform: str | None = None  # the platform whose arch list this is (None: a one-platform target)
 
     @property
     def ok(self) -> bool:
@@ -152,9 +153,19 @@ def _required(plan: SourcePlan, target: Target) -> None:
                 )
 
 
-def compute(tree: SourceTree, target: Target, origin: str, sandbox: kernelplan.Sandbox) -> SourcePlan:
-    """The fetch inventory and the kernel plan of ``tree`` for ``target``, held to its matrix entry;
-    upstream's CMake runs in ``sandbox`` (builder/engine/sandbox.py), never on the host."""
+def compute(
+    tree: SourceTree,
+    target: Target,
+    origin: str,
+    sandbox: kernelplan.Sandbox,
+    *,
+    platform: str | None = None,
+    fetch_inventory: bool = True,
+) -> SourcePlan:
+    """The fetch inventory and the kernel plan of ``tree`` for ``target`` (its ``cuda.arch_list``:
+    ``platform``'s, when the target is narrowed to one), held to its matrix entry; upstream's CMake
+    runs in ``sandbox`` (builder/engine/sandbox.py), never on the host. ``fetch_inventory=False``:
+    the kernel plan alone (the inventory does not depend on the arch list)."""
     from builder.errors import SourceError
 
     plan = SourcePlan(
@@ -162,14 +173,10 @@ def compute(tree: SourceTree, target: Target, origin: str, sandbox: kernelplan.S
         cuda_version=target.cuda.version,
         arch_list=target.cuda.arch_list,
         families=target.gpu.capabilities if target.gpu else (),
+        platform=platform,
     )
-    try:
-        plan.fetches = inventory(tree, listing(tree), target)
-        plan.stale = stale_waivers(plan.fetches, target)
-    except SourceError as exc:  # a build file this reader refuses (unclosed, oversized): nothing is unread silently
-        plan.not_computed.append(exc.message)
-        plan.failures.append(f"the fetch inventory cannot be computed: {exc.message}")
-    plan.failures += [f"unpinned fetch: {f.describe()}" for f in plan.fetches if f.status == "UNPINNED"]
+    if fetch_inventory:
+        _fetch_part(plan, tree, target)
     try:
         rp, utils = kernelplan.replay(tree)
         values = kernelplan.run_cmake(rp, utils, target.cuda.version, target.cuda.arch_list, sandbox)
@@ -182,6 +189,70 @@ def compute(tree: SourceTree, target: Target, origin: str, sandbox: kernelplan.S
     plan.not_computed += [f"{f}:{line}: {why}" for f, line, why in rp.skipped]
     _required(plan, target)
     return plan
+
+
+def _fetch_part(plan: SourcePlan, tree: SourceTree, target: Target) -> None:
+    from builder.errors import SourceError
+
+    try:
+        plan.fetches = inventory(tree, listing(tree), target)
+        plan.stale = stale_waivers(plan.fetches, target)
+    except SourceError as exc:  # a build file this reader refuses (unclosed, oversized): nothing is unread silently
+        plan.not_computed.append(exc.message)
+        plan.failures.append(f"the fetch inventory cannot be computed: {exc.message}")
+    plan.failures += [f"unpinned fetch: {f.describe()}" for f in plan.fetches if f.status == "UNPINNED"]
+
+
+def per_platform(
+    tree: SourceTree,
+    targets: list[tuple[str | None, Target]],
+    origin: str,
+    sandbox: kernelplan.Sandbox,
+    *,
+    fetch_inventory: bool = True,
+) -> list[SourcePlan]:
+    """One plan per platform (``targets``: each platform and the target as it sees it, as
+    ``Plan.compiled_targets`` gives them), each with its own arch list; the fetch inventory, the same
+    for every platform, only in the first."""
+    return [
+        compute(tree, t, origin, sandbox, platform=p, fetch_inventory=fetch_inventory and i == 0)
+        for i, (p, t) in enumerate(targets)
+    ]
+
+
+def missed(plans: list[SourcePlan]) -> list[str]:
+    """Every ``kernels.required`` failure of ``plans``, each prefixed with its platform when there
+    are several: what the build's preflight refuses."""
+    several = len(plans) > 1
+    return [
+        (f"{p.platform}: " if several and p.platform else "") + f
+        for p in plans
+        for f in p.failures
+        if f.startswith("kernels.required.")
+    ]
+
+
+def check(
+    tree: SourceTree, targets: list[tuple[str | None, Target]], origin: str, sandbox: kernelplan.Sandbox
+) -> list[SourcePlan]:
+    """The build's preflight: every platform's kernel plan, before any compile. A required kernel
+    that misses a claimed family (or a plan that cannot be computed) raises KernelPlanFailed (exit
+    1, as `build plan` exits for it), naming platform, kernel, family, file and line. A target that
+    requires no kernel runs no CMake: there is nothing to hold the plan to."""
+    from builder.errors import KernelPlanFailed
+
+    if not any(t.kernels.required for _, t in targets):
+        return []
+    plans = per_platform(tree, targets, origin, sandbox, fetch_inventory=False)
+    failures = missed(plans)
+    if failures:
+        name = targets[0][1].name
+        raise KernelPlanFailed(
+            f"{name}: the kernel plan at the pin misses what kernels.required asks, before any compile: "
+            + "; ".join(printable(f, 600) for f in failures)
+            + f"; `build plan --target {name}` shows the plan per platform"
+        )
+    return plans
 
 
 def render_lines(plan: SourcePlan, target: Target) -> list[str]:
