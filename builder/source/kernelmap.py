@@ -256,10 +256,23 @@ def check(
 
 
 def render_lines(plan: SourcePlan, target: Target) -> list[str]:
-    """The plan as `build plan` prints it: one row per arch variable, a column per claimed family."""
+    """One plan as `build plan` prints it: its kernel rows, then the fetch inventory."""
+    return kernel_lines(plan, target) + fetch_lines(plan)
+
+
+def render_platforms(plans: list[SourcePlan], target: Target) -> list[str]:
+    """Every platform's kernel rows, each under its own arch list, then the fetch inventory once
+    (the same for every platform: the first plan's)."""
+    out = [line for p in plans for line in kernel_lines(p, target)]
+    return out + (fetch_lines(plans[0]) if plans else [])
+
+
+def kernel_lines(plan: SourcePlan, target: Target) -> list[str]:
+    """One row per arch variable, a column per claimed family."""
     fam = plan.families
+    of = f" ({plan.platform})" if plan.platform else ""
     out = [
-        f"kernel plan: {plan.origin}; CUDA {plan.cuda_version}, arch {' '.join(plan.arch_list)}; "
+        f"kernel plan{of}: {plan.origin}; CUDA {plan.cuda_version}, arch {' '.join(plan.arch_list)}; "
         f"computed by cmake {plan.cmake or '(not run)'} -P on upstream's cmake/utils.cmake",
     ]
     if not fam:
@@ -274,7 +287,11 @@ def render_lines(plan: SourcePlan, target: Target) -> list[str]:
         out.append(f"  {mark}{k.name:<{width}}  {printable(archs, 60):<24} {cells}  {printable(where, 200)}")
     out.append("  (* kernels.required; X~: only PTX for X, JIT-compiled by the driver; -: no code for that family)")
     out += [f"  not computed: {printable(n, 300)}" for n in plan.not_computed]
-    out.append(f"fetches: {len(plan.fetches)} in the build files")
+    return out
+
+
+def fetch_lines(plan: SourcePlan) -> list[str]:
+    out = [f"fetches: {len(plan.fetches)} in the build files"]
     out += [f"  {f.status:<8} {f.describe()}" for f in plan.fetches]
     out += [f"  stale waiver: kernels.fetch_waivers.{printable(k)} matches no fetch" for k in plan.stale]
     return out
@@ -283,6 +300,7 @@ def render_lines(plan: SourcePlan, target: Target) -> list[str]:
 def to_json(plan: SourcePlan) -> dict:
     return {
         "origin": plan.origin,
+        "platform": plan.platform,
         "cuda": plan.cuda_version,
         "arch_list": list(plan.arch_list),
         "families": list(plan.families),

@@ -6,6 +6,8 @@ machine only for the tests' own trees and vLLM's sdist: tests/unit/cmakehost.py)
 
 from __future__ import annotations
 
+import json
+
 import pytest
 import yaml
 
@@ -18,9 +20,18 @@ from builder.pipeline import context
 from builder.pipeline.plan import Plan
 from builder.source import kernelmap
 from tests.conftest import REPO
-from tests.unit.cmakehost import HostCMake
+from tests.unit.cmakehost import HostCMake, host_cmake  # noqa: F401 - fixture
 from tests.unit.fakeengine import FakeEngine
-from tests.unit.test_kernel_plan import CMAKELISTS, DECODE, GPU, UTILS, _tree, vllm_sdist  # noqa: F401 - fixture
+from tests.unit.test_kernel_plan import (  # noqa: F401 - fixtures
+    CMAKELISTS,
+    DECODE,
+    GPU,
+    UTILS,
+    _run,
+    _tree,
+    upstream,
+    vllm_sdist,
+)
 from tests.unit.test_pipeline_ordering import _recorded, checks, plan, smoke_repos  # noqa: F401 - fixtures
 
 AMD64, ARM64 = "linux/amd64", "linux/arm64"
@@ -235,3 +246,53 @@ def test_smoke_without_10_3_stops_before_any_compile_and_writes_nothing(plan, ch
     # empty directories are all there is)
     assert [p for p in (dropped.root / "artifacts").rglob("*") if not p.is_dir()] == []
     assert list((dropped.root / "artifacts" / "smoke").iterdir()) == []
+
+
+# --- `build plan`: a kernel plan per platform, a column per family ---------------------------------
+
+
+def _plan_json(matrix_path, *extra: str) -> tuple[int, dict, str]:
+    code, out, err = _run("--matrix", str(matrix_path), "--json", "plan", "--target", "cu129", *extra)
+    return code, json.loads(out), err
+
+
+def test_plan_shows_every_platform_s_kernel_plan(upstream, host_cmake):  # noqa: F811
+    code, doc, err = _plan_json(upstream["matrix"], "--source")
+    assert code == 0, err
+    plans = doc["kernel_plans"]
+    assert list(plans) == [AMD64, ARM64]
+    arm = yaml.safe_load(upstream["matrix"].read_text())["targets"]["cu129"]["platforms"][ARM64]["arch_list"]
+    assert plans[ARM64]["arch_list"] == arm and plans[ARM64]["platform"] == ARM64
+    assert plans[AMD64]["arch_list"] == ["8.0", "9.0", "10.0", "10.3", "12.0"]
+    for p in plans.values():
+        decode = {k["name"]: k for k in p["kernels"]}["CMakeLists.txt:K3_DECODE_ARCHS"]
+        assert sorted(decode["families"]) == ["10.0", "10.3", "12.0", "9.0"]  # a column per claimed family
+    assert doc["kernel_plan"] == plans[AMD64]  # the first platform's, as before, with the fetches
+    assert plans[AMD64]["fetches"] and plans[ARM64]["fetches"] == []
+    _, out, _ = _run("--matrix", str(upstream["matrix"]), "plan", "--target", "cu129")
+    heads = [line.split(":")[0] for line in out.splitlines() if line.startswith("kernel plan (")]
+    assert heads == [f"kernel plan ({AMD64})", f"kernel plan ({ARM64})"]
+    assert out.count("fetches: ") == 1
+
+
+def test_plan_fails_naming_the_platform_whose_list_misses_a_family(upstream, host_cmake):  # noqa: F811
+    doc = yaml.safe_load(upstream["matrix"].read_text())
+    doc["targets"]["cu129"]["platforms"][ARM64]["arch_list"] = ["8.0", "9.0", "10.0", "12.0"]
+    upstream["matrix"].write_text(yaml.safe_dump(doc, sort_keys=False, width=4096))
+    assert _run("--matrix", str(upstream["matrix"]), "render")[0] == 0
+    code, plans, err = _plan_json(upstream["matrix"])
+    assert code == 1
+    assert plans["kernel_plans"][AMD64]["ok"] and not plans["kernel_plans"][ARM64]["ok"]
+    assert f"FAIL: {ARM64}: kernels.required.K3_DECODE_ARCHS: nothing loads on 10.3 (B300)" in err
+    assert f"FAIL: {AMD64}" not in err
+
+
+def test_plan_rehearse_shows_both_platforms_of_cu129(vllm_sdist, host_cmake):  # noqa: F811
+    code, doc, err = _plan_json(REPO / "matrix.yaml", "--rehearse")
+    assert code == 0, err
+    plans = doc["kernel_plans"]
+    assert list(plans) == [AMD64, ARM64] and all(p["ok"] for p in plans.values())
+    assert "8.6" not in plans[ARM64]["arch_list"] and "7.5" not in plans[ARM64]["arch_list"]
+    for p in plans.values():
+        kda = {k["name"]: k for k in p["kernels"]}["cmake/external_projects/flashkda.cmake:FLASH_KDA_ARCHS"]
+        assert kda["families"]["10.3"] == "10.3a"
