@@ -296,3 +296,51 @@ def test_plan_rehearse_shows_both_platforms_of_cu129(vllm_sdist, host_cmake):  #
     for p in plans.values():
         kda = {k["name"]: k for k in p["kernels"]}["cmake/external_projects/flashkda.cmake:FLASH_KDA_ARCHS"]
         assert kda["families"]["10.3"] == "10.3a"
+
+
+# --- what the docs cite at the pin (docs/cu129.md "Known CUDA-12 compile-outs") --------------------
+
+
+def _line(tree, path: str, number: int) -> str:
+    return tree.read(path).decode().splitlines()[number - 1]
+
+
+def test_the_cited_lines_say_what_the_docs_say(vllm_sdist):  # noqa: F811
+    kda, attn = "vllm/models/kimi_k3/nvidia/kda.py", "vllm/models/kimi_k3/nvidia/ops/attn_res.py"
+    gemm = "vllm/models/kimi_k3/nvidia/low_latency_gemm.py"
+    # KDA decode: auto by default; native needs the op; FlashInfer only when asked; else Triton
+    assert "def resolve_kda_decode_backend(" in _line(vllm_sdist, kda, 215)
+    assert '"kda_decode_backend", "auto"' in _line(vllm_sdist, kda, 668)
+    assert 'hasattr(torch.ops._C, "fused_kda_decode")' in _line(vllm_sdist, kda, 176)
+    assert 'backend == "flashinfer"' in _line(vllm_sdist, kda, 258)
+    assert _line(vllm_sdist, kda, 267).strip() == 'return "triton"'
+    assert "(10, 0), (10, 3)" in _line(vllm_sdist, kda, 203)
+    assert "capability.major in (9, 10, 12)" in _line(vllm_sdist, kda, 281)
+    # AttnRes: the native op only on SM100 with the op present; else the Triton kernel, any family
+    assert _line(vllm_sdist, attn, 34).strip() == "@triton.jit"
+    assert "def _attn_res_kernel(" in _line(vllm_sdist, attn, 35)
+    assert 'hasattr(torch.ops._C, "kimi_k3_attn_res")' in _line(vllm_sdist, attn, 200)
+    assert "_attn_res_kernel[(num_tokens,)](" in _line(vllm_sdist, attn, 222)
+    # CUDA >= 13 gates of both in CMakeLists.txt
+    assert "VERSION_GREATER_EQUAL 13.0" in _line(vllm_sdist, "CMakeLists.txt", 1121)
+    assert "FUSED_KDA_DECODE_ARCHS" in _line(vllm_sdist, "CMakeLists.txt", 1122)
+    assert "VERSION_GREATER_EQUAL 13.0" in _line(vllm_sdist, "CMakeLists.txt", 1152)
+    assert "KIMI_K3_ATTN_RES_ARCHS" in _line(vllm_sdist, "CMakeLists.txt", 1153)
+    # the low-latency tables: SM103/SM107, SM100, SM90; none for 12.x
+    table = "\n".join(_line(vllm_sdist, gemm, n) for n in range(670, 680))
+    assert "def _low_latency_table()" in table and "(10, 0)" in table and "(9, 0)" in table
+    assert "(12" not in table and _line(vllm_sdist, gemm, 679).strip() == "return None"
+    assert "ops.dsv3_fused_a_gemm(g1" in _line(vllm_sdist, gemm, 792)
+    assert "_enable_kda_projection_overlap(module)" in _line(vllm_sdist, gemm, 1047)
+    # FlashMLA: no GIT_SUBMODULES in its FetchContent_Declare, and the compile includes csrc/cutlass
+    flashmla = vllm_sdist.read("cmake/external_projects/flashmla.cmake").decode()
+    assert "GIT_SUBMODULES" not in flashmla and "${flashmla_SOURCE_DIR}/csrc/cutlass/include" in flashmla
+
+
+def test_cu129_requires_each_kernel_only_on_the_families_k3_runs_it_on():
+    t = _cu129()
+    assert t.kernels.families_of("DSV3_FUSED_A_GEMM_ARCHS", t.gpu) == ("9.0", "10.0", "10.3")
+    assert t.kernels.families_of("FLASH_KDA_ARCHS", t.gpu) == ("9.0", "10.0", "10.3", "12.0")
+    assert t.kernels.families_of("MLA_ARCHS", t.gpu) == ("10.0", "10.3")
+    assert t.kernels.families_of("FLASH_MLA_ARCHS", t.gpu) == ("9.0",)
+    assert t.source.third_party["flashmla"].submodules == "all"  # as FetchContent does without GIT_SUBMODULES
