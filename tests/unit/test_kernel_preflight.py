@@ -344,3 +344,68 @@ def test_cu129_requires_each_kernel_only_on_the_families_k3_runs_it_on():
     assert t.kernels.families_of("MLA_ARCHS", t.gpu) == ("10.0", "10.3")
     assert t.kernels.families_of("FLASH_MLA_ARCHS", t.gpu) == ("9.0",)
     assert t.source.third_party["flashmla"].submodules == "all"  # as FetchContent does without GIT_SUBMODULES
+
+
+# --- the per-platform pieces at their edges --------------------------------------------------------
+
+
+def test_compiled_targets_are_every_platform_whichever_a_plan_builds(tmp_path):
+    whole = _target(WITH_103, WITHOUT_103)
+    for platform in (None, AMD64, ARM64):
+        got = Plan.at(whole, tmp_path, platform).compiled_targets()
+        assert [(p, t.cuda.arch_list) for p, t in got] == [(AMD64, tuple(WITH_103)), (ARM64, tuple(WITHOUT_103))]
+    doc = yaml.safe_load((REPO / "matrix.yaml").read_text())
+    doc["targets"]["cu129"].pop("platforms")
+    one = parse(yaml.safe_dump(doc, sort_keys=False, width=4096), REPO / "matrix.yaml").target("cu129")
+    ((platform, target),) = Plan.at(one, tmp_path, None).compiled_targets()
+    assert platform is None and target is one
+
+
+def test_per_platform_puts_the_fetch_inventory_in_the_first_plan_only(upstream, host_cmake):  # noqa: F811
+    from builder.source import planread
+
+    target = parse(upstream["matrix"].read_text(), upstream["matrix"]).target("cu129")
+    tree, origin = planread.read_source(target, planread.GIT)
+    compiled = Plan.at(target, upstream["matrix"].parent, None).compiled_targets()
+    plans = kernelmap.per_platform(tree, compiled, origin, HostCMake())
+    assert [bool(p.fetches) for p in plans] == [True, False] and plans[0].stale == ["setup.py:urlopen"]
+    bare = kernelmap.per_platform(tree, compiled, origin, HostCMake(), fetch_inventory=False)
+    assert [p.fetches for p in bare] == [[], []] and all(p.ok for p in bare)
+    assert kernelmap.per_platform(tree, [], origin, HostCMake()) == []
+
+
+def test_rendering_per_platform(tmp_path):
+    plans, _ = _preflight(_target(WITH_103, WITHOUT_103, {"K3_DECODE_ARCHS": ["9.0"]}), tmp_path)
+    target = _target(WITH_103, WITHOUT_103, {"K3_DECODE_ARCHS": ["9.0"]})
+    lines = kernelmap.render_platforms(plans, target)
+    heads = [line for line in lines if line.startswith("kernel plan")]
+    assert [h.split(":")[0] for h in heads] == [f"kernel plan ({AMD64})", f"kernel plan ({ARM64})"]
+    assert "arch 8.0 9.0 10.0 12.0;" in heads[1] and "arch 8.0 9.0 10.0 10.3 12.0;" in heads[0]
+    assert sum(line.startswith("fetches: ") for line in lines) == 1
+    decode = [line for line in lines if "K3_DECODE_ARCHS" in line]
+    assert decode[0].split()[-6:-2] == ["9.0a", "10.0a", "10.3a", "12.0a"]  # one column per family
+    assert decode[1].split()[-6:-2] == ["9.0a", "10.0a", "-", "12.0a"]
+    assert all(line.lstrip().startswith("* ") for line in decode)  # marked required
+    assert kernelmap.render_platforms([], target) == []
+    plans[0].platform = None
+    assert kernelmap.kernel_lines(plans[0], target)[0].startswith("kernel plan: ")
+
+
+def test_missed_with_several_plans_and_no_platform_name():
+    a = kernelmap.SourcePlan("o", "12.9.1", ("9.0",), ("9.0",))
+    a.failures = ["kernels.required.A_ARCHS: x"]
+    b = kernelmap.SourcePlan("o", "12.9.1", ("9.0",), ("9.0",), platform=ARM64)
+    b.failures = ["kernels.required.B_ARCHS: y", "the fetch inventory cannot be computed: z"]
+    assert kernelmap.missed([a, b]) == ["kernels.required.A_ARCHS: x", f"{ARM64}: kernels.required.B_ARCHS: y"]
+
+
+def test_the_docker_engine_s_sandbox_is_a_container_on_that_engine():
+    from builder.engine.buildx import DockerEngine
+    from builder.engine.sandbox import CMakeSandbox
+
+    engine = DockerEngine()
+    sandbox = context.cmake_sandbox(engine)
+    assert isinstance(sandbox, CMakeSandbox)
+    assert sandbox._cli == engine.docker.client_config.docker_cmd  # the build's own engine, not another
+    fake = FakeEngine()
+    assert isinstance(context.cmake_sandbox(fake), HostCMake) and fake.events == [("kernel plan",)]
