@@ -121,6 +121,14 @@ class CheckFailed(BuilderError):
     exit_code = 1
 
 
+class KernelPlanFailed(BuilderError):
+    """The source's build files at the pin would compile no code a claimed GPU family loads for a
+    kernel ``kernels.required`` names (or the plan cannot be computed): found before any compile,
+    the finding `build plan` exits 1 for."""
+
+    exit_code = 1
+
+
 class VerifyFailed(BuilderError):
     """A link in the audit chain does not hold; the table says which."""
 

@@ -1,6 +1,7 @@
-"""`build plan`: everything a build of --target reads and produces, and the kernel plan and the
-fetch inventory of the source at the pin (from the local mirror when it holds the pinned commit, no
-network; else the git host; ``--rehearse``: PyPI's sdist). ``--no-source``: local files only."""
+"""`build plan`: everything a build of --target reads and produces, and the kernel plan (one per
+platform, each under its own arch list) and the fetch inventory of the source at the pin (from the
+local mirror when it holds the pinned commit, no network; else the git host; ``--rehearse``: PyPI's
+sdist). ``--no-source``: local files only."""
 
 from __future__ import annotations
 
@@ -22,13 +23,14 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="show everything a build of --target reads and produces, and the kernel plan at the pin",
         description="Print bases with digests, source commit, versions, build args, locks "
         "and the output reference (from the matrix and local files), then the kernel plan "
-        "(the archs each kernel's arch selection gives under cuda.version and cuda.arch_list, "
+        "(the archs each kernel's arch selection gives under cuda.version and each platform's arch list, "
         "computed by upstream's own cmake/utils.cmake with cmake -P in a sandbox container on the engine "
         "(never on this host: no engine reachable is exit 3), per GPU family the target "
-        "claims) and every fetch in the build files, read from the source at the pin: the local "
+        "claims; one table per platform the target names) and every fetch in the build files, read from "
+        "the source at the pin: the local "
         "mirror when an earlier lock, build or track put the pinned commit there (no network), "
         "else fetched from the source's git host (unreachable: exit 3). Exit 1 when a "
-        "kernels.required selection misses a claimed family or a fetch is neither pinned nor waived.",
+        "kernels.required selection misses a claimed family on any platform or a fetch is neither pinned nor waived.",
     )
     add_globals(p)
     how = p.add_mutually_exclusive_group()
@@ -84,14 +86,18 @@ def cmake_sandbox():
 
 
 def _kernel_plan(plan: Plan, out: Output, how: str) -> int:
+    """The kernel plan of every platform the target compiles for, each under its own arch list."""
     from builder.source import kernelmap, planread
 
     target = plan.target
     tree, origin = planread.read_source(target, how)
-    result = kernelmap.compute(tree, target, origin, cmake_sandbox())
-    for line in kernelmap.render_lines(result, target):
+    results = kernelmap.per_platform(tree, plan.compiled_targets(), origin, cmake_sandbox())
+    for line in kernelmap.render_platforms(results, target):
         out.line(line)
-    out.data["kernel_plan"] = kernelmap.to_json(result)
-    for failure in result.failures:
-        log.warn(f"{target.name}: FAIL: {failure}")
-    return 0 if result.ok else 1
+    out.data["kernel_plan"] = kernelmap.to_json(results[0])  # the first platform's, with the fetches
+    names = [r.platform or target.platform_names()[0] for r in results]
+    out.data["kernel_plans"] = {name: kernelmap.to_json(r) for name, r in zip(names, results, strict=True)}
+    for name, result in zip(names, results, strict=True):
+        for failure in result.failures:
+            log.warn(f"{target.name}: FAIL: " + (f"{name}: " if len(results) > 1 else "") + failure)
+    return 0 if all(r.ok for r in results) else 1

@@ -8,6 +8,7 @@ image store, scanned for the build's secrets, pushed and confirmed served by the
 from __future__ import annotations
 
 import datetime as dt
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from secrets import token_hex
@@ -20,12 +21,15 @@ from builder.deps import lock
 from builder.deps.buildcontext import assemble
 from builder.dockerfile import compilecache
 from builder.engine.buildx import BuildRequest, BuildResult, Engine, EngineInfo
-from builder.errors import ConfigError
+from builder.errors import ConfigError, EngineUnavailable
 from builder.pipeline.plan import LockSet, Plan, input_key, offline_checks, parallelism
 from builder.records import store as records
-from builder.source import fetches
+from builder.source import fetches, kernelmap, kernelplan
 from builder.source import pinned as source
+from builder.source.kernelmap import SourcePlan
+from builder.source.kernelplan import Sandbox
 from builder.source.pinned import PinnedSource
+from builder.source.requirements import SourceTree
 
 
 @dataclass(frozen=True)
@@ -99,6 +103,9 @@ def prepare(ctx: BuildContext, secret_dir: Path | None = None) -> Prepared:
     records.check_writable(plan.record_dir, "the record set")
     records.check_writable(contract.artifacts_path(plan.root, target.name, "x").parent, "the build's artifacts")
     info = _preflight(ctx)
+    # The source and what its build files are held to, before anything is written for this build:
+    # a refusal here leaves no artifacts directory behind.
+    pinned = _source_checked(ctx)
     build_id = dt.datetime.now(dt.timezone.utc).strftime("%Y%m%dT%H%M%SZ") + "-" + token_hex(3)
     workdir = contract.artifacts_path(plan.root, target.name, build_id)
     workdir.mkdir(parents=True)
@@ -106,7 +113,7 @@ def prepare(ctx: BuildContext, secret_dir: Path | None = None) -> Prepared:
     of = f"target {target.name}" + (f" for {plan.platform}" if plan.platform else "")
     log_path.write_text(f"[k3-builder] build {build_id} of {of}, tool {__version__}\n")
     started = contract.now_iso()
-    pinned, third = _fetch_inputs(ctx)
+    third = _fetch_inputs(ctx, pinned)
     epoch = pinned.source_date_epoch
     contexts = _assemble(ctx, workdir, pinned, third)
     request = _request(ctx, info, contexts, epoch=epoch, secrets=extra_secrets)
@@ -134,8 +141,11 @@ def _assemble(ctx: BuildContext, workdir: Path, pinned: PinnedSource, third: dic
     return contexts
 
 
-def _fetch_inputs(ctx: BuildContext) -> tuple[PinnedSource, dict]:
-    target, locks = ctx.target, ctx.locks
+def _source_checked(ctx: BuildContext) -> PinnedSource:
+    """The pinned source, fetched and verified, then held to the matrix before any third-party fetch
+    or compile: every fetch in its build files pinned or waived (exit 2), and each platform's kernel
+    plan covering what ``kernels.required`` asks (exit 1, KernelPlanFailed)."""
+    target = ctx.target
     with log.step(f"{target.name}: fetch source {target.source.branch} @ {target.source.commit[:12]}", long=True):
         pinned = source.fetch(target.source)
         if pinned.branch_head != target.source.commit:
@@ -145,6 +155,46 @@ def _fetch_inputs(ctx: BuildContext) -> tuple[PinnedSource, dict]:
             )
     with log.step(f"{target.name}: every fetch in the source's build files is pinned or waived"):
         fetches.check(pinned, target)
+    kernel_preflight(ctx.plan, pinned, lambda: cmake_sandbox(ctx.engine))
+    return pinned
+
+
+def kernel_preflight(plan: Plan, tree: SourceTree, sandbox: Callable[[], Sandbox]) -> list[SourcePlan]:
+    """Each platform's kernel plan (its own arch list), all of them before any platform compiles;
+    ``sandbox`` is asked for only when the target requires a kernel (upstream's CMake runs there,
+    never on this host)."""
+    compiled = plan.compiled_targets()
+    if not any(t.kernels.required for _, t in compiled):
+        return []
+    names = ", ".join(p for p, _ in compiled if p) or "its arch list"
+    with log.step(f"{plan.target.name}: the kernel plan covers kernels.required ({names})"):
+        plans = kernelmap.check(tree, compiled, f"{plan.target.source.commit[:12]}", sandbox())
+        for sp in plans:
+            where = sp.platform or plan.target.name
+            log.info(f"    {where}: arch {' '.join(sp.arch_list)}: every required kernel reaches its families")
+    return plans
+
+
+def cmake_sandbox(engine: Engine) -> Sandbox:
+    """Where the preflight's kernel plan runs upstream's CMake: a container on the build's own engine
+    (builder/engine/sandbox.py). An engine that brings its own sandbox (``cmake_sandbox()``: the
+    unit tests' fake) is asked for it; any other has none, and the plan is not run on the host."""
+    own = getattr(engine, "cmake_sandbox", None)
+    if callable(own):
+        return own()
+    from builder.engine.buildx import DockerEngine
+    from builder.engine.sandbox import CMakeSandbox
+
+    if isinstance(engine, DockerEngine):
+        return CMakeSandbox(engine.docker.client_config.docker_cmd, kernelplan.cmake_data())
+    raise EngineUnavailable(
+        "the kernel plan needs a sandbox container on the engine, and this engine offers none; "
+        "upstream's CMake never runs on the build host"
+    )
+
+
+def _fetch_inputs(ctx: BuildContext, pinned: PinnedSource) -> dict:
+    target, locks = ctx.target, ctx.locks
     third = {}
     if target.source.third_party:
         with log.step(f"{target.name}: fetch {len(target.source.third_party)} pinned third-party source(s)", long=True):
@@ -157,7 +207,7 @@ def _fetch_inputs(ctx: BuildContext) -> tuple[PinnedSource, dict]:
     with log.step(f"{target.name}: check the locks were made from these inputs"):
         lock.check_current(locks.runtime, lock.inputs(target, pinned, "runtime"), locks.runtime_text)
         lock.check_current(locks.build, lock.inputs(target, pinned, "build"), locks.build_text)
-    return pinned, third
+    return third
 
 
 def _preflight(ctx: BuildContext) -> EngineInfo:

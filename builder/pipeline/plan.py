@@ -6,7 +6,7 @@ No network, no engine: `build plan` is this module.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from builder import __version__, log
@@ -90,6 +90,9 @@ class Plan:
     output: str
     matrix_path: Path | None = None  # the file the target came from, for messages that name a key
     platform: str | None = None  # one platform of a target that names several; None: the target as a whole
+    # The target as the matrix names it (every platform), for the checks that hold all platforms
+    # before any one compiles (the kernel plan); None: ``target`` itself.
+    whole: Target | None = field(default=None, compare=False, repr=False)
 
     @classmethod
     def of(cls, matrix: Matrix, name: str, platform: str | None = None) -> Plan:
@@ -124,6 +127,7 @@ class Plan:
             output=target.image.tagged,
             matrix_path=matrix_path,
             platform=platform,
+            whole=whole,
         )
 
     @property
@@ -144,6 +148,16 @@ class Plan:
         """The tag this plan's build pushes: the target's, or <tag>-<os>-<arch> for one platform."""
         tag = self.target.image.tag
         return contract.platform_tag(tag, self.platform) if self.platform else tag
+
+    def compiled_targets(self) -> list[tuple[str | None, Target]]:
+        """Each platform the target compiles for, as its compile sees it (its own ``cuda.arch_list``):
+        every one of the target's platforms, whichever this plan builds, so that a platform whose
+        kernels would miss a family stops the build before any platform compiles. One platform: the
+        target itself, with None."""
+        whole = self.whole or self.target
+        if not whole.platforms:
+            return [(None, whole)]
+        return [(p, whole.for_platform(p)) for p in whole.platform_names()]
 
     def platform_plans(self) -> list[Plan]:
         """One plan per platform a target names (the first platform's files are this plan's own)."""

@@ -108,6 +108,7 @@ class SourcePlan:
     failures: list[str] = field(default_factory=list)
     stale: list[str] = field(default_factory=list)
     cmake: str = ""
+    platform: str | None = None  # the platform whose arch list this is (None: a one-platform target)
 
     @property
     def ok(self) -> bool:
@@ -152,9 +153,19 @@ def _required(plan: SourcePlan, target: Target) -> None:
                 )
 
 
-def compute(tree: SourceTree, target: Target, origin: str, sandbox: kernelplan.Sandbox) -> SourcePlan:
-    """The fetch inventory and the kernel plan of ``tree`` for ``target``, held to its matrix entry;
-    upstream's CMake runs in ``sandbox`` (builder/engine/sandbox.py), never on the host."""
+def compute(
+    tree: SourceTree,
+    target: Target,
+    origin: str,
+    sandbox: kernelplan.Sandbox,
+    *,
+    platform: str | None = None,
+    fetch_inventory: bool = True,
+) -> SourcePlan:
+    """The fetch inventory and the kernel plan of ``tree`` for ``target`` (its ``cuda.arch_list``:
+    ``platform``'s, when the target is narrowed to one), held to its matrix entry; upstream's CMake
+    runs in ``sandbox`` (builder/engine/sandbox.py), never on the host. ``fetch_inventory=False``:
+    the kernel plan alone (the inventory does not depend on the arch list)."""
     from builder.errors import SourceError
 
     plan = SourcePlan(
@@ -162,14 +173,10 @@ def compute(tree: SourceTree, target: Target, origin: str, sandbox: kernelplan.S
         cuda_version=target.cuda.version,
         arch_list=target.cuda.arch_list,
         families=target.gpu.capabilities if target.gpu else (),
+        platform=platform,
     )
-    try:
-        plan.fetches = inventory(tree, listing(tree), target)
-        plan.stale = stale_waivers(plan.fetches, target)
-    except SourceError as exc:  # a build file this reader refuses (unclosed, oversized): nothing is unread silently
-        plan.not_computed.append(exc.message)
-        plan.failures.append(f"the fetch inventory cannot be computed: {exc.message}")
-    plan.failures += [f"unpinned fetch: {f.describe()}" for f in plan.fetches if f.status == "UNPINNED"]
+    if fetch_inventory:
+        _fetch_part(plan, tree, target)
     try:
         rp, utils = kernelplan.replay(tree)
         values = kernelplan.run_cmake(rp, utils, target.cuda.version, target.cuda.arch_list, sandbox)
@@ -184,11 +191,88 @@ def compute(tree: SourceTree, target: Target, origin: str, sandbox: kernelplan.S
     return plan
 
 
+def _fetch_part(plan: SourcePlan, tree: SourceTree, target: Target) -> None:
+    from builder.errors import SourceError
+
+    try:
+        plan.fetches = inventory(tree, listing(tree), target)
+        plan.stale = stale_waivers(plan.fetches, target)
+    except SourceError as exc:  # a build file this reader refuses (unclosed, oversized): nothing is unread silently
+        plan.not_computed.append(exc.message)
+        plan.failures.append(f"the fetch inventory cannot be computed: {exc.message}")
+    plan.failures += [f"unpinned fetch: {f.describe()}" for f in plan.fetches if f.status == "UNPINNED"]
+
+
+def per_platform(
+    tree: SourceTree,
+    targets: list[tuple[str | None, Target]],
+    origin: str,
+    sandbox: kernelplan.Sandbox,
+    *,
+    fetch_inventory: bool = True,
+) -> list[SourcePlan]:
+    """One plan per platform (``targets``: each platform and the target as it sees it, as
+    ``Plan.compiled_targets`` gives them), each with its own arch list; the fetch inventory, the same
+    for every platform, only in the first."""
+    return [
+        compute(tree, t, origin, sandbox, platform=p, fetch_inventory=fetch_inventory and i == 0)
+        for i, (p, t) in enumerate(targets)
+    ]
+
+
+def missed(plans: list[SourcePlan]) -> list[str]:
+    """Every ``kernels.required`` failure of ``plans``, each prefixed with its platform when there
+    are several: what the build's preflight refuses."""
+    several = len(plans) > 1
+    return [
+        (f"{p.platform}: " if several and p.platform else "") + f
+        for p in plans
+        for f in p.failures
+        if f.startswith("kernels.required.")
+    ]
+
+
+def check(
+    tree: SourceTree, targets: list[tuple[str | None, Target]], origin: str, sandbox: kernelplan.Sandbox
+) -> list[SourcePlan]:
+    """The build's preflight: every platform's kernel plan, before any compile. A required kernel
+    that misses a claimed family (or a plan that cannot be computed) raises KernelPlanFailed (exit
+    1, as `build plan` exits for it), naming platform, kernel, family, file and line. A target that
+    requires no kernel runs no CMake: there is nothing to hold the plan to."""
+    from builder.errors import KernelPlanFailed
+
+    if not any(t.kernels.required for _, t in targets):
+        return []
+    plans = per_platform(tree, targets, origin, sandbox, fetch_inventory=False)
+    failures = missed(plans)
+    if failures:
+        name = targets[0][1].name
+        raise KernelPlanFailed(
+            f"{name}: the kernel plan at the pin misses what kernels.required asks, before any compile: "
+            + "; ".join(printable(f, 600) for f in failures)
+            + f"; `build plan --target {name}` shows the plan per platform"
+        )
+    return plans
+
+
 def render_lines(plan: SourcePlan, target: Target) -> list[str]:
-    """The plan as `build plan` prints it: one row per arch variable, a column per claimed family."""
+    """One plan as `build plan` prints it: its kernel rows, then the fetch inventory."""
+    return kernel_lines(plan, target) + fetch_lines(plan)
+
+
+def render_platforms(plans: list[SourcePlan], target: Target) -> list[str]:
+    """Every platform's kernel rows, each under its own arch list, then the fetch inventory once
+    (the same for every platform: the first plan's)."""
+    out = [line for p in plans for line in kernel_lines(p, target)]
+    return out + (fetch_lines(plans[0]) if plans else [])
+
+
+def kernel_lines(plan: SourcePlan, target: Target) -> list[str]:
+    """One row per arch variable, a column per claimed family."""
     fam = plan.families
+    of = f" ({plan.platform})" if plan.platform else ""
     out = [
-        f"kernel plan: {plan.origin}; CUDA {plan.cuda_version}, arch {' '.join(plan.arch_list)}; "
+        f"kernel plan{of}: {plan.origin}; CUDA {plan.cuda_version}, arch {' '.join(plan.arch_list)}; "
         f"computed by cmake {plan.cmake or '(not run)'} -P on upstream's cmake/utils.cmake",
     ]
     if not fam:
@@ -203,7 +287,11 @@ def render_lines(plan: SourcePlan, target: Target) -> list[str]:
         out.append(f"  {mark}{k.name:<{width}}  {printable(archs, 60):<24} {cells}  {printable(where, 200)}")
     out.append("  (* kernels.required; X~: only PTX for X, JIT-compiled by the driver; -: no code for that family)")
     out += [f"  not computed: {printable(n, 300)}" for n in plan.not_computed]
-    out.append(f"fetches: {len(plan.fetches)} in the build files")
+    return out
+
+
+def fetch_lines(plan: SourcePlan) -> list[str]:
+    out = [f"fetches: {len(plan.fetches)} in the build files"]
     out += [f"  {f.status:<8} {f.describe()}" for f in plan.fetches]
     out += [f"  stale waiver: kernels.fetch_waivers.{printable(k)} matches no fetch" for k in plan.stale]
     return out
@@ -212,6 +300,7 @@ def render_lines(plan: SourcePlan, target: Target) -> list[str]:
 def to_json(plan: SourcePlan) -> dict:
     return {
         "origin": plan.origin,
+        "platform": plan.platform,
         "cuda": plan.cuda_version,
         "arch_list": list(plan.arch_list),
         "families": list(plan.families),

@@ -51,9 +51,14 @@ _CUDA_GATE = re.compile(r"CUDA_COMPILER_VERSION|CUDA_VERSION")
 
 
 class SandboxRun(Protocol):
-    rc: int | None  # None: killed at its timeout
-    stdout: str
-    stderr: str
+    @property
+    def rc(self) -> int | None: ...  # None: killed at its timeout
+
+    @property
+    def stdout(self) -> str: ...
+
+    @property
+    def stderr(self) -> str: ...
 
 
 class Sandbox(Protocol):

@@ -18,6 +18,8 @@ tests of the pipeline on a successful build, without Docker.
   real client does), which ``raw_manifest`` serves as an index and ``image_config`` follows to
   its linux/<arch> image; ``FakeEngine.build`` of a request with a ``platform`` makes that
   platform's image (its config's os and architecture).
+- ``cmake_sandbox`` hands the build's kernel-plan preflight the pinned cmake run on this machine
+  (tests/unit/cmakehost.py): only the tests' own trees run there.
 - ``FakeContainers`` runs nothing but the SBOM's inventory probe: the image "has" the wheels the
   request's wheelhouse handed it. The image checks need a real container; tests monkeypatch
   builder/checks/runner.py ``run`` for them.
@@ -240,6 +242,15 @@ class FakeEngine:
         self.installed: dict[str, list[tuple[str, str, str]]] = {}  # digest -> (name, version, wheel tag)
         self.local: dict[str, tuple[dict, list[bytes], list]] = {}  # image ID -> config, layers, wheels
         self.local_tags: dict[str, str] = {}  # tag -> image ID
+
+    def cmake_sandbox(self):
+        """The kernel plan's sandbox (builder/pipeline/context.py cmake_sandbox): the pinned cmake on
+        this machine, for the tests' own upstream-shaped trees (tests/unit/cmakehost.py)."""
+        from tests.unit.cmakehost import HostCMake
+
+        self.events.append(("kernel plan",))
+        self.sandbox = HostCMake()
+        return self.sandbox
 
     def preflight(self, builder: str | None = None) -> EngineInfo:
         self.events.append(("preflight", builder))

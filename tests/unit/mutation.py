@@ -51,6 +51,20 @@ SCOPE: dict[str, tuple[str, ...] | None] = {
     "records.store": None,
     "checks.secretscan": None,
     "deps.oslock": None,
+    # The kernel plan (issues 49 and 52): the per-family mapping and the preflight's verdict whole;
+    # in the replay, the reading and the static refusal (cmake_binary and the sandbox are I/O).
+    "source.kernelmap": None,
+    "source.kernelplan": (
+        "_functions",
+        "_check_safe",
+        "_include_target",
+        "_branch_gates",
+        "_walk",
+        "_select",
+        "_replayed",
+        "_prelude",
+        "run_cmake",
+    ),
 }
 
 # Module -> the unit test files that test it. A module listed here runs in its own copy of the
@@ -75,6 +89,8 @@ TESTS: dict[str, tuple[str, ...]] = {
         "test_secretscan_boundaries.py",
     ),
     "deps.oslock": ("test_oslock.py", "test_oslock_format.py", "test_oslock_refusals.py", "test_oslock_resolve.py"),
+    "source.kernelmap": ("test_kernel_preflight.py", "test_kernel_plan.py", "test_track.py"),
+    "source.kernelplan": ("test_kernel_plan.py", "test_kernel_preflight.py"),
 }
 
 KILLED = {1, 3, 36, 24, -24, 152, 255, 37}  # a failing test, pytest's internal error, a timeout, a type check

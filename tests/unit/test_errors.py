@@ -30,6 +30,7 @@ EXIT_CODES = [
     (errors.RegistryUnavailable, 3),
     (errors.BuildError, 1),
     (errors.CheckFailed, 1),
+    (errors.KernelPlanFailed, 1),
     (errors.VerifyFailed, 1),
     (errors.NotReproduced, 1),
     (errors.DriftError, 1),

@@ -162,8 +162,8 @@ def test_a_build_pushes_checks_attaches_and_records_in_that_order(plan, checks):
     kinds = [e[0] for e in engine.events]
     # preflight, the build and its push, the registry serving it, the checks, the inventory for the
     # SBOM, then the attaches; the record set is written last (it carries the attached files' hashes)
-    assert kinds == ["preflight", "build", "push", "serves", "checks", "inventory", "attach", "attach"]
-    assert engine.events[3][2:] == (record.digest, True)
+    assert kinds == ["preflight", "kernel plan", "build", "push", "serves", "checks", "inventory", "attach", "attach"]
+    assert engine.events[4][2:] == (record.digest, True)
     req = engine.requests[0]
     assert req.tags == (f"{REGISTRY}/k3/smoke:smoke",) and not req.no_cache
     assert req.build_args["K3_LOCK_SHA256"] == record.lock_sha256
@@ -232,9 +232,20 @@ def test_the_scan_runs_on_the_local_image_before_anything_is_pushed(plan, checks
     outcome = pipeline.build(plan, engine, BuildOptions())
     kinds = [e[0] for e in engine.events]
     # built into the local store, exported and scanned there, and only then pushed
-    assert kinds == ["preflight", "build", "export", "push", "serves", "checks", "inventory", "attach", "attach"]
+    assert kinds == [
+        "preflight",
+        "kernel plan",
+        "build",
+        "export",
+        "push",
+        "serves",
+        "checks",
+        "inventory",
+        "attach",
+        "attach",
+    ]
     assert engine.requests[0].push is False
-    scanned = engine.events[2][1]
+    scanned = engine.events[3][1]
     pushed = engine.registry.raw_manifest(f"{REGISTRY}/k3/smoke", outcome.digest).doc
     assert pushed["config"]["digest"] == scanned  # what was pushed is the image scanned
 
@@ -251,7 +262,7 @@ def test_an_image_carrying_a_secret_is_never_pushed_and_the_recorded_image_keeps
         match=r"leak\.txt' \(content\): a build step wrote it; nothing was pushed.*local image .* was removed",
     ):
         pipeline.build(plan, engine, BuildOptions(force=True))
-    assert [e[0] for e in engine.events[events:]] == ["preflight", "build", "export", "remove"]
+    assert [e[0] for e in engine.events[events:]] == ["preflight", "kernel plan", "build", "export", "remove"]
     assert engine.local == {} or all(SECRET.encode() not in json.dumps(c).encode() for c, _, _ in engine.local.values())
     assert engine.events[-1][1] not in engine.local  # the refused image left the local store
     # nothing new in the registry, nothing holding the secret, the tag still on the recorded image
@@ -286,7 +297,7 @@ def test_a_remote_cache_export_waits_for_the_scan(plan, checks):
     # the first build exports no cache; the same build, once scanned clean, exports it; then the push
     assert [r.cache_to for r in engine.requests] == [None, cache]
     kinds = [e[0] for e in engine.events]
-    assert kinds[:5] == ["preflight", "build", "export", "build", "push"]
+    assert kinds[:6] == ["preflight", "kernel plan", "build", "export", "build", "push"]
     engine.extra_files = {"leak.txt": SECRET.encode()}
     with pytest.raises(BuildError, match="nothing was pushed"):
         pipeline.build(plan, engine, BuildOptions(cache_to=cache, force=True))

@@ -435,3 +435,14 @@ def test_a_not_ready_bump_opens_a_draft_that_carries_the_report(tmp_path):
     body = (tmp_path / "pr-body.md").read_text()
     assert "**Draft: not ready.**" in body and "- UNPINNED x" in body and "No candidate was built" in body
     assert "Merging promotes" not in body
+
+
+def test_the_build_job_plans_the_kernels_of_every_platform_before_it_locks_or_compiles():
+    # issue 52: the plan step reads the source (no --no-source), so each platform's kernel plan
+    # runs at the moved pin before the lock and the compile, and fails the job there.
+    build = _load(REPO / ".github" / "workflows" / "k3-branch.yml")["jobs"]["build"]
+    ids = [s.get("id") or s.get("name") for s in build["steps"]]
+    plan_step = build["steps"][ids.index("plan")]
+    (argv,) = [a for a in _build_invocations(plan_step["run"]) if "plan" in a]
+    assert "--no-source" not in argv and "--rehearse" not in argv
+    assert ids.index("plan") < ids.index("lock") < ids.index("compile, push the candidate, check, record")
