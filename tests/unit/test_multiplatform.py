@@ -22,6 +22,7 @@ import pytest
 from builder.checks import runner
 from builder.config import contract, matrix
 from builder.config.options import BuildOptions
+from builder.engine.buildx import ImageConfig
 from builder.errors import ConfigError, RecordError
 from builder.pipeline import build as pipeline
 from builder.pipeline import smoke, smokearm64
@@ -267,13 +268,15 @@ def test_an_emulated_command_is_not_checked_and_says_so():
 
     osp = runner.OsExpectations(locked=(("numactl", "1", "arm64"),), listed=(), loads=(), runs=(("numactl", "--show"),))
     failing = {"checked": 1, "problems": ["numactl --show exited 1: get_mempolicy: Function not implemented"]}
+    image = "127.0.0.1:5000/k3/smoke@sha256:" + "a" * 64  # the linux/arm64 manifest the checks ran on
 
     def outcome(emulated: bool, facts: dict):
-        expect = type("E", (), {"os_packages": osp, "emulated": emulated, "platform": "linux/arm64"})()
+        fields = {"os_packages": osp, "emulated": emulated, "platform": "linux/arm64"}
+        expect = type("E", (), {**fields, "native_command": runner.Expectations.native_command})()
         original = checklist.run_probe
         checklist.run_probe = lambda host, name, request: facts
         try:
-            checklist.test_os_packages(None, expect, lambda w: None)
+            checklist.test_os_packages(None, expect, lambda w: None, ImageConfig(image, "", {}, {}, "", ()))
         except pytest.skip.Exception as exc:
             return "skip", str(exc)
         except AssertionError as exc:
@@ -285,7 +288,8 @@ def test_an_emulated_command_is_not_checked_and_says_so():
     status, why = outcome(True, failing)
     assert status == "skip" and why.startswith(
         "NOT CHECKED (emulated, linux/arm64 under QEMU): numactl --show exited 1"
-    )
+    )  # and how to run it natively: this platform's own image, checked on its own machine
+    assert why.endswith(f"natively, on a linux/arm64 machine run `build test --platform linux/arm64 --image {image}`")
     assert outcome(False, failing)[0] == "FAIL"
     assert outcome(True, {"checked": 1, "problems": ["numactl: /usr/bin/numactl missing"]})[0] == "FAIL"
     assert outcome(True, {"checked": 1, "problems": []}) == ("pass", "")
