@@ -44,6 +44,10 @@ def both(tmp_path_factory):
     )
     try:
         assert proc.returncode == 0, proc.stderr[-3000:]
+        # Where the time went, on stderr after the last command: the tool's step timings, then the total.
+        summary = proc.stderr.split("ci/demo.sh: where the time went")[-1]
+        assert re.search(r"^ +\d+\.\ds  done +smoke: ", summary, re.M), proc.stderr[-3000:]
+        assert re.search(r"^ci/demo\.sh: setup \d+ s; total \d+ min \d+ s \(\d+ s\)$", summary, re.M), summary
         yield root, root / "matrix.yaml", repository, proc.stdout.strip().splitlines()[-1], time.monotonic() - started
     finally:  # what it pushed, and the local tags each platform was pushed from
         delete_repository(repository)
