@@ -123,6 +123,51 @@ def test_the_checks_pass_on_both_platforms_and_verify_holds(both):
 
 
 @pytest.mark.arm64
+def test_one_platform_image_is_checked_with_platform_and_its_defect_fails(both):
+    """Issue 50: the index's linux/amd64 manifest alone (a plain manifest, not an index) is refused
+    without --platform (exit 2, naming the option), passes with `--platform linux/amd64` (no
+    --target: its label names it), and a one-platform image with a defect fails (exit 1)."""
+    require_arm64()
+    _, matrix, repository, ref, _ = both
+    inspected = subprocess.run(
+        ["docker", "buildx", "imagetools", "inspect", "--raw", ref], capture_output=True, text=True, check=True
+    )
+    amd64 = next(
+        m["digest"] for m in json.loads(inspected.stdout)["manifests"] if m["platform"]["architecture"] == "amd64"
+    )
+    one = f"{REGISTRY}/{repository}@{amd64}"
+    refused = cli("--matrix", str(matrix), "test", "--image", one)
+    assert refused.code == 2, refused.err[-2000:]
+    assert "one linux/amd64 image, not an image index" in refused.err and "pass --platform linux/amd64" in refused.err
+    passed = cli("--matrix", str(matrix), "--json", "test", "--platform", "linux/amd64", "--image", one)
+    assert passed.code == 0, passed.err[-3000:]
+    doc = json.loads(passed.out)
+    assert (doc["image"], doc["platform"], doc["target_platforms"]) == (
+        one,
+        "linux/amd64",
+        ["linux/amd64", "linux/arm64"],
+    )
+    assert doc["counts"]["FAIL"] == 0 and doc["counts"]["pass"] > 0, doc["counts"]
+    assert "smoke: checking its linux/amd64 image alone; linux/arm64 not checked" in passed.err
+    # A defect at the OCI level: the amd64 image relabelled as expired, pushed as one plain manifest.
+    tag = f"{REGISTRY}/{repository}:one-platform-expired"
+    try:
+        subprocess.run(
+            ["docker", "buildx", "build", "--push", "--provenance=false", "--sbom=false", "-q", "-t", tag, "-"],
+            input=f'FROM {one}\nLABEL "io.k3-cu129.expires"="2020-01-01"\n',
+            text=True,
+            capture_output=True,
+            check=True,
+        )
+        expired = f"{REGISTRY}/{repository}@{registry_digest(repository, 'one-platform-expired')}"
+        failed = cli("--matrix", str(matrix), "test", "--platform", "linux/amd64", "--image", expired)
+        assert failed.code == 1, failed.err[-3000:]
+        assert re.search(r"^\s+FAIL\s+expiry\s+.*the image has expired", failed.err, re.M), failed.err[-3000:]
+    finally:  # the fixture deletes the repository; the local tag is this test's
+        subprocess.run(["docker", "image", "rm", "-f", tag], capture_output=True)
+
+
+@pytest.mark.arm64
 def test_verify_finds_a_tampered_arm64_record(both, tmp_path):
     require_arm64()
     root, matrix, _, _, _ = both
