@@ -135,6 +135,12 @@ def warn(message: str) -> None:
     _console.print(f"warning: {printable(redact(message))}", style="yellow", markup=False)
 
 
+def plain() -> bool:
+    """Whether stderr is plain text (a CI log, a pipe, ``| tee``, a file), not a terminal: the
+    build's log is then relayed one line per step (engine.buildlog.Relay)."""
+    return not sys.stderr.isatty()
+
+
 _quiet_raw = False
 
 
