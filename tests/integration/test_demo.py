@@ -44,6 +44,8 @@ def both(tmp_path_factory):
     )
     try:
         assert proc.returncode == 0, proc.stderr[-3000:]
+        # A log read off a terminal (a pipe here): no run of blank lines, no engine warning (issue 50).
+        assert "\n\n\n" not in proc.stderr and "does not match the detected host platform" not in proc.stderr
         # Where the time went, on stderr after the last command: the tool's step timings, then the total.
         summary = proc.stderr.split("ci/demo.sh: where the time went")[-1]
         assert re.search(r"^ +\d+\.\ds  done +smoke: ", summary, re.M), proc.stderr[-3000:]
