@@ -256,15 +256,12 @@ class DockerContainers:
         would leave on our stderr (it does not capture a non-detached run's). None when the engine
         does not hold the image (the run pulls it, for the engine's own platform, as before)."""
         from python_on_whales.exceptions import DockerException
-        from python_on_whales.utils import run
 
         try:
-            found = run(
-                [*self.docker.client_config.docker_cmd, "image", "inspect", "-f", "{{.Os}}/{{.Architecture}}", ref]
-            )
+            image = self.docker.image.inspect(ref)
         except DockerException:
             return None
-        return found.strip() if found.strip().count("/") == 1 else None
+        return f"{image.os}/{image.architecture}" if image.os and image.architecture else None
 
     def run_online(self, ref: str, script: str, platform: str | None = None) -> str:
         """Run ``sh -c script`` in a throwaway container of ``ref`` WITH the engine's default network
