@@ -135,6 +135,12 @@ def warn(message: str) -> None:
     _console.print(f"warning: {printable(redact(message))}", style="yellow", markup=False)
 
 
+def plain() -> bool:
+    """Whether stderr is plain text (a CI log, a pipe, ``| tee``, a file), not a terminal: the
+    build's log is then relayed one line per step (engine.buildlog.Relay)."""
+    return not sys.stderr.isatty()
+
+
 _quiet_raw = False
 
 
@@ -178,6 +184,22 @@ def _alive(name: str, start: float) -> Iterator[None]:
         stop.set()
 
 
+# K3_STEP_TIMES=FILE: each finished step appends "<seconds>\t<done|FAILED|interrupted>\t<name>" to
+# FILE, so a script running several commands (ci/demo.sh) can sum up where its time went.
+STEP_TIMES_ENV = "K3_STEP_TIMES"
+_times_lock = threading.Lock()
+
+
+def _record_time(name: str, took: float, word: str) -> None:
+    path = os.environ.get(STEP_TIMES_ENV)
+    if not path:
+        return
+    line = f"{took:.1f}\t{word}\t{printable(redact(name), field=True)}\n"
+    with _times_lock, contextlib.suppress(OSError):  # a timing lost is no failure of the step
+        with open(path, "a", encoding="utf-8") as fh:
+            fh.write(line)
+
+
 @contextlib.contextmanager
 def step(name: str, long: bool = False) -> Iterator[None]:
     """A named step with its timing (and a CI log group); ``long`` steps show progress."""
@@ -198,6 +220,7 @@ def step(name: str, long: bool = False) -> Iterator[None]:
         if _in_actions():
             sys.stderr.write("::endgroup::\n")
         _console.print(f"    {word}: {name} ({took:.1f}s)", markup=False, style=None if ok else "red")
+        _record_time(name, took, word)
 
 
 @dataclass(frozen=True)

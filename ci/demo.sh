@@ -8,13 +8,31 @@
 # linux/amd64 alone and prints that image's reference. K3_DEMO_REPOSITORY (default k3/smoke) is the
 # registry repository it pushes to: the suite's test of this script passes one of its own, so the
 # user's demo image in k3/smoke is never replaced or deleted by a test run.
+# At the end (or on a failure) it prints to stderr where its time went: the tool's own step
+# timings (each command appends them to K3_STEP_TIMES) and its total time; stdout's last line
+# stays the reference.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 REGISTRY=${REGISTRY:-127.0.0.1:5000}
 OUT=${OUT:-smoke}  # the smoke target's own tree: matrix, dockerfiles, locks, artifacts/, sources
 REPOSITORY=${K3_DEMO_REPOSITORY:-k3/smoke}
 
+started=$SECONDS
+K3_STEP_TIMES=$(mktemp "${TMPDIR:-/tmp}/k3-demo-times.XXXXXX")
+export K3_STEP_TIMES
+timings() {
+  local code=$? took=$((SECONDS - started))
+  {
+    echo "ci/demo.sh: where the time went (the tool's steps of 1 s or more, in the order they ended; an outer step includes the steps inside it, and steps side by side overlap):"
+    awk -F '\t' '$1 >= 1 { printf "  %7.1fs  %-11s %s\n", $1, $2, $3 }' "$K3_STEP_TIMES"
+    echo "ci/demo.sh: setup ${setup_took:-?} s; total $((took / 60)) min $((took % 60)) s ($took s)$([ "$code" = 0 ] || echo ", FAILED with exit $code")"
+  } >&2
+  rm -f "$K3_STEP_TIMES"
+}
+trap timings EXIT
+
 bash ci/setup.sh
+setup_took=$((SECONDS - started))
 build=.venv/bin/build
 arm64=(--arm64)
 if [ "${K3_DEMO_ARM64:-1}" = 0 ]; then

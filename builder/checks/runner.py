@@ -113,6 +113,11 @@ class Expectations:
     platform: str | None = None
     emulated: bool = False
 
+    def native_command(self, image: str) -> str:
+        """Where and how to run natively what could not run emulated: `build test --platform P
+        --image REF` on a P machine (REF: this platform's own image, a manifest digest)."""
+        return f"on a {self.platform} machine run `build test --platform {self.platform} --image {image}`"
+
     @property
     def cuda_major(self) -> int:
         return int(self.cuda_version.split(".")[0])

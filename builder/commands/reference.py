@@ -50,7 +50,10 @@ def markdown(parser: argparse.ArgumentParser | None = None) -> str:
         *_options(parser, only=_BUILD),
     ]
     for name, command in sub.choices.items():
-        out += _section(command, f"build {name}", level=2, skip=_GLOBAL | _BUILD, shared=_shares(command))
+        flags = {f for a in command._actions for f in a.option_strings}
+        # A command's own option that shares a build option's name (`test --platform`) is its own.
+        skip = _GLOBAL | (_BUILD if _BUILD <= flags else set())
+        out += _section(command, f"build {name}", level=2, skip=skip, shared=_shares(command))
     return "\n".join(out).rstrip("\n") + "\n"
 
 

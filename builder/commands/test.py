@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 from typing import TYPE_CHECKING
 
+from builder import log
 from builder.commands._common import Output, add_globals, docker_engine, per_target
 from builder.errors import ConfigError
 
@@ -20,10 +21,30 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="run the image checks (pytest, in a hardened container) on --target's recorded image or --image",
         description="Check an image against the matrix: CUDA version, no other CUDA major, "
         "compiled modules and ops, pinned versions, expiry and labels, contents "
-        "equal to the lock, pip check, non-root. Writes a JUnit report.",
+        "equal to the lock, pip check, non-root. Writes a JUnit report. Of a target built into an "
+        "image index, every platform's image is checked; --platform checks one (and --image may "
+        "then be that platform's image alone, not an index).",
     )
     add_globals(p)
     p.add_argument("--image", help="image reference to check (default: the digest in locks/<target>/image.json)")
+    p.add_argument(
+        "--platform",
+        action="append",
+        default=argparse.SUPPRESS,  # `build --platform P test` (the top-level option) counts too
+        metavar="OS/ARCH",
+        help="of a target built into an image index, check only this platform's image: the index's "
+        "manifest for it, or --image one image of this platform (a plain manifest)",
+    )
+
+
+def _platform(args: argparse.Namespace) -> str | None:
+    """--platform, read before anything is contacted: one platform, one a target can name."""
+    from builder.config import platforms
+
+    given = list(getattr(args, "platform", None) or [])
+    if len(given) > 1:
+        raise ConfigError(f"test: --platform {', '.join(given)}: check one platform at a time")
+    return platforms.flag(given[0]) if given else None
 
 
 def run(args: argparse.Namespace, out: Output) -> int:
@@ -31,9 +52,10 @@ def run(args: argparse.Namespace, out: Output) -> int:
     from builder.engine.buildx import image_config
     from builder.pipeline.build import test
 
+    platform = _platform(args)
     engine = docker_engine()
     if args.image and not args.target:  # the image's own label says which target it is
-        labels = image_config(engine, args.image).labels
+        labels = image_config(engine, args.image, platform.split("/")[1] if platform else None).labels
         key = contract.keys_in(labels).target
         label = labels.get(key)
         if not label:
@@ -41,11 +63,19 @@ def run(args: argparse.Namespace, out: Output) -> int:
         args.target = [label]
 
     def one(plan: Plan, o: Output) -> int:
-        reports = test(plan, engine, args.image)
-        if len(reports) == 1 and not plan.target.platforms:
+        names = list(plan.target.platform_names())
+        if platform:  # one platform of the target: said before the checks, so a failure says it too
+            others = ", ".join(p for p in names if p != platform)
+            log.info(
+                f"{plan.target.name}: checking its {platform} image alone"
+                + (f"; {others} not checked" if others else "")
+            )
+        reports = test(plan, engine, args.image, platform)
+        if platform:  # the report names the platform checked and the target's others
+            o.data.update({"platform": platform, "target_platforms": names, **reports[0].to_json()})
+        elif len(reports) == 1 and not plan.target.platforms:
             o.data.update(reports[0].to_json())
         else:  # an image index: one report per platform, in the matrix's order
-            names = plan.target.platform_names()
             o.data["platforms"] = [{"platform": p, **r.to_json()} for p, r in zip(names, reports, strict=True)]
         for r in reports:
             o.line(r.image)

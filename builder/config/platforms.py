@@ -26,8 +26,11 @@ from builder.config.patterns import (
     HttpsUrl,
     LoadName,
     Sha256,
+    did_you_mean,
     show,
 )
+from builder.errors import ConfigError
+from builder.log import printable, redact
 
 # The platforms a target may name, and the machine name each one's wheels and CPython carry.
 PLATFORM_ARCH = {"linux/amd64": "x86_64", "linux/arm64": "aarch64"}
@@ -36,6 +39,18 @@ PLATFORM_ARCH = {"linux/amd64": "x86_64", "linux/arm64": "aarch64"}
 def _platform(value: str) -> str:
     if value not in PLATFORM_ARCH:
         raise ValueError(f"must be one of {', '.join(PLATFORM_ARCH)} (got {show(value)})")
+    return value
+
+
+def flag(value: str, option: str = "--platform") -> str:
+    """A platform given on the command line (``build --platform``, ``build test --platform``):
+    one of the platforms a matrix may name, else bad input (exit 2) with a "did you mean". Read
+    before anything is contacted; whether the target names it is ``Plan.chosen``'s rule."""
+    if value not in PLATFORM_ARCH:
+        raise ConfigError(
+            f"{option} {printable(redact(value[:60]), field=True)}: no target is built for it; targets are built "
+            f"for {', '.join(PLATFORM_ARCH)}{did_you_mean(value, PLATFORM_ARCH)}"
+        )
     return value
 
 

@@ -14,6 +14,7 @@ runs for it and is counted as run, rightly: it was not taken from the cache (doc
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 
 _HEADER = re.compile(r"^#(\d+) \[(?P<stage>[^\]]+)\] (?P<instruction>[A-Z]+)\b(?P<rest>.*)$")
@@ -66,3 +67,66 @@ def steps(log: str) -> list[Step]:
 
 def ran(log: str, instruction: str = "RUN") -> list[Step]:
     return [s for s in steps(log) if s.instruction == instruction and s.ran]
+
+
+# --- the log as a reader sees it (DockerEngine.build relays each line through a Relay) ------------
+
+# Docker's words when a container or build runs an image of another platform than the engine's
+# (moby, daemon/create.go; the CLI prints each daemon warning as "WARNING: <it>"), e.g.
+# "WARNING: The requested image's platform (linux/arm64) does not match the detected host platform
+# (linux/amd64/v4) and no specific platform was requested". The one place that reads it: the tool
+# says what it means once, in its own words. The match is anchored and narrow (BuildKit's step
+# prefix "#N 1.234 " allowed): any other warning is relayed as the engine wrote it.
+_FOREIGN_PLATFORM = re.compile(
+    r"^(?:#\d+ (?:\d+\.\d+ )?)?WARNING: The requested image's platform \((?P<image>[a-z0-9/]+)\) does not "
+    r"match the detected host platform \((?P<host>[a-z0-9/]+)\) and no specific platform was requested$"
+)
+_STEP_LINE = re.compile(r"^#(\d+) (.*)$")
+_STEP_END = re.compile(r"^(DONE\b|CACHED$|CANCELED\b|ERROR\b)")
+_FLAGS = re.compile(r"(?<=RUN )(?:--(?:mount|network|security)=\S+\s+)+")
+HEADER_CHARS = 120  # a step's header in its one line, cut (the whole log is in build.log)
+
+
+def foreign_platform(line: str) -> tuple[str, str] | None:
+    """(image platform, host platform) when ``line`` is Docker's foreign-platform warning."""
+    m = _FOREIGN_PLATFORM.match(line.strip())
+    return (m.group("image"), m.group("host")) if m else None
+
+
+class Relay:
+    """BuildKit's plain progress log, line by line, as the operator reads it (build.log keeps it
+    whole). ``plain`` (stderr is not a terminal: a CI log, a pipe, ``| tee``): one line per step
+    when it ends (``#12 [build 2/9] RUN ... DONE 4.2s``, ``CACHED``, ``ERROR: ...``), no step
+    output and none of the blank lines BuildKit puts between steps; lines outside a step (the
+    error summary BuildKit prints on a failure, its warnings) as they come. On a terminal, every
+    line as it comes. Either way Docker's foreign-platform warning is said once, in the tool's words."""
+
+    def __init__(self, echo: Callable[[str], None], plain: bool) -> None:
+        self._echo, self._plain = echo, plain
+        self._headers: dict[str, str] = {}
+        self._said_foreign = False
+
+    def __call__(self, line: str) -> None:
+        foreign = foreign_platform(line)
+        if foreign:
+            if not self._said_foreign:
+                self._said_foreign = True
+                image, host = foreign
+                self._echo(f"note: {image} runs under QEMU here (the engine's host is {host}): slower than native")
+            return
+        if not self._plain:
+            self._echo(line)
+            return
+        if not line.strip():
+            return
+        m = _STEP_LINE.match(line)
+        if m is None:
+            self._echo(line)
+            return
+        number, rest = m.groups()
+        if number not in self._headers:
+            self._headers[number] = rest  # a step's first line is its name; the rest is its output
+        elif _STEP_END.match(rest):
+            header = _FLAGS.sub("", self._headers[number])  # RUN's mounts say little in one line
+            cut = header if len(header) <= HEADER_CHARS else header[: HEADER_CHARS - 3] + "..."
+            self._echo(f"#{number} {cut} {rest}")

@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import IO, TYPE_CHECKING, cast
 
 from builder.config import contract, platforms
+from builder.engine import buildlog
 from builder.engine.containers import ContainerSeam, DockerContainers, docker_errors
 from builder.engine.registry import RegistryClient, RegistrySeam
 from builder.engine.seam import BuildRequest, BuildResult, EngineInfo, ImageConfig
@@ -37,7 +38,7 @@ from builder.errors import (
     RegistryUnavailable,
     is_network_failure,
 )
-from builder.log import redact
+from builder.log import plain, redact
 
 if TYPE_CHECKING:
     from python_on_whales import DockerClient
@@ -143,7 +144,7 @@ class DockerEngine:
 
     def build(self, req: BuildRequest, log_path: Path, echo: Callable[[str], None]) -> BuildResult:
         """Build into the local image store (or push, with ``req.push``), streaming the plain
-        progress log to ``log_path`` and ``echo``."""
+        progress log to ``log_path`` and, through ``buildlog.Relay``, to ``echo``."""
         from python_on_whales.exceptions import DockerException
 
         metadata_file = log_path.parent / contract.METADATA_NAME
@@ -152,11 +153,12 @@ class DockerEngine:
         with log_path.open("a", encoding="utf-8") as log:
             try:
                 first, stream = _start_stream(lambda: self._buildx_lines(req, metadata_file), env)
+                relay = buildlog.Relay(echo, plain=plain())  # as the operator reads it; the file keeps every line
                 for line in itertools.chain([first] if first is not None else [], stream):
                     line = redact(line)
                     log.write(line)
                     log.flush()
-                    echo(line.rstrip("\n"))
+                    relay(line.rstrip("\n"))
             except DockerException as exc:
                 log.write(f"\n[k3-builder] buildx exited with code {exc.return_code}\n")
                 last = _last_error(log_path)
@@ -165,10 +167,8 @@ class DockerEngine:
                     raise RegistryUnavailable(f"{refused}: {last} (log: {log_path})") from None
                 raise BuildError(f"buildx build failed (exit {exc.return_code}): {last}", str(log_path)) from None
             except KeyboardInterrupt:
-                stopped = _stop_children("buildx")
-                log.write(
-                    f"\n[k3-builder] interrupted: stopped buildx (pids {stopped or 'none left'}); records untouched\n"
-                )
+                pids = _stop_children("buildx") or "none left"
+                log.write(f"\n[k3-builder] interrupted: stopped buildx (pids {pids}); records untouched\n")
                 raise
         try:
             metadata = json.loads(metadata_file.read_text())

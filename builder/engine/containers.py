@@ -259,7 +259,20 @@ class DockerContainers:
     def run_capture(self, ref: str, entrypoint: str, args: list[str]) -> str:
         """Run ``entrypoint args`` in a throwaway container of ``ref`` (no network); its stdout."""
         with docker_errors(f"cannot run {entrypoint} in {ref}"):
-            return self._hardened(ref, args, entrypoint, detach=False)
+            return self._hardened(ref, args, entrypoint, detach=False, platform=self._own_platform(ref))
+
+    def _own_platform(self, ref: str) -> str | None:
+        """The image's own os/arch, asked for explicitly: a run of another machine's image (emulated)
+        then prints no "does not match the detected host platform" warning, which python-on-whales
+        would leave on our stderr (it does not capture a non-detached run's). None when the engine
+        does not hold the image (the run pulls it, for the engine's own platform, as before)."""
+        from python_on_whales.exceptions import DockerException
+
+        try:
+            image = self.docker.image.inspect(ref)
+        except DockerException:
+            return None
+        return f"{image.os}/{image.architecture}" if image.os and image.architecture else None
 
     def run_online(self, ref: str, script: str, platform: str | None = None) -> str:
         """Run ``sh -c script`` in a throwaway container of ``ref`` WITH the engine's default network

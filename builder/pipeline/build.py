@@ -335,16 +335,18 @@ def _attached_as_recorded(plan: Plan, engine: Engine, previous: records.Record, 
 # --- test ---------------------------------------------------------------------------------------
 
 
-def test(plan: Plan, engine: Engine, image: str | None) -> list:
+def test(plan: Plan, engine: Engine, image: str | None, platform: str | None = None) -> list:
     """`build test`: the image checks on ``image`` (default: the recorded image), JUnit beside; one
     report per platform of a target built into an image index (each platform's manifest, checked
     on its platform: emulated where it is not this machine's). Every platform runs before a
-    failure is raised."""
+    failure is raised. ``platform`` (`--platform`): that platform of the target alone, and
+    ``image`` may be one image of it (a plain manifest, not an index)."""
+    chosen = plan.chosen((platform,) if platform else ())  # refused (exit 2) before anything is read
     if not plan.indexed:
         return [_test_one(plan, engine, image)]
-    refs = publishindex.platform_refs(plan, engine, image)
+    refs = publishindex.platform_refs(plan, engine, image, platform)
     reports, failures = [], []
-    for pp in plan.platform_plans():
+    for pp in chosen:
         try:
             reports.append(_test_one(pp, engine, refs[str(pp.platform)]))
         except CheckFailed as exc:

@@ -12,7 +12,7 @@ from pathlib import Path
 from builder import __version__, log
 from builder.config import cascade, contract
 from builder.config.matrix import Matrix, Target
-from builder.config.platforms import pinned_through_index, slug
+from builder.config.platforms import flag, pinned_through_index, slug
 from builder.deps import lock, oslock
 from builder.deps.lock import LockEntry
 from builder.deps.oslock import DebEntry
@@ -171,6 +171,8 @@ class Plan:
         flag that would do nothing, or build something else, is no flag to ignore."""
         from builder.config.patterns import did_you_mean
 
+        for p in platforms:
+            flag(p)  # a value no target can name: the same words for every command
         names = self.target.platform_names()
         if platforms and not self.target.platforms:
             raise ConfigError(

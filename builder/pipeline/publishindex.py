@@ -213,12 +213,15 @@ def _publish(plan: Plan, engine: Engine, manifests: dict[str, str]) -> index.Ind
     return final
 
 
-def platform_refs(plan: Plan, engine: Engine, image: str | None) -> dict[str, str]:
+def platform_refs(plan: Plan, engine: Engine, image: str | None, only: str | None = None) -> dict[str, str]:
     """platform -> the image `build test` checks on it: each platform's recorded manifest, or, with
-    ``image`` (an image index in a registry), the manifest it names for that platform."""
+    ``image`` (an image index in a registry), the manifest it names for that platform. ``only``
+    (`--platform`): that platform alone, and ``image`` may then be one image (a plain manifest) of
+    it. A one-platform image without ``only`` is refused (exit 2), naming the option."""
+    wanted = [only] if only else list(plan.target.platform_names())
     if image is None:
         refs = {}
-        for pp in plan.platform_plans():
+        for pp in plan.chosen(tuple(wanted)):
             record = records.read(pp.record_dir / contract.RECORD_NAME)
             if record is None:
                 raise RecordError(
@@ -230,15 +233,32 @@ def platform_refs(plan: Plan, engine: Engine, image: str | None) -> dict[str, st
 
     name, reference = split_reference(image)
     served = engine.registry.raw_manifest(name, reference)
+    if served is not None and "manifests" not in served.doc:
+        return {_one_image_platform(plan, engine, image, f"{name}@{served.digest}", only): f"{name}@{served.digest}"}
     entries = (served.doc.get("manifests") if served else None) or []
     named = {
         f"{(m.get('platform') or {}).get('os')}/{(m.get('platform') or {}).get('architecture')}": m["digest"]
         for m in entries
     }
-    missing = [p for p in plan.target.platform_names() if p not in named]
+    missing = [p for p in wanted if p not in named]
     if missing:
         raise ConfigError(
             f"--image {image}: not an image index naming {', '.join(missing)} (target {plan.target.name} "
             f"is built for {', '.join(plan.target.platform_names())})"
         )
-    return {p: f"{name}@{named[p]}" for p in plan.target.platform_names()}
+    return {p: f"{name}@{named[p]}" for p in wanted}
+
+
+def _one_image_platform(plan: Plan, engine: Engine, image: str, pinned: str, only: str | None) -> str:
+    """The platform of a one-platform image (its config's os/architecture): ``only``, else refused."""
+    config = engine.registry.image_config(pinned) or {}
+    own = f"{config.get('os')}/{config.get('architecture')}"
+    names = ", ".join(plan.target.platform_names())
+    if only is None:
+        raise ConfigError(
+            f"--image {image}: one {own} image, not an image index naming {names} (target "
+            f"{plan.target.name}); to check it as the target's {own} image, pass --platform {own}"
+        )
+    if own != only:
+        raise ConfigError(f"--image {image}: a {own} image, not {only}: --platform names the image's own platform")
+    return only

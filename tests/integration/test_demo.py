@@ -43,6 +43,7 @@ def both(tmp_path_factory):
         env=dict(os.environ, OUT=str(root), K3_DEMO_REPOSITORY=repository),
     )
     try:
+        (root / "demo.stderr").write_text(proc.stderr)  # what a reader of its log sees (test_the_demo_log_...)
         assert proc.returncode == 0, proc.stderr[-3000:]
         yield root, root / "matrix.yaml", repository, proc.stdout.strip().splitlines()[-1], time.monotonic() - started
     finally:  # what it pushed, and the local tags each platform was pushed from
@@ -59,6 +60,20 @@ def test_the_demo_ends_with_a_served_reference(both):
     assert m, ref
     assert registry_digest(repository, m.group(1)) == m.group(1)
     assert registry_digest(repository, "smoke") == m.group(1)  # and it is what the tag names
+
+
+def test_the_demo_log_is_plain_and_says_where_the_time_went(both):
+    """Issue 50: the demo's log read off a terminal (a pipe here) holds no run of blank lines and no
+    engine warning, and ends with the tool's step timings and the demo's total time."""
+    err = (both[0] / "demo.stderr").read_text()
+    run = err.find("\n\n\n")
+    assert run < 0, f"a run of blank lines after: {err[max(0, run - 600) : run]!r}"
+    warned = err.find("does not match the detected host platform")
+    assert warned < 0, f"the engine's warning: {err[max(0, warned - 600) : warned + 200]!r}"
+    summary = err.split("ci/demo.sh: where the time went")[-1]
+    assert re.search(r"^ +\d+\.\ds  done +smoke: ", summary, re.M), err[-3000:]
+    assert re.search(r"^ci/demo\.sh: setup \d+ s; total \d+ min \d+ s \(\d+ s\)$", summary, re.M), summary
+    print(summary)
 
 
 @pytest.mark.arm64
@@ -116,6 +131,51 @@ def test_the_checks_pass_on_both_platforms_and_verify_holds(both):
     assert "linux/arm64: registry: image" in verified.err and "registry: index" in verified.err
     up = cli("--matrix", str(matrix), "--target", "smoke")  # nothing changed: nothing built again
     assert up.code == 0 and "up to date" in up.err, up.err[-2000:]
+
+
+@pytest.mark.arm64
+def test_one_platform_image_is_checked_with_platform_and_its_defect_fails(both):
+    """Issue 50: the index's linux/amd64 manifest alone (a plain manifest, not an index) is refused
+    without --platform (exit 2, naming the option), passes with `--platform linux/amd64` (no
+    --target: its label names it), and a one-platform image with a defect fails (exit 1)."""
+    require_arm64()
+    _, matrix, repository, ref, _ = both
+    inspected = subprocess.run(
+        ["docker", "buildx", "imagetools", "inspect", "--raw", ref], capture_output=True, text=True, check=True
+    )
+    amd64 = next(
+        m["digest"] for m in json.loads(inspected.stdout)["manifests"] if m["platform"]["architecture"] == "amd64"
+    )
+    one = f"{REGISTRY}/{repository}@{amd64}"
+    refused = cli("--matrix", str(matrix), "test", "--image", one)
+    assert refused.code == 2, refused.err[-2000:]
+    assert "one linux/amd64 image, not an image index" in refused.err and "pass --platform linux/amd64" in refused.err
+    passed = cli("--matrix", str(matrix), "--json", "test", "--platform", "linux/amd64", "--image", one)
+    assert passed.code == 0, passed.err[-3000:]
+    doc = json.loads(passed.out)
+    assert (doc["image"], doc["platform"], doc["target_platforms"]) == (
+        one,
+        "linux/amd64",
+        ["linux/amd64", "linux/arm64"],
+    )
+    assert doc["counts"]["FAIL"] == 0 and doc["counts"]["pass"] > 0, doc["counts"]
+    assert "smoke: checking its linux/amd64 image alone; linux/arm64 not checked" in passed.err
+    # A defect at the OCI level: the amd64 image relabelled as expired, pushed as one plain manifest.
+    tag = f"{REGISTRY}/{repository}:one-platform-expired"
+    try:
+        subprocess.run(
+            ["docker", "buildx", "build", "--push", "--provenance=false", "--sbom=false", "-q", "-t", tag, "-"],
+            input=f'FROM {one}\nLABEL "io.k3-cu129.expires"="2020-01-01"\n',
+            text=True,
+            capture_output=True,
+            check=True,
+        )
+        expired = f"{REGISTRY}/{repository}@{registry_digest(repository, 'one-platform-expired')}"
+        failed = cli("--matrix", str(matrix), "test", "--platform", "linux/amd64", "--image", expired)
+        assert failed.code == 1, failed.err[-3000:]
+        assert re.search(r"^\s+FAIL\s+expiry\s+.*the image has expired", failed.err, re.M), failed.err[-3000:]
+    finally:  # the fixture deletes the repository; the local tag is this test's
+        subprocess.run(["docker", "image", "rm", "-f", tag], capture_output=True)
 
 
 @pytest.mark.arm64

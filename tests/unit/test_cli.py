@@ -89,3 +89,17 @@ def test_bad_target_is_exit_2(argv, capsys, monkeypatch):
         main(argv)
     assert info.value.code == 2
     assert capsys.readouterr().err.startswith("error: ")
+
+
+def test_test_platform_is_read_before_anything_is_contacted(capsys, monkeypatch):
+    """`build test --platform` with a value no target names: exit 2 with a "did you mean", before
+    the registry (port 9 of 127.0.0.1: nothing listens, so contacting it would be exit 3)."""
+    monkeypatch.chdir(REPO)
+    with pytest.raises(SystemExit) as info:
+        main(["test", "--platform", "linux/arm46", "--image", "127.0.0.1:9/k3/none@sha256:" + "0" * 64])
+    err = capsys.readouterr().err
+    assert info.value.code == 2, err
+    assert "--platform linux/arm46: no target is built for it" in err and "did you mean 'linux/arm64'?" in err
+    with pytest.raises(SystemExit) as info:
+        main(["test", "--platform", "linux/amd64", "--platform", "linux/arm64", "--image", "127.0.0.1:9/k3/none:x"])
+    assert info.value.code == 2 and "check one platform at a time" in capsys.readouterr().err

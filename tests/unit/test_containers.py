@@ -131,6 +131,10 @@ class _Runs:
     def __init__(self):
         self.kwargs = []
         self.container = self
+        self.image = self  # image.inspect: an arm64 image, as the smoke's linux/arm64 manifests
+
+    def inspect(self, ref):
+        return type("Image", (), {"os": "linux", "architecture": "arm64"})()
 
     def run(self, ref, args, **kwargs):
         self.kwargs.append(kwargs)
@@ -151,3 +155,6 @@ def test_the_checks_container_drops_every_privilege_and_is_bounded():
         assert kwargs["security_options"] == ["no-new-privileges"]
         assert kwargs["pids_limit"] > 0 and kwargs["memory"] and kwargs["cpus"] >= 1
         assert "privileged" not in kwargs
+    # A throwaway run asks for the image's own platform: Docker's foreign-platform warning, which a
+    # non-detached run would print on the tool's stderr, is not printed (issue 50).
+    assert docker.kwargs[1]["platform"] == "linux/arm64" and docker.kwargs[0]["platform"] is None

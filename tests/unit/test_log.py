@@ -185,3 +185,21 @@ def test_the_job_summary_is_appended_redacted_and_only_when_github_sets_it(tmp_p
     log.step_summary("first\n")
     log.step_summary("token hf_0123456789abcdef\n")
     assert summary.read_text() == "first\ntoken ***\n"
+
+
+def test_step_times_are_appended_to_the_file_k3_step_times_names(tmp_path, monkeypatch, capsys):
+    """ci/demo.sh's summary: each finished step (failed ones too) as seconds, outcome, name."""
+    times = tmp_path / "times.tsv"
+    monkeypatch.setenv(log.STEP_TIMES_ENV, str(times))
+    log.register_secret("hunter2-secret")
+    with log.step("fetch https://u:hunter2-secret@example.org/x"):
+        pass
+    with pytest.raises(RuntimeError), log.step("broken\tstep"):
+        raise RuntimeError("boom")
+    rows = [line.split("\t") for line in times.read_text().splitlines()]
+    assert [(r[1], r[2]) for r in rows] == [("done", "fetch https://***@example.org/x"), ("FAILED", "broken\\x09step")]
+    assert all(float(r[0]) >= 0 for r in rows)
+    monkeypatch.delenv(log.STEP_TIMES_ENV)
+    with log.step("not recorded"):
+        pass
+    assert len(times.read_text().splitlines()) == 2

@@ -22,6 +22,7 @@ import pytest
 from builder.checks import runner
 from builder.config import contract, matrix
 from builder.config.options import BuildOptions
+from builder.engine.buildx import ImageConfig
 from builder.errors import ConfigError, RecordError
 from builder.pipeline import build as pipeline
 from builder.pipeline.plan import Plan
@@ -225,6 +226,41 @@ def test_build_test_checks_each_platform_on_its_platform(both, checks, monkeypat
         pipeline.test(both, engine, out.platforms[0].image)
 
 
+def test_build_test_platform_checks_one_platform_image(both, checks, monkeypatch):
+    """`build test --platform P`: one platform of the target, from the record, from an index, or
+    from one image of P (a plain manifest); without --platform, a one-platform image is refused
+    naming the option; an image of another platform, or a platform no target names, is refused."""
+    engine = FakeEngine()
+    out = pipeline.build(both, engine, BuildOptions())
+    seen = []
+
+    def run(engine, ref, expect, junit):
+        seen.append((ref, expect.platform, expect.emulated))
+        junit.parent.mkdir(parents=True, exist_ok=True)
+        return checks.run(engine, ref, expect, junit)
+
+    monkeypatch.setattr(runner, "run", run)
+    monkeypatch.setattr(runner, "host_platform", lambda: "linux/amd64")
+    amd, arm = out.platforms
+    for image, platform, want in (
+        (amd.image, "linux/amd64", (amd.image, "linux/amd64", False)),  # one image: a plain manifest
+        (arm.image, "linux/arm64", (arm.image, "linux/arm64", True)),
+        (out.image, "linux/arm64", (arm.image, "linux/arm64", True)),  # the index: its arm64 manifest
+        (None, "linux/amd64", (amd.image, "linux/amd64", False)),  # the recorded amd64 manifest
+    ):
+        seen.clear()
+        reports = pipeline.test(both, engine, image, platform)
+        assert seen == [want] and [r.image for r in reports] == [want[0]]
+    seen.clear()
+    with pytest.raises(ConfigError, match="one linux/amd64 image, not an image index .* pass --platform linux/amd64"):
+        pipeline.test(both, engine, amd.image)
+    with pytest.raises(ConfigError, match="a linux/arm64 image, not linux/amd64"):
+        pipeline.test(both, engine, arm.image, "linux/amd64")
+    with pytest.raises(ConfigError, match=r"--platform linux/amd46: .* \(did you mean 'linux/amd64'\?\)"):
+        pipeline.test(both, engine, amd.image, "linux/amd46")
+    assert seen == []  # nothing checked on a refusal
+
+
 def test_an_emulated_command_is_not_checked_and_says_so():
     """test_os_packages under QEMU: a failing os_packages.runs command is NOT CHECKED (a skip with
     the reason), natively the same failure fails; any other problem fails either way."""
@@ -232,13 +268,15 @@ def test_an_emulated_command_is_not_checked_and_says_so():
 
     osp = runner.OsExpectations(locked=(("numactl", "1", "arm64"),), listed=(), loads=(), runs=(("numactl", "--show"),))
     failing = {"checked": 1, "problems": ["numactl --show exited 1: get_mempolicy: Function not implemented"]}
+    image = "127.0.0.1:5000/k3/smoke@sha256:" + "a" * 64  # the linux/arm64 manifest the checks ran on
 
     def outcome(emulated: bool, facts: dict):
-        expect = type("E", (), {"os_packages": osp, "emulated": emulated, "platform": "linux/arm64"})()
+        fields = {"os_packages": osp, "emulated": emulated, "platform": "linux/arm64"}
+        expect = type("E", (), {**fields, "native_command": runner.Expectations.native_command})()
         original = checklist.run_probe
         checklist.run_probe = lambda host, name, request: facts
         try:
-            checklist.test_os_packages(None, expect, lambda w: None)
+            checklist.test_os_packages(None, expect, lambda w: None, ImageConfig(image, "", {}, {}, "", ()))
         except pytest.skip.Exception as exc:
             return "skip", str(exc)
         except AssertionError as exc:
@@ -250,7 +288,8 @@ def test_an_emulated_command_is_not_checked_and_says_so():
     status, why = outcome(True, failing)
     assert status == "skip" and why.startswith(
         "NOT CHECKED (emulated, linux/arm64 under QEMU): numactl --show exited 1"
-    )
+    )  # and how to run it natively: this platform's own image, checked on its own machine
+    assert why.endswith(f"natively, on a linux/arm64 machine run `build test --platform linux/arm64 --image {image}`")
     assert outcome(False, failing)[0] == "FAIL"
     assert outcome(True, {"checked": 1, "problems": ["numactl: /usr/bin/numactl missing"]})[0] == "FAIL"
     assert outcome(True, {"checked": 1, "problems": []}) == ("pass", "")
