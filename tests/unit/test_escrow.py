@@ -34,7 +34,7 @@ from builder.escrow.fetch import download
 from builder.escrow.inputs import Kind
 from builder.escrow.run import escrow_target
 from builder.pipeline import build as pipeline
-from builder.pipeline import smoke, smokearm64
+from builder.smoke import smoke, smokearm64
 from builder.pipeline.plan import Plan
 from builder.records import provsign
 from tests.unit.fakeengine import FakeEngine
