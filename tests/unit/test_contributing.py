@@ -75,3 +75,16 @@ def test_each_question_of_find_your_way_names_a_module_that_holds_what_it_says()
     # the second places the answers admit
     assert "def _choice(" in (BUILDER / "host" / "doctor.py").read_text(encoding="utf-8")
     assert "def runs_on(" in (BUILDER / "config" / "gpu.py").read_text(encoding="utf-8")
+
+
+def test_every_section_of_contributing_the_docs_cite_is_there():
+    """A page that sends the reader to a section of CONTRIBUTING.md (by its title or anchor) finds it:
+    the measurements moved to docs/, and a pointer left behind would lead nowhere."""
+    heads = re.findall(r"^#+ (.+)$", (REPO / "CONTRIBUTING.md").read_text(encoding="utf-8"), flags=re.M)
+    anchors = {re.sub(r"[^\w\- ]", "", h).strip().lower().replace(" ", "-") for h in heads}
+    stale = []
+    for path in [*(REPO / "docs").rglob("*.md"), REPO / "README.md", *(REPO / "tests").rglob("*.py")]:
+        text = path.read_text(encoding="utf-8")
+        stale += [f"{path.name}: {t}" for t in re.findall(r'CONTRIBUTING\.md, "([^"]+)"', text) if t not in heads]
+        stale += [f"{path.name}: #{a}" for a in re.findall(r"CONTRIBUTING\.md#([\w-]+)", text) if a not in anchors]
+    assert not stale, stale
