@@ -46,3 +46,45 @@ def test_every_path_the_map_names_exists():
     assert named, "the map names no module by its path"
     gone = sorted(n for n in named if not (REPO / n).is_file())
     assert not gone, f"CONTRIBUTING.md names modules that do not exist: {gone}"
+
+
+def _find_your_way() -> list[list[str]]:
+    """The rows of "Find your way": the question, its one file, what to read there."""
+    text = (REPO / "CONTRIBUTING.md").read_text(encoding="utf-8")
+    section = text.split("## Find your way", 1)[1].split("\n## ", 1)[0]
+    rows = [[c.strip() for c in line.strip("|").split(" | ")] for line in section.splitlines() if line.startswith("| ")]
+    return [r for r in rows[1:] if not r[0].startswith("---")]
+
+
+def test_each_question_of_find_your_way_names_a_module_that_holds_what_it_says():
+    """The four answers name a file that exists and the names they send the reader to are in it
+    (a renamed function or a moved rule makes the guide lie, so this fails)."""
+    rows = _find_your_way()
+    assert len(rows) == 4, rows
+    wanted = {
+        "builder/host/verdicts.py": ("def evaluate(", "ORDER = "),
+        "builder/pipeline/plan.py": ("def at(",),
+        "builder/checks/gpurules.py": ("def loads_on(", "def floor(", "def coverage("),
+        "builder/source/export.py": ("def plan(", "def write("),
+    }
+    named = {re.search(r"`(builder/[\w/]+\.py)`", r[1]).group(1) for r in rows}  # type: ignore[union-attr]
+    assert named == set(wanted)
+    for path, names in wanted.items():
+        text = (REPO / path).read_text(encoding="utf-8")
+        assert all(n in text for n in names), (path, names)
+    # the second places the answers admit
+    assert "def _choice(" in (BUILDER / "host" / "doctor.py").read_text(encoding="utf-8")
+    assert "def runs_on(" in (BUILDER / "config" / "gpu.py").read_text(encoding="utf-8")
+
+
+def test_every_section_of_contributing_the_docs_cite_is_there():
+    """A page that sends the reader to a section of CONTRIBUTING.md (by its title or anchor) finds it:
+    the measurements moved to docs/, and a pointer left behind would lead nowhere."""
+    heads = re.findall(r"^#+ (.+)$", (REPO / "CONTRIBUTING.md").read_text(encoding="utf-8"), flags=re.M)
+    anchors = {re.sub(r"[^\w\- ]", "", h).strip().lower().replace(" ", "-") for h in heads}
+    stale = []
+    for path in [*(REPO / "docs").rglob("*.md"), REPO / "README.md", *(REPO / "tests").rglob("*.py")]:
+        text = path.read_text(encoding="utf-8")
+        stale += [f"{path.name}: {t}" for t in re.findall(r'CONTRIBUTING\.md, "([^"]+)"', text) if t not in heads]
+        stale += [f"{path.name}: #{a}" for a in re.findall(r"CONTRIBUTING\.md#([\w-]+)", text) if a not in anchors]
+    assert not stale, stale
