@@ -17,6 +17,7 @@ import pytest
 
 from builder.cli import main
 from builder.engine.registry import OCI_INDEX, OCI_MANIFEST
+from builder.errors import RecordError
 from builder.escrow import manifest as em
 from builder.escrow.fetch import download
 from builder.escrow.push import _artifact, _canonical
@@ -124,6 +125,49 @@ def test_a_blob_stream_cut_short_is_fetched_again(escrowed, tmp_path):  # noqa: 
         assert handler.cut == [True] and got.digest == pushed.manifest.digest
         entry = pushed.manifest.entries[key]
         assert (tmp_path / "escrow" / entry.kind.value / entry.title).stat().st_size == entry.size
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+class _OtherManifest(_CutOnce):
+    """A front that serves other bytes for one manifest (its storage changed behind its back)."""
+
+    manifest = ""
+
+    def _forward(self, method: str) -> None:
+        if self.path.endswith(f"/manifests/{self.manifest}"):
+            body = json.dumps({"schemaVersion": 2, "layers": [], "note": "not the escrowed one"}).encode()
+            self.send_response(200)
+            self.send_header("Content-Type", OCI_MANIFEST)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            if method == "GET":
+                self.wfile.write(body)
+            return
+        super()._forward(method)
+
+
+@pytest.mark.parametrize("which", ["base", "wheel", "escrow manifest"])
+def test_a_manifest_that_is_not_its_digest_is_refused_with_exit_2(escrowed, tmp_path, which):  # noqa: F811
+    """A base's manifest, an input's artifact manifest or the escrow manifest's own, served with
+    other bytes: refused (RecordError, exit 2: the escrow's fault, not an unreachable registry)."""
+    loaded, dest, made = escrowed
+    pushed = escrow_target(loaded, "smoke", dest)
+    if which == "escrow manifest":
+        index = made.client.raw_manifest(dest, pushed.index)
+        digest = next(m["digest"] for m in index.doc["manifests"] if m.get("artifactType") == em.MANIFEST_TYPE)
+    else:
+        key = next(k for k in sorted(pushed.manifest.entries) if k.startswith(which + " "))
+        digest = pushed.manifest.entries[key].artifact
+    handler = type("Other", (_OtherManifest,), {"manifest": digest, "cut": [True]})
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        front = f"127.0.0.1:{server.server_address[1]}/{dest.split('/', 1)[1]}"
+        with pytest.raises(RecordError, match="the escrow served a manifest with digest"):
+            download(f"{front}@{pushed.index}", loaded.target("smoke"), loaded.path.parent, tmp_path / "escrow")
+        assert not (tmp_path / "escrow").exists() and list(tmp_path.glob(".escrow.*")) == []
     finally:
         server.shutdown()
         server.server_close()
