@@ -7,6 +7,7 @@ with tests/unit/test_escrow.py's fixture (a repository of this run's own, delete
 from __future__ import annotations
 
 import base64
+import dataclasses
 import http.server
 import json
 import threading
@@ -19,6 +20,7 @@ from builder.cli import main
 from builder.engine.registry import OCI_INDEX, OCI_MANIFEST
 from builder.errors import RecordError
 from builder.escrow import manifest as em
+from builder.escrow.check import escrow_row
 from builder.escrow.fetch import download
 from builder.escrow.push import _artifact, _canonical
 from builder.escrow.run import escrow_target
@@ -171,3 +173,25 @@ def test_a_manifest_that_is_not_its_digest_is_refused_with_exit_2(escrowed, tmp_
     finally:
         server.shutdown()
         server.server_close()
+
+
+@pytest.mark.parametrize("change", ["an input dropped", "another build's digest"])
+def test_verify_row_fails_on_a_signed_escrow_manifest_that_does_not_cover_the_record(escrowed, change):  # noqa: F811
+    """Signed with the matrix's own key, so only the row's coverage rules can catch it: an escrow
+    manifest lacking one input the record names (named), or escrowing another build's digest."""
+    loaded, dest, made = escrowed
+    root, target = loaded.path.parent, loaded.target("smoke")
+    pushed = escrow_target(loaded, "smoke", dest)
+    entries = dict(pushed.manifest.entries)
+    if change == "an input dropped":
+        dropped = next(k for k in sorted(entries) if k.startswith("deb ") or k.startswith("wheel "))
+        del entries[dropped]
+        edited, says = (
+            dataclasses.replace(pushed.manifest, entries=entries),
+            f"lacks 1 input(s) the record names: {dropped}",
+        )
+    else:
+        edited, says = dataclasses.replace(pushed.manifest, digest="sha256:" + "1" * 64), "escrows sha256:111111111111"
+    (root / "locks" / "smoke" / em.ESCROW_NAME).write_text(em.envelope(edited, target.signing, root))
+    row = escrow_row(root, target)
+    assert not row.ok and says in row.detail, row.detail
