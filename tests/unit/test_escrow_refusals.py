@@ -195,3 +195,17 @@ def test_verify_row_fails_on_a_signed_escrow_manifest_that_does_not_cover_the_re
     (root / "locks" / "smoke" / em.ESCROW_NAME).write_text(em.envelope(edited, target.signing, root))
     row = escrow_row(root, target)
     assert not row.ok and says in row.detail, row.detail
+
+
+@pytest.mark.parametrize("which", ["Dockerfile", "requirements.txt"])
+def test_a_recipe_file_changed_since_the_build_is_refused_before_anything_is_pushed(escrowed, which):  # noqa: F811
+    """The escrow keeps the recipe the build read (its sha256 in image.json), not whatever the
+    checkout holds now: a relocked or edited file is refused (exit 2), naming it, before a push."""
+    loaded, dest, made = escrowed
+    root = loaded.path.parent
+    path = next(p for p in sorted(root.rglob(which)) if "artifacts" not in p.parts)
+    path.write_text(path.read_text() + "\n# edited after the build\n")
+    with pytest.raises(RecordError, match=f"{which}: sha256 .* is not the recorded"):
+        escrow_target(loaded, "smoke", dest)
+    assert not (root / "locks" / "smoke" / em.ESCROW_NAME).exists()
+    assert made.client.raw_manifest(dest, "escrow-" + made.recorded.removeprefix("sha256:")) is None
