@@ -14,6 +14,7 @@ missing one is named with every other missing one (exit 2); either way nothing i
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import re
@@ -23,7 +24,7 @@ from pathlib import Path
 
 from builder.engine.blobcopy import BlobCopier
 from builder.engine.registry import OCI_INDEX, Manifest, RegistryClient, split_reference
-from builder.errors import RecordError
+from builder.errors import ConfigError, RecordError
 from builder.escrow import manifest as em
 from builder.escrow.inputs import Kind
 from builder.fsutil import sha256_file
@@ -37,17 +38,29 @@ class _Missing(Exception):
 
 def download(ref: str, target, root: Path, dest: Path, client: RegistryClient | None = None) -> em.EscrowManifest:
     """Every input of the escrow ``ref`` ("registry/repo@sha256:..." or ":tag") into ``dest``."""
+    if not em.REFERENCE.fullmatch(ref):  # asked of no registry (a bare name would be Docker Hub's)
+        raise ConfigError(
+            f"--from-escrow {ref[:100]!r}: not REGISTRY/REPO@sha256:<digest> or REGISTRY/REPO:<tag> "
+            "(`build escrow` prints it)"
+        )
     copier = BlobCopier(client or RegistryClient())
     name, reference = split_reference(ref)
+    made = [p for p in (dest.parent, *dest.parent.parents) if not p.exists()]
     dest.parent.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(prefix=".escrow.", dir=dest.parent) as tmp:
-        staging = Path(tmp) / "escrow"
-        staging.mkdir()
-        escrowed = _signed(copier, name, reference, ref, staging / em.ESCROW_NAME, target, root)
-        _inputs(copier, name, escrowed, staging)
-        if dest.exists():
-            shutil.rmtree(dest)
-        staging.rename(dest)
+    try:
+        with tempfile.TemporaryDirectory(prefix=".escrow.", dir=dest.parent) as tmp:
+            staging = Path(tmp) / "escrow"
+            staging.mkdir()
+            escrowed = _signed(copier, name, reference, ref, staging / em.ESCROW_NAME, target, root)
+            _inputs(copier, name, escrowed, staging)
+            if dest.exists():
+                shutil.rmtree(dest)
+            staging.rename(dest)
+    except BaseException:
+        for path in made:  # the directories made for it, innermost first: a refusal writes nothing
+            with contextlib.suppress(OSError):
+                path.rmdir()
+        raise
     return escrowed
 
 
