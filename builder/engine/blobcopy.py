@@ -99,6 +99,20 @@ class BlobCopier:
         except RegistryError as exc:
             raise RegistryUnavailable(f"registry: pushing manifest {tag or digest[:19]} to {name}: {exc}") from None
 
+    def manifest_bytes(self, name: str, reference: str) -> tuple[str, bytes] | None:
+        """(media type, bytes) of the manifest ``reference`` as the registry serves it, unchecked
+        (a registry serving other bytes is the caller's refusal to make), or None (404)."""
+        registry, repo = self._at(name)
+        try:
+            _, headers, raw = registry._request(
+                "GET", f"/v2/{repo}/manifests/{reference}", headers={"Accept": ACCEPT}, limit=transport.MANIFEST_LIMIT
+            )
+        except RegistryError as exc:
+            if exc.status == 404:
+                return None
+            raise RegistryUnavailable(f"registry: {name} manifest {reference[:19]}: {exc}") from None
+        return headers.get("Content-Type", "").split(";")[0], raw
+
     def download(self, name: str, digest: str, dest: Path) -> str | None:
         """Stream the blob ``digest`` into ``dest``; the sha256 of what arrived ("sha256:..."), which
         the caller compares (a registry serving other bytes is the caller's refusal to make), or

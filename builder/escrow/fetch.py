@@ -14,6 +14,8 @@ missing one is named with every other missing one (exit 2); either way nothing i
 
 from __future__ import annotations
 
+import contextlib
+import hashlib
 import json
 import re
 import shutil
@@ -21,8 +23,8 @@ import tempfile
 from pathlib import Path
 
 from builder.engine.blobcopy import BlobCopier
-from builder.engine.registry import OCI_INDEX, RegistryClient, split_reference
-from builder.errors import RecordError
+from builder.engine.registry import OCI_INDEX, Manifest, RegistryClient, split_reference
+from builder.errors import ConfigError, RecordError
 from builder.escrow import manifest as em
 from builder.escrow.inputs import Kind
 from builder.fsutil import sha256_file
@@ -36,11 +38,41 @@ class _Missing(Exception):
 
 def download(ref: str, target, root: Path, dest: Path, client: RegistryClient | None = None) -> em.EscrowManifest:
     """Every input of the escrow ``ref`` ("registry/repo@sha256:..." or ":tag") into ``dest``."""
-    client = client or RegistryClient()
+    if not em.REFERENCE.fullmatch(ref):  # asked of no registry (a bare name would be Docker Hub's)
+        raise ConfigError(
+            f"--from-escrow {ref[:100]!r}: not REGISTRY/REPO@sha256:<digest> or REGISTRY/REPO:<tag> "
+            "(`build escrow` prints it)"
+        )
+    copier = BlobCopier(client or RegistryClient())
     name, reference = split_reference(ref)
-    envelope = _envelope(client, name, reference, ref)
+    made = [p for p in (dest.parent, *dest.parent.parents) if not p.exists()]
+    dest.parent.mkdir(parents=True, exist_ok=True)
     try:
-        env, escrowed = em.parse(envelope, f"{ref}: the escrow manifest")
+        with tempfile.TemporaryDirectory(prefix=".escrow.", dir=dest.parent) as tmp:
+            staging = Path(tmp) / "escrow"
+            staging.mkdir()
+            escrowed = _signed(copier, name, reference, ref, staging / em.ESCROW_NAME, target, root)
+            _inputs(copier, name, escrowed, staging)
+            if dest.exists():
+                shutil.rmtree(dest)
+            staging.rename(dest)
+    except BaseException:
+        for path in made:  # the directories made for it, innermost first: a refusal writes nothing
+            with contextlib.suppress(OSError):
+                path.rmdir()
+        raise
+    return escrowed
+
+
+def _signed(copier: BlobCopier, name: str, reference: str, ref: str, path: Path, target, root: Path):
+    """The escrow manifest ``ref``'s index names, downloaded into ``path``: refused unless its
+    signature holds (the matrix's key, offline) and it escrows ``target``."""
+    try:
+        _blob(copier, name, "the escrow manifest", _envelope(copier, name, reference, ref), path)
+    except _Missing as exc:
+        raise RecordError(f"{ref}: the escrow manifest: {exc}") from None
+    try:
+        env, escrowed = em.parse(path.read_text(encoding="utf-8", errors="replace"), f"{ref}: the escrow manifest")
     except ValueError as exc:  # not an envelope, not our predicate: what the registry served is refused
         raise RecordError(str(exc)) from None
     bad = [a.detail for a in em.signature_answers(env, target.signing, root) if not a.ok]
@@ -48,32 +80,46 @@ def download(ref: str, target, root: Path, dest: Path, client: RegistryClient | 
         raise RecordError(f"{ref}: the escrow manifest: " + "; ".join(bad))
     if escrowed.target != target.name:
         raise RecordError(f"{ref}: escrows target {escrowed.target!r}, not {target.name!r}")
-    dest.parent.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(prefix=".escrow.", dir=dest.parent) as tmp:
-        staging = Path(tmp) / "escrow"
-        staging.mkdir()
-        (staging / em.ESCROW_NAME).write_text(envelope)
-        _inputs(BlobCopier(client), name, escrowed, staging)
-        if dest.exists():
-            shutil.rmtree(dest)
-        staging.rename(dest)
     return escrowed
 
 
-def _envelope(client: RegistryClient, name: str, reference: str, ref: str) -> str:
-    index = client.raw_manifest(name, reference)
-    if index is None or index.doc.get("artifactType") != em.INDEX_TYPE:
-        raise RecordError(
-            f"{ref}: {'not served' if index is None else 'not an escrow index'} (`build escrow` prints one)"
-        )
+def _envelope(copier: BlobCopier, name: str, reference: str, ref: str) -> str:
+    """The digest of the escrow manifest's blob, as the escrow index names it (unsigned: anyone's
+    bytes until the envelope's signature holds)."""
+    try:
+        index = _manifest(copier, name, "the escrow index", reference)
+    except _Missing:
+        raise RecordError(f"{ref}: not served (`build escrow` prints the reference)") from None
+    if index.doc.get("artifactType") != em.INDEX_TYPE:
+        raise RecordError(f"{ref}: not an escrow index (`build escrow` prints one)")
     found = [m for m in index.doc.get("manifests", []) if m.get("artifactType") == em.MANIFEST_TYPE]
     digests = [m.get("digest") for m in found]
-    artifact = client.raw_manifest(name, digests[0]) if digests and isinstance(digests[0], str) else None
-    layers = artifact.doc.get("layers", []) if artifact is not None else []
-    layer = layers[0].get("digest") if len(digests) == 1 and len(layers) == 1 else None
-    if not isinstance(layer, str):  # the index is anyone's bytes until the envelope's signature holds
-        raise RecordError(f"{ref}: the escrow index names no single escrow manifest")
-    return client.blob(name, layer).decode("utf-8", "replace")
+    if len(digests) == 1 and isinstance(digests[0], str):
+        layers = _manifest(copier, name, "the escrow manifest", digests[0]).doc.get("layers", [])
+        if len(layers) == 1 and isinstance(layers[0].get("digest"), str):
+            return layers[0]["digest"]
+    raise RecordError(f"{ref}: the escrow index names no single escrow manifest")
+
+
+def _manifest(copier: BlobCopier, name: str, key: str, reference: str) -> Manifest:
+    """The manifest ``reference`` names: missing (named), or refused when its bytes are not its
+    digest (or not a JSON object)."""
+    got = copier.manifest_bytes(name, reference)
+    if got is None:
+        raise _Missing(f"manifest {reference[:19]} not served")
+    media, raw = got
+    digest = "sha256:" + hashlib.sha256(raw).hexdigest()
+    if reference.startswith("sha256:") and digest != reference:
+        raise RecordError(
+            f"{key}: the escrow served a manifest with digest {digest[:19]}, asked for {reference[:19]}; refused"
+        )
+    try:
+        doc = json.loads(raw)
+    except ValueError:
+        doc = None
+    if not isinstance(doc, dict):
+        raise RecordError(f"{key}: the escrow's manifest {reference[:19]} is not a JSON object; refused")
+    return Manifest(media or str(doc.get("mediaType", "")), digest, raw)
 
 
 def _inputs(copier: BlobCopier, name: str, escrowed: em.EscrowManifest, out: Path) -> None:
@@ -95,10 +141,7 @@ def _inputs(copier: BlobCopier, name: str, escrowed: em.EscrowManifest, out: Pat
 def _file(copier: BlobCopier, name: str, key: str, entry: em.Entry, out: Path) -> None:
     if not _TITLE.fullmatch(entry.title) or entry.title.startswith("."):
         raise RecordError(f"{key}: its file name {entry.title[:60]!r} is not a plain file name; refused")
-    art = copier.client.raw_manifest(name, entry.artifact)
-    if art is None:
-        raise _Missing(f"artifact {entry.artifact[:19]} not served")
-    layers = art.doc.get("layers", [])
+    layers = _manifest(copier, name, key, entry.artifact).doc.get("layers", [])
     if [layer.get("digest") for layer in layers] != [entry.digest]:
         raise RecordError(f"{key}: its artifact {entry.artifact[:19]} holds other bytes than the escrow manifest's")
     where = out / entry.kind.value / entry.title
@@ -132,9 +175,7 @@ class _Layout:
         self.refs.append({**top, "annotations": {"org.opencontainers.image.ref.name": key.replace(" ", "_")}})
 
     def _manifest(self, key: str, digest: str) -> dict:
-        got = self.copier.client.raw_manifest(self.name, digest)
-        if got is None:
-            raise _Missing(f"manifest {digest[:19]} not served")
+        got = _manifest(self.copier, self.name, key, digest)
         self._write(digest, got.raw)
         for child in got.doc.get("manifests", []):
             self._manifest(key, child["digest"])

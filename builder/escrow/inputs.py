@@ -188,14 +188,36 @@ def _platform_inputs(root: Path, target, files: PlatformFiles) -> list[Input]:
     standalone = target.python.standalone if target.python.provider == "standalone" else None
     if standalone is not None:
         out.append(PythonInput(files.platform, str(standalone.url), standalone.sha256))
-    recipe = [files.dockerfile, files.locks / contract.LOCK_NAME, files.locks / contract.BUILD_LOCK_NAME]
-    os_lock = files.locks / contract.OS_LOCK_NAME
-    recipe += [os_lock] if os_lock.exists() else []
-    out += [RecipeInput(_rel(root, p), sha256_file(p)) for p in recipe if p.exists()]
+    out += _recipe(root, files, record)
     for path in (files.locks / contract.LOCK_NAME, files.locks / contract.BUILD_LOCK_NAME):
         out += [WheelInput(_rel(root, path), e.name, e.version, e.hashes) for e in lock.read_entries(path)]
-    if os_lock.exists():
+    os_lock = files.locks / contract.OS_LOCK_NAME
+    if record.os_lock_sha256 is not None:  # the build read it (_recipe checked it is that file)
         out += [DebInput(_rel(root, os_lock), e) for e in oslock.read(os_lock)]
+    return out
+
+
+def _recipe(root: Path, files: PlatformFiles, record) -> list[RecipeInput]:
+    """The Dockerfile and locks, each the file the build read: its sha256 the record's, else the
+    escrow would keep another recipe (and its wheels) under the recorded digest."""
+    recorded = {
+        files.dockerfile: record.dockerfile_sha256,
+        files.locks / contract.LOCK_NAME: record.lock_sha256,
+        files.locks / contract.BUILD_LOCK_NAME: record.build_lock_sha256,
+        files.locks / contract.OS_LOCK_NAME: record.os_lock_sha256,
+    }
+    out = []
+    for path, want in recorded.items():
+        if want is None:  # no OS lock in this build
+            continue
+        got = sha256_file(path) if path.exists() else "no file"
+        if got != want:
+            raise RecordError(
+                f"{_rel(root, path)}: sha256 {got[:16]} is not the recorded {want[:16]} "
+                f"({files.record_dir.name}/{contract.RECORD_NAME}): changed since the build; escrow the build it "
+                "records (restore the file from git) or build again"
+            )
+        out.append(RecipeInput(_rel(root, path), want))
     return out
 
 

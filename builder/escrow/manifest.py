@@ -17,6 +17,7 @@ The media types are this tool's (docs/auditor.md lists them).
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -31,6 +32,16 @@ MANIFEST_TYPE = "application/vnd.k3-builder.escrow.manifest.v1"  # the signed es
 DSSE_MEDIA = "application/vnd.dsse.envelope.v1+json"  # in-toto's media type for a DSSE envelope
 TITLE = "org.opencontainers.image.title"  # `oras pull` names the file it writes after this
 KEY = "dev.k3-builder.escrow.input"  # the input key, on each input's artifact manifest
+
+# REGISTRY/REPO: a host (with a dot, a port or localhost) and a lowercase repository path, no tag.
+REPOSITORY = re.compile(
+    r"(?:localhost|[A-Za-z0-9.-]+\.[A-Za-z0-9-]+|[A-Za-z0-9.-]+:\d+)(?::\d+)?"
+    r"(?:/[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*)+"
+)
+# What `build escrow` prints (REGISTRY/REPO@sha256:<index>), or its tag (REGISTRY/REPO:<tag>).
+REFERENCE = re.compile(
+    rf"(?P<name>{REPOSITORY.pattern})(?:@sha256:[0-9a-f]{{64}}|:[A-Za-z0-9_][A-Za-z0-9._-]{{0,127}})"
+)
 
 # Kind -> (artifactType of its manifest, mediaType of its one layer).
 MEDIA: dict[Kind, tuple[str, str]] = {

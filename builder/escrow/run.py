@@ -3,7 +3,6 @@ manifest, and locks/<target>/escrow.json written through the record set's writer
 
 from __future__ import annotations
 
-import re
 import tempfile
 from pathlib import Path
 
@@ -16,17 +15,11 @@ from builder.escrow.inputs import inventory
 from builder.escrow.push import Pushed, default_repository, escrow
 from builder.records import store
 
-# REGISTRY/REPO: a host (with a dot, a port or localhost) and a lowercase repository path, no tag.
-_REPOSITORY = re.compile(
-    r"(?:localhost|[A-Za-z0-9.-]+\.[A-Za-z0-9-]+|[A-Za-z0-9.-]+:\d+)(?::\d+)?"
-    r"(?:/[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*)+"
-)
-
 
 def repository(to: str | None, image: str) -> str:
     if to is None:
         return default_repository(image)
-    if not _REPOSITORY.fullmatch(to):
+    if not em.REPOSITORY.fullmatch(to):
         raise ConfigError(f"--to {to[:80]!r}: not REGISTRY/REPOSITORY (a registry host, a lowercase path, no tag)")
     return to
 

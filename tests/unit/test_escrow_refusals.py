@@ -7,6 +7,7 @@ with tests/unit/test_escrow.py's fixture (a repository of this run's own, delete
 from __future__ import annotations
 
 import base64
+import dataclasses
 import http.server
 import json
 import threading
@@ -17,7 +18,9 @@ import pytest
 
 from builder.cli import main
 from builder.engine.registry import OCI_INDEX, OCI_MANIFEST
+from builder.errors import RecordError
 from builder.escrow import manifest as em
+from builder.escrow.check import escrow_row
 from builder.escrow.fetch import download
 from builder.escrow.push import _artifact, _canonical
 from builder.escrow.run import escrow_target
@@ -127,3 +130,82 @@ def test_a_blob_stream_cut_short_is_fetched_again(escrowed, tmp_path):  # noqa: 
     finally:
         server.shutdown()
         server.server_close()
+
+
+class _OtherManifest(_CutOnce):
+    """A front that serves other bytes for one manifest (its storage changed behind its back)."""
+
+    manifest = ""
+
+    def _forward(self, method: str) -> None:
+        if self.path.endswith(f"/manifests/{self.manifest}"):
+            body = json.dumps({"schemaVersion": 2, "layers": [], "note": "not the escrowed one"}).encode()
+            self.send_response(200)
+            self.send_header("Content-Type", OCI_MANIFEST)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            if method == "GET":
+                self.wfile.write(body)
+            return
+        super()._forward(method)
+
+
+@pytest.mark.parametrize("which", ["base", "wheel", "escrow manifest"])
+def test_a_manifest_that_is_not_its_digest_is_refused_with_exit_2(escrowed, tmp_path, which):  # noqa: F811
+    """A base's manifest, an input's artifact manifest or the escrow manifest's own, served with
+    other bytes: refused (RecordError, exit 2: the escrow's fault, not an unreachable registry)."""
+    loaded, dest, made = escrowed
+    pushed = escrow_target(loaded, "smoke", dest)
+    if which == "escrow manifest":
+        index = made.client.raw_manifest(dest, pushed.index)
+        digest = next(m["digest"] for m in index.doc["manifests"] if m.get("artifactType") == em.MANIFEST_TYPE)
+    else:
+        key = next(k for k in sorted(pushed.manifest.entries) if k.startswith(which + " "))
+        digest = pushed.manifest.entries[key].artifact
+    handler = type("Other", (_OtherManifest,), {"manifest": digest, "cut": [True]})
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        front = f"127.0.0.1:{server.server_address[1]}/{dest.split('/', 1)[1]}"
+        with pytest.raises(RecordError, match="the escrow served a manifest with digest"):
+            download(f"{front}@{pushed.index}", loaded.target("smoke"), loaded.path.parent, tmp_path / "escrow")
+        assert not (tmp_path / "escrow").exists() and list(tmp_path.glob(".escrow.*")) == []
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+@pytest.mark.parametrize("change", ["an input dropped", "another build's digest"])
+def test_verify_row_fails_on_a_signed_escrow_manifest_that_does_not_cover_the_record(escrowed, change):  # noqa: F811
+    """Signed with the matrix's own key, so only the row's coverage rules can catch it: an escrow
+    manifest lacking one input the record names (named), or escrowing another build's digest."""
+    loaded, dest, made = escrowed
+    root, target = loaded.path.parent, loaded.target("smoke")
+    pushed = escrow_target(loaded, "smoke", dest)
+    entries = dict(pushed.manifest.entries)
+    if change == "an input dropped":
+        dropped = next(k for k in sorted(entries) if k.startswith("deb ") or k.startswith("wheel "))
+        del entries[dropped]
+        edited, says = (
+            dataclasses.replace(pushed.manifest, entries=entries),
+            f"lacks 1 input(s) the record names: {dropped}",
+        )
+    else:
+        edited, says = dataclasses.replace(pushed.manifest, digest="sha256:" + "1" * 64), "escrows sha256:111111111111"
+    (root / "locks" / "smoke" / em.ESCROW_NAME).write_text(em.envelope(edited, target.signing, root))
+    row = escrow_row(root, target)
+    assert not row.ok and says in row.detail, row.detail
+
+
+@pytest.mark.parametrize("which", ["Dockerfile", "requirements.txt"])
+def test_a_recipe_file_changed_since_the_build_is_refused_before_anything_is_pushed(escrowed, which):  # noqa: F811
+    """The escrow keeps the recipe the build read (its sha256 in image.json), not whatever the
+    checkout holds now: a relocked or edited file is refused (exit 2), naming it, before a push."""
+    loaded, dest, made = escrowed
+    root = loaded.path.parent
+    path = next(p for p in sorted(root.rglob(which)) if "artifacts" not in p.parts)
+    path.write_text(path.read_text() + "\n# edited after the build\n")
+    with pytest.raises(RecordError, match=f"{which}: sha256 .* is not the recorded"):
+        escrow_target(loaded, "smoke", dest)
+    assert not (root / "locks" / "smoke" / em.ESCROW_NAME).exists()
+    assert made.client.raw_manifest(dest, "escrow-" + made.recorded.removeprefix("sha256:")) is None
