@@ -17,7 +17,7 @@ from builder.config import contract
 from builder.config.imageref import names_registry_host
 from builder.config.matrix import Matrix, Target
 from builder.engine.seam import Engine, image_config
-from builder.errors import BuildError, ConfigError, Unreachable, is_network_failure
+from builder.errors import ConfigError, Unreachable
 from builder.source import pinned as source
 
 
@@ -58,14 +58,7 @@ def pin(engine: Engine, ref: str) -> str:
     """``ref`` by digest: as given when it carries one, else the digest its registry serves, else
     the local image's ID. A reference that is malformed or not served is bad input (exit 2), one
     whose registry cannot be reached is exit 3."""
-    try:
-        config = image_config(engine, ref)
-    except BuildError as exc:  # a pull that never reached the registry (no Docker Hub here): exit 3
-        if is_network_failure(exc.message):
-            raise Unreachable(f"--image {ref}: out of reach: {exc.message}") from None
-        if any(m in exc.message.lower() for m in ("manifest unknown", "not found", "repository does not exist")):
-            raise ConfigError(f"--image {ref}: the registry does not serve it: {exc.message}") from None
-        raise
+    config = image_config(engine, ref)  # malformed or not served: exit 2; out of reach: exit 3
     if "@sha256:" in ref:
         return ref
     if names_registry_host(ref):

@@ -23,7 +23,7 @@ from typing import IO, Protocol
 from builder.config.imageref import names_registry_host
 from builder.engine.containers import ContainerSeam
 from builder.engine.registry import RegistrySeam
-from builder.errors import ConfigError
+from builder.errors import BuildError, ConfigError, Unreachable, is_network_failure
 
 
 @dataclass(frozen=True)
@@ -94,6 +94,9 @@ class Engine(Protocol):
     def image_inspect(self, ref: str) -> str: ...
 
 
+# What Docker's CLI says when a pull reached a registry that does not serve the image: the only
+# classification its text allows (the CLI gives no error code).
+_NOT_SERVED = ("manifest unknown", "not found", "repository does not exist")
 _IMAGE_REF = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:/-]{0,250}(?:@sha256:[0-9a-f]{64})?")
 
 
@@ -120,4 +123,11 @@ def image_config(engine: Engine, ref: str, arch: str | None = None) -> ImageConf
             entrypoint=tuple(cfg.get("Entrypoint") or ()),
             cmd=tuple(cfg.get("Cmd") or ()),
         )
-    return engine.image_config(ref)
+    try:
+        return engine.image_config(ref)
+    except BuildError as exc:  # a pull that never reached its registry (e.g. no Docker Hub here): exit 3
+        if is_network_failure(exc.message):
+            raise Unreachable(f"--image {ref}: out of reach: {exc.message}") from None
+        if any(m in exc.message.lower() for m in _NOT_SERVED):
+            raise ConfigError(f"--image {ref}: the registry does not serve it: {exc.message}") from None
+        raise

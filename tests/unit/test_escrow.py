@@ -34,9 +34,9 @@ from builder.escrow.fetch import download
 from builder.escrow.inputs import Kind
 from builder.escrow.run import escrow_target
 from builder.pipeline import build as pipeline
-from builder.smoke import smoke, smokearm64
 from builder.pipeline.plan import Plan
 from builder.records import provsign
+from builder.smoke import smoke, smokearm64
 from tests.unit.fakeengine import FakeEngine
 from tests.unit.test_multiplatform import PLATFORMS, _lock_all
 from tests.unit.test_pipeline_ordering import REGISTRY, Checks, smoke_repos  # noqa: F401
