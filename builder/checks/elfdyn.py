@@ -47,6 +47,7 @@ MAX_STRINGS = 1024  # NEEDED, SONAME, RPATH and RUNPATH entries of one file
 MAX_TEXT = 64 << 10  # the characters those strings may total in one file
 MAX_DIRS = 64  # distinct RPATH and RUNPATH directories of one file
 STRING = 4096  # the longest string read (PATH_MAX)
+MAX_SEARCH = 256  # distinct LD_LIBRARY_PATH and ld.so.conf directories searched (a real image has tens)
 
 
 class Capture:
@@ -215,15 +216,19 @@ def unresolved(files, root: str, ld_library_path: str) -> list[tuple[str, str]]:
     top = root.rstrip("/") + "/"
     mine = {p: d for p, d in files.dynamic.items() if p.startswith(top) and isinstance(d, Dynamic)}
     provided = {posixpath.basename(p) for p in mine} | {d.soname for d in mine.values() if d.soname}
-    system = conf_dirs(files.texts) + list(DEFAULT_DIRS)
+    # distinct directories, capped: the image's config and ld.so.conf.d files bound the host's time
+    # (whether a soname is found anywhere does not depend on their order)
+    system = list(dict.fromkeys([*DEFAULT_DIRS, *conf_dirs(files.texts)]))[:MAX_SEARCH]
+    env_dirs = list(dict.fromkeys(ld_library_path.split(":")))[:MAX_SEARCH]
     found = []
     for path, dyn in sorted(mine.items()):
         origin = posixpath.dirname(path)
-        dirs = ([] if dyn.runpath else dyn.rpath.split(":")) + ld_library_path.split(":") + dyn.runpath.split(":")
+        dirs = ([] if dyn.runpath else dyn.rpath.split(":")) + env_dirs + dyn.runpath.split(":")
+        dirs = list(dict.fromkeys(dirs + system))
         for soname in dyn.needed:
             if soname in provided:
                 continue
-            where = [soname] if "/" in soname else [posixpath.join(d, soname) for d in dirs + system if d]
+            where = [soname] if "/" in soname else [posixpath.join(d, soname) for d in dirs if d]
             where = [w.replace("${ORIGIN}", origin).replace("$ORIGIN", origin) for w in where]
             if not any((e := files.resolve(w)) is not None and e.kind == "file" for w in where):
                 found.append((path, soname))

@@ -167,3 +167,17 @@ def test_too_many_strings_or_search_directories_are_said_unread():
     dyn = struct.pack("<qQqQ", 15, at, 5, 0x200000)
     assert "search directories" in str(elfdyn._parse(bytes(head), dyn, []))
     assert capture.result() is None  # fed nothing: no dynamic section
+
+
+def test_the_search_is_bounded_whatever_the_config_and_conf_files_name(tmp_path):
+    dep = _cc(tmp_path / "libk3dep.so", "-Wl,-soname,libk3dep.so")
+    ext = _cc(tmp_path / "_C.so", "-Wl,--no-as-needed", str(dep))
+    conf = "".join(f"/usr/local/k3/{i}\n" for i in range(50_000)).encode()
+    libs = {"/usr/lib/libk3dep.so": dep, "/usr/lib/libc.so.6": b"libc"}
+    view = _export({f"{SITE}/k3/_C.so": ext, "/etc/ld.so.conf.d/k3.conf": conf, **libs})
+    calls = []
+    resolve = view.resolve
+    view.resolve = lambda path: calls.append(path) or resolve(path)  # type: ignore[method-assign]
+    ld_path = ":".join(f"/k3/{i % 7}" for i in range(100_000))
+    assert elfdyn.unresolved(view, PREFIX, ld_path) == []  # found in a default directory
+    assert len(calls) < 2 * elfdyn.MAX_SEARCH
