@@ -173,11 +173,16 @@ def test_the_search_is_bounded_whatever_the_config_and_conf_files_name(tmp_path)
     dep = _cc(tmp_path / "libk3dep.so", "-Wl,-soname,libk3dep.so")
     ext = _cc(tmp_path / "_C.so", "-Wl,--no-as-needed", str(dep))
     conf = "".join(f"/usr/local/k3/{i}\n" for i in range(50_000)).encode()
-    libs = {"/usr/lib/libk3dep.so": dep, "/usr/lib/libc.so.6": b"libc"}
+    libs: dict[str, Path | bytes] = {"/usr/lib/libk3dep.so": dep, "/usr/lib/libc.so.6": b"libc"}
     view = _export({f"{SITE}/k3/_C.so": ext, "/etc/ld.so.conf.d/k3.conf": conf, **libs})
-    calls = []
+    calls: list[str] = []
     resolve = view.resolve
-    view.resolve = lambda path: calls.append(path) or resolve(path)  # type: ignore[method-assign]
+
+    def counted(path: str):
+        calls.append(path)
+        return resolve(path)
+
+    view.resolve = counted  # type: ignore[method-assign]
     ld_path = ":".join(f"/k3/{i % 7}" for i in range(100_000))
     assert elfdyn.unresolved(view, PREFIX, ld_path) == []  # found in a default directory
     assert len(calls) < 2 * elfdyn.MAX_SEARCH
