@@ -177,3 +177,8 @@ def host_unread(files: imagefiles.ImageFiles, expect) -> list[tuple[str, str]]:
     the probe's answer for it stands unchecked, and the check says so."""
     top = expect.app_prefix.rstrip("/") + "/"
     return [(p, why) for p, why in sorted(files.dynamic.items()) if p.startswith(top) and isinstance(why, str)]
+
+
+def unread_line(unread: list[tuple[str, str]]) -> str:
+    shown = "; ".join(f"{p}: {why}" for p, why in unread[:5]) + (" ..." if len(unread) > 5 else "")
+    return f"shared_libraries: {len(unread)} NEEDED lists not read on the host (the probe's answer stands): {shown}"

@@ -186,3 +186,8 @@ def test_the_search_is_bounded_whatever_the_config_and_conf_files_name(tmp_path)
     ld_path = ":".join(f"/k3/{i % 7}" for i in range(100_000))
     assert elfdyn.unresolved(view, PREFIX, ld_path) == []  # found in a default directory
     assert len(calls) < 2 * elfdyn.MAX_SEARCH
+
+
+def test_files_the_host_could_not_read_are_named_in_one_line():
+    line = boundary.unread_line([(f"/opt/k3/{i}.so", "why") for i in range(7)])
+    assert line.startswith("shared_libraries: 7 NEEDED lists not read on the host") and line.endswith("why ...")
