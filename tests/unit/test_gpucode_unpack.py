@@ -339,3 +339,32 @@ def test_a_library_with_a_broken_section_table_still_has_its_fatbins_read(tmp_pa
     lib.write_bytes(bytes(blob))
     found = probe(tmp_path)
     assert [o["arch"] for o in found["files"][str(lib)]["objects"]] == ["sm_100"], found
+
+
+def test_the_lz4_walk_refuses_exactly_what_decoding_refuses():
+    """The walk that holds a prefix-judged cubin to its whole block makes every check the decoder
+    makes: over a thousand mutated and cut blocks, one raises exactly when the other does."""
+    import random
+
+    lz4 = _cli("lz4")
+    data = (HERE / "gpucode.py").read_bytes() * 2
+    ((_, block),) = _lz4_blocks(subprocess.run([lz4, "-q", "-c", "-BI", "-B7"], input=data, capture_output=True).stdout)
+    rng, error = random.Random(51), UNPACK["UnpackError"]
+    refused = 0
+    for _ in range(1000):
+        src = bytearray(block)
+        for _ in range(rng.choice((0, 0, 1, 2, 4))):
+            src[rng.randrange(len(src))] = rng.randrange(256)
+        if rng.random() < 0.3:
+            src = src[: rng.randrange(len(src) // 2, len(src) + 1)]
+        size = len(data) + rng.choice((0, 0, 0, 0, -1, 1))
+        outcomes = []
+        for fn in (UNPACK["lz4_block"], UNPACK["lz4_walk"]):
+            try:
+                fn(bytes(src), size, *([1 << 30] if fn is UNPACK["lz4_block"] else []))
+                outcomes.append(True)
+            except error:
+                outcomes.append(False)
+        assert outcomes[0] == outcomes[1], bytes(src)
+        refused += not outcomes[0]
+    assert 100 < refused < 1000  # both kinds of input were tried
