@@ -183,3 +183,15 @@ def static_needed(
                 why = f"needs {soname}, a CUDA {m.group(2)} library (read on the host; the probe said not)"
                 found.append((path, why))
     return found
+
+
+def host_unread(files: imagefiles.ImageFiles, expect) -> list[tuple[str, str]]:
+    """(path, why) of each shared object under the prefix whose NEEDED list the host could not read:
+    the probe's answer for it stands unchecked, and the check says so."""
+    top = expect.app_prefix.rstrip("/") + "/"
+    return [(p, why) for p, why in sorted(files.dynamic.items()) if p.startswith(top) and isinstance(why, str)]
+
+
+def unread_line(unread: list[tuple[str, str]]) -> str:
+    shown = "; ".join(f"{p}: {why}" for p, why in unread[:5]) + (" ..." if len(unread) > 5 else "")
+    return f"shared_libraries: {len(unread)} NEEDED lists not read on the host (the probe's answer stands): {shown}"

@@ -396,6 +396,8 @@ def test_shared_libraries(image_host, image, expect, report_warning, image_files
     reported = {(e["path"], e["needed"]) for e in found["unresolved"] + found["other_major"]}
     ld_path = image.env.get("LD_LIBRARY_PATH", "")
     problems += [f"{p}: {why}" for p, why in boundary.static_needed(image_files, expect, ld_path, reported)]
+    if unread := boundary.host_unread(image_files, expect):  # said, never counted as needing nothing
+        report_warning(boundary.unread_line(unread))
     assert not problems, (
         f"expected every NEEDED library of the {found['elves']} ELF files under "
         f"{expect.app_prefix} to resolve, found: " + _listing(problems)

@@ -28,6 +28,7 @@ def gpu_found(image_host, image, expect):
         # the libraries the prefix's files NEED are read wherever they are, found as ld.so would
         "ld_library_path": image.env.get("LD_LIBRARY_PATH", ""),
         "budget": boundary.decode_budget(),
+        "cuda_major": expect.cuda_major,  # a compressed cubin of another major fails from its prefix alone
     }
     found = run_probe(image_host, "gpucode", request)
     assert "error" not in found, f"expected the GPU-code probe to run, found {found.get('error')}"

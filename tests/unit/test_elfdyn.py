@@ -78,8 +78,10 @@ def test_strings_beyond_the_kept_prefix_are_said_unread(tmp_path, monkeypatch):
         struct.unpack_from("<HH", ext.read_bytes(), 54),
     )
     monkeypatch.setattr(elfdyn, "PREFIX", phoff + phentsize * phnum)  # the program headers only: no .dynstr
-    view = _export({f"{SITE}/k3/_C.so": ext})
-    assert "beyond the first" in str(view.dynamic[f"{SITE}/k3/_C.so"])
+    capture, data = elfdyn.Capture(), ext.read_bytes()
+    for at in range(0, len(data), 256):  # .dynstr has passed when the dynamic section names it
+        capture.feed(data[at : at + 256])
+    assert "beyond the first" in str(capture.result())
 
 
 def test_unresolved_searches_the_listing_as_ld_so_does(tmp_path):
@@ -115,3 +117,77 @@ def test_unresolved_searches_the_listing_as_ld_so_does(tmp_path):
     assert "read on the host; the probe said not" in found[0][1] and "a CUDA 13 library" in found[1][1]
     # what the probe reported is not said twice
     assert boundary.static_needed(view, expect, "", reported={(f"{SITE}/k3/b.so", "libcudart.so.13")}) == []
+
+
+def _elf(dyn_size: int | None = None, strings_at: int = 0x10000) -> bytes:
+    """An ELF64 shared object laid out as patchelf leaves one (auditwheel's manylinux libraries:
+    torch's libtorch_cpu.so): its dynamic section early, its string table in a load segment at the
+    end of the file. ``dyn_size`` overstates PT_DYNAMIC's size."""
+    strings = b"\0libk3a.so.1\0libk3b.so\0$ORIGIN/lib\0"
+    dyn = b"".join(
+        struct.pack("<qQ", t, v) for t, v in ((1, 1), (1, 13), (29, 23), (5, 0x200000), (10, len(strings)), (0, 0))
+    )
+    phdrs = [
+        (1, 0, 0, 0x1000),  # PT_LOAD: the headers and the dynamic section
+        (2, 0x200, 0x200, dyn_size or len(dyn)),  # PT_DYNAMIC
+        (1, strings_at, 0x200000, len(strings)),  # PT_LOAD: the string table, moved to the end
+    ]
+    head = bytearray(0x1000)
+    head[:16] = b"\x7fELF\x02\x01\x01" + bytes(9)
+    struct.pack_into("<HHIQQQIHHHHHH", head, 16, 3, 62, 1, 0, 64, 0, 0, 64, 56, len(phdrs), 64, 0, 0)
+    for i, (t, off, vaddr, size) in enumerate(phdrs):
+        struct.pack_into("<IIQQQQQQ", head, 64 + 56 * i, t, 4, off, vaddr, vaddr, size, size, 8)
+    head[0x200 : 0x200 + len(dyn)] = dyn
+    return bytes(head) + bytes(strings_at - len(head)) + strings
+
+
+def test_strings_moved_past_the_kept_prefix_are_read_as_they_pass(monkeypatch):
+    monkeypatch.setattr(elfdyn, "PREFIX", 0x1000)  # the strings lie past it, after the dynamic section
+    view = _export({f"{SITE}/k3/_C.so": _elf()})
+    assert view.dynamic[f"{SITE}/k3/_C.so"] == elfdyn.Dynamic(("libk3a.so.1", "libk3b.so"), None, "", "$ORIGIN/lib")
+
+
+def test_an_overstated_dynamic_section_is_said_unread_within_bounded_memory(monkeypatch):
+    view = _export({f"{SITE}/k3/_C.so": _elf(dyn_size=1 << 40)})
+    assert "dynamic section states" in str(view.dynamic[f"{SITE}/k3/_C.so"])
+    expect = SimpleNamespace(app_prefix=PREFIX, cuda_major=12)
+    assert [p for p, _ in boundary.host_unread(view, expect)] == [f"{SITE}/k3/_C.so"]
+
+
+def test_too_many_strings_or_search_directories_are_said_unread():
+    capture = elfdyn.Capture()
+    many = b"".join(struct.pack("<qQ", 1, 1) for _ in range(elfdyn.MAX_STRINGS + 1))
+    assert "strings, over" in str(elfdyn._parse(_elf(), many + struct.pack("<qQ", 5, 0x200000), []))
+    rpath = ":".join(f"/d{i}" for i in range(elfdyn.MAX_DIRS + 1)).encode()
+    head = bytearray(_elf())
+    head += b"\0" + rpath + b"\0"
+    at = len(head) - len(rpath) - 1 - 0x10000
+    struct.pack_into("<Q", head, 64 + 56 * 2 + 32, len(head))  # the segment's file size covers it
+    struct.pack_into("<Q", head, 64 + 56 * 2 + 40, len(head))
+    dyn = struct.pack("<qQqQ", 15, at, 5, 0x200000)
+    assert "search directories" in str(elfdyn._parse(bytes(head), dyn, []))
+    assert capture.result() is None  # fed nothing: no dynamic section
+
+
+def test_the_search_is_bounded_whatever_the_config_and_conf_files_name(tmp_path):
+    dep = _cc(tmp_path / "libk3dep.so", "-Wl,-soname,libk3dep.so")
+    ext = _cc(tmp_path / "_C.so", "-Wl,--no-as-needed", str(dep))
+    conf = "".join(f"/usr/local/k3/{i}\n" for i in range(50_000)).encode()
+    libs: dict[str, Path | bytes] = {"/usr/lib/libk3dep.so": dep, "/usr/lib/libc.so.6": b"libc"}
+    view = _export({f"{SITE}/k3/_C.so": ext, "/etc/ld.so.conf.d/k3.conf": conf, **libs})
+    calls: list[str] = []
+    resolve = view.resolve
+
+    def counted(path: str):
+        calls.append(path)
+        return resolve(path)
+
+    view.resolve = counted  # type: ignore[method-assign]
+    ld_path = ":".join(f"/k3/{i % 7}" for i in range(100_000))
+    assert elfdyn.unresolved(view, PREFIX, ld_path) == []  # found in a default directory
+    assert len(calls) < 2 * elfdyn.MAX_SEARCH
+
+
+def test_files_the_host_could_not_read_are_named_in_one_line():
+    line = boundary.unread_line([(f"/opt/k3/{i}.so", "why") for i in range(7)])
+    assert line.startswith("shared_libraries: 7 NEEDED lists not read on the host") and line.endswith("why ...")

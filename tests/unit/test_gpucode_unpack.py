@@ -6,6 +6,7 @@ library an extension NEEDs outside the application prefix are read too."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import re
 import shutil
@@ -276,3 +277,94 @@ def test_the_decoding_budget_leaves_the_probe_time_to_report(monkeypatch):
     assert boundary.decode_budget() == 300  # never past half the timeout: the command would be killed first
     monkeypatch.setenv("K3_GPUCODE_BUDGET", "soon")
     assert boundary.decode_budget() == 300
+
+
+def _container(*entries: bytes) -> bytes:
+    body = b"".join(entries)
+    return struct.pack("<IHHQ", 0xBA55ED50, 1, 16, len(body)) + body
+
+
+def _entry(payload: bytes, *, arch: int, abi: int, flags: int = 0x11, usize: int = 0, csize: int = 0) -> bytes:
+    head = struct.pack("<HHIQIIHHI", 2, 0x101, 64, len(payload), csize, 0, abi, 1, arch)
+    return head + bytes(8) + struct.pack("<QQQ", flags, 0, usize) + payload
+
+
+def test_a_compressed_cubin_whose_rest_cannot_be_decoded_is_unread(tmp_path):
+    """Its 64 KiB prefix settles it (NVRTC 12.9 sm_100a: the tkinfo release line; 200 KB of data
+    follow the cubin), and its block is cut at three quarters: judged from the prefix alone it read
+    'CUDA 12.9', fine, though no decoder (the driver's included) can decode it; the rest is walked."""
+    lz4 = _cli("lz4")
+    noise = b"".join(hashlib.sha256(b"%d" % i).digest() for i in range(200_000 // 32))  # incompressible
+    raw = gpuassets.nvrtc("sm_100a") + noise
+    frame = subprocess.run([lz4, "-q", "-c", "-BI", "-B7"], input=raw, capture_output=True, check=True).stdout
+    ((_, block),) = _lz4_blocks(frame)
+    space = _probe_space()
+    assert len(raw) > 65536 and space["compressed_cubin"](0x2000, block, len(raw))["toolkit"] == "12.9"
+    cut = block[: len(block) * 3 // 4]
+    with pytest.raises(ValueError, match="decodes to|LZ4"):
+        space["compressed_cubin"](0x2000, cut, len(raw))
+    fat = tmp_path / "k3.fatbin"
+    fat.write_bytes(_container(_entry(cut, arch=100, abi=8, flags=0x2011, usize=len(raw), csize=len(cut))))
+    (obj,) = probe(tmp_path)["files"][str(fat)]["objects"]
+    assert obj.get("unread"), obj
+    (obj,) = probe(tmp_path, cuda_major=12)["files"][str(fat)]["objects"]
+    assert obj.get("unread"), obj  # a verdict that would pass the target is held to the whole
+    (obj,) = probe(tmp_path, cuda_major=13)["files"][str(fat)]["objects"]
+    assert obj.get("toolkit") == "12.9" and not obj.get("unread"), obj  # it fails a CUDA 13 target anyway
+    assert "built by CUDA 12.9" in "; ".join(gpurules.floor(probe(tmp_path, cuda_major=13), (13, 0), {}).problems)
+
+
+def test_entries_a_driver_could_not_load_are_unread_never_fine(tmp_path):
+    raw = gpuassets.nvrtc("sm_100a")  # ELF ABI 8
+    cases = {
+        "notelf": _entry(b"\x28\xb5\x2f\xfd" + raw[4:], arch=100, abi=8, flags=0x4011),  # an unknown codec, no csize
+        "abi": _entry(raw, arch=100, abi=7),  # the header's ABI is not the cubin's
+        "broken": _entry(raw, arch=100, abi=8) + struct.pack("<HHIQ", 2, 0, 8, 1 << 40) + bytes(48),  # past the end
+    }
+    for name, blob in cases.items():
+        (tmp_path / f"{name}.fatbin").write_bytes(_container(blob))
+    found = probe(tmp_path)
+    problems = "; ".join(gpurules.floor(found, CUDA129, {}).problems)
+    for name, why in (("notelf", "not an ELF cubin"), ("abi", "ELF ABI is 8"), ("broken", "breaks at byte")):
+        assert f"{tmp_path}/{name}.fatbin: " in problems and why in problems, (name, problems)
+    assert not found["errors"], found["errors"]
+
+
+def test_a_library_with_a_broken_section_table_still_has_its_fatbins_read(tmp_path):
+    """The loader needs no section table, so a garbled one cannot hide the GPU code it carries."""
+    raw = gpuassets.nvrtc("sm_100a")
+    lib = _shared(tmp_path / "libk3.so", _as_rodata(_container(_entry(raw, arch=100, abi=8))))
+    blob = bytearray(lib.read_bytes())
+    struct.pack_into("<Q", blob, 0x28, 1 << 40)  # e_shoff past the end
+    lib.write_bytes(bytes(blob))
+    found = probe(tmp_path)
+    assert [o["arch"] for o in found["files"][str(lib)]["objects"]] == ["sm_100"], found
+
+
+def test_the_lz4_walk_refuses_exactly_what_decoding_refuses():
+    """The walk that holds a prefix-judged cubin to its whole block makes every check the decoder
+    makes: over a thousand mutated and cut blocks, one raises exactly when the other does."""
+    import random
+
+    lz4 = _cli("lz4")
+    data = (HERE / "gpucode.py").read_bytes() * 2
+    ((_, block),) = _lz4_blocks(subprocess.run([lz4, "-q", "-c", "-BI", "-B7"], input=data, capture_output=True).stdout)
+    rng, error = random.Random(51), UNPACK["UnpackError"]
+    refused = 0
+    for _ in range(1000):
+        src = bytearray(block)
+        for _ in range(rng.choice((0, 0, 1, 2, 4))):
+            src[rng.randrange(len(src))] = rng.randrange(256)
+        if rng.random() < 0.3:
+            src = src[: rng.randrange(len(src) // 2, len(src) + 1)]
+        size = len(data) + rng.choice((0, 0, 0, 0, -1, 1))
+        outcomes = []
+        for fn in (UNPACK["lz4_block"], UNPACK["lz4_walk"]):
+            try:
+                fn(bytes(src), size, *([1 << 30] if fn is UNPACK["lz4_block"] else []))
+                outcomes.append(True)
+            except error:
+                outcomes.append(False)
+        assert outcomes[0] == outcomes[1], bytes(src)
+        refused += not outcomes[0]
+    assert 100 < refused < 1000  # both kinds of input were tried

@@ -60,6 +60,51 @@ def lz4_block(src, size, limit, stop=None):
     return bytes(out)
 
 
+def lz4_walk(src, size):
+    """Check that an LZ4 block decodes to exactly ``size`` bytes without writing them: every check
+    ``lz4_block`` makes (lengths, offsets, the stated size) on the whole block, so a prefix judged
+    from its first bytes is never taken from a block whose rest cannot be decoded."""
+    n, pos, end = 0, 0, len(src)
+    while pos < end:
+        token = src[pos]
+        pos += 1
+        lit = token >> 4
+        if lit == 15:
+            while True:
+                if pos >= end:
+                    raise UnpackError("LZ4 literal length runs past the input")
+                b = src[pos]
+                pos += 1
+                lit += b
+                if b != 255:
+                    break
+        if pos + lit > end or n + lit > size:
+            raise UnpackError("LZ4 literals run past the input or the stated size")
+        n += lit
+        pos += lit
+        if pos >= end:
+            break
+        if pos + 2 > end:
+            raise UnpackError("LZ4 offset runs past the input")
+        offset = src[pos] | (src[pos + 1] << 8)
+        pos += 2
+        match = (token & 15) + 4
+        if match == 19:
+            while True:
+                if pos >= end:
+                    raise UnpackError("LZ4 match length runs past the input")
+                b = src[pos]
+                pos += 1
+                match += b
+                if b != 255:
+                    break
+        if offset == 0 or offset > n or n + match > size:
+            raise UnpackError(f"LZ4 match (offset {offset}, length {match}) outside the output")
+        n += match
+    if n != size:
+        raise UnpackError(f"decodes to {n} bytes, the header states {size}")
+
+
 def _copy_match(out, offset, length):
     start = len(out) - offset
     if length <= offset:

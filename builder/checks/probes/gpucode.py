@@ -31,7 +31,7 @@ binaries, tests/unit/test_gpucode.py):
   as "13+ (inferred from ELF ABI 8)".
 
 Request: {"roots": [...], "cuda_home": "/usr/local/cuda" | null, "env": {TRITON_PTXAS_PATH: ...},
-"ld_library_path": "...", "budget": seconds | null}.
+"ld_library_path": "...", "budget": seconds | null, "cuda_major": 12 | null}.
 """
 
 import hashlib
@@ -46,7 +46,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:  # at run time _report.py, _dyn.py and _unpack.py are prepended
     from builder.checks.probes._dyn import elf_dynamic
     from builder.checks.probes._report import report
-    from builder.checks.probes._unpack import UnpackError, lz4_block, zstd
+    from builder.checks.probes._unpack import UnpackError, lz4_block, lz4_walk, zstd
 
 FATBIN_MAGIC = 0xBA55ED50
 EM_CUDA = 190
@@ -109,6 +109,7 @@ def cubin(buf, base=0, size=None):
 MAX_ENTRY = 256 << 20  # a decompressed entry above this is not decoded (cu129's largest cubins are tens of MB)
 PTX_HEAD = 16384  # a PTX text's .version and .target lines sit in its first lines
 _DEADLINE: list[float] = []  # the request's time budget for decoding (monotonic), when it sets one
+_MAJOR: list[int] = []  # the CUDA major the target claims (the request's cuda_major), when it says
 _JUDGED: dict[tuple, dict] = {}  # what each distinct compressed payload said (fields, not bytes)
 
 
@@ -126,10 +127,12 @@ def unpack(flags, payload, size, stop=None):
         raise UnpackError(f"corrupt: {type(exc).__name__}: {exc}") from None
 
 
-def judged(kind, flags, usize, payload, judge):
+def judged(kind, flags, usize, payload, judge, context=()):
     """``judge(payload)`` (what a compressed entry says: a few fields, never its bytes), once per
-    distinct payload: the same cubin in two containers is decoded once."""
-    key = (kind, flags, usize, hashlib.sha256(payload).digest())
+    distinct payload: the same cubin in two containers is decoded once. ``context``: the entry
+    header's fields the answer is held to (arch, ABI, ISA), so a cached answer is never another
+    header's."""
+    key = (kind, flags, usize, hashlib.sha256(payload).digest(), context)
     if key not in _JUDGED:
         _JUDGED[key] = judge(payload)
     return dict(_JUDGED[key])
@@ -159,12 +162,23 @@ def entry(buf, at):
     elif compressed:
         payload = bytes(buf[data_at : data_at + csize])
         isa = obj.get("isa")
-        obj.update(judged(kind, flags, usize, payload, lambda p: _judge(kind, flags, usize, p, isa, arch)))
+        obj.update(
+            judged(
+                kind,
+                flags,
+                usize,
+                payload,
+                lambda p: _judge(kind, flags, usize, p, isa, arch, minor),
+                (isa, arch, minor),
+            )
+        )
     elif kind == KIND_PTX:
         obj.update(_ptx_fields(bytes(buf[data_at : data_at + min(psize, PTX_HEAD)]), obj["isa"]))
-    elif bytes(buf[data_at : data_at + 4]) == b"\x7fELF":
+    elif bytes(buf[data_at : data_at + 4]) == b"\x7fELF" and psize >= 64:
         inner = cubin(buf, data_at)
-        obj.update(_cubin_fields(inner, arch))
+        obj.update(_cubin_fields(inner, arch, minor))
+    else:  # the driver loads an ELF entry's payload as a cubin: other bytes are no code it can run
+        obj["unread"] = f"its payload is not an ELF cubin (flags {flags:#x}: compressed by no codec this probe knows?)"
     if obj["kind"] == "SASS" and not obj.get("toolkit"):
         if obj.get("abi") == 8 and arch < 100:
             obj["toolkit"], obj["toolkit_from"] = "13+", "ELF ABI 8 below sm_100"
@@ -174,20 +188,22 @@ def entry(buf, at):
     return obj, nxt
 
 
-def _judge(kind, flags, usize, payload, isa, arch):
+def _judge(kind, flags, usize, payload, isa, arch, minor):
     """The fields a compressed entry's decoded payload gives (``unread`` with why when it cannot)."""
     try:
         if kind == KIND_PTX:
             return _ptx_fields(unpack(flags, payload, usize, PTX_HEAD), isa)
-        return _cubin_fields(compressed_cubin(flags, payload, usize), arch)
+        return _cubin_fields(compressed_cubin(flags, payload, usize), arch, minor)
     except ValueError as exc:
         return {"unread": str(exc)[:200]}
 
 
-def _cubin_fields(inner, arch):
+def _cubin_fields(inner, arch, abi):
     out = {"toolkit": inner.get("toolkit"), "toolkit_from": inner.get("toolkit_from")}
     if inner["sm"] != arch:
         out["unread"] = f"its cubin is for sm_{inner['sm']}, its entry header says sm_{arch}"
+    elif inner["abi"] != abi:  # the header's minor is the cubin's ELF ABI (NCCL 2.30.7, cuBLAS 13: tried)
+        out["unread"] = f"its cubin's ELF ABI is {inner['abi']}, its entry header says {abi}"
     return out
 
 
@@ -214,11 +230,35 @@ def compressed_cubin(flags, payload, size):
             break
         found = cubin_head(unpack(flags, payload, size, stop))
         if found is not None:
+            if not _fails(found):  # a verdict that would pass holds only if the rest decodes too
+                whole(flags, payload, size)
             return found
     data = unpack(flags, payload, size)
     if data[:4] != b"\x7fELF":
         raise UnpackError("its decoded payload is not an ELF cubin")
     return cubin(data)
+
+
+def _fails(found):
+    """Does this toolkit fail the request's CUDA major whatever the rest of the cubin holds? Then
+    decoding the rest could only add a second failure (unread)."""
+    major = _MAJOR[0] if _MAJOR else None
+    toolkit = found.get("toolkit")
+    return major is not None and toolkit is not None and int(toolkit.split(".")[0]) != major
+
+
+def whole(flags, payload, size):
+    """Raise UnpackError unless the whole payload decodes to ``size`` bytes (LZ4: its structure
+    walked, nothing written; ZSTD: decoded, as its entropy stages leave no shorter check)."""
+    if _DEADLINE and time.monotonic() > _DEADLINE[0]:
+        raise UnpackError("the decoding budget of this run is spent (K3_GPUCODE_BUDGET)")
+    try:
+        if flags & FLAG_LZ4:
+            lz4_walk(payload, size)
+        else:
+            unpack(flags, payload, size)
+    except (IndexError, struct.error) as exc:
+        raise UnpackError(f"corrupt: {type(exc).__name__}: {exc}") from None
 
 
 def cubin_head(data):
@@ -252,7 +292,12 @@ def fatbins(buf, start, end):
             continue
         at, stop = pos + hsize, min(pos + hsize + size, end)
         while at + 64 <= stop:
-            obj, at = entry(buf, at)
+            try:
+                obj, at = entry(buf, at)
+            except (ValueError, struct.error, IndexError) as exc:  # the rest of this container is unread
+                why = f"its fatbin container at byte {pos} breaks at byte {at}: {type(exc).__name__}: {exc}"
+                objs.append({"kind": "fatbin", "sm": 0, "variant": "", "compressed": False, "unread": why[:200]})
+                break
             objs.append(obj)
         pos = max(stop, pos + 16)
     return objs
@@ -326,7 +371,10 @@ def inspect(path):
                 return None  # 32-bit or big-endian: no CUDA code object is either
             if struct.unpack_from("<H", head, 18)[0] == EM_CUDA:
                 return "cubin", [cubin(buf)]
-            secs = sections(buf)
+            try:
+                secs = sections(buf)
+            except (struct.error, IndexError):
+                secs = {}  # the loader needs no section table: its fatbins are found by their magic below
             fat = secs.get(".nv_fatbin")
             objs = fatbins(buf, fat[0], fat[0] + fat[1]) if fat and fat[1] else []
             # __nv_relfatbin holds relocatable cubins (-rdc) for a later device link: the driver never
@@ -480,6 +528,7 @@ def main(req):
     started = time.monotonic()
     budget = req.get("budget")
     _DEADLINE[:] = [started + budget] if budget else []
+    _MAJOR[:] = [req["cuda_major"]] if isinstance(req.get("cuda_major"), int) else []
     files: dict[str, Any] = {}
     errors: dict[str, str] = {}
     tools, scanned = [], 0
