@@ -5,7 +5,7 @@ the image answers.
 What nvidia-container-toolkit does with the config (internal/config/image/cuda_image.go) and
 libnvidia-container evaluates (src/cli/dsl.c), as the checks model it:
 
-- every ``NVIDIA_REQUIRE_*`` variable but ``NVIDIA_REQUIRE_JETPACK`` is a requirement; none is
+- every ``NVIDIA_REQUIRE_*`` variable but ``NVIDIA_REQUIRE_JETPACK*`` is a requirement; none is
   checked when ``NVIDIA_DISABLE_REQUIRE`` parses as true (Go's strconv.ParseBool); an image with
   ``CUDA_VERSION`` and no ``NVIDIA_REQUIRE_CUDA`` (a "legacy" image) requires ``cuda>=MAJOR.MINOR``;
 - a requirement is alternatives separated by spaces, each a conjunction of ``name OP value`` terms
@@ -38,6 +38,7 @@ NEEDED_CAPABILITIES = ("compute", "utility")  # libcuda and NVML (nvidia-smi): w
 KNOWN_CAPABILITIES = ("compute", "compat32", "graphics", "utility", "video", "display", "ngx", "all")
 _TRUE = ("1", "t", "T", "TRUE", "true", "True")  # Go's strconv.ParseBool
 _FALSE = ("0", "f", "F", "FALSE", "false", "False")
+UINTMAX_MAX = (1 << 64) - 1  # strtoumax's overflow value, which dsl_compare_version refuses
 FAR_DRIVER = ("999.99.99", (99, 9))  # a driver newer than any: a requirement must not refuse it
 
 
@@ -50,9 +51,12 @@ class Driver:
 
 
 def _numbers(text: str) -> tuple[int, ...] | None:
-    if not text or not re.fullmatch(r"[0-9.]+", text) or not re.search(r"[0-9]", text):
+    """A version as dsl_compare_version reads it: digits and dots, a number first (strtoumax reads
+    none at a '.'), no number at UINTMAX_MAX or past it; None where it returns -1 (invalid)."""
+    if not re.fullmatch(r"[0-9][0-9.]*", text):
         return None
-    return tuple(int(p) for p in text.split(".") if p)
+    numbers = tuple(int(p) for p in text.split(".") if p)
+    return None if any(n >= UINTMAX_MAX for n in numbers) else numbers
 
 
 def _compare(have: tuple[int, ...], op: str, want: tuple[int, ...]) -> bool:
@@ -63,8 +67,10 @@ def _compare(have: tuple[int, ...], op: str, want: tuple[int, ...]) -> bool:
 
 def _term(text: str) -> tuple[str, str, str] | None:
     """(name, operator, value) of one ``name OP value`` term, None when the DSL rejects it."""
-    m = re.fullmatch(r"([^<>=!]+)([<>=!]+)(.+)", text)
-    if not m or m.group(2) not in OPERATORS:
+    # strcspn to the first operator character, strspn over all of them, the rest the value: no
+    # backtracking into the operator ('brand==' is the operator '==', no value, not '=' and '=').
+    m = re.fullmatch(r"([^<>=!]+)([<>=!]+)(.*)", text, re.S)
+    if not m or m.group(2) not in OPERATORS or not m.group(3):
         return None
     name = m.group(1).lower()
     if name not in VERSION_TERMS + DEVICE_TERMS:
@@ -81,8 +87,14 @@ def requirement(text: str, driver: Driver) -> tuple[bool | None, str]:
     or only on some (None: every alternative that holds also names an arch or brand); and why.
     Terms are read in order, as dsl_evaluate does: a false one ends its alternative unread further,
     an invalid one that is reached refuses the container."""
-    some = []
-    for alt in [a for a in text.split(" ") if a]:
+    some: list[str] = []
+    for number, alt in enumerate(a for a in text.split(" ") if a):
+        if not [t for t in alt.split(",") if t]:
+            # no term: dsl_evaluate leaves the loop with ret as it was: its initial true when first,
+            # else the false of the alternatives before (on the GPUs where none of them held)
+            if number == 0:
+                return True, f"{alt!r} has no term and is first: it holds"
+            break
         holds, device = _alternative(alt, driver)
         if holds is None:
             return False, device
@@ -116,11 +128,18 @@ def requirements(env: dict[str, str]) -> dict[str, str]:
     """The requirements the toolkit hands libnvidia-container: variable -> value."""
     if env.get("NVIDIA_DISABLE_REQUIRE", "") in _TRUE:
         return {}
-    found = {k: v for k, v in env.items() if k.startswith("NVIDIA_REQUIRE_") and k != "NVIDIA_REQUIRE_JETPACK"}
+    found = {
+        k: v for k, v in env.items() if k.startswith("NVIDIA_REQUIRE_") and not k.startswith("NVIDIA_REQUIRE_JETPACK")
+    }
     if env.get("CUDA_VERSION") and not env.get("NVIDIA_REQUIRE_CUDA"):
-        m = re.match(r"v?(\d+)\.(\d+)", env["CUDA_VERSION"])
-        found["CUDA_VERSION"] = f"cuda>={m.group(1)}.{m.group(2)}" if m else "(an invalid CUDA_VERSION)"
+        m = _SEMVER.fullmatch(env["CUDA_VERSION"])
+        found["CUDA_VERSION"] = f"cuda>={int(m[1])}.{int(m[2] or 0)}" if m else "(an invalid CUDA_VERSION)"
     return found
+
+
+# What Masterminds semver's NewVersion (the toolkit's parseMajorMinorVersion) reads: minor and patch
+# optional (0), a -prerelease and +metadata after them; anything else is an error (the hook fails).
+_SEMVER = re.compile(r"v?([0-9]+)(?:\.([0-9]+))?(?:\.[0-9]+)?(?:-[0-9A-Za-z.-]+)?(?:\+[0-9A-Za-z.-]+)?")
 
 
 def requirement_findings(env: dict[str, str], floor: Driver) -> list[tuple[str, str]]:

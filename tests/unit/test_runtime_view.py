@@ -93,6 +93,17 @@ def test_the_cuda_base_s_requirement_holds_on_the_floor_and_newer():
         ("cuda>=13.0,foo>=1 cuda>=12.0", True),  # a false term ends its alternative: foo is never read
         ("cuda>=12.0,foo>=1", False),  # reached: invalid expression
         ("", True),
+        # review: dsl.c's strsep and strcspn/strspn parsing at the edges
+        (",", True),  # an alternative of no terms, first: ret is still its initial true
+        ("cuda>=13.0 ,", False),  # after a false alternative it keeps that false: unsatisfied
+        ("cuda>=13.0 brand=tesla ,", None),  # on Tesla GPUs the brand alternative holds first
+        ("brand==tesla cuda>=12.0", False),  # '==' is no operator: invalid expression, not a brand term
+        ("cuda>=.5", False),  # strtoumax reads no number at '.': invalid expression
+        ("cuda<=18446744073709551615", False),  # UINTMAX_MAX: invalid expression
+        ("brand==", False),  # '==' and no value, not brand '=' '='
+        ("cuda>=12.0,", True),  # an empty term is skipped
+        ("cuda>=", False),  # no value
+        (">=12.0", False),  # no name
     ],
 )
 def test_requirements_are_alternatives_of_conjunctions_as_libnvidia_container_reads_them(text, ok):
@@ -111,6 +122,8 @@ def test_every_nvidia_require_variable_counts_and_an_upper_bound_refuses_newer_d
     assert "accepts only some GPUs" in found["/config/Env/NVIDIA_REQUIRE_ARCH"]
     assert "refuses drivers newer than the floor" in found["/config/Env/NVIDIA_REQUIRE_DRIVER"]
     assert "/config/Env/NVIDIA_REQUIRE_JETPACK" not in found  # the toolkit does not hand it over
+    # nor any variable that starts with its name (strings.HasPrefix)
+    assert runtimeview.requirement_findings({"NVIDIA_REQUIRE_JETPACK_L4T": "cuda>=13.0"}, FLOOR) == []
 
 
 def test_disable_require_and_legacy_images():
@@ -126,6 +139,10 @@ def test_disable_require_and_legacy_images():
     assert runtimeview.requirement_findings({"CUDA_VERSION": "12.9.1"}, FLOOR) == []
     found = runtimeview.requirement_findings({"CUDA_VERSION": "13.0.1"}, FLOOR)
     assert found and "legacy" in found[0][1] and found[0][0] == "/config/Env/CUDA_VERSION"
+    # Masterminds semver's NewVersion: a missing minor is 0 (cuda>=12.0); trailing junk is no version
+    assert runtimeview.requirements({"CUDA_VERSION": "12"})["CUDA_VERSION"] == "cuda>=12.0"
+    assert runtimeview.requirements({"CUDA_VERSION": "v12.9.1-rc1+b2"})["CUDA_VERSION"] == "cuda>=12.9"
+    assert runtimeview.requirement_findings({"CUDA_VERSION": "12.9abc"}, FLOOR)
 
 
 @pytest.mark.parametrize(
