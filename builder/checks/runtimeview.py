@@ -34,8 +34,10 @@ OPERATORS = ("<=", ">=", "!=", "=", "<", ">")  # longest first, as the DSL's str
 VERSION_TERMS = ("cuda", "driver")
 DEVICE_TERMS = ("arch", "brand")
 NEEDED_CAPABILITIES = ("compute", "utility")  # libcuda and NVML (nvidia-smi): what vLLM needs
-# The capabilities the toolkit knows (internal/config/image/capabilities.go); another word is ignored.
-KNOWN_CAPABILITIES = ("compute", "compat32", "graphics", "utility", "video", "display", "ngx", "all")
+# The capabilities the toolkit supports (internal/config/image/capabilities.go SupportedDriverCapabilities);
+# another word in a list without "all" makes its hook panic: "unsupported capabilities found"
+# (cmd/nvidia-container-runtime-hook/container_config.go getDriverCapabilities).
+KNOWN_CAPABILITIES = ("compute", "compat32", "graphics", "utility", "video", "display", "ngx")
 _TRUE = ("1", "t", "T", "TRUE", "true", "True")  # Go's strconv.ParseBool
 _FALSE = ("0", "f", "F", "FALSE", "false", "False")
 UINTMAX_MAX = (1 << 64) - 1  # strtoumax's overflow value, which dsl_compare_version refuses
@@ -177,6 +179,10 @@ def capability_findings(env: dict[str, str]) -> list[tuple[str, str]]:
     caps = {c.strip() for c in raw.split(",") if c.strip()}
     if not raw or "all" in caps:
         return []
+    unknown = sorted(caps - set(KNOWN_CAPABILITIES))
+    if unknown:
+        why = f"{raw!r}: {', '.join(unknown)} is no capability the toolkit supports (its hook refuses the container)"
+        return [(ENV + "NVIDIA_DRIVER_CAPABILITIES", why)]
     missing = [c for c in NEEDED_CAPABILITIES if c not in caps]
     if missing:
         return [(ENV + "NVIDIA_DRIVER_CAPABILITIES", f"{raw!r} grants no {' or '.join(missing)}")]
