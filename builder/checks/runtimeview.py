@@ -197,10 +197,16 @@ def visible_devices_findings(env: dict[str, str]) -> list[tuple[str, str]]:
     devices = [d.strip() for d in raw.split(",") if d.strip()]
     if not devices or "void" in devices or devices == ["none"]:
         return [(ENV + "NVIDIA_VISIBLE_DEVICES", f"{raw!r} gives the container no GPU")]
-    odd = [d for d in devices if not re.fullmatch(r"all|[0-9]+(?::[0-9]+)?|(?:GPU|MIG)-[A-Za-z0-9/-]+", d)]
+    plain = re.compile(r"all|[0-9]+(?::[0-9]+)?|(?:GPU|MIG)-[A-Za-z0-9/-]+")
+    odd = [d for d in devices if not (plain.fullmatch(d) or _CDI.fullmatch(d))]
     if odd:
-        return [(ENV + "NVIDIA_VISIBLE_DEVICES", f"{raw!r}: {', '.join(odd)} is no index, UUID or 'all'")]
+        return [(ENV + "NVIDIA_VISIBLE_DEVICES", f"{raw!r}: {', '.join(odd)} is no index, UUID, CDI name or 'all'")]
     return []
+
+
+# A CDI device name (vendor/class=name, tags.cncf.io/container-device-interface parser.IsQualifiedName),
+# which the toolkit takes in NVIDIA_VISIBLE_DEVICES (cuda_image.go OnlyFullyQualifiedCDIDevices).
+_CDI = re.compile(r"[A-Za-z0-9][A-Za-z0-9.-]*/[A-Za-z0-9][A-Za-z0-9_.-]*=[A-Za-z0-9][A-Za-z0-9_.:-]*")
 
 
 def library_path_findings(

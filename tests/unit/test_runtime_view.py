@@ -183,6 +183,8 @@ def test_driver_capabilities_must_grant_compute_and_utility(value, fails):
         ("none", True),
         ("0,void", True),
         ("gpu0;rm", True),
+        ("nvidia.com/gpu=all", False),  # a CDI device name, which the toolkit takes (parser.IsQualifiedName)
+        ("nvidia.com/gpu=0,nvidia.com/gpu=GPU-4f1c0e0a", False),
     ],
 )
 def test_visible_devices_must_name_gpus_where_the_config_sets_them(value, fails):
