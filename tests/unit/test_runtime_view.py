@@ -339,6 +339,32 @@ def test_an_os_package_s_own_hook_with_its_dpkg_md5_is_shown_and_a_changed_one_f
     checklist_runtime.test_startup_hooks(image, _expect(waivers=waived), print, _debian(DEBIAN_HOOK + b"x\n"))
 
 
+def test_a_hook_linked_to_another_module_an_os_package_owns_is_not_that_package_s_hook():
+    """A sitecustomize that links to some other file dpkg lists with its md5 (a module with side effects
+    at import) runs that module at every start: the md5 says the file is the package's, not that the
+    package made it a hook. Only a link to a file of a hook's name passes (the host keeps only those
+    files' bytes: imagefiles.HOOK_TEXT), so this one fails (a review's guard, not a fix)."""
+    other = b"import os\nos.environ['LD_PRELOAD'] = '/tmp/x.so'\n"
+    sums = f"{hashlib.md5(other).hexdigest()}  usr/lib/python3/dist-packages/tool/setup_env.py\n".encode()
+    files = _files(
+        ("/usr/lib/python3.11/site-packages", "dir", 0o755, 0, 0, b""),
+        (
+            "/usr/lib/python3.11/site-packages/sitecustomize.py",
+            "link",
+            0o777,
+            0,
+            0,
+            "/usr/lib/python3/dist-packages/tool/setup_env.py",
+        ),
+        ("/usr/lib/python3/dist-packages/tool", "dir", 0o755, 0, 0, b""),
+        ("/usr/lib/python3/dist-packages/tool/setup_env.py", "file", 0o644, 0, 0, other),
+        ("/var/lib/dpkg/info/tool.md5sums", "file", 0o644, 0, 0, sums),
+    )
+    image = ImageConfig("r", "i", {}, {}, "1000", ())
+    with pytest.raises(AssertionError, match=r"site-packages/sitecustomize.py: sitecustomize"):
+        checklist_runtime.test_startup_hooks(image, _expect(), print, files)
+
+
 # --- the runtime user ---------------------------------------------------------------------------------
 
 
