@@ -425,6 +425,10 @@ def test_file_capabilities_and_system_directories_not_owned_by_root_are_found():
         ("/usr/lib", "owned by uid 1000, not root"),
         ("/usr/bin/tool", "owned by uid 1000, not root"),
     ]
+    # the multiarch library directories (libc and most system libraries), the loader's configuration
+    for lib in ("/usr/lib/x86_64-linux-gnu", "/usr/lib/aarch64-linux-gnu", "/etc/ld.so.conf.d"):
+        found = imageowners.ownership_findings(_files((lib, "dir", 0o755, 1000, 0, b"")))
+        assert found == [(lib, "owned by uid 1000, not root")], lib
 
 
 # --- layers: whiteouts and capabilities ------------------------------------------------------------------
