@@ -283,12 +283,22 @@ CHANGES_HOW = {
 }
 
 
+def _unset(var: str, value: str) -> bool:
+    """Whether CPython (and ld.so) read ``var=value`` as unset: an empty value always (_Py_GetEnv);
+    PYTHONOPTIMIZE is an integer flag (_Py_get_env_flag: 0 is off, a negative or non-integer value 1)."""
+    if not value:
+        return True
+    return var == "PYTHONOPTIMIZE" and value.strip().isdigit() and int(value) == 0
+
+
 def interpreter_findings(env: dict[str, str], files: imagefiles.ImageFiles) -> tuple[list[tuple[str, str]], list[str]]:
     """(findings that fail unless waived, lines only shown) for the interpreter options of the config
     and a non-empty /etc/ld.so.preload in the image's files."""
     failed, shown = [], []
     for var, value in sorted(env.items()):
-        if var in RUNS_CODE and RUNS_CODE[var]:
+        if (var in RUNS_CODE or var in CHANGES_HOW) and _unset(var, value):
+            shown.append(f"{var}={value!r}: read as unset")
+        elif var in RUNS_CODE and RUNS_CODE[var]:
             failed.append((ENV + var, f"{var}={value!r}: {RUNS_CODE[var]}"))
         elif var == "PYTHONWARNINGS" and any(part.split(":")[0].strip() == "error" for part in value.split(",")):
             failed.append((ENV + var, f"{var}={value!r}: {CHANGES_HOW[var]}"))

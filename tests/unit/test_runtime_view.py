@@ -242,6 +242,14 @@ def test_ld_library_path_never_puts_compat_or_another_cuda_first():
         ("PYTHONDONTWRITEBYTECODE", "1", False),
         ("PYTHONUNBUFFERED", "1", False),
         ("PYTHONPATH", "/opt/extra", False),  # judged by loaded_libraries
+        # review: CPython reads an empty variable as unset (_Py_GetEnv), and its integer flags by value
+        ("PYTHONSTARTUP", "", False),
+        ("LD_PRELOAD", "", False),
+        ("PYTHONOPTIMIZE", "0", False),
+        ("PYTHONINSPECT", "0", True),  # main.c pymain_repl: any non-empty value, read again at exit
+        ("PYTHONOPTIMIZE", "-1", True),  # a negative or non-integer flag is 1
+        ("PYTHONOPTIMIZE", "yes", True),
+        ("PYTHONDEVMODE", "0", True),  # any non-empty value turns development mode on
     ],
 )
 def test_interpreter_options_that_change_what_runs_fail(var, value, fails):
