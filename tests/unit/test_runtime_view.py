@@ -221,6 +221,8 @@ def test_ld_library_path_never_puts_compat_or_another_cuda_first():
     assert judge("/opt/fwd") == ["/opt/fwd"]  # a link to the compat directory is the compat directory
     assert judge("/usr/local/cuda-13.0/lib64") == ["/usr/local/cuda-13.0/lib64"]
     assert judge("/opt/x") == ["/opt/x"]  # holds CUDA 13's libcudart
+    assert judge("/opt/vendor/compat") == ["/opt/vendor/compat"]  # any directory named compat
+    assert judge("/opt/vendor/compat/lib") == ["/opt/vendor/compat/lib"]
 
 
 # --- interpreter options -------------------------------------------------------------------------------
@@ -317,6 +319,16 @@ def test_sitecustomize_and_usercustomize_on_sys_path_are_hooks():
     )
 
 
+def test_a_hook_in_lib_dynload_counts_and_a_dangling_link_imports_nothing():
+    files = _files(
+        *SITE_DIRS,
+        ("/opt/k3/venv/lib/python3.12/lib-dynload", "dir", 0o755, 0, 0, b""),
+        ("/opt/k3/venv/lib/python3.12/lib-dynload/usercustomize.so", "file", 0o644, 0, 0, b"\x7fELF"),
+        (f"{SITE}/sitecustomize.py", "link", 0o777, 0, 0, "/nowhere/sitecustomize.py"),
+    )
+    assert [h.path for h in startup.hooks(files)] == ["/opt/k3/venv/lib/python3.12/lib-dynload/usercustomize.so"]
+
+
 DEBIAN_HOOK = b"# install the apport exception handler if available\ntry:\n    import apport_python_hook\nexcept ImportError:\n    pass\nelse:\n    apport_python_hook.install()\n"
 
 
@@ -395,6 +407,10 @@ def test_the_runtime_user_resolves_with_a_writable_home_and_tmp():
     found = imageowners.user_findings(no_root_entry, "2000", {"USER": "u"})[0]
     assert found == [("/", "the home of uid 2000 is the root directory, not shown writable by it")]
     assert [p for p, _ in _user("2000", {"LOGNAME": "x", "HOME": "/home/vllm"})] == ["/home/vllm"]  # not its home
+
+
+def test_root_writes_a_home_it_does_not_own():
+    assert _user("root", {}, ("/root", "dir", 0o500, 1000, 1000, b"")) == []
 
 
 def test_a_home_or_tmp_the_user_cannot_write_fails():
