@@ -40,6 +40,16 @@ HOOK_TEXT = re.compile(r"(\.pth|/(?:site|user)customize(?:/__init__)?\.py)$")
 DPKG_TEXT = re.compile(r"^/var/lib/dpkg/(?:status|info/[^/]+\.md5sums)$")
 MAX_HOOK_TEXTS = 10_000
 CAPABILITY_XATTR = "SCHILY.xattr.security.capability"  # a file capability, as a PAX record carries it
+# tarfile reads a PAX or GNU long-name header whole into memory; a layer can claim gigabytes there
+# (compressed to kilobytes). Longer than any name (PATH_MAX 4096) or xattr (64 KiB) a file system holds.
+MAX_HEADER = 1 << 20
+_EXTENDED = (
+    tarfile.XHDTYPE,
+    tarfile.XGLTYPE,
+    tarfile.SOLARIS_XHDTYPE,
+    tarfile.GNUTYPE_LONGNAME,
+    tarfile.GNUTYPE_LONGLINK,
+)
 MAX_TEXT = 1 << 20
 SHARED_OBJECT = re.compile(r"\.so(\.[0-9.]+)?$")  # a ".so" in its name: what the loads probe tries
 ET_DYN = 3
@@ -188,6 +198,16 @@ def elf_problem(head: bytes, machine: int | None) -> str | None:
     return None
 
 
+class BoundedInfo(tarfile.TarInfo):
+    """A member as tarfile reads it, but an extended header past MAX_HEADER is refused (a TarError)
+    before it is read: tarfile has no bound of its own (``_proc_member`` is where it reads one)."""
+
+    def _proc_member(self, tarfile_):
+        if self.type in _EXTENDED and self.size > MAX_HEADER:
+            raise tarfile.HeaderError(f"an extended header of {self.size} bytes (more than {MAX_HEADER})")
+        return super()._proc_member(tarfile_)  # type: ignore[misc]  # private to tarfile, in every 3.x
+
+
 def capability(pax: Mapping[str, str]) -> bytes:
     """A member's file capability: SCHILY.xattr.security.capability (what Docker and containerd
     apply), or another writer's form of the same attribute (libarchive's LIBARCHIVE.xattr.*)."""
@@ -233,7 +253,7 @@ def read(stream: IO[bytes], watch: tuple[str, ...]) -> ImageFiles:
     tops = tuple(w.rstrip("/") + "/" for w in watch)
     view = ImageFiles()
     try:
-        with tarfile.open(fileobj=stream, mode="r|") as tar:
+        with tarfile.open(fileobj=stream, mode="r|", tarinfo=BoundedInfo) as tar:
             for count, member in enumerate(tar):
                 if count >= MAX_MEMBERS:
                     raise UnreadableImage(f"more than {MAX_MEMBERS} files")

@@ -44,6 +44,13 @@ SYSTEM_DIRS = (
     "/usr/local/bin",
     "/usr/local/sbin",
     "/usr/local/lib",
+    # Debian's multiarch library directories (libc and most system libraries) and the loader's
+    # configuration, which names more
+    "/lib/x86_64-linux-gnu",
+    "/lib/aarch64-linux-gnu",
+    "/usr/lib/x86_64-linux-gnu",
+    "/usr/lib/aarch64-linux-gnu",
+    "/etc/ld.so.conf.d",
 )
 # Their direct contents are judged too where they are directories holding what runs and loads.
 CONTENT_DIRS = ("/bin", "/sbin", "/usr/bin", "/usr/sbin", "/usr/local/bin", "/usr/local/sbin")

@@ -20,7 +20,7 @@ import tarfile
 from dataclasses import dataclass, field
 from typing import IO
 
-from builder.checks.imagefiles import MAX_MEMBERS, UnreadableImage, capability
+from builder.checks.imagefiles import MAX_MEMBERS, BoundedInfo, UnreadableImage, capability
 
 WHITEOUT = ".wh."
 OPAQUE = ".wh..wh..opq"
@@ -40,6 +40,11 @@ class Layer:
     packages: dict[str, str] = field(default_factory=dict)  # file -> the dpkg package whose .list names it
     links: dict[str, str] = field(default_factory=dict)  # symbolic link -> its target
 
+    def gone(self) -> tuple[set[str], set[str]]:
+        """(what its whiteouts remove, the directories its opaque whiteouts empty), normalised: a
+        whiteout named ``.wh...`` removes its directory's parent, as the engine's join of the name does."""
+        return {posixpath.normpath(p) for p in self.removed}, {posixpath.normpath(d) for d in self.opaque}
+
 
 @dataclass
 class Layers:
@@ -49,8 +54,8 @@ class Layers:
         """path -> the layer (digest) whose file capability is in the merged file system."""
         caps: dict[str, str] = {}
         for layer in self.ordered:
-            for gone in layer.removed + layer.opaque:
-                caps = {p: d for p, d in caps.items() if p != gone and not p.startswith(gone.rstrip("/") + "/")}
+            gone, emptied = layer.gone()
+            caps = {p: d for p, d in caps.items() if not (_within(p, gone) or _within(p, emptied, strict=True))}
             for path in layer.paths:
                 caps.pop(path, None)
             caps.update(dict.fromkeys(layer.capabilities, layer.digest))
@@ -64,12 +69,8 @@ class Layers:
         links: dict[str, str] = {}
         found = []
         for layer in self.ordered:
-            hit = set()
-            for gone in layer.removed:
-                hit |= {p for p in below if p == gone or p.startswith(gone.rstrip("/") + "/")}
-            for directory in layer.opaque:
-                top = directory.rstrip("/") + "/"
-                hit |= {p for p in below if p.startswith(top) and p not in layer.paths}
+            gone, emptied = layer.gone()
+            hit = {p for p in below if _within(p, gone) or (p not in layer.paths and _within(p, emptied, strict=True))}
             if hit:
                 # dpkg lists name paths as the package ships them (/bin/ls); a merged-/usr root holds
                 # them through links (/bin -> usr/bin): both sides compared with their links resolved.
@@ -80,6 +81,20 @@ class Layers:
             packages.update(layer.packages)
             links.update(layer.links)
         return found
+
+
+def _within(path: str, tops: set[str], strict: bool = False) -> bool:
+    """Whether ``path`` (or, ``strict``, one of its ancestors only) is in ``tops``: one set lookup per
+    ancestor, so a layer of many whiteouts over many files stays linear."""
+    if not tops:
+        return False
+    here = posixpath.dirname(path) if strict and path != "/" else path
+    while True:
+        if here in tops:
+            return not (strict and here == path)
+        if here == "/":
+            return False
+        here = posixpath.dirname(here)
 
 
 def _resolved(path: str, links: dict[str, str]) -> str:
@@ -108,7 +123,7 @@ def _normal(name: str) -> str | None:
 def read_layer(fileobj: IO[bytes], digest: str) -> Layer:
     """One layer tar (plain or gzip), read as a stream."""
     layer = Layer(digest)
-    with tarfile.open(fileobj=fileobj, mode="r|*") as tar:
+    with tarfile.open(fileobj=fileobj, mode="r|*", tarinfo=BoundedInfo) as tar:
         for count, member in enumerate(tar):
             if count >= MAX_MEMBERS:
                 raise UnreadableImage(f"layer {digest[:19]}: more than {MAX_MEMBERS} members")
@@ -152,7 +167,7 @@ def read(stream: IO[bytes]) -> Layers:
     layers: dict[str, Layer] = {}
     docs: dict[str, bytes] = {}
     try:
-        with tarfile.open(fileobj=stream, mode="r|") as outer:
+        with tarfile.open(fileobj=stream, mode="r|", tarinfo=BoundedInfo) as outer:
             for member in outer:
                 if not member.isfile():
                     continue
@@ -178,10 +193,15 @@ def _order(docs: dict[str, bytes]) -> list[str]:
     """The layer blobs' names in image order: Docker's manifest.json, else index.json's manifest."""
     try:
         if "manifest.json" in docs:
-            return list(json.loads(docs["manifest.json"])[0]["Layers"])
-        index = json.loads(docs["index.json"])
-        digest = index["manifests"][0]["digest"]
-        manifest = json.loads(docs["blobs/sha256/" + digest.split(":", 1)[1]])
-        return ["blobs/sha256/" + layer["digest"].split(":", 1)[1] for layer in manifest["layers"]]
-    except (KeyError, IndexError, TypeError, ValueError) as exc:
+            order = list(json.loads(docs["manifest.json"])[0]["Layers"])
+        else:
+            index = json.loads(docs["index.json"])
+            digest = index["manifests"][0]["digest"]
+            manifest = json.loads(docs["blobs/sha256/" + digest.split(":", 1)[1]])
+            order = ["blobs/sha256/" + layer["digest"].split(":", 1)[1] for layer in manifest["layers"]]
+        if not all(isinstance(name, str) for name in order):
+            raise TypeError("a layer named by something other than a string")
+    except (KeyError, IndexError, TypeError, ValueError, AttributeError, RecursionError) as exc:
+        # AttributeError: a digest that is no string; RecursionError: JSON nested past the parser's depth
         raise UnreadableImage(f"the saved image names no layer order (manifest.json, index.json): {exc}") from None
+    return order

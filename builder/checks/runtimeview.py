@@ -5,7 +5,7 @@ the image answers.
 What nvidia-container-toolkit does with the config (internal/config/image/cuda_image.go) and
 libnvidia-container evaluates (src/cli/dsl.c), as the checks model it:
 
-- every ``NVIDIA_REQUIRE_*`` variable but ``NVIDIA_REQUIRE_JETPACK`` is a requirement; none is
+- every ``NVIDIA_REQUIRE_*`` variable but ``NVIDIA_REQUIRE_JETPACK*`` is a requirement; none is
   checked when ``NVIDIA_DISABLE_REQUIRE`` parses as true (Go's strconv.ParseBool); an image with
   ``CUDA_VERSION`` and no ``NVIDIA_REQUIRE_CUDA`` (a "legacy" image) requires ``cuda>=MAJOR.MINOR``;
 - a requirement is alternatives separated by spaces, each a conjunction of ``name OP value`` terms
@@ -34,10 +34,13 @@ OPERATORS = ("<=", ">=", "!=", "=", "<", ">")  # longest first, as the DSL's str
 VERSION_TERMS = ("cuda", "driver")
 DEVICE_TERMS = ("arch", "brand")
 NEEDED_CAPABILITIES = ("compute", "utility")  # libcuda and NVML (nvidia-smi): what vLLM needs
-# The capabilities the toolkit knows (internal/config/image/capabilities.go); another word is ignored.
-KNOWN_CAPABILITIES = ("compute", "compat32", "graphics", "utility", "video", "display", "ngx", "all")
+# The capabilities the toolkit supports (internal/config/image/capabilities.go SupportedDriverCapabilities);
+# another word in a list without "all" makes its hook panic: "unsupported capabilities found"
+# (cmd/nvidia-container-runtime-hook/container_config.go getDriverCapabilities).
+KNOWN_CAPABILITIES = ("compute", "compat32", "graphics", "utility", "video", "display", "ngx")
 _TRUE = ("1", "t", "T", "TRUE", "true", "True")  # Go's strconv.ParseBool
 _FALSE = ("0", "f", "F", "FALSE", "false", "False")
+UINTMAX_MAX = (1 << 64) - 1  # strtoumax's overflow value, which dsl_compare_version refuses
 FAR_DRIVER = ("999.99.99", (99, 9))  # a driver newer than any: a requirement must not refuse it
 
 
@@ -50,9 +53,12 @@ class Driver:
 
 
 def _numbers(text: str) -> tuple[int, ...] | None:
-    if not text or not re.fullmatch(r"[0-9.]+", text) or not re.search(r"[0-9]", text):
+    """A version as dsl_compare_version reads it: digits and dots, a number first (strtoumax reads
+    none at a '.'), no number at UINTMAX_MAX or past it; None where it returns -1 (invalid)."""
+    if not re.fullmatch(r"[0-9][0-9.]*", text):
         return None
-    return tuple(int(p) for p in text.split(".") if p)
+    numbers = tuple(int(p) for p in text.split(".") if p)
+    return None if any(n >= UINTMAX_MAX for n in numbers) else numbers
 
 
 def _compare(have: tuple[int, ...], op: str, want: tuple[int, ...]) -> bool:
@@ -63,8 +69,10 @@ def _compare(have: tuple[int, ...], op: str, want: tuple[int, ...]) -> bool:
 
 def _term(text: str) -> tuple[str, str, str] | None:
     """(name, operator, value) of one ``name OP value`` term, None when the DSL rejects it."""
-    m = re.fullmatch(r"([^<>=!]+)([<>=!]+)(.+)", text)
-    if not m or m.group(2) not in OPERATORS:
+    # strcspn to the first operator character, strspn over all of them, the rest the value: no
+    # backtracking into the operator ('brand==' is the operator '==', no value, not '=' and '=').
+    m = re.fullmatch(r"([^<>=!]+)([<>=!]+)(.*)", text, re.S)
+    if not m or m.group(2) not in OPERATORS or not m.group(3):
         return None
     name = m.group(1).lower()
     if name not in VERSION_TERMS + DEVICE_TERMS:
@@ -81,8 +89,14 @@ def requirement(text: str, driver: Driver) -> tuple[bool | None, str]:
     or only on some (None: every alternative that holds also names an arch or brand); and why.
     Terms are read in order, as dsl_evaluate does: a false one ends its alternative unread further,
     an invalid one that is reached refuses the container."""
-    some = []
-    for alt in [a for a in text.split(" ") if a]:
+    some: list[str] = []
+    for number, alt in enumerate(a for a in text.split(" ") if a):
+        if not [t for t in alt.split(",") if t]:
+            # no term: dsl_evaluate leaves the loop with ret as it was: its initial true when first,
+            # else the false of the alternatives before (on the GPUs where none of them held)
+            if number == 0:
+                return True, f"{alt!r} has no term and is first: it holds"
+            break
         holds, device = _alternative(alt, driver)
         if holds is None:
             return False, device
@@ -116,11 +130,18 @@ def requirements(env: dict[str, str]) -> dict[str, str]:
     """The requirements the toolkit hands libnvidia-container: variable -> value."""
     if env.get("NVIDIA_DISABLE_REQUIRE", "") in _TRUE:
         return {}
-    found = {k: v for k, v in env.items() if k.startswith("NVIDIA_REQUIRE_") and k != "NVIDIA_REQUIRE_JETPACK"}
+    found = {
+        k: v for k, v in env.items() if k.startswith("NVIDIA_REQUIRE_") and not k.startswith("NVIDIA_REQUIRE_JETPACK")
+    }
     if env.get("CUDA_VERSION") and not env.get("NVIDIA_REQUIRE_CUDA"):
-        m = re.match(r"v?(\d+)\.(\d+)", env["CUDA_VERSION"])
-        found["CUDA_VERSION"] = f"cuda>={m.group(1)}.{m.group(2)}" if m else "(an invalid CUDA_VERSION)"
+        m = _SEMVER.fullmatch(env["CUDA_VERSION"])
+        found["CUDA_VERSION"] = f"cuda>={int(m[1])}.{int(m[2] or 0)}" if m else "(an invalid CUDA_VERSION)"
     return found
+
+
+# What Masterminds semver's NewVersion (the toolkit's parseMajorMinorVersion) reads: minor and patch
+# optional (0), a -prerelease and +metadata after them; anything else is an error (the hook fails).
+_SEMVER = re.compile(r"v?([0-9]+)(?:\.([0-9]+))?(?:\.[0-9]+)?(?:-[0-9A-Za-z.-]+)?(?:\+[0-9A-Za-z.-]+)?")
 
 
 def requirement_findings(env: dict[str, str], floor: Driver) -> list[tuple[str, str]]:
@@ -158,6 +179,10 @@ def capability_findings(env: dict[str, str]) -> list[tuple[str, str]]:
     caps = {c.strip() for c in raw.split(",") if c.strip()}
     if not raw or "all" in caps:
         return []
+    unknown = sorted(caps - set(KNOWN_CAPABILITIES))
+    if unknown:
+        why = f"{raw!r}: {', '.join(unknown)} is no capability the toolkit supports (its hook refuses the container)"
+        return [(ENV + "NVIDIA_DRIVER_CAPABILITIES", why)]
     missing = [c for c in NEEDED_CAPABILITIES if c not in caps]
     if missing:
         return [(ENV + "NVIDIA_DRIVER_CAPABILITIES", f"{raw!r} grants no {' or '.join(missing)}")]
@@ -172,10 +197,16 @@ def visible_devices_findings(env: dict[str, str]) -> list[tuple[str, str]]:
     devices = [d.strip() for d in raw.split(",") if d.strip()]
     if not devices or "void" in devices or devices == ["none"]:
         return [(ENV + "NVIDIA_VISIBLE_DEVICES", f"{raw!r} gives the container no GPU")]
-    odd = [d for d in devices if not re.fullmatch(r"all|[0-9]+(?::[0-9]+)?|(?:GPU|MIG)-[A-Za-z0-9/-]+", d)]
+    plain = re.compile(r"all|[0-9]+(?::[0-9]+)?|(?:GPU|MIG)-[A-Za-z0-9/-]+")
+    odd = [d for d in devices if not (plain.fullmatch(d) or _CDI.fullmatch(d))]
     if odd:
-        return [(ENV + "NVIDIA_VISIBLE_DEVICES", f"{raw!r}: {', '.join(odd)} is no index, UUID or 'all'")]
+        return [(ENV + "NVIDIA_VISIBLE_DEVICES", f"{raw!r}: {', '.join(odd)} is no index, UUID, CDI name or 'all'")]
     return []
+
+
+# A CDI device name (vendor/class=name, tags.cncf.io/container-device-interface parser.IsQualifiedName),
+# which the toolkit takes in NVIDIA_VISIBLE_DEVICES (cuda_image.go OnlyFullyQualifiedCDIDevices).
+_CDI = re.compile(r"[A-Za-z0-9][A-Za-z0-9.-]*/[A-Za-z0-9][A-Za-z0-9_.-]*=[A-Za-z0-9][A-Za-z0-9_.:-]*")
 
 
 def library_path_findings(
@@ -252,12 +283,22 @@ CHANGES_HOW = {
 }
 
 
+def _unset(var: str, value: str) -> bool:
+    """Whether CPython (and ld.so) read ``var=value`` as unset: an empty value always (_Py_GetEnv);
+    PYTHONOPTIMIZE is an integer flag (_Py_get_env_flag: 0 is off, a negative or non-integer value 1)."""
+    if not value:
+        return True
+    return var == "PYTHONOPTIMIZE" and value.strip().isdigit() and int(value) == 0
+
+
 def interpreter_findings(env: dict[str, str], files: imagefiles.ImageFiles) -> tuple[list[tuple[str, str]], list[str]]:
     """(findings that fail unless waived, lines only shown) for the interpreter options of the config
     and a non-empty /etc/ld.so.preload in the image's files."""
     failed, shown = [], []
     for var, value in sorted(env.items()):
-        if var in RUNS_CODE and RUNS_CODE[var]:
+        if (var in RUNS_CODE or var in CHANGES_HOW) and _unset(var, value):
+            shown.append(f"{var}={value!r}: read as unset")
+        elif var in RUNS_CODE and RUNS_CODE[var]:
             failed.append((ENV + var, f"{var}={value!r}: {RUNS_CODE[var]}"))
         elif var == "PYTHONWARNINGS" and any(part.split(":")[0].strip() == "error" for part in value.split(",")):
             failed.append((ENV + var, f"{var}={value!r}: {CHANGES_HOW[var]}"))

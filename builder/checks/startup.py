@@ -11,7 +11,9 @@ included (Debian's python3.x ships /usr/lib/python3.x/sitecustomize.py, a link t
 
 A hook is reported always. It passes only when an OS package of the image installed it and its
 bytes still have that package's recorded md5 (dpkg's md5sums, or the conffile md5 in
-/var/lib/dpkg/status), or when ``runtime.waivers.startup_hooks`` names its path.
+/var/lib/dpkg/status), or when ``runtime.waivers.startup_hooks`` names its path. The md5 is the
+image's own record (rewritable with the hook) and the hook's __pycache__ bytecode, which Python may
+run instead of the source, is not judged: the pass is evidence against an edit of the hook alone.
 """
 
 from __future__ import annotations

@@ -171,9 +171,17 @@ class DockerContainers:
             container = self._hardened(ref, ["infinity"], "sleep", detach=True, platform=platform)
         return container.id
 
+    def _pulled(self, ref: str, platform: str | None) -> None:
+        """Pull ``ref`` quietly when the engine lacks it. python-on-whales' own pull before a run
+        prints "Unable to find image" and the pull's progress to this process's stdout, where
+        ``--json`` output goes (vet of an image the engine has not pulled)."""
+        if not self.docker.image.exists(ref):
+            self.docker.image.pull(ref, quiet=True, platform=platform)
+
     def _hardened(self, ref: str, args: list[str], entrypoint: str, *, detach: bool, platform: str | None = None):
         """``docker run`` as every container of an image under check runs: no network, no capability,
         no-new-privileges, bounded; detached (a container) or removed when done (its stdout)."""
+        self._pulled(ref, platform)
         return self.docker.run(  # type: ignore[call-overload]  # ``detach`` picks the overload at run time
             ref,
             args,
@@ -280,6 +288,7 @@ class DockerContainers:
         pulled is out of reach (exit 3): the engine has no other way to get it. ``platform``: of an
         index, that platform's image (another machine's runs emulated), else the engine's own."""
         with docker_errors(f"cannot run the OS package resolution in {ref}", unreachable=True):
+            self._pulled(ref, platform)
             return self.docker.run(
                 ref, ["-c", script], entrypoint="sh", remove=True, labels=_labels(), platform=platform
             )

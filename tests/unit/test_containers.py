@@ -136,6 +136,9 @@ class _Runs:
     def inspect(self, ref):
         return type("Image", (), {"os": "linux", "architecture": "arm64"})()
 
+    def exists(self, ref):
+        return True
+
     def run(self, ref, args, **kwargs):
         self.kwargs.append(kwargs)
 
@@ -158,3 +161,29 @@ def test_the_checks_container_drops_every_privilege_and_is_bounded():
     # A throwaway run asks for the image's own platform: Docker's foreign-platform warning, which a
     # non-detached run would print on the tool's stderr, is not printed (issue 50).
     assert docker.kwargs[1]["platform"] == "linux/arm64" and docker.kwargs[0]["platform"] is None
+
+
+def test_an_image_the_engine_lacks_is_pulled_without_a_word_on_stdout(tmp_path, capfd):
+    """vet --json of an image not pulled yet: python-on-whales' own pull before ``docker run`` printed
+    "Unable to find image" and the pull's progress on this process's stdout, breaking the JSON. A
+    stand-in docker CLI that lacks the image until it is pulled, and prints as the real one does."""
+    from python_on_whales import DockerClient
+
+    calls, pulled = tmp_path / "calls", tmp_path / "pulled"
+    cli = tmp_path / "docker"
+    cli.write_text(
+        "#!/bin/sh\n"
+        f'echo "$*" >> {calls}\n'
+        'case "$1 $2" in\n'
+        f'  "image inspect") [ -e {pulled} ] && echo \'[{{"Id": "sha256:1"}}]\' && exit 0\n'
+        '    echo "Error: No such image: $3" >&2; exit 1;;\n'
+        f'  "image pull") touch {pulled}; case "$*" in *--quiet*) echo img;; *) echo "Pulling fs layer";; esac;;\n'
+        '  "container run") echo probe-output;;\n'
+        "esac\n"
+    )
+    cli.chmod(0o755)
+    containers = DockerContainers(DockerClient(client_call=[str(cli)]))
+    assert containers.run_capture("127.0.0.1:5000/k3/x:1", "sh", ["-c", "true"]) == "probe-output"
+    out = capfd.readouterr().out
+    assert out == "", f"the engine's pull reached stdout: {out!r}"
+    assert any(line.startswith("image pull") for line in calls.read_text().splitlines())
