@@ -169,6 +169,21 @@ def test_a_plan_that_cannot_be_computed_fails_and_runs_nothing(tmp_path):
     assert not marker.exists()
 
 
+def test_a_utils_that_would_run_a_command_is_refused_saying_why_and_runs_nothing(tmp_path):
+    # a hostile bump: upstream's helper tries to run a command; the refusal names what and where,
+    # so the operator need not run `build plan` to learn why the build stopped
+    marker = tmp_path / "ran"
+    utils = UTILS.replace("  set(_out)\n", f'  set(_out)\n  execute_process(COMMAND touch "{marker}")\n')
+    sandbox_asked: list = []
+    at = Plan.at(_target(WITH_103, WITH_103), tmp_path, None)
+    with pytest.raises(KernelPlanFailed) as info:
+        context.kernel_preflight(at, _tree({**TREE, "cmake/utils.cmake": utils}), lambda: sandbox_asked.append(1))
+    msg = info.value.message
+    assert "K3_DECODE_ARCHS: the kernel plan cannot be computed (" in msg and "execute_process" in msg, msg
+    assert "cmake/utils.cmake" in msg and "\n" not in msg
+    assert not marker.exists() and list(tmp_path.iterdir()) == []
+
+
 def test_an_engine_without_a_sandbox_is_exit_3_never_the_host():
     class Bare:  # an Engine that offers no sandbox
         pass
