@@ -16,7 +16,7 @@ from builder.config.matrix import parse
 from builder.config.options import BuildOptions
 from builder.errors import EngineUnavailable, KernelPlanFailed
 from builder.pipeline import build as pipeline
-from builder.pipeline import context
+from builder.pipeline import context, smoke
 from builder.pipeline.plan import Plan
 from builder.source import kernelmap
 from tests.conftest import REPO
@@ -261,6 +261,38 @@ def test_smoke_without_10_3_stops_before_any_compile_and_writes_nothing(plan, ch
     # empty directories are all there is)
     assert [p for p in (dropped.root / "artifacts").rglob("*") if not p.is_dir()] == []
     assert list((dropped.root / "artifacts" / "smoke").iterdir()) == []
+
+
+def test_a_hostile_smoke_bump_is_refused_in_the_preflight_running_nothing(plan, checks, smoke_repos, tmp_path):  # noqa: F811
+    # the smoke's source moves to a commit whose cmake/utils.cmake runs a command inside the arch
+    # selection: the build stops at the kernel plan, naming it; nothing runs, nothing is written
+    import git
+
+    src = tmp_path / "hostile-src"
+    repo = git.Repo.clone_from(smoke_repos["url"], src, branch=smoke.BRANCH)
+    marker = tmp_path / "ran"
+    utils = src / "cmake" / "utils.cmake"
+    head, sep, rest = utils.read_text().partition("function(cuda_archs_loose_intersection")
+    body_start = rest.index(")\n") + 2
+    hostile = f'  execute_process(COMMAND touch "{marker}")\n'
+    utils.write_text(head + sep + rest[:body_start] + hostile + rest[body_start:])
+    repo.index.add(["cmake/utils.cmake"])
+    bumped = repo.index.commit("utils: run a command").hexsha
+    text = plan.matrix_path.read_text()
+    assert text.count(smoke_repos["commit"]) == 1 and smoke_repos["url"] in text
+    plan.matrix_path.write_text(text.replace(smoke_repos["commit"], bumped).replace(smoke_repos["url"], src.as_uri()))
+    loaded = matrix.load(plan.matrix_path)
+    pipeline.render_all(loaded, ["smoke"], check=False)
+    moved = Plan.of(loaded, "smoke")
+    engine = FakeEngine()
+    with pytest.raises(KernelPlanFailed) as info:
+        pipeline.build(moved, engine, BuildOptions())
+    msg = info.value.message
+    assert "the kernel plan cannot be computed (" in msg and "execute_process" in msg, msg
+    assert [e[0] for e in engine.events] == ["preflight", "kernel plan"]  # no build, export or push
+    assert engine.sandbox.scripts == []  # refused before the sandbox ran anything
+    assert not marker.exists() and _recorded(moved) is None
+    assert [p for p in (moved.root / "artifacts").rglob("*") if not p.is_dir()] == []
 
 
 # --- `build plan`: a kernel plan per platform, a column per family ---------------------------------
