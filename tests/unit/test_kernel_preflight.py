@@ -379,6 +379,12 @@ def test_the_cited_lines_say_what_the_docs_say(vllm_sdist):  # noqa: F811
     assert "(12" not in table and _line(vllm_sdist, gemm, 679).strip() == "return None"
     assert "ops.dsv3_fused_a_gemm(g1" in _line(vllm_sdist, gemm, 792)
     assert "_enable_kda_projection_overlap(module)" in _line(vllm_sdist, gemm, 1047)
+    # dsv3_fused_a_gemm's other callers: DeepSeek's fused QKV-A projection on 9.0 and 10.x only, GLM-5.2 on 10.3
+    dsv2 = "\n".join(_line(vllm_sdist, "vllm/model_executor/models/deepseek_v2.py", n) for n in range(967, 978))
+    assert "_use_min_latency_gemm" in dsv2 and "is_device_capability(90)" in dsv2 and "(12" not in dsv2
+    assert "is_device_capability_family(100)" in dsv2
+    glm = "vllm/models/deepseek_v32/nvidia/glm52_low_latency_gemm.py"
+    assert "return current_platform.is_device_capability((10, 3))" in _line(vllm_sdist, glm, 89)
     # FlashMLA: no GIT_SUBMODULES in its FetchContent_Declare, and the compile includes csrc/cutlass
     flashmla = vllm_sdist.read("cmake/external_projects/flashmla.cmake").decode()
     assert "GIT_SUBMODULES" not in flashmla and "${flashmla_SOURCE_DIR}/csrc/cutlass/include" in flashmla
