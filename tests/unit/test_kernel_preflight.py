@@ -361,6 +361,9 @@ def test_the_cited_lines_say_what_the_docs_say(vllm_sdist):  # noqa: F811
     assert 'hasattr(torch.ops._C, "fused_kda_decode")' in _line(vllm_sdist, kda, 176)
     assert 'backend == "flashinfer"' in _line(vllm_sdist, kda, 258)
     assert _line(vllm_sdist, kda, 267).strip() == 'return "triton"'
+    assert _line(vllm_sdist, kda, 261).strip() == 'if backend == "flashinfer":' and "raise RuntimeError(" in _line(
+        vllm_sdist, kda, 262
+    )
     assert "(10, 0), (10, 3)" in _line(vllm_sdist, kda, 203)
     assert "capability.major in (9, 10, 12)" in _line(vllm_sdist, kda, 281)
     # AttnRes: the native op only on SM100 with the op present; else the Triton kernel, any family
