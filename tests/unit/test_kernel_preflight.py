@@ -153,6 +153,16 @@ def test_no_required_kernel_runs_no_cmake_and_asks_no_sandbox(tmp_path):
     assert asked == []
 
 
+def test_check_itself_runs_no_cmake_without_a_required_kernel(tmp_path):
+    # kernelmap.check's own guard (the preflight's is before it asks for a sandbox)
+    sandbox = HostCMake()
+    targets = Plan.at(_target(WITHOUT_103, WITHOUT_103, {}), tmp_path, None).compiled_targets()
+    assert kernelmap.check(_tree(TREE), targets, "pin", sandbox) == [] and sandbox.scripts == []
+    required = Plan.at(_target(WITH_103, WITH_103), tmp_path, None).compiled_targets()
+    assert [p.ok for p in kernelmap.check(_tree(TREE), required, "pin", sandbox)] == [True, True]
+    assert len(sandbox.scripts) == 2
+
+
 def test_a_required_kernel_the_build_files_lack_fails(tmp_path):
     target = _target(WITH_103, WITH_103, {"K3_GONE_ARCHS": "all"})
     with pytest.raises(KernelPlanFailed, match=r"kernels\.required\.K3_GONE_ARCHS: no arch selection of that name"):
