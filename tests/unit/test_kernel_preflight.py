@@ -67,8 +67,10 @@ def _preflight(target, tmp_path, platform: str | None = None, tree=None) -> tupl
 
 
 def test_every_platform_covered_passes_and_each_runs_its_own_arch_list(tmp_path):
-    plans, sandbox = _preflight(_target(WITH_103, ["8.0", "9.0", "10.0", "10.3", "12.0"]), tmp_path)
+    target = _target(WITH_103, ["8.0", "9.0", "10.0", "10.3", "12.0"])
+    plans, sandbox = _preflight(target, tmp_path)
     assert [(p.platform, p.ok) for p in plans] == [(AMD64, True), (ARM64, True)]
+    assert [p.origin for p in plans] == [target.source.commit[:12]] * 2  # the pin each plan was read at
     assert len(sandbox.scripts) == 2  # one cmake -P per platform
     assert all(p.fetches == [] for p in plans)  # the preflight's fetch check is fetches.check's, not repeated
     decode = plans[1].kernel("K3_DECODE_ARCHS")[0]
