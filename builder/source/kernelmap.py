@@ -183,7 +183,10 @@ def compute(
         plan.cmake = kernelplan.cmake_binary()[1]
     except SourceError as exc:
         plan.not_computed.append(exc.message)
-        plan.failures += [f"kernels.required.{k}: the kernel plan cannot be computed" for k in target.kernels.required]
+        why = printable(exc.message, 300)  # the refusal's own words: the build's preflight prints no plan
+        plan.failures += [
+            f"kernels.required.{k}: the kernel plan cannot be computed ({why})" for k in target.kernels.required
+        ]
         return plan
     plan.kernels = _kernels(rp, values)
     plan.not_computed += [f"{f}:{line}: {why}" for f, line, why in rp.skipped]

@@ -361,6 +361,42 @@ def test_loading_rules():
     assert kernelmap.covers("8.0+PTX", "9.0") == "ptx" and kernelmap.covers("9.0+PTX", "8.0") is None
 
 
+def _kernel(*archs: str) -> kernelmap.Kernel:
+    """One reached selection of a variable whose computed archs are ``archs``, in that order."""
+    sel = kernelplan.Selection("K_ARCHS", "CMakeLists.txt", 7, 1, "cuda_archs_loose_intersection", "", (), None)
+    return kernelmap.Kernel("K_ARCHS", "CMakeLists.txt", [kernelplan.Result(sel, archs, True)], None)
+
+
+@pytest.mark.parametrize(
+    "archs,cc,named",
+    [
+        # several SASS archs load on one family: code built for exactly that one is named, in either order
+        (("10.0f", "10.3a"), "10.3", "10.3a"),
+        (("10.3a", "10.0f"), "10.3", "10.3a"),
+        (("10.0", "10.3a"), "10.3", "10.3a"),
+        (("10.0+PTX", "10.3a"), "10.3", "10.3a"),
+        (("10.3a", "10.0+PTX"), "10.3", "10.3a"),
+        # no exact one: the newest that loads, in either order
+        (("10.0f", "10.1f"), "10.3", "10.1f"),
+        (("10.1f", "10.0f"), "10.3", "10.1f"),
+        # one that loads, its +PTX kept; SASS before any PTX
+        (("10.0+PTX",), "10.3", "10.0+PTX"),
+        (("9.0+PTX", "10.0f"), "10.3", "10.0f"),
+        (("10.0f", "9.0+PTX"), "10.3", "10.0f"),
+        # only PTX: the last listed (upstream lists ascending: the newest), JIT
+        (("8.0+PTX",), "10.0", "8.0+PTX (JIT)"),
+        (("8.0+PTX", "9.0+PTX"), "10.0", "9.0+PTX (JIT)"),
+        # nothing loads
+        (("12.0a",), "12.1", ""),
+        (("10.0a", "10.1a"), "10.3", ""),
+        (("10.3f",), "10.0", ""),
+        ((), "10.3", ""),
+    ],
+)
+def test_kernel_on_names_what_loads_exact_first(archs, cc, named):
+    assert _kernel(*archs).on(cc) == named
+
+
 def test_fetch_inventory_kinds():
     files = {
         "CMakeLists.txt": (

@@ -16,7 +16,7 @@ from builder.config.matrix import parse
 from builder.config.options import BuildOptions
 from builder.errors import EngineUnavailable, KernelPlanFailed
 from builder.pipeline import build as pipeline
-from builder.pipeline import context
+from builder.pipeline import context, smoke
 from builder.pipeline.plan import Plan
 from builder.source import kernelmap
 from tests.conftest import REPO
@@ -67,8 +67,10 @@ def _preflight(target, tmp_path, platform: str | None = None, tree=None) -> tupl
 
 
 def test_every_platform_covered_passes_and_each_runs_its_own_arch_list(tmp_path):
-    plans, sandbox = _preflight(_target(WITH_103, ["8.0", "9.0", "10.0", "10.3", "12.0"]), tmp_path)
+    target = _target(WITH_103, ["8.0", "9.0", "10.0", "10.3", "12.0"])
+    plans, sandbox = _preflight(target, tmp_path)
     assert [(p.platform, p.ok) for p in plans] == [(AMD64, True), (ARM64, True)]
+    assert [p.origin for p in plans] == [target.source.commit[:12]] * 2  # the pin each plan was read at
     assert len(sandbox.scripts) == 2  # one cmake -P per platform
     assert all(p.fetches == [] for p in plans)  # the preflight's fetch check is fetches.check's, not repeated
     decode = plans[1].kernel("K3_DECODE_ARCHS")[0]
@@ -153,6 +155,16 @@ def test_no_required_kernel_runs_no_cmake_and_asks_no_sandbox(tmp_path):
     assert asked == []
 
 
+def test_check_itself_runs_no_cmake_without_a_required_kernel(tmp_path):
+    # kernelmap.check's own guard (the preflight's is before it asks for a sandbox)
+    sandbox = HostCMake()
+    targets = Plan.at(_target(WITHOUT_103, WITHOUT_103, {}), tmp_path, None).compiled_targets()
+    assert kernelmap.check(_tree(TREE), targets, "pin", sandbox) == [] and sandbox.scripts == []
+    required = Plan.at(_target(WITH_103, WITH_103), tmp_path, None).compiled_targets()
+    assert [p.ok for p in kernelmap.check(_tree(TREE), required, "pin", sandbox)] == [True, True]
+    assert len(sandbox.scripts) == 2
+
+
 def test_a_required_kernel_the_build_files_lack_fails(tmp_path):
     target = _target(WITH_103, WITH_103, {"K3_GONE_ARCHS": "all"})
     with pytest.raises(KernelPlanFailed, match=r"kernels\.required\.K3_GONE_ARCHS: no arch selection of that name"):
@@ -167,6 +179,21 @@ def test_a_plan_that_cannot_be_computed_fails_and_runs_nothing(tmp_path):
         _preflight(_target(WITH_103, WITH_103), tmp_path, tree=tree)
     assert f"{AMD64}: " in info.value.message and f"{ARM64}: " in info.value.message
     assert not marker.exists()
+
+
+def test_a_utils_that_would_run_a_command_is_refused_saying_why_and_runs_nothing(tmp_path):
+    # a hostile bump: upstream's helper tries to run a command; the refusal names what and where,
+    # so the operator need not run `build plan` to learn why the build stopped
+    marker = tmp_path / "ran"
+    utils = UTILS.replace("  set(_out)\n", f'  set(_out)\n  execute_process(COMMAND touch "{marker}")\n')
+    sandbox_asked: list = []
+    at = Plan.at(_target(WITH_103, WITH_103), tmp_path, None)
+    with pytest.raises(KernelPlanFailed) as info:
+        context.kernel_preflight(at, _tree({**TREE, "cmake/utils.cmake": utils}), lambda: sandbox_asked.append(1))
+    msg = info.value.message
+    assert "K3_DECODE_ARCHS: the kernel plan cannot be computed (" in msg and "execute_process" in msg, msg
+    assert "cmake/utils.cmake" in msg and "\n" not in msg
+    assert not marker.exists() and list(tmp_path.iterdir()) == []
 
 
 def test_an_engine_without_a_sandbox_is_exit_3_never_the_host():
@@ -248,6 +275,38 @@ def test_smoke_without_10_3_stops_before_any_compile_and_writes_nothing(plan, ch
     assert list((dropped.root / "artifacts" / "smoke").iterdir()) == []
 
 
+def test_a_hostile_smoke_bump_is_refused_in_the_preflight_running_nothing(plan, checks, smoke_repos, tmp_path):  # noqa: F811
+    # the smoke's source moves to a commit whose cmake/utils.cmake runs a command inside the arch
+    # selection: the build stops at the kernel plan, naming it; nothing runs, nothing is written
+    import git
+
+    src = tmp_path / "hostile-src"
+    repo = git.Repo.clone_from(smoke_repos["url"], src, branch=smoke.BRANCH)
+    marker = tmp_path / "ran"
+    utils = src / "cmake" / "utils.cmake"
+    head, sep, rest = utils.read_text().partition("function(cuda_archs_loose_intersection")
+    body_start = rest.index(")\n") + 2
+    hostile = f'  execute_process(COMMAND touch "{marker}")\n'
+    utils.write_text(head + sep + rest[:body_start] + hostile + rest[body_start:])
+    repo.index.add(["cmake/utils.cmake"])
+    bumped = repo.index.commit("utils: run a command").hexsha
+    text = plan.matrix_path.read_text()
+    assert text.count(smoke_repos["commit"]) == 1 and smoke_repos["url"] in text
+    plan.matrix_path.write_text(text.replace(smoke_repos["commit"], bumped).replace(smoke_repos["url"], src.as_uri()))
+    loaded = matrix.load(plan.matrix_path)
+    pipeline.render_all(loaded, ["smoke"], check=False)
+    moved = Plan.of(loaded, "smoke")
+    engine = FakeEngine()
+    with pytest.raises(KernelPlanFailed) as info:
+        pipeline.build(moved, engine, BuildOptions())
+    msg = info.value.message
+    assert "the kernel plan cannot be computed (" in msg and "execute_process" in msg, msg
+    assert [e[0] for e in engine.events] == ["preflight", "kernel plan"]  # no build, export or push
+    assert engine.sandbox.scripts == []  # refused before the sandbox ran anything
+    assert not marker.exists() and _recorded(moved) is None
+    assert [p for p in (moved.root / "artifacts").rglob("*") if not p.is_dir()] == []
+
+
 # --- `build plan`: a kernel plan per platform, a column per family ---------------------------------
 
 
@@ -314,6 +373,9 @@ def test_the_cited_lines_say_what_the_docs_say(vllm_sdist):  # noqa: F811
     assert 'hasattr(torch.ops._C, "fused_kda_decode")' in _line(vllm_sdist, kda, 176)
     assert 'backend == "flashinfer"' in _line(vllm_sdist, kda, 258)
     assert _line(vllm_sdist, kda, 267).strip() == 'return "triton"'
+    assert _line(vllm_sdist, kda, 261).strip() == 'if backend == "flashinfer":' and "raise RuntimeError(" in _line(
+        vllm_sdist, kda, 262
+    )
     assert "(10, 0), (10, 3)" in _line(vllm_sdist, kda, 203)
     assert "capability.major in (9, 10, 12)" in _line(vllm_sdist, kda, 281)
     # AttnRes: the native op only on SM100 with the op present; else the Triton kernel, any family
@@ -332,6 +394,12 @@ def test_the_cited_lines_say_what_the_docs_say(vllm_sdist):  # noqa: F811
     assert "(12" not in table and _line(vllm_sdist, gemm, 679).strip() == "return None"
     assert "ops.dsv3_fused_a_gemm(g1" in _line(vllm_sdist, gemm, 792)
     assert "_enable_kda_projection_overlap(module)" in _line(vllm_sdist, gemm, 1047)
+    # dsv3_fused_a_gemm's other callers: DeepSeek's fused QKV-A projection on 9.0 and 10.x only, GLM-5.2 on 10.3
+    dsv2 = "\n".join(_line(vllm_sdist, "vllm/model_executor/models/deepseek_v2.py", n) for n in range(967, 978))
+    assert "_use_min_latency_gemm" in dsv2 and "is_device_capability(90)" in dsv2 and "(12" not in dsv2
+    assert "is_device_capability_family(100)" in dsv2
+    glm = "vllm/models/deepseek_v32/nvidia/glm52_low_latency_gemm.py"
+    assert "return current_platform.is_device_capability((10, 3))" in _line(vllm_sdist, glm, 89)
     # FlashMLA: no GIT_SUBMODULES in its FetchContent_Declare, and the compile includes csrc/cutlass
     flashmla = vllm_sdist.read("cmake/external_projects/flashmla.cmake").decode()
     assert "GIT_SUBMODULES" not in flashmla and "${flashmla_SOURCE_DIR}/csrc/cutlass/include" in flashmla
