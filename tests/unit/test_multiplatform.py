@@ -259,6 +259,14 @@ def test_build_test_platform_checks_one_platform_image(both, checks, monkeypatch
     with pytest.raises(ConfigError, match=r"--platform linux/amd46: .* \(did you mean 'linux/amd64'\?\)"):
         pipeline.test(both, engine, amd.image, "linux/amd46")
     assert seen == []  # nothing checked on a refusal
+    # A plain manifest whose config does not say its platform (unreadable, or an artifact): refused
+    # as such, never named a "None/None image" nor matched to --platform.
+    monkeypatch.setattr(engine.registry, "image_config", lambda ref, arch="amd64": {"os": "linux"})
+    for platform in (None, "linux/amd64"):
+        with pytest.raises(ConfigError, match="its config names no platform") as info:
+            pipeline.test(both, engine, amd.image, platform)
+        assert "None" not in str(info.value)
+    assert seen == []
 
 
 def test_an_emulated_command_is_not_checked_and_says_so():
