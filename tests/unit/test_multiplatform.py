@@ -259,6 +259,16 @@ def test_build_test_platform_checks_one_platform_image(both, checks, monkeypatch
     with pytest.raises(ConfigError, match=r"--platform linux/amd46: .* \(did you mean 'linux/amd64'\?\)"):
         pipeline.test(both, engine, amd.image, "linux/amd46")
     assert seen == []  # nothing checked on a refusal
+    # An index that lacks the platform --platform names: refused naming it; the platform it has is checked.
+    name, digest = amd.image.split("@")
+    only_amd = f"{name}@" + engine.registry.push_index(name, "amd-only", {"linux/amd64": digest})
+    with pytest.raises(ConfigError, match=r"not an image index naming linux/arm64 \(target smoke"):
+        pipeline.test(both, engine, only_amd, "linux/arm64")
+    with pytest.raises(ConfigError, match=r"not an image index naming linux/arm64 \(target smoke"):
+        pipeline.test(both, engine, only_amd)  # without --platform: every platform of the target
+    assert seen == []
+    assert [r.image for r in pipeline.test(both, engine, only_amd, "linux/amd64")] == [amd.image]
+    seen.clear()
     # A plain manifest whose config does not say its platform (unreadable, or an artifact): refused
     # as such, never named a "None/None image" nor matched to --platform.
     monkeypatch.setattr(engine.registry, "image_config", lambda ref, arch="amd64": {"os": "linux"})
