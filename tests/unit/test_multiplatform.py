@@ -279,6 +279,31 @@ def test_build_test_platform_checks_one_platform_image(both, checks, monkeypatch
     assert seen == []
 
 
+def test_build_test_platform_json_names_the_platform_checked_and_the_targets(both, checks, monkeypatch, capsys):
+    """`build --json test --platform P --image ONE`: the report of P's image, with the platform it
+    was checked as and the target's platforms (so a reader sees the others were not checked)."""
+    from builder.cli import main
+
+    engine = FakeEngine()
+    out = pipeline.build(both, engine, BuildOptions())
+    monkeypatch.setattr("builder.commands.test.docker_engine", lambda: engine)
+    monkeypatch.setattr(runner, "host_platform", lambda: "linux/amd64")
+
+    def run(engine, ref, expect, junit):
+        junit.parent.mkdir(parents=True, exist_ok=True)
+        return checks.run(engine, ref, expect, junit)
+
+    monkeypatch.setattr(runner, "run", run)
+    amd = out.platforms[0]
+    argv = ["--matrix", str(both.matrix_path), "--json", "test", "--target", "smoke", "--platform", "linux/amd64"]
+    with pytest.raises(SystemExit) as info:
+        main([*argv, "--image", amd.image])
+    data = json.loads(capsys.readouterr().out)
+    assert info.value.code == 0, data
+    assert data["platform"] == "linux/amd64" and data["target_platforms"] == list(PLATFORMS)
+    assert data["image"] == amd.image and "platforms" not in data
+
+
 def test_an_emulated_command_is_not_checked_and_says_so():
     """test_os_packages under QEMU: a failing os_packages.runs command is NOT CHECKED (a skip with
     the reason), natively the same failure fails; any other problem fails either way."""
