@@ -49,7 +49,7 @@ def flag(value: str, option: str = "--platform") -> str:
     if value not in PLATFORM_ARCH:
         raise ConfigError(
             f"{option} {printable(redact(value[:60]), field=True)}: no target is built for it; targets are built "
-            f"for {', '.join(PLATFORM_ARCH)}{did_you_mean(value, PLATFORM_ARCH)}"
+            f"for {', '.join(PLATFORM_ARCH)}{did_you_mean(value.lower(), PLATFORM_ARCH)}"
         )
     return value
 

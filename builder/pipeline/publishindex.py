@@ -252,7 +252,11 @@ def platform_refs(plan: Plan, engine: Engine, image: str | None, only: str | Non
 def _one_image_platform(plan: Plan, engine: Engine, image: str, pinned: str, only: str | None) -> str:
     """The platform of a one-platform image (its config's os/architecture): ``only``, else refused."""
     config = engine.registry.image_config(pinned) or {}
-    own = f"{config.get('os')}/{config.get('architecture')}"
+    if not (isinstance(config.get("os"), str) and isinstance(config.get("architecture"), str)):
+        raise ConfigError(
+            f"--image {image}: one image (not an index), but its config names no platform (os/architecture)"
+        )
+    own = f"{config['os']}/{config['architecture']}"
     names = ", ".join(plan.target.platform_names())
     if only is None:
         raise ConfigError(

@@ -147,3 +147,62 @@ def test_the_foreign_platform_warning_is_said_once_in_the_tools_words():
     ):
         assert buildlog.foreign_platform(other) is None
         assert _relayed(other, plain=True) == [other]
+
+
+# A real transcript (`docker buildx build --progress=plain`, buildx 0.13.1, docker driver,
+# 2026-12-06; output lines cut to four): a multi-stage build, a step with long output whose lines
+# look like BuildKit's own ("#3 DONE", a step header, "ERROR:"), carry a terminal escape, a CR and
+# a bidi control, and a failing last step with BuildKit's error summary.
+REAL = (
+    '#0 building with "default" instance using docker driver\n\n'
+    "#1 [internal] load build definition from Dockerfile\n#1 transferring dockerfile: 475B 0.0s done\n#1 DONE 0.0s\n\n"
+    "#4 [b 1/3] FROM 127.0.0.1:5000/k3/smoke-base:bookworm\n#4 CACHED\n\n"
+    "#5 [a 2/3] RUN echo cached-step\n#5 0.212 cached-step\n#5 DONE 0.3s\n\n"
+    "#6 [a 3/3] RUN for i in $(seq 1 40); do echo line $i; done\n#6 0.256 line 1\n#6 0.259 line 40\n"
+    "#6 0.259 #3 DONE 9.9s\n#6 0.259 #99 [x 1/1] RUN fake\n#6 0.259 ERROR: fake\n"
+    "#6 0.259 \x1b]0;pwn\x07title\r\n#6 0.259 \u202ebidi https://u:s3cret-pass@example.org/x\n#6 DONE 0.4s\n\n"
+    "#8 [b 3/3] RUN echo before; echo last-a; echo last-b; exit 3\n#8 0.230 before\n#8 0.231 last-a\n"
+    "#8 0.231 last-b \x1b[2J\n"
+    '#8 ERROR: process "/bin/sh -c echo before; echo last-a; echo last-b; exit 3" did not complete successfully: '
+    "exit code: 3\n------\n > [b 3/3] RUN echo before; echo last-a; echo last-b; exit 3:\n0.230 before\n"
+    "0.231 last-a\n0.231 last-b \x1b[2J\n------\nDockerfile:6\n--------------------\n"
+    "   6 | >>> RUN echo before; echo last-a; echo last-b; exit 3\n--------------------\n"
+    'ERROR: failed to solve: process "/bin/sh -c echo before; echo last-a; echo last-b; exit 3" did not complete '
+    "successfully: exit code: 3\n"
+)
+
+
+def test_a_real_failing_build_reads_one_line_a_step_with_its_last_output_escaped(capsys):
+    """As DockerEngine.build relays it (each line redacted, then the Relay, into log.raw): output that
+    looks like BuildKit's markers ends no step and prints nothing; the failure keeps the failing
+    step's last lines (BuildKit's summary) and the error; control bytes are escaped."""
+    from builder import log
+
+    relay = buildlog.Relay(log.raw, plain=True)
+    for line in REAL.split("\n")[:-1]:  # python-on-whales splits on newlines only (not a CR)
+        relay(log.redact(line))
+    err = capsys.readouterr().err.splitlines()
+    steps = [line for line in err if line.startswith("#")]
+    assert steps == [
+        "#1 [internal] load build definition from Dockerfile DONE 0.0s",
+        "#4 [b 1/3] FROM 127.0.0.1:5000/k3/smoke-base:bookworm CACHED",
+        "#5 [a 2/3] RUN echo cached-step DONE 0.3s",
+        "#6 [a 3/3] RUN for i in $(seq 1 40); do echo line $i; done DONE 0.4s",
+        '#8 [b 3/3] RUN echo before; echo last-a; echo last-b; exit 3 ERROR: process "/bin/sh -c echo before; '
+        'echo last-a; echo last-b; exit 3" did not complete successfully: exit code: 3',
+    ]
+    assert err[err.index(" > [b 3/3] RUN echo before; echo last-a; echo last-b; exit 3:") :][1:4] == [
+        "0.230 before",
+        "0.231 last-a",
+        "0.231 last-b \\x1b[2J",
+    ]
+    assert err[-1].startswith("ERROR: failed to solve: process")
+    assert not any(("fake" in line or "line 40" in line or "bidi" in line) for line in err)
+    assert all(line.strip() and "\x1b" not in line and "\r" not in line for line in err)
+    # On a terminal every line, each escaped and the URL's password redacted.
+    relay = buildlog.Relay(log.raw, plain=False)
+    for line in REAL.split("\n")[:-1]:  # python-on-whales splits on newlines only (not a CR)
+        relay(log.redact(line))
+    err = capsys.readouterr().err
+    assert "#6 0.259 \\x1b]0;pwn\\x07title\\x0d" in err and "\\u202ebidi https://***@example.org/x" in err
+    assert "s3cret" not in err and "\x1b" not in err and "\u202e" not in err

@@ -259,6 +259,49 @@ def test_build_test_platform_checks_one_platform_image(both, checks, monkeypatch
     with pytest.raises(ConfigError, match=r"--platform linux/amd46: .* \(did you mean 'linux/amd64'\?\)"):
         pipeline.test(both, engine, amd.image, "linux/amd46")
     assert seen == []  # nothing checked on a refusal
+    # An index that lacks the platform --platform names: refused naming it; the platform it has is checked.
+    name, digest = amd.image.split("@")
+    only_amd = f"{name}@" + engine.registry.push_index(name, "amd-only", {"linux/amd64": digest})
+    with pytest.raises(ConfigError, match=r"not an image index naming linux/arm64 \(target smoke"):
+        pipeline.test(both, engine, only_amd, "linux/arm64")
+    with pytest.raises(ConfigError, match=r"not an image index naming linux/arm64 \(target smoke"):
+        pipeline.test(both, engine, only_amd)  # without --platform: every platform of the target
+    assert seen == []
+    assert [r.image for r in pipeline.test(both, engine, only_amd, "linux/amd64")] == [amd.image]
+    seen.clear()
+    # A plain manifest whose config does not say its platform (unreadable, or an artifact): refused
+    # as such, never named a "None/None image" nor matched to --platform.
+    monkeypatch.setattr(engine.registry, "image_config", lambda ref, arch="amd64": {"os": "linux"})
+    for platform in (None, "linux/amd64"):
+        with pytest.raises(ConfigError, match="its config names no platform") as info:
+            pipeline.test(both, engine, amd.image, platform)
+        assert "None" not in str(info.value)
+    assert seen == []
+
+
+def test_build_test_platform_json_names_the_platform_checked_and_the_targets(both, checks, monkeypatch, capsys):
+    """`build --json test --platform P --image ONE`: the report of P's image, with the platform it
+    was checked as and the target's platforms (so a reader sees the others were not checked)."""
+    from builder.cli import main
+
+    engine = FakeEngine()
+    out = pipeline.build(both, engine, BuildOptions())
+    monkeypatch.setattr("builder.commands.test.docker_engine", lambda: engine)
+    monkeypatch.setattr(runner, "host_platform", lambda: "linux/amd64")
+
+    def run(engine, ref, expect, junit):
+        junit.parent.mkdir(parents=True, exist_ok=True)
+        return checks.run(engine, ref, expect, junit)
+
+    monkeypatch.setattr(runner, "run", run)
+    amd = out.platforms[0]
+    argv = ["--matrix", str(both.matrix_path), "--json", "test", "--target", "smoke", "--platform", "linux/amd64"]
+    with pytest.raises(SystemExit) as info:
+        main([*argv, "--image", amd.image])
+    data = json.loads(capsys.readouterr().out)
+    assert info.value.code == 0, data
+    assert data["platform"] == "linux/amd64" and data["target_platforms"] == list(PLATFORMS)
+    assert data["image"] == amd.image and "platforms" not in data
 
 
 def test_an_emulated_command_is_not_checked_and_says_so():

@@ -328,3 +328,14 @@ def test_each_platforms_os_lock_is_resolved_in_a_container_of_that_platform(monk
     with pytest.raises(Asked):
         oslock.resolve(Engine(), t.model_copy(update={"platforms": {}}), "matrix.yaml: ")
     assert seen[-1][1] is None  # a one-platform target: the engine's own, as before
+
+
+@pytest.mark.parametrize(
+    ("given", "meant"), [("Linux/AMD64", "linux/amd64"), ("LINUX/ARM64", "linux/arm64"), ("linux/amd46", "linux/amd64")]
+)
+def test_a_platform_flag_in_capitals_is_told_its_lowercase_form(given, meant):
+    """`--platform Linux/AMD64`: refused (a platform is lowercase), with the platform it spells."""
+    from builder.config import platforms
+
+    with pytest.raises(ConfigError, match=rf"--platform {given}: .*\(did you mean '{meant}'\?\)"):
+        platforms.flag(given)
