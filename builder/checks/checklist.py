@@ -496,6 +496,5 @@ def test_os_packages(image_host, expect, report_warning, image):
     assert not problems, "expected the OS lock's packages in the image, found: " + "; ".join(problems)
     if emulated:
         said = "; ".join(" ".join(p.split()) for p in emulated)  # one line: the report keeps a message's first
-        pytest.skip(
-            f"NOT CHECKED (emulated, {expect.platform} under QEMU): {said}; natively, {expect.native_command(image.ref)}"
-        )
+        native = expect.native_command(image.ref)
+        pytest.skip(f"NOT CHECKED (emulated, {expect.platform} under QEMU): {said}; natively, {native}")

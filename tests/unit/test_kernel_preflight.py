@@ -16,8 +16,9 @@ from builder.config.matrix import parse
 from builder.config.options import BuildOptions
 from builder.errors import EngineUnavailable, KernelPlanFailed
 from builder.pipeline import build as pipeline
-from builder.pipeline import context, smoke
+from builder.pipeline import context
 from builder.pipeline.plan import Plan
+from builder.smoke import smoke
 from builder.source import kernelmap
 from tests.conftest import REPO
 from tests.unit.cmakehost import HostCMake, host_cmake  # noqa: F401 - fixture
