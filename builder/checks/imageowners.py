@@ -120,9 +120,9 @@ def user_findings(
                 )
             )
     elif env.get("HOME") and env["HOME"].rstrip("/") != account.home.rstrip("/"):
-        found.append(
-            ("/config/Env/HOME", f"HOME={env['HOME']!r} but {account.name}'s /etc/passwd home is {account.home!r}")
-        )
+        # Shown, not failed: the Env's HOME is the one the process gets (runc sets the passwd home
+        # only when the Env has none), and that home is held to being writable below.
+        notes.append(f"HOME={env['HOME']!r} in the Env, where {account.name}'s /etc/passwd home is {account.home!r}")
     # runc sets HOME, when the Env does not, to the passwd entry's home, else "/" (libcontainer setupUser)
     home = env.get("HOME") or (account.home if account else "") or "/"
     for what, path in (("home", home), ("/tmp", "/tmp")):

@@ -46,9 +46,10 @@ def test_secret_is_mounted_and_leaves_no_trace(built, tmp_path):
     r = cli("--matrix", str(work.matrix), "--target", "smoke", "--secret", f"id={sid},env=HF_TOKEN", env=env)
     assert r.code == 0, r.err[-3000:]
     assert token not in r.out + r.err
-    # It was mounted and printed, and what reached the terminal and the log is the redacted line.
+    # It was mounted and printed, and what reached the log is the redacted line. Off a terminal (as
+    # here) the relay shows one line per BuildKit step, not the steps' output (issue 50), so stderr
+    # holds no trace of it either way; the log keeps every line.
     printed = f"k3smoke: build secret {sid}: ***"
-    assert printed in r.err, r.err[-3000:]
     record = json.loads(work.record.read_text())
     assert printed in (work.root / "artifacts" / "smoke" / record["build"]["id"] / "build.log").read_text()
     ref = r.out.strip().splitlines()[-1]

@@ -398,7 +398,12 @@ def test_the_runtime_user_resolves_with_a_writable_home_and_tmp():
     assert _user("vllm:vllm", {}) == []
     assert [p for p, _ in _user("nobody", {})] == ["/etc/passwd"]  # runc: unable to find user
     assert [p for p, _ in _user("vllm:nogroup", {})] == ["/etc/group"]
-    assert [p for p, _ in _user("vllm", {"HOME": "/tmp"})] == ["/config/Env/HOME"]  # disagrees with passwd
+    # The Env's HOME is the process's home (runc sets passwd's only when the Env has none): a writable
+    # one that differs from passwd is shown, never failed; a root variant with HOME=/tmp passes this row.
+    assert _user("vllm", {"HOME": "/tmp"}) == []
+    notes = imageowners.user_findings(_files(), "vllm", {"HOME": "/tmp"})[1]
+    assert any("HOME='/tmp'" in n and "/etc/passwd home" in n for n in notes)
+    assert [p for p, _ in _user("vllm", {"HOME": "/nonexistent"})] == ["/nonexistent"]
     # a numeric uid without an entry: getpass and ~ need the Env (cu129: USER, LOGNAME, HOME=/tmp)
     assert _user("2000:2000", {"USER": "vllm", "HOME": "/tmp"}) == []
     # no USER/LOGNAME: getpass raises; no HOME: runc sets "/", which uid 2000 cannot write
