@@ -18,19 +18,12 @@ import re
 import struct
 from dataclasses import dataclass
 
+# ld.so's default directories: one list, the in-image probe's (importable: its main is guarded)
+from builder.checks.probes.elf import DEFAULT_DIRS
+
 PREFIX = 32 << 20  # libtriton.so (Triton 3.x, lld) keeps its NEEDED strings 17 MiB in, before its dynamic section
 PT_LOAD, PT_DYNAMIC = 1, 2
 DT_NEEDED, DT_STRTAB, DT_SONAME, DT_RPATH, DT_RUNPATH = 1, 5, 14, 15, 29
-DEFAULT_DIRS = (
-    "/lib/x86_64-linux-gnu",
-    "/usr/lib/x86_64-linux-gnu",
-    "/lib/aarch64-linux-gnu",
-    "/usr/lib/aarch64-linux-gnu",
-    "/lib64",
-    "/usr/lib64",
-    "/lib",
-    "/usr/lib",
-)
 CONF = re.compile(r"^/etc/ld\.so\.conf(\.d/[^/]+\.conf)?$")
 
 
