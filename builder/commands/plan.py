@@ -79,10 +79,9 @@ def cmake_sandbox():
     """Where the kernel plan runs upstream's CMake: a container on the engine (builder/engine/sandbox.py),
     never this host; no engine reachable is exit 3 when the plan first runs."""
     from builder.commands._common import docker_engine
-    from builder.engine.sandbox import CMakeSandbox
-    from builder.source.kernelplan import cmake_data
+    from builder.pipeline.context import cmake_sandbox as engine_sandbox
 
-    return CMakeSandbox(docker_engine().docker.client_config.docker_cmd, cmake_data())
+    return engine_sandbox(docker_engine())  # the build's preflight makes its sandbox the same way
 
 
 def _kernel_plan(plan: Plan, out: Output, how: str) -> int:
