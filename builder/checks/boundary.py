@@ -4,7 +4,8 @@ An image under check is untrusted: a foreign one (vet) is anyone's, and ours may
 check's answer therefore comes from one of three places (``Basis``), and the scorecard says which:
 
 - ``HOST``: the tool's own code reads it, on the host, from the image's config or its files as the
-  engine exports them (builder/checks/imagefiles.py); no program of the image runs.
+  engine exports them (builder/checks/imagefiles.py; GPU code: gpuread.py); no program of the image
+  runs. A probe may still run beside it (gpucode's listing, the assemblers), held to that reading.
 - ``CROSS``: the image's interpreter runs a probe isolated (``python -I -S``, the site directories
   named explicitly: no ``.pth``, no sitecustomize, no PYTHON* variable), and what it reports is held
   against the host's reading: a module whose bytes are not a loadable ELF never "loads".
@@ -23,10 +24,11 @@ import enum
 import os
 import re
 import shlex
+import time
 
 import pytest
 
-from builder.checks import elfdyn, imagefiles, layers
+from builder.checks import elfdyn, gpuread, imagefiles, layers
 from builder.config import contract
 from builder.engine.containers import ContainerSeam, Ran
 
@@ -51,8 +53,8 @@ BASIS = {
     "compiled_modules": Basis.CROSS,
     "shared_libraries": Basis.CROSS,
     "everything_loads": Basis.CROSS,
-    "gpu_code": Basis.CROSS,
-    "gpu_coverage": Basis.CROSS,
+    "gpu_code": Basis.HOST,  # the files' GPU code read and decoded on the host (gpuread.py)
+    "gpu_coverage": Basis.HOST,
     "least_privilege": Basis.CROSS,
     "installed_files": Basis.CROSS,
     # The runtime's view (issue 51): the config and the files, read by the tool's own code.
@@ -79,21 +81,6 @@ def timeout() -> float:
     return value if value > 0 else DEFAULT_TIMEOUT
 
 
-BUDGET_ENV = "K3_GPUCODE_BUDGET"
-
-
-def decode_budget() -> float:
-    """Seconds the gpucode probe may spend decoding compressed fatbin entries (pure Python, about
-    5 MB/s for LZ4 and 0.7 MB/s for ZSTD): K3_GPUCODE_BUDGET, else half the command timeout, so
-    the probe reports what it left unread before its command is killed. Entries past it are unread."""
-    raw = os.environ.get(BUDGET_ENV, "")
-    try:
-        value = float(raw) if raw else 0.0
-    except ValueError:
-        value = 0.0
-    return min(value, timeout() / 2) if value > 0 else timeout() / 2
-
-
 class ContainerHost:
     """What the checks ask of a host (testinfra's ``run(command, *args)``, each argument quoted
     into ``command``), in the checks' container: every command bounded by ``limit`` seconds (a
@@ -111,10 +98,17 @@ class ContainerHost:
         return ran
 
 
-def read_files(containers: ContainerSeam, container_id: str, prefix: str) -> imagefiles.ImageFiles:
-    """The static view of the checks' container (its root file system as exported), read on the host."""
+def read_files(
+    containers: ContainerSeam, container_id: str, prefix: str, gpu_major: int | None = None
+) -> imagefiles.ImageFiles:
+    """The static view of the checks' container (its root file system as exported), read on the host;
+    with ``gpu_major`` (a target that claims GPU code, of that CUDA major) its GPU code read too,
+    decoding bounded by the checks' timeout (past it, entries are unread and ``gpu_code`` fails)."""
+    judge = None
+    if gpu_major is not None:
+        judge = gpuread.Judge(gpuread.Codecs(deadline=time.monotonic() + timeout()), gpu_major)
     with containers.export(container_id) as stream:
-        return imagefiles.read(stream, (prefix,))
+        return imagefiles.read(stream, (prefix,), judge)
 
 
 def read_layers(engine, image_id: str) -> layers.Layers:

@@ -1,6 +1,9 @@
 """The GPU-code checks (``gpu_code``, ``gpu_coverage``): what the image's binaries carry, against
 what the matrix's ``gpu`` block claims. Run by builder/checks/runner.py beside checklist.py, with
-the same fixtures; the gpucode probe runs once for both. The rules are builder/checks/gpurules.py.
+the same fixtures. Judged on the host's reading of the image's files (``image_files``: gpuread.py,
+gpufound.py); the gpucode probe runs once in the image, headers only, for the run-time assemblers
+(only the image's ptxas can say its version) and for its listing, which is held to the host's.
+The rules are builder/checks/gpurules.py.
 
 Both record what they proved (``record_fact``): the derived driver floor and the coverage table
 go into the record (image.json ``gpu``) and the build summary.
@@ -10,28 +13,31 @@ from __future__ import annotations
 
 import pytest
 
-from builder.checks import boundary, gpurules
+from builder.checks import boundary, gpufound, gpurules
 from builder.checks.checklist import _listing, run_probe
 from builder.config.gpu import cell_runs
 
 
 @pytest.fixture(scope="session")
-def gpu_found(image_host, image, expect):
-    """The gpucode probe's facts, gathered once for both checks."""
+def gpu_found(image_host, image, expect, image_files):
+    """The GPU code the host read, with the assemblers the probe found and the probe's listing held
+    to the host's reading (``mismatches``), gathered once for both checks."""
     if expect.gpu is None:
         pytest.skip("the target claims no GPU code (no `gpu` block in the matrix)")
     env = {k: image.env[k] for k in ("TRITON_PTXAS_PATH", "TRITON_PTXAS_BLACKWELL_PATH") if image.env.get(k)}
+    ld_library_path = image.env.get("LD_LIBRARY_PATH", "")
     request = {
         "roots": [expect.app_prefix],
         "cuda_home": expect.cuda_home,
         "env": env,
         # the libraries the prefix's files NEED are read wherever they are, found as ld.so would
-        "ld_library_path": image.env.get("LD_LIBRARY_PATH", ""),
-        "budget": boundary.decode_budget(),
-        "cuda_major": expect.cuda_major,  # a compressed cubin of another major fails from its prefix alone
+        "ld_library_path": ld_library_path,
     }
-    found = run_probe(image_host, "gpucode", request)
-    assert "error" not in found, f"expected the GPU-code probe to run, found {found.get('error')}"
+    probe = run_probe(image_host, "gpucode", request)
+    assert "error" not in probe, f"expected the GPU-code probe to run, found {probe.get('error')}"
+    found = gpufound.host_found(image_files, (expect.app_prefix,), ld_library_path)
+    found["mismatches"] = gpufound.held_to_host(found, probe, image_files)
+    found["assemblers"], found["selected"] = probe.get("assemblers", {}), probe.get("selected", [])
     return found
 
 
@@ -69,7 +75,7 @@ def test_gpu_code(gpu_found, expect, image, report_warning, record_fact, image_f
             "toolkit_unknown": dict(result.unknown),
         },
     )
-    problems = list(result.problems)
+    problems = list(result.problems) + list(gpu_found["mismatches"])
     # Held to the host's reading: a shared object that is not a loadable ELF carries no GPU code any
     # driver runs (a required extension with no file at all is gpu_coverage's: it covers no family).
     problems += [f"{path}: {why}" for path, why in boundary.static_unloadable(image_files, expect)]

@@ -20,6 +20,7 @@ import binascii
 import csv
 import hashlib
 import io
+import itertools
 import posixpath
 import re
 import stat
@@ -29,7 +30,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import IO
 
-from builder.checks import elfdyn
+from builder.checks import elfdyn, gpuread
+from builder.checks.probes import _fatbin
 
 MAX_MEMBERS = 4_000_000  # cu129's image holds about 120,000 files
 HEAD = 64  # an ELF64 header
@@ -82,6 +84,11 @@ class ImageFiles:
     hashes: dict[str, str] = field(default_factory=dict)  # sha256 (hex) of every file under the prefix
     # each shared object's under the prefix NEEDED, SONAME, RPATH, RUNPATH (elfdyn.py), or why unread
     dynamic: dict[str, elfdyn.Dynamic | str] = field(default_factory=dict)
+    # with a GPU reader (``read``'s ``judge``): what each file that can hold GPU code holds (files
+    # under the prefix, shared objects anywhere: gpuread.py), None-valued ones left out, or why
+    # unread; and the dynamic section of each such ELF file, for the NEEDED closure (gpufound.py)
+    gpu: dict[str, dict | str] = field(default_factory=dict)
+    linked: dict[str, elfdyn.Dynamic | str] = field(default_factory=dict)
 
     def record_problems(self, root: str) -> list[tuple[str, str]]:
         """(path, why) of every file a RECORD (or RECORD.native) under ``root`` hashes that is
@@ -247,9 +254,10 @@ def _kind(member: tarfile.TarInfo) -> str:
     return "hardlink" if member.islnk() else "other"
 
 
-def read(stream: IO[bytes], watch: tuple[str, ...]) -> ImageFiles:
+def read(stream: IO[bytes], watch: tuple[str, ...], judge: gpuread.Judge | None = None) -> ImageFiles:
     """The static view of an exported root filesystem: ``stream`` read once, forward only; under
-    the ``watch`` roots every file hashed, the first bytes of each shared object and each RECORD kept."""
+    the ``watch`` roots every file hashed, the first bytes of each shared object and each RECORD kept;
+    with ``judge``, the GPU code of every file under them and of every shared object (``gpu``)."""
     tops = tuple(w.rstrip("/") + "/" for w in watch)
     view = ImageFiles()
     try:
@@ -262,7 +270,9 @@ def read(stream: IO[bytes], watch: tuple[str, ...]) -> ImageFiles:
                     raise UnreadableImage(f"a member named {member.name[:200]!r}")
                 head, kind = b"", _kind(member)
                 if kind == "file":
-                    head = _read_file(tar, member, path, path.startswith(tops), view)
+                    head = _read_file(tar, member, path, path.startswith(tops), view, judge)
+                elif kind == "hardlink":
+                    _same_bytes(view, path, _normal(member.linkname))
                 link = member.linkname if kind == "link" else ""
                 cap = capability(member.pax_headers)
                 view.entries[path] = Entry(
@@ -273,33 +283,69 @@ def read(stream: IO[bytes], watch: tuple[str, ...]) -> ImageFiles:
     return view
 
 
-def _read_file(tar: tarfile.TarFile, member: tarfile.TarInfo, path: str, watched: bool, view: ImageFiles) -> bytes:
+def _same_bytes(view: ImageFiles, path: str, target: str | None) -> None:
+    """A hard link holds its target's bytes: what the GPU reader found there is found here too."""
+    if target in view.gpu:
+        view.gpu[path] = view.gpu[target]
+    if target in view.linked:
+        view.linked[path] = view.linked[target]
+
+
+def _gpu_shape(path: str, first: bytes, watched: bool) -> str | None:
+    """Which GPU reading a file gets (``_fatbin.gpu_shape``): every shape under a watched root; an
+    ELF shared object (ET_DYN) elsewhere, which a NEEDED closure can reach."""
+    shape = _fatbin.gpu_shape(path, first[:HEAD])
+    if watched or shape is None:
+        return shape
+    return shape if shape == "elf" and struct.unpack_from("<H", first, 16)[0] == ET_DYN else None
+
+
+def _read_file(
+    tar: tarfile.TarFile,
+    member: tarfile.TarInfo,
+    path: str,
+    watched: bool,
+    view: ImageFiles,
+    judge: gpuread.Judge | None = None,
+) -> bytes:
     """What the view keeps of one regular file: its head (shared objects, CUDA runtimes), its sha256
-    (under a watched root), its text (KEPT_TEXTS, RECORDs under a watched root, every .pth file);
-    returns the head."""
+    (under a watched root, or read for GPU code), its text (KEPT_TEXTS, RECORDs under a watched
+    root, every .pth file), its GPU code (with ``judge``); returns the head."""
     runtime = path.rsplit("/", 1)[-1].startswith(RUNTIMES)
     record = watched and _RECORD.search(path) is not None
     hook = HOOK_TEXT.search(path) is not None or DPKG_TEXT.match(path) is not None
     record = record or (hook and len(view.texts) < MAX_HOOK_TEXTS)
     text = path in KEPT_TEXTS or elfdyn.CONF.match(path) is not None
-    if not (watched or runtime or record or text):
+    if not (watched or runtime or record or text or (judge is not None and member.size >= HEAD)):
         return b""
     data = tar.extractfile(member)
     assert data is not None, "a regular member always has data"
+    first = data.read(1 << 20)
+    shape = _gpu_shape(path, first, watched) if judge is not None and len(first) >= HEAD else None
+    if not (watched or runtime or record or text or shape):
+        return b""
+    spool = gpuread.Spool(shape) if shape else None
     digest, head, kept = hashlib.sha256(), b"", bytearray()
-    dyn = elfdyn.Capture() if watched and SHARED_OBJECT.search(path) else None
-    for chunk in iter(lambda: data.read(1 << 20), b""):
+    dyn = elfdyn.Capture() if (watched and SHARED_OBJECT.search(path)) or shape == "elf" else None
+    for chunk in itertools.chain((first,), iter(lambda: data.read(1 << 20), b"")):
         if len(head) < HEAD:
             head += chunk[: HEAD - len(head)]
         if (record or text) and len(kept) < MAX_TEXT * 8:
             kept += chunk[: MAX_TEXT * 8 - len(kept)]
         if dyn is not None:
             dyn.feed(chunk)
+        if spool is not None:
+            spool.feed(chunk)
         digest.update(chunk)
     if watched:
         view.hashes[path] = digest.hexdigest()
     if record or text:
         view.texts[path] = bytes(kept)
-    if dyn is not None and (found := dyn.result()) is not None:
+    found = dyn.result() if dyn is not None else None
+    if found is not None and watched and SHARED_OBJECT.search(path):
         view.dynamic[path] = found
+    if found is not None and shape == "elf":
+        view.linked[path] = found
+    if spool is not None and judge is not None and (gpu := spool.result(digest.hexdigest(), judge)) is not None:
+        view.gpu[path] = gpu
     return head if (watched and SHARED_OBJECT.search(path)) or runtime else b""

@@ -409,7 +409,8 @@ def run(engine: Engine, ref: str, expect: Expectations, junit: Path, plugins: tu
             )
             engine.containers.copy_into(container, Path(tmp) / "pip-path", PIP_DIR)
             host, cid, seam = boundary.ContainerHost(engine.containers, container), container, engine.containers
-            files = lambda: boundary.read_files(seam, cid, expect.app_prefix)  # noqa: E731
+            major = expect.cuda_major if expect.gpu is not None else None  # GPU code read only when claimed
+            files = lambda: boundary.read_files(seam, cid, expect.app_prefix, major)  # noqa: E731
             plugin = _Plugin(expect, config, host, files, lambda: boundary.read_layers(engine, config.id))
             code = _pytest(plugin, Path(tmp), junit, plugins)
     finally:

@@ -308,3 +308,58 @@ def test_the_demo_image_passes_every_runtime_row(runtime_view):
     rows = {c["name"]: c for c in doc["checks"]}
     assert all(rows[name]["status"] == "pass" for name in RUNTIME_ROWS), {n: rows[n] for n in RUNTIME_ROWS}
     assert code == 0, err[-3000:]
+
+
+# --- GPU code judged on the host (issue 49's last gap): one variant made at the OCI level, no build ---
+# The image's interpreter replaced by one whose `os.walk` hides the files named k3hidden*, whatever
+# its flags say, and a CUDA 13 fatbin of that name under the prefix (outside site-packages: no RECORD
+# lists it). The gpucode probe, run in that interpreter, lists no GPU code there; the host reads it.
+LIAR = """import os, sys
+_walk = os.walk
+def _hiding(top, *a, **k):
+    for d, dirs, files in _walk(top, *a, **k):
+        yield d, dirs, [f for f in files if not f.startswith("k3hidden")]
+os.walk = _hiding
+args = sys.argv[1:]
+while args and args[0] in ("-I", "-S", "-E", "-s"):
+    args.pop(0)
+if args[:1] == ["-c"]:
+    sys.argv = ["-c", *args[2:]]
+    exec(compile(args[1], "<string>", "exec"), {"__name__": "__main__"})
+else:
+    os.execv("/usr/bin/python3.11", ["/usr/bin/python3.11", *args])
+"""
+
+
+@pytest.fixture(scope="module")
+def gpu_liar(built, tmp_path_factory):
+    from tests.integration import ocivariant
+    from tests.unit import gpuassets
+
+    smoke, ref = built
+    work = tmp_path_factory.mktemp("gpuliar")
+    fat = gpuassets.nvcc13(work / "k3.fatbin", "-fatbin", "-gencode", "arch=compute_90a,code=sm_90a")
+    wrapper = '#!/bin/sh\nexec /usr/bin/python3.11 /opt/k3/k3liar.py "$@"\n'
+    tar = ocivariant.layer(
+        [
+            ("opt/k3/k3hidden.fatbin", "file", 0o644, 0, fat.read_bytes(), {}),
+            ("opt/k3/k3liar.py", "file", 0o644, 0, LIAR, {}),
+            ("opt/k3/venv/bin/python", "file", 0o755, 0, wrapper, {}),
+        ]
+    )
+    repository, variant = ocivariant.push_variant(ref, lambda config: None, (tar,))
+    subprocess.run(["docker", "pull", "-q", variant], check=True, capture_output=True)
+    yield smoke, variant
+    ocivariant.remove(repository, variant)
+
+
+def test_gpu_code_an_interpreter_hides_fails_by_the_host_s_reading(gpu_liar):
+    """Before the host read GPU code itself, gpu_code passed this image: its probe saw nothing."""
+    smoke, variant = gpu_liar
+    code, doc, err = _vet(smoke, variant)
+    rows = {c["name"]: c for c in doc["checks"]}
+    assert rows["gpu_code"]["status"] == "fail" and rows["gpu_code"]["basis"] == "host", rows["gpu_code"]
+    finding = rows["gpu_code"]["finding"]
+    assert "/opt/k3/k3hidden.fatbin: SASS sm_90a built by CUDA 13.0 (tkinfo), not CUDA 12" in finding, finding
+    assert "/opt/k3/k3hidden.fatbin: the image's interpreter reported no GPU code, its files hold" in finding
+    assert code == 1, err[-3000:]

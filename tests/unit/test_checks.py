@@ -168,6 +168,8 @@ class FakeHost:
         self.os_probe = os_probe if os_probe is not None else {"problems": [], "checked": len(OS_OK.locked)}
         self.calls: list[tuple[str, tuple]] = []
         self.files = image_files()  # the host's reading of the image (the image_files fixture)
+        # the GPU code the host reads is what the probe lists (the same objects: a break changes both)
+        self.files.gpu = dict(self.probes["gpucode"]["files"])
 
     def run(self, command, *args):
         self.calls.append((command, args))
@@ -315,7 +317,7 @@ def _call(name: str, fixtures: dict) -> None:
     try:
         if "gpu_found" in params:
             fixtures["gpu_found"] = checklist_gpu.gpu_found.__wrapped__(
-                fixtures["image_host"], fixtures["image"], fixtures["expect"]
+                fixtures["image_host"], fixtures["image"], fixtures["expect"], fixtures["image_files"]
             )
         test(**{p: fixtures[p] for p in params})
     except pytest.skip.Exception as exc:  # a skip inside this test would pass it: it is a failure here

@@ -42,7 +42,7 @@ def test_a_random_bytes_module_fails_every_row_that_loads_it_whatever_the_probes
         checklist.test_compiled_modules(f, e, host.files)
     with pytest.raises(AssertionError, match=r"not an ELF file: its bytes start 7ac26d8449f74b59 \(read on the host"):
         checklist.test_shared_libraries(host, image, e, lambda m: None, host.files)
-    found = checklist_gpu.gpu_found.__wrapped__(host, image, e)
+    found = checklist_gpu.gpu_found.__wrapped__(host, image, e, host.files)
     with pytest.raises(AssertionError, match="not an ELF file"):
         checklist_gpu.test_gpu_code(found, e, image, lambda m: None, lambda k, v: None, host.files)
     with pytest.raises(AssertionError, match="not a loadable ELF shared object"):

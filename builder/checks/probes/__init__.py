@@ -29,7 +29,7 @@ PRELUDES = {
     "loads": ("_dyn", "_fork"),
     "loaded": ("_cuda", "_dyn", "_fork"),
     "starts": ("_fork",),
-    "gpucode": ("_dyn", "_unpack"),
+    "gpucode": ("_dyn", "_fatbin"),
 }
 
 
