@@ -143,12 +143,16 @@ def _zstd_fatbin(work: Path) -> bytes:
 
 
 def _garbled(blob: bytes) -> bytes:
-    """``blob`` with its first compressed entry's payload overwritten mid-way (its sizes kept)."""
+    """``blob`` with its first compressed entry's payload overwritten mid-way and its decoded size
+    stated one byte longer: libzstd decodes the garbled frame (it carries no checksum) to its old
+    size, which no longer matches; the pure-Python decoder refuses the garbled bytes themselves."""
     out = bytearray(blob)
     hsize, _ = struct.unpack_from("<IQ", out, 16 + 4)
     csize = struct.unpack_from("<I", out, 16 + 16)[0]
     mid = 16 + hsize + csize // 2
     out[mid : mid + 16] = b"\xa5" * 16
+    usize = struct.unpack_from("<Q", out, 16 + 56)[0]
+    struct.pack_into("<Q", out, 16 + 56, usize + 1)
     return bytes(out)
 
 
