@@ -220,15 +220,12 @@ def test_cpu_level(image_host, expect, report_warning):
     request = {"roots": [expect.app_prefix], "driver_libraries": sorted(contract.DRIVER_LIBRARIES)}
     native = cpurun.load_all(image_host, cpurun.command(probes.PYTHON, env), request)
     model = cpurun.load_all(image_host, cpurun.command(probes.PYTHON, env, plan.qemu, level.model), request)
-    version = image_host.run(f"{plan.qemu} -version").stdout.strip().splitlines()[:1]
+    version = " ".join(image_host.run(f"{plan.qemu} -version").stdout.strip().splitlines()[:1]) or plan.qemu
+    emulated = f" (the container runs {platform} emulated: the baseline is the binfmt handler's CPU)"
     report_warning(
-        f"cpu_level: {len(model.results)} files loaded in one process under {' '.join(version) or plan.qemu} "
-        f"-cpu {level.model} ({level.name}), {len(model.killed)} restart(s)"
-        + (
-            " (the container runs linux/arm64 emulated: the baseline is the binfmt handler's CPU)"
-            if expect.emulated
-            else ""
-        )
+        f"cpu_level: {len(model.results)} loads (files and top-level package imports) in one process under "
+        f"{version} -cpu {level.model} ({level.name}), {len(model.killed)} restart(s)"
+        + (emulated if expect.emulated else "")
     )
     problems = _unwaived(expect, "cpu_level", cpurun.findings(native, model, level), report_warning)
     assert not problems, (
