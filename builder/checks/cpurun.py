@@ -33,6 +33,7 @@ MOUNT_DIR = "/tmp/k3-qemu"  # where the host's QEMU binary is mounted, read-only
 RESTARTS = 8  # runs started again past a file whose load killed the process
 AT, ITEM = "K3-AT ", "K3-ITEM "  # builder/checks/probes/loads.py, in_order
 SIGNALS = {4: "SIGILL", 7: "SIGBUS", 11: "SIGSEGV", 6: "SIGABRT", 8: "SIGFPE", 9: "SIGKILL"}
+TCG_WARNING = re.compile(r"warning: TCG doesn't support requested feature")  # QEMU on Haswell-v4: harmless
 INSTALL = "apt-get install qemu-user-static (Debian, Ubuntu; ci/setup.sh installs it)"
 
 
@@ -95,6 +96,7 @@ class Run:
     killed: dict[str, str]
     complete: bool
     tail: str = ""
+    unstarted: bool = False  # QEMU could not start the interpreter: exit 1, nothing said (not an ELF program)
 
 
 def lines(stdout: str) -> tuple[dict[str, str | list | None], str | None]:
@@ -138,6 +140,8 @@ def load_all(image_host, cmd: str, request: dict) -> Run:
             return run
         if last is None:  # died before or after every file: nothing to start again past
             run.killed.setdefault("(the interpreter)", death(ran.rc, ran.stderr))
+            said = [ln for ln in (ran.stderr or "").splitlines() if ln.strip() and not TCG_WARNING.search(ln)]
+            run.unstarted = not found and ran.rc == 1 and not said and not ran.stdout.strip()
             return run
         run.killed[last] = death(ran.rc, ran.stderr)
     return run

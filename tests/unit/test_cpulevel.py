@@ -210,3 +210,20 @@ def test_a_package_whose_import_dies_is_named_once_and_its_files_not_tried_again
             "the container runs it; its files not tried",
         )
     ]
+
+
+def test_an_interpreter_qemu_cannot_start_is_said_unstarted_not_passed(tmp_path):
+    """A wrapper script as python: QEMU runs ELF programs only, so the row cannot check (a skip, never a pass)."""
+    qemu = _qemu_x86()
+    site = _tree(tmp_path, simd=False)
+    wrapper = tmp_path / "python"
+    wrapper.write_text(f'#!/bin/sh\nexec {sys.executable} "$@"\n')
+    wrapper.chmod(0o755)
+    request = {"roots": [str(site)], "driver_libraries": sorted(contract.DRIVER_LIBRARIES)}
+    env = f"PYTHONPATH={shlex.quote(str(site))} "
+    assert cpurun.load_all(_Shell(), cpurun.command(str(wrapper), env), request).complete
+    model = cpurun.load_all(_Shell(), cpurun.command(str(wrapper), env, qemu, "Nehalem-v1"), request)
+    assert model.unstarted and not model.complete and set(model.killed) == {"(the interpreter)"}, model
+    # an interpreter that starts and dies on the model is a finding, not "unstarted"
+    simd = _run(_tree(tmp_path / "b", simd=True), qemu, "Nehalem-v1")
+    assert not simd.unstarted
