@@ -13,7 +13,7 @@ import shlex
 
 import pytest
 
-from builder.checks import boundary
+from builder.checks import boundary, cpurun, probes
 from builder.checks.checklist import _compat_env, _listing, run_probe
 from builder.config import contract
 from builder.config.waivers import unwaived, waived
@@ -207,3 +207,32 @@ def test_page_alignment(image_host, image, expect, report_warning):
         f"{page // 1024}K-page kernel: each PT_LOAD's p_align and p_vaddr - p_offset a multiple of {page:#x}, "
         f"found {found['count']}: " + _listing(problems)
     )
+
+
+def test_cpu_level(image_host, expect, report_warning):
+    from builder.checks.runner import host_platform
+
+    platform = expect.platform or host_platform()
+    plan = cpurun.plan(expect.cpu, platform, expect.qemu)
+    if plan.not_checked or plan.level is None:
+        pytest.skip(plan.not_checked)
+    level, env = plan.level, _compat_env(expect)
+    request = {"roots": [expect.app_prefix], "driver_libraries": sorted(contract.DRIVER_LIBRARIES)}
+    native = cpurun.load_all(image_host, cpurun.command(probes.PYTHON, env), request)
+    model = cpurun.load_all(image_host, cpurun.command(probes.PYTHON, env, plan.qemu, level.model), request)
+    if model.unstarted and native.complete:  # a wrapper script, say: QEMU starts ELF programs only
+        pytest.skip(f"NOT CHECKED: {level.name}: QEMU could not start the image's python (not an ELF program?)")
+    version = " ".join(image_host.run(f"{plan.qemu} -version").stdout.strip().splitlines()[:1]) or plan.qemu
+    emulated = f" (the container runs {platform} emulated: the baseline is the binfmt handler's CPU)"
+    report_warning(
+        f"cpu_level: {len(model.results)} loads (files and top-level package imports) in one process under "
+        f"{version} -cpu {level.model} ({level.name}), {len(model.killed)} restart(s)"
+        + (emulated if expect.emulated else "")
+    )
+    problems = _unwaived(expect, "cpu_level", cpurun.findings(native, model, level), report_warning)
+    assert not problems, (
+        f"expected every file everything_loads loads under {expect.app_prefix} ({len(native.results)}) to load in one "
+        f"process on the oldest CPU {platform} claims, {level.name} ({level.features}: QEMU -cpu {level.model}), "
+        "found: " + _listing(problems)
+    )
+    assert model.complete, f"expected the run on {level.name} to finish, found it stopped: {model.tail}"

@@ -26,7 +26,7 @@ import pip
 import pytest
 
 from builder import log
-from builder.checks import boundary
+from builder.checks import boundary, cpurun
 from builder.checks.imagefiles import UnreadableImage
 from builder.config import contract
 from builder.config.cudamajor import major_minor
@@ -112,6 +112,8 @@ class Expectations:
     # whether it runs emulated here (QEMU): a check that cannot run so says NOT CHECKED, never passes.
     platform: str | None = None
     emulated: bool = False
+    cpu: dict[str, str] = field(default_factory=dict)  # platform -> the oldest CPU level its hosts have
+    qemu: str | None = None  # the host's QEMU user-mode binary, mounted read-only in the container (cpurun)
 
     def native_command(self, image: str) -> str:
         """Where and how to run natively what could not run emulated: `build test --platform P
@@ -219,6 +221,7 @@ def target_fields(target: Target) -> dict:
         "dropped": {normalize(n): r for n, r in target.source.drop.items()},
         "gpu": target.gpu,
         "waivers": {check: dict(paths) for check, paths in target.runtime.waivers.items()},
+        "cpu": dict(target.cpu),
     }
 
 
@@ -399,9 +402,11 @@ def run(engine: Engine, ref: str, expect: Expectations, junit: Path, plugins: tu
     config = engine.image_config(ref)
     engine.containers.remove_stale()
     container = None
+    mounts = cpurun.mounts(expect.platform or host_platform())  # QEMU for cpu_level, read-only
+    expect = dataclasses.replace(expect, qemu=mounts[0][1] if mounts else None)
     try:
         with interrupts.deferred():  # a signal now is raised once `container` names what to remove
-            container = engine.containers.start(ref, platform=expect.platform)
+            container = engine.containers.start(ref, platform=expect.platform, mounts=mounts)
         with tempfile.TemporaryDirectory(prefix="k3-check-") as tmp:
             # pip is not in the image (nothing outside the lock is); pip check runs from a copy.
             shutil.copytree(

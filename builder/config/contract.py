@@ -407,6 +407,12 @@ CHECKS.update(
         "directories and the dynamic loader's directories (its defaults, every directory of the ld.so cache) has "
         "each PT_LOAD's p_align a multiple of that page (65536) and p_vaddr - p_offset a multiple of it, as glibc "
         "requires to map the file on a 64K-page kernel (elf/dl-load.c); other images skip it, saying why",
+        "cpu_level": "(targets whose `cpu` names the image's platform) every file everything_loads loads under the "
+        "prefix loads in one process of the image's interpreter on the oldest CPU the target claims: under the "
+        "host's QEMU user-mode binary with that level's -cpu model (builder/config/cpulevel.py), mounted read-only "
+        "into the checks' container; a file that fails or kills the process (SIGILL) there and loads as the "
+        "container runs it fails, named with the model. A level QEMU cannot emulate, or a host without QEMU: "
+        "NOT CHECKED with the reason, never a pass",
     }
 )
 # The image as its runtime reads it (builder/checks/checklist_runtime.py; issue 51): every answer read

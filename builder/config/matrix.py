@@ -20,7 +20,7 @@ from typing import Annotated, Any
 import yaml
 from pydantic import BaseModel, ValidationError
 
-from builder.config import cascade, platforms
+from builder.config import cascade, cpulevel, platforms
 from builder.config.ospackages import OsPackage, OsPackages
 from builder.config.patterns import did_you_mean, show
 from builder.config.schema import (
@@ -350,9 +350,9 @@ def _cross_checks(path: Path, t: Target) -> None:
         raise ConfigError(f"{where}.python.glibc: {t.python.glibc} is outside what the resolver knows (2.17-2.40)")
     if t.os_packages:
         _os_package_checks(where, t.os_packages)
-    platform_problem = platforms.check(where, t)
-    if platform_problem:
-        raise ConfigError(f"{where}.{platform_problem}")
+    for found in (platforms.check(where, t), cpulevel.check(t)):
+        if found:
+            raise ConfigError(f"{where}.{found}")
     if t.torch and t.torch.version.partition("+")[2] not in ("", t.cuda.short):
         raise ConfigError(
             f"{where}.torch.version: local version {t.torch.version!r} does not match CUDA {t.cuda.version} "

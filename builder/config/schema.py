@@ -13,6 +13,7 @@ from typing import Annotated, Literal
 from pydantic import ConfigDict, Field, PrivateAttr, StrictBool, StrictInt
 
 from builder.config import contract
+from builder.config.cpulevel import LevelName
 from builder.config.cudamajor import major_minor
 from builder.config.gpu import GpuCode
 from builder.config.kernels import Kernels
@@ -400,6 +401,9 @@ class Target(Frozen):
     # The platforms one build makes into one image index (builder/config/platforms.py): the first
     # is the target's own bases, python and arch list; none named: one platform, linux/amd64.
     platforms: dict[PlatformName, Platform] = Field(default_factory=dict)
+    # The oldest CPU each platform's hosts have (builder/config/cpulevel.py): the image's imports
+    # must run on it (check cpu_level). What the image is checked against, not what is built: no input.
+    cpu: dict[PlatformName, LevelName] = Field(default_factory=dict)
     # Set by for_platform on a platform after the first: its Dockerfile's cache mount ids add its
     # slug, the first's stay k3-<kind>-<target> as before the target named platforms.
     _later_platform: bool = PrivateAttr(default=False)
@@ -440,8 +444,9 @@ class Target(Frozen):
 
     def as_input(self) -> dict:
         """The entry as an input of the image (the input key, the provenance's externalParameters):
-        everything but ``signing`` and ``reference`` (upstream's image), which say who signs the record
-        and what ours is vetted beside, not what is built. Rotating a
+        everything but ``signing``, ``reference`` (upstream's image) and ``cpu`` (the oldest CPU it is
+        checked on), which say who signs the record, what ours is vetted beside and what it is checked
+        against, not what is built. Rotating a
         key or setting $K3_SIGNING_IDENTITY rebuilds nothing, and no key path is published."""
         if len(self.platforms) > 1:
             # One platform's input at a time: what another platform pins is no input of this one,
@@ -449,7 +454,7 @@ class Target(Frozen):
             return self.for_platform(self.platform_names()[0]).as_input()
         # A one-platform target's input is what it was before platforms existed.
         return self.model_dump(
-            mode="json", exclude={"signing", "reference", *(() if self.platforms else ("platforms",))}
+            mode="json", exclude={"signing", "reference", "cpu", *(() if self.platforms else ("platforms",))}
         )
 
     def pinned_requirements(self) -> tuple[str, ...]:

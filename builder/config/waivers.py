@@ -41,6 +41,7 @@ WaivableCheck = Literal[
     "runtime_user",
     "system_files",
     "base_whiteouts",
+    "cpu_level",
 ]
 Waivers = dict[WaivableCheck, dict[PathPattern, Reason]]
 

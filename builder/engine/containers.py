@@ -28,7 +28,7 @@ if TYPE_CHECKING:
 class ContainerSeam(Protocol):
     """What the checks, the SBOM inventory and the evidence ask of containers; fakes implement this."""
 
-    def start(self, ref: str, platform: str | None = None) -> str: ...
+    def start(self, ref: str, platform: str | None = None, mounts: tuple[tuple[Path, str], ...] = ()) -> str: ...
     def exec(self, container_id: str, argv: list[str], timeout: float) -> Ran: ...
     def export(self, container_id: str) -> contextlib.AbstractContextManager[IO[bytes]]: ...
     def copy_into(self, container_id: str, src: Path, dest: str) -> None: ...
@@ -164,11 +164,12 @@ class DockerContainers:
     def docker(self) -> DockerClient:
         return self._docker() if callable(self._docker) else self._docker
 
-    def start(self, ref: str, platform: str | None = None) -> str:
+    def start(self, ref: str, platform: str | None = None, mounts: tuple[tuple[Path, str], ...] = ()) -> str:
         """Start a container of ``ref`` that idles (no network) for checks; returns its id.
-        ``platform``: the image's (another machine's runs emulated), else the engine's own."""
+        ``platform``: the image's (another machine's runs emulated), else the engine's own. ``mounts``:
+        (host file, path in the container) bound read-only: the host's QEMU for cpu_level."""
         with docker_errors(f"cannot start a container of {ref}"):
-            container = self._hardened(ref, ["infinity"], "sleep", detach=True, platform=platform)
+            container = self._hardened(ref, ["infinity"], "sleep", detach=True, platform=platform, mounts=mounts)
         return container.id
 
     def _pulled(self, ref: str, platform: str | None) -> None:
@@ -178,7 +179,9 @@ class DockerContainers:
         if not self.docker.image.exists(ref):
             self.docker.image.pull(ref, quiet=True, platform=platform)
 
-    def _hardened(self, ref: str, args: list[str], entrypoint: str, *, detach: bool, platform: str | None = None):
+    def _hardened(
+        self, ref: str, args: list[str], entrypoint: str, *, detach: bool, platform: str | None = None, mounts=()
+    ):
         """``docker run`` as every container of an image under check runs: no network, no capability,
         no-new-privileges, bounded; detached (a container) or removed when done (its stdout)."""
         self._pulled(ref, platform)
@@ -196,6 +199,7 @@ class DockerContainers:
             pids_limit=PIDS,
             memory=MEMORY,
             cpus=CPUS,
+            volumes=[(str(src), dest, "ro") for src, dest in mounts],
         )
 
     def exec(self, container_id: str, argv: list[str], timeout: float) -> Ran:

@@ -121,6 +121,7 @@ def with_platforms(matrix_text: str, bases: dict[str, dict]) -> str:
         "linux/amd64": {"index": dict(index)},
         PLATFORM: {"bases": {"build": arm["devel"], "runtime": arm["runtime"]}, "index": dict(index)},
     }
+    doc["targets"]["smoke"].setdefault("cpu", {})[PLATFORM] = "armv8.0"  # check cpu_level: Cortex-A53
     return header + "\n" + yaml.safe_dump(doc, sort_keys=False, width=4096)
 
 

@@ -307,6 +307,7 @@ def test_the_demo_image_passes_every_runtime_row(runtime_view):
     code, doc, err = _vet(smoke, ref)
     rows = {c["name"]: c for c in doc["checks"]}
     assert all(rows[name]["status"] == "pass" for name in RUNTIME_ROWS), {n: rows[n] for n in RUNTIME_ROWS}
+    assert rows["cpu_level"]["status"] == "pass", rows["cpu_level"]  # its loads run on x86-64-v2 (Nehalem)
     assert code == 0, err[-3000:]
 
 
@@ -363,3 +364,100 @@ def test_gpu_code_an_interpreter_hides_fails_by_the_host_s_reading(gpu_liar):
     assert "/opt/k3/k3hidden.fatbin: SASS sm_90a built by CUDA 13.0 (tkinfo), not CUDA 12" in line, line
     assert "/opt/k3/k3hidden.fatbin: the image's interpreter reported no GPU code, its files hold" in line, line
     assert r.code == 1
+
+
+# --- the CPU level (issue 51): a library above the claimed level, and a real wheel ----------------
+# A library under the prefix whose constructor executes an AVX2 instruction, not dispatched (as
+# libtorch_cpu.so's static initialisers of its AVX2 kernels once did: pytorch/pytorch#37577), written
+# at the OCI level; the smoke claims x86-64-v2 (Nehalem), where it dies with SIGILL at load.
+SIMD = "/opt/k3/venv/lib/libk3simd.so"
+AVX2_INIT = (
+    "__attribute__((constructor)) static void k3_simd_init(void) {\n"
+    '  __asm__ volatile("vpaddd %%ymm0, %%ymm1, %%ymm2" ::: "xmm0", "xmm1", "xmm2");\n'
+    "}\nint k3_simd(void) { return 1; }\n"
+)
+# A real third-party wheel: NumPy 2.4.6 for CPython 3.11 from PyPI, by sha256. It picks its SIMD
+# kernels at run time up to AVX-512, yet on x86-64 (v1) its import dies with SIGILL (tried here
+# under QEMU 7.2: on qemu64, SSE3 without SSSE3/SSE4/POPCNT, too); on x86-64-v2 it loads.
+NUMPY = (
+    "numpy==2.4.6 --hash=sha256:89cd468399cfd2504718f0ba50e410dca55a170b61a02ad92bb18c8a65186e93",
+    "numpy-2.4.6-cp311-cp311-manylinux_2_27_x86_64.manylinux_2_28_x86_64.whl",
+)
+
+
+def _simd_layer(into: Path) -> bytes:
+    from tests.integration import ocivariant
+
+    src = into / "simd.c"
+    src.write_text(AVX2_INIT)
+    subprocess.run(["gcc", "-shared", "-fPIC", "-o", str(into / "libk3simd.so"), str(src)], check=True)
+    return ocivariant.layer([(SIMD.lstrip("/"), "file", 0o755, 0, (into / "libk3simd.so").read_bytes(), {})])
+
+
+def _numpy_layer(into: Path) -> bytes:
+    """NumPy's package files (no dist-info) under the smoke's site-packages."""
+    import zipfile
+
+    from builder.deps.hermetic import hermetic_env
+    from tests.integration import ocivariant
+
+    (into / "req.txt").write_text(NUMPY[0] + "\n")
+    subprocess.run(
+        [sys.executable, "-m", "pip", "download", "--quiet", "--no-deps", "--require-hashes", "--only-binary",
+         ":all:", "--platform", "manylinux_2_28_x86_64", "--python-version", "3.11", "-r", str(into / "req.txt"),
+         "-d", str(into)],
+        check=True, env=hermetic_env(), capture_output=True,
+    )  # fmt: skip
+    members = []
+    with zipfile.ZipFile(into / NUMPY[1]) as z:
+        for info in z.infolist():
+            if info.is_dir() or ".dist-info/" in info.filename or "/tests/" in info.filename:
+                continue
+            mode = 0o755 if info.filename.endswith(".so") or ".so." in info.filename else 0o644
+            members.append((SITE.lstrip("/") + "/" + info.filename, "file", mode, 0, z.read(info), {}))
+    return ocivariant.layer(members)
+
+
+@pytest.fixture(scope="module")
+def cpu_variants(built, tmp_path_factory):
+    from tests.integration import ocivariant
+
+    smoke, ref = built
+    into = tmp_path_factory.mktemp("cpu")
+    made = {name: ocivariant.push_variant(ref, layers=(make(into),)) for name, make in
+            (("simd", _simd_layer), ("numpy", _numpy_layer))}  # fmt: skip
+    for _, variant in made.values():
+        subprocess.run(["docker", "pull", "-q", variant], check=True, capture_output=True)
+    yield smoke, {name: variant for name, (_, variant) in made.items()}
+    for repository, variant in made.values():
+        ocivariant.remove(repository, variant)
+
+
+def test_a_library_above_the_claimed_cpu_fails_cpu_level_in_test_and_vet(cpu_variants):
+    smoke, variants = cpu_variants
+    code, doc, err = _vet(smoke, variants["simd"])
+    assert code == 1, err[-3000:]
+    rows = {c["name"]: c for c in doc["checks"]}
+    row = rows["cpu_level"]
+    assert row["status"] == "fail" and row["basis"] == "image", row
+    assert f"{SIMD}: killed by SIGILL (Illegal instruction) on x86-64-v2 (QEMU -cpu Nehalem-v1)" in row["finding"]
+    assert {n for n, c in rows.items() if c["status"] == "fail"} == {"cpu_level"}, rows
+    r = cli("--matrix", str(smoke.matrix), "test", "--target", "smoke", "--image", variants["simd"])
+    assert r.code == 1, r.err[-3000:]
+    failed = set(re.findall(r"^\s+FAIL\s+(\S+)\s", r.err, re.M))
+    assert failed == {"cpu_level"}, r.err[-3000:]
+
+
+def test_numpy_from_pypi_loads_on_x86_64_v2_and_dies_on_the_baseline(cpu_variants, tmp_path):
+    """A real wheel that dispatches at run time passes the smoke's claim; claimed x86-64, it fails, named."""
+    smoke, variants = cpu_variants
+    code, doc, err = _vet(smoke, variants["numpy"])
+    row = {c["name"]: c for c in doc["checks"]}["cpu_level"]
+    assert row["status"] == "pass", (row, err[-2000:])
+    baseline = smoke.variant(
+        tmp_path / "v1", "v1", lambda text: text.replace("linux/amd64: x86-64-v2", "linux/amd64: x86-64")
+    )
+    code, doc, err = _vet(baseline, variants["numpy"])
+    row = {c["name"]: c for c in doc["checks"]}["cpu_level"]
+    assert code == 1 and row["status"] == "fail", (row, err[-2000:])
+    assert "import numpy: killed by SIGILL (Illegal instruction) on x86-64 (QEMU -cpu qemu64" in row["finding"], row

@@ -198,7 +198,7 @@ class FakeContainers:
             }
         )
 
-    def start(self, ref: str, platform: str | None = None) -> str:
+    def start(self, ref: str, platform: str | None = None, mounts: tuple = ()) -> str:
         raise NotImplementedError(_NO_CONTAINER)
 
     def exec(self, container_id: str, argv: list[str], timeout: float):

@@ -12,7 +12,8 @@ NEEDs is not opened on its own: it is loaded and bound in its dependent's load g
 resolves its symbols. A driver library the container runtime
 mounts is the one allowed gap: it is counted, and the file's symbols are then not checked.
 Run with the compat libcuda.so.1 on LD_LIBRARY_PATH. Request: {"roots": [...],
-"driver_libraries": [...], "timeout": 120, "jobs": 2}.
+"driver_libraries": [...], "timeout": 120, "jobs": 2}; with "in_order": true (and "skip", "killed": [steps]), every
+item is loaded in this one process instead, in order (``in_order``: the cpu_level check).
 
 Each child that loaded also reports what it then maps (/proc/self/maps): every file the imports
 mapped (the check holds each to the image's files as the host reads them: code written at run time,
@@ -22,6 +23,7 @@ the imports loaded with dlopen (``dlopened``).
 
 import importlib
 import importlib.machinery
+import json
 import os
 import re
 import signal
@@ -33,6 +35,7 @@ if TYPE_CHECKING:  # at run time _report.py, _dyn.py and _fork.py are prepended
     from builder.checks.probes._fork import child_result, fork_call, in_child
     from builder.checks.probes._report import report
 
+AT, ITEM = "K3-AT ", "K3-ITEM "  # in_order's lines (builder/checks/cpurun.py reads them)
 MISSING = re.compile(r"([^\s:/]+\.so[.\d]*): cannot open shared object file")
 LIMIT = 200
 MAPPED_LIMIT = 20000
@@ -94,10 +97,10 @@ def maps():
     return sorted({r[5].strip() for r in rows if len(r) == 6 and r[5].startswith("/")})
 
 
-def attempt(path, module, providers, drivers):
+def attempt(path, module, providers, drivers, mapped=True):
     if module is None:
         why = load_now(path, providers, drivers)
-        return why if why is not None else {"maps": maps()}
+        return why if why is not None or not mapped else {"maps": maps()}
     try:
         loaded = importlib.import_module(module)
     except BaseException as exc:  # noqa: BLE001 - whatever an import raises is the finding
@@ -108,7 +111,7 @@ def attempt(path, module, providers, drivers):
     where = os.path.realpath(getattr(loaded, "__file__", "") or "")
     if where != os.path.realpath(path):
         return f"import {module} loads {where or 'no file'} instead"
-    return {"maps": maps()}
+    return {"maps": maps()} if mapped else None
 
 
 def dlopened(mapped, files, sites):
@@ -182,6 +185,48 @@ def by_package(items, providers, drivers, timeout, jobs):
     return results
 
 
+def _line(marker, value):
+    """One line on fd 1 at once, after whatever the imports buffered: what a crash leaves behind."""
+    sys.stdout.flush()
+    os.write(1, (marker + json.dumps(value) + "\n").encode())
+
+
+def _step(key, fn, *args):
+    """One announced step: AT before, its ITEM (null, or why) after."""
+    _line(AT, key)
+    try:
+        result = fn(*args)
+    except BaseException as exc:  # noqa: BLE001 - whatever a load raises is its result
+        result = f"{type(exc).__name__}: {exc}"
+    _line(ITEM, [key, result[:400] if isinstance(result, str) else result])
+
+
+def _import_top(top):
+    importlib.import_module(top)
+
+
+def in_order(items, providers, drivers, skip, killed):
+    """Every item loaded in this one process, in order (cpu_level: one process under QEMU, not one per
+    file), each top-level package imported first as a step of its own ("import P"). Each step is
+    announced (AT) before and its result (ITEM) written after, so when an instruction the CPU lacks
+    kills the process the last AT names the step; the check then starts again past it (``skip``). A
+    package whose import killed the process (``killed``) is not tried again, nor are its files: each
+    would import it again."""
+    done, tops = 0, set()
+    for path, module in items:
+        top = module.split(".")[0] if module else None
+        if top and f"import {top}" in killed:
+            continue
+        if top and top not in tops:
+            tops.add(top)
+            if f"import {top}" not in skip:
+                _step(f"import {top}", _import_top, top)
+        if path not in skip:
+            _step(path, attempt, path, module, providers, drivers, False)
+            done += 1
+    return {"loaded": done}
+
+
 def main(req):
     sites = sorted({os.path.realpath(p) for p in sys.path if p and os.path.isdir(p)}, key=len, reverse=True)
     providers: dict[str, str] = {}
@@ -202,6 +247,8 @@ def main(req):
             continue
         items.append((path, module))
     drivers = set(req["driver_libraries"])
+    if req.get("in_order"):
+        return in_order(items, providers, drivers, set(req.get("skip") or ()), set(req.get("killed") or ()))
     jobs = max(1, min(req.get("jobs") or os.cpu_count() or 1, 8))
     results = by_package(items, providers, drivers, req.get("timeout", 120), jobs)
     mapped = sorted({f for r in results.values() if isinstance(r, dict) for f in r.get("maps", ())})
