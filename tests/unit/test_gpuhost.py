@@ -153,3 +153,15 @@ def test_a_hard_link_under_the_prefix_to_gpu_code_outside_it_is_not_hidden(tmp_p
         view = imagefiles.read(stream, (str(app),), judge)
     found = gpufound.host_found(view, (str(app),), "")
     assert str(app / "k.ptx") in {**found["files"], **found["errors"]}
+
+
+def test_a_file_over_the_spool_cap_is_unread_and_not_written_past_it(monkeypatch):
+    """The host spools one file at a time to disk: a file over MAX_FILE is not written past the cap
+    and is named unread."""
+    monkeypatch.setattr(gpuread, "MAX_FILE", 1000)
+    spool = gpuread.Spool("ptx")
+    for _ in range(3):
+        spool.feed(b".version 9.0\n.target sm_100a\n".ljust(500, b" "))
+    assert spool._file.tell() <= 1000
+    found = spool.result("0" * 64, gpuread.Judge(gpuread.Codecs(), 12))
+    assert isinstance(found, str) and "cap" in found
