@@ -36,6 +36,7 @@ zstandard = _optional("zstandard")
 lz4block = _optional("lz4.block")
 
 READER = "1"  # the reader's version: a change to what it reports changes it (the cache keys on it)
+MAX_FILE = 8 << 30  # bytes of one file spooled on the host (torch's libtorch_cuda.so is about 1.5 GB)
 MAX_ENTRY = 256 << 20  # a decompressed entry above this is not decoded (cu129's largest cubins are tens of MB)
 STEPS = (4096, 65536, 1 << 20)  # decoded prefixes tried before a whole compressed cubin (pure Python only)
 UnpackError = _unpack.UnpackError
@@ -240,7 +241,9 @@ class Spool:
         self.size = 0
 
     def feed(self, chunk: bytes) -> None:
-        self._file.write(chunk)
+        """Spool ``chunk``; past MAX_FILE nothing more is written (the file is then unread)."""
+        if self.size + len(chunk) <= MAX_FILE:
+            self._file.write(chunk)
         self.size += len(chunk)
 
     def result(self, sha256: str, judge: Judge) -> dict | str | None:
@@ -252,6 +255,8 @@ class Spool:
                 return kept[0]
             if self.size < 64:
                 return None
+            if self.size > MAX_FILE:
+                return f"{self.size} bytes, over the {MAX_FILE}-byte cap of the host's reading"
             self._file.flush()
             judge.codecs.spent = False
             with mmap.mmap(self._file.fileno(), 0, access=mmap.ACCESS_READ) as buf:

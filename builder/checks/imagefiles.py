@@ -272,7 +272,7 @@ def read(stream: IO[bytes], watch: tuple[str, ...], judge: gpuread.Judge | None 
                 if kind == "file":
                     head = _read_file(tar, member, path, path.startswith(tops), view, judge)
                 elif kind == "hardlink":
-                    _same_bytes(view, path, _normal(member.linkname))
+                    _same_bytes(view, path, _normal(member.linkname), tops if judge is not None else None)
                 link = member.linkname if kind == "link" else ""
                 cap = capability(member.pax_headers)
                 view.entries[path] = Entry(
@@ -283,10 +283,14 @@ def read(stream: IO[bytes], watch: tuple[str, ...], judge: gpuread.Judge | None 
     return view
 
 
-def _same_bytes(view: ImageFiles, path: str, target: str | None) -> None:
-    """A hard link holds its target's bytes: what the GPU reader found there is found here too."""
+def _same_bytes(view: ImageFiles, path: str, target: str | None, tops: tuple[str, ...] | None) -> None:
+    """A hard link holds its target's bytes: what the GPU reader found there is found here too. A
+    link under a watched root (``tops``, with a GPU reader) to a file outside them that was not read
+    as a shared object is unread: its bytes passed before anyone knew they were under the prefix."""
     if target in view.gpu:
         view.gpu[path] = view.gpu[target]
+    elif tops and path.startswith(tops) and not (target or "").startswith(tops) and target not in view.linked:
+        view.gpu[path] = f"a hard link to {str(target)[:200]!r} outside the prefix, whose bytes were not read"
     if target in view.linked:
         view.linked[path] = view.linked[target]
 

@@ -122,6 +122,7 @@ class Scorecard:
     rows: list[Row]
     warnings: list[str] = field(default_factory=list)
     facts: dict = field(default_factory=dict)  # gpu (derived driver floor), gpu_coverage
+    prefix_given: bool = False  # --prefix; else the image's interpreter named it (prefix_of)
 
     @property
     def fit(self) -> bool:
@@ -182,6 +183,10 @@ class Scorecard:
             names = [r.check for r in ran if r.basis == basis]
             if names:
                 lines.append(f"  {what}: {', '.join(names)}")
+        if not self.prefix_given:  # the host's rows read under it: what lies outside is not read
+            lines.append(
+                f"  the prefix {self.prefix} is the image's interpreter's answer (sys.prefix); --prefix fixes it"
+            )
         return lines
 
     def gpu_lines(self) -> list[str]:
@@ -253,6 +258,7 @@ def vet(
         engine, pinned_ref, expect, out_dir / contract.CHECK_REPORT_NAME, plugins=(NotApplicable(reasons),)
     )
     card = scorecard(report, image=ref, target=target.name, prefix=where)
+    card.prefix_given = prefix is not None
     if source is None and expect.modules.required:
         card.warnings.insert(
             0,

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from builder.checks import gpucache, gpufound, gpuread, gpurules
+from builder.checks import gpucache, gpufound, gpuread, gpurules, imagefiles
 from builder.checks.probes import _fatbin
 from tests.unit import gpuassets, gpuhost
 
@@ -138,3 +138,30 @@ def test_an_interpreter_that_hides_gpu_code_fails_by_the_host_s_reading(tmp_path
 class _View:
     def __init__(self, found: dict) -> None:
         self.gpu = found["files"]
+
+
+def test_a_hard_link_under_the_prefix_to_gpu_code_outside_it_is_not_hidden(tmp_path):
+    """A hard link's bytes come with its target, earlier in the stream: a target outside the prefix
+    that the reader did not read (not a shared object) leaves the link unread, never empty."""
+    outside, app = tmp_path / "opt", tmp_path / "app"
+    outside.mkdir(), app.mkdir()
+    ptx = outside / "k.ptx"
+    ptx.write_text(".version 9.0\n.target sm_100a\n.address_size 64\n" + "// pad\n" * 20)
+    (app / "k.ptx").hardlink_to(ptx)
+    judge = gpuread.Judge(gpuread.Codecs(), 12)
+    with gpuhost.export(outside, app) as stream:
+        view = imagefiles.read(stream, (str(app),), judge)
+    found = gpufound.host_found(view, (str(app),), "")
+    assert str(app / "k.ptx") in {**found["files"], **found["errors"]}
+
+
+def test_a_file_over_the_spool_cap_is_unread_and_not_written_past_it(monkeypatch):
+    """The host spools one file at a time to disk: a file over MAX_FILE is not written past the cap
+    and is named unread."""
+    monkeypatch.setattr(gpuread, "MAX_FILE", 1000)
+    spool = gpuread.Spool("ptx")
+    for _ in range(3):
+        spool.feed(b".version 9.0\n.target sm_100a\n".ljust(500, b" "))
+    assert spool._file.tell() <= 1000
+    found = spool.result("0" * 64, gpuread.Judge(gpuread.Codecs(), 12))
+    assert isinstance(found, str) and "cap" in found

@@ -336,3 +336,13 @@ def test_build_compare_vet_shows_both_scorecards_side_by_side(checkout, checks, 
     assert doc["ours"]["fit"] and not doc["reference"]["fit"] and not doc["reference_as_fit"]
     assert doc["reference"]["pinned"].startswith(upstream + "@sha256:")
     assert [r for r in doc["rows"] if r[0] == "labels"] == [["labels", "n/a", "n/a"]]
+
+
+def test_the_scorecard_says_the_prefix_is_the_image_s_word_unless_given():
+    """The host's rows read under the prefix; when the image's interpreter named it, they are not
+    beyond the image's influence, and the scorecard says so."""
+    rows = [vet.Row("gpu_code", "pass", "")]
+    told = vet.Scorecard("img", "img@sha256:" + "b" * 64, "cu129", "/p", rows)
+    assert any("/p is the image's interpreter's answer" in line for line in told.influence())
+    told.prefix_given = True
+    assert not any("interpreter's answer" in line for line in told.influence())
