@@ -12,7 +12,8 @@ from pathlib import Path
 from builder import __version__, log
 from builder.config import cascade, contract
 from builder.config.matrix import Matrix, Target
-from builder.config.platforms import flag, pinned_through_index, slug
+from builder.config.platforms import flag, pinned_through_index
+from builder.config.targetplatform import LockPaths, TargetPlatform
 from builder.deps import lock, oslock
 from builder.deps.lock import LockEntry
 from builder.deps.oslock import DebEntry
@@ -66,20 +67,6 @@ def parallelism(target: Target, cpus: int, memory_bytes: int, override: int | No
 
 
 @dataclass(frozen=True)
-class LockPaths:
-    """Where a target's committed locks are: the runtime and build locks, and the OS package lock
-    for a target with os_packages (None otherwise)."""
-
-    runtime: Path
-    build: Path
-    os: Path | None = None
-
-    def named(self) -> list[tuple[str, Path]]:
-        """(kind, path) of each lock the target has, in the order `build plan` shows them."""
-        return [("runtime", self.runtime), ("build", self.build), *([("os", self.os)] if self.os else [])]
-
-
-@dataclass(frozen=True)
 class Plan:
     """What a build of one target will read and produce; computed without network."""
 
@@ -107,23 +94,12 @@ class Plan:
     @classmethod
     def at(cls, whole: Target, root: Path, platform: str | None, matrix_path: Path | None = None) -> Plan:
         target = whole.for_platform(platform) if platform else whole
-        name = whole.name
-        # The first platform's files are where a one-platform target keeps them (naming a second
-        # platform moves no committed lock); each further platform's sit in a directory of its own.
-        sub = slug(platform) if platform and platform != whole.platform_names()[0] else ""
-
-        def at(path: Path) -> Path:
-            return path.parent / sub / path.name if sub else path
-
+        where = TargetPlatform.of(whole, platform)  # where its files are: config/targetplatform.py
         return cls(
             target=target,
             root=root,
-            dockerfile=at(contract.dockerfile_path(root, name)),
-            lock_paths=LockPaths(
-                runtime=at(contract.lock_path(root, name)),
-                build=at(contract.build_lock_path(root, name)),
-                os=at(contract.os_lock_path(root, name)) if target.os_packages else None,
-            ),
+            dockerfile=where.dockerfile(root),
+            lock_paths=where.lock_paths(root),
             output=target.image.tagged,
             matrix_path=matrix_path,
             platform=platform,
@@ -131,12 +107,15 @@ class Plan:
         )
 
     @property
+    def where(self) -> TargetPlatform:
+        """This plan's platform (the target as a whole when ``platform`` is None)."""
+        return TargetPlatform.of(self.whole or self.target, self.platform)
+
+    @property
     def record_dir(self) -> Path:
         """Where this plan's record set is: locks/<target>/, or, for one platform of a target built
         into an image index, locks/<target>/<os>-<arch>/ (the index's record is locks/<target>/)."""
-        if self.platform is None:
-            return contract.record_path(self.root, self.target.name).parent
-        return contract.platform_record_dir(self.root, self.target.name, self.platform)
+        return self.where.record_dir(self.root)
 
     @property
     def indexed(self) -> bool:
@@ -146,8 +125,7 @@ class Plan:
     @property
     def tag(self) -> str:
         """The tag this plan's build pushes: the target's, or <tag>-<os>-<arch> for one platform."""
-        tag = self.target.image.tag
-        return contract.platform_tag(tag, self.platform) if self.platform else tag
+        return self.where.image_tag
 
     def compiled_targets(self) -> list[tuple[str | None, Target]]:
         """Each platform the target compiles for, as its compile sees it (its own ``cuda.arch_list``):

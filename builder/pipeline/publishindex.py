@@ -24,6 +24,7 @@ from builder import log
 from builder.config import contract
 from builder.config.options import BuildOptions
 from builder.config.platforms import slug
+from builder.config.targetplatform import index_manifests
 from builder.engine.seam import Engine
 from builder.errors import ConfigError, RecordError
 from builder.fsutil import sha256_file
@@ -235,11 +236,7 @@ def platform_refs(plan: Plan, engine: Engine, image: str | None, only: str | Non
     served = engine.registry.raw_manifest(name, reference)
     if served is not None and "manifests" not in served.doc:
         return {_one_image_platform(plan, engine, image, f"{name}@{served.digest}", only): f"{name}@{served.digest}"}
-    entries = (served.doc.get("manifests") if served else None) or []
-    named = {
-        f"{(m.get('platform') or {}).get('os')}/{(m.get('platform') or {}).get('architecture')}": m["digest"]
-        for m in entries
-    }
+    named = index_manifests(served.doc) if served else {}
     missing = [p for p in wanted if p not in named]
     if missing:
         raise ConfigError(
