@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TypeAlias
 
 from builder import __version__, log
 from builder.config import cascade, contract
@@ -355,8 +356,13 @@ class LockSet:
         )
 
 
-def offline_checks(plan: Plan) -> tuple[str, LockSet]:
-    """Refusals that need nothing but the repo: drifted Dockerfile, missing/unhashed/wrong-CUDA lock."""
+# What the offline checks read and checked: the committed Dockerfile's text and the locks.
+Offline: TypeAlias = tuple[str, LockSet]
+
+
+def offline_checks(plan: Plan) -> Offline:
+    """Refusals that need nothing but the repo: drifted Dockerfile, missing/unhashed/wrong-CUDA lock.
+    Run once per platform per build: their result is handed on (``BuildContext.checked``)."""
     with log.step(f"{plan.target.name}: check the committed Dockerfile and locks"):
         dockerfile_text = render.check_committed(plan.target, plan.dockerfile)
         locks = LockSet.read(plan)

@@ -4,6 +4,8 @@ recorded manifests), and a compile the builder would run under QEMU is refused u
 
 from __future__ import annotations
 
+from collections import Counter
+
 import pytest
 
 from builder.commands.parser import build_parser
@@ -69,3 +71,25 @@ def test_each_platform_s_dockerfile_has_its_own_cache_mounts(both):  # noqa: F81
         ids[str(pp.platform)] = set(re.findall(r"--mount=type=cache,id=([^,]+),", pp.dockerfile.read_text()))
     assert ids["linux/amd64"] and ids["linux/arm64"] and not ids["linux/amd64"] & ids["linux/arm64"]
     assert all(i.endswith("-smoke-linux-arm64") for i in ids["linux/arm64"])
+
+
+@pytest.mark.parametrize("allow_emulated", [False, True])
+def test_each_platform_s_offline_checks_run_once_per_build(both, checks, monkeypatch, allow_emulated):  # noqa: F811
+    """The emulation refusal reads every chosen platform's Dockerfile and locks before the engine is
+    asked (issue 53: each platform's build then read them a second time); its build uses that read."""
+    from builder.dockerfile import render
+
+    read: Counter = Counter()
+    real = render.check_committed
+
+    def counted(target, path):
+        read[path] += 1
+        return real(target, path)
+
+    monkeypatch.setattr(render, "check_committed", counted)
+    engine, once = FakeEngine(), Counter({pp.dockerfile: 1 for pp in both.platform_plans()})
+    pipeline.build(both, engine, BuildOptions(allow_emulated=allow_emulated))
+    assert read == once and len(engine.requests) == 2
+    read.clear()
+    assert pipeline.build(both, engine, BuildOptions(allow_emulated=allow_emulated)).up_to_date
+    assert read == once
