@@ -162,11 +162,13 @@ def rehearse_lock(plan: Plan):
 
 
 def build(plan: Plan, engine: Engine, options: BuildOptions) -> BuildOutcome:
+    # --platform (a value BuildOptions already took as a platform) that the target does not name,
+    # or on a one-image target: refused before the target's lock is taken, not ignored.
+    plan.chosen(options.platforms)
     with target_lock(plan):
         try:
             if plan.indexed:  # each platform built on its own, then one image index names them
                 return _index_outcome(plan, publishindex.build_index(plan, engine, options, _build))
-            plan.chosen(options.platforms)  # --platform on a one-image target: refused, not ignored
             return _build(plan, engine, options)
         finally:
             if not options.keep_context:

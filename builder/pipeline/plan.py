@@ -13,7 +13,7 @@ from typing import TypeAlias
 from builder import __version__, log
 from builder.config import cascade, contract
 from builder.config.matrix import Matrix, Target
-from builder.config.platforms import flag, pinned_through_index
+from builder.config.platforms import pinned_through_index
 from builder.config.targetplatform import LockPaths, TargetPlatform
 from builder.deps import lock, oslock
 from builder.deps.lock import LockEntry
@@ -147,11 +147,11 @@ class Plan:
     def chosen(self, platforms: tuple[str, ...]) -> list[Plan]:
         """The platform plans --platform names (``platforms``), else all. A platform the target does
         not name, or --platform on a target built as one image (no index), is refused (exit 2): a
-        flag that would do nothing, or build something else, is no flag to ignore."""
+        flag that would do nothing, or build something else, is no flag to ignore. Whether each
+        value is a platform at all was read once, up front (``platforms.flag``: BuildOptions, and
+        `build test`'s own reading)."""
         from builder.config.patterns import did_you_mean
 
-        for p in platforms:
-            flag(p)  # a value no target can name: the same words for every command
         names = self.target.platform_names()
         if platforms and not self.target.platforms:
             raise ConfigError(
