@@ -226,10 +226,15 @@ def record_path(root: Path, target: str) -> Path:
     return root / LOCKS_DIR / target / RECORD_NAME
 
 
+def platform_slug(platform: str) -> str:
+    """linux/arm64 -> linux-arm64: a platform in a file, directory or tag name (the one spelling)."""
+    return platform.replace("/", "-")
+
+
 def platform_record_dir(root: Path, target: str, platform: str) -> Path:
     """locks/<target>/<os>-<arch>/: one platform's record set of a target built into an image index
     (its image.json, SBOM and provenance); locks/<target>/image.json is then the index's record."""
-    return root / LOCKS_DIR / target / platform.replace("/", "-")
+    return root / LOCKS_DIR / target / platform_slug(platform)
 
 
 INDEX_KIND = "image-index"  # image.json's ``kind`` for the record of an image index (builder/records/index.py)
@@ -237,7 +242,7 @@ INDEX_KIND = "image-index"  # image.json's ``kind`` for the record of an image i
 
 def platform_tag(tag: str, platform: str) -> str:
     """The tag one platform's manifest is pushed under before the index names it: <tag>-<os>-<arch>."""
-    return f"{tag}-{platform.replace('/', '-')}"
+    return f"{tag}-{platform_slug(platform)}"
 
 
 def sbom_path(root: Path, target: str) -> Path:

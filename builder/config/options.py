@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from builder import log
+from builder.config.platforms import flag
 from builder.errors import ConfigError
 from builder.fsutil import read_regular
 
@@ -42,6 +43,8 @@ class BuildOptions:
             raise ConfigError(f"--max-jobs: must be between 1 and {MAX_JOBS_LIMIT} (got {self.max_jobs})")
         if not 1 <= self.jobs <= 64:
             raise ConfigError(f"--jobs: must be between 1 and 64 (got {self.jobs})")
+        for platform in self.platforms:  # once, up front: before any engine, lock or target is asked
+            flag(platform)
 
 
 def read_secret_file(path: Path, sid: str) -> str:

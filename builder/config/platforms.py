@@ -17,6 +17,7 @@ from typing import Annotated, Any, Literal
 from pydantic import AfterValidator, BeforeValidator, Field, StrictStr
 from pydantic.json_schema import WithJsonSchema
 
+from builder.config import contract
 from builder.config.patterns import (
     IMAGE_RE,
     PINNED_IMAGE_JSON,
@@ -59,8 +60,8 @@ DEFAULT_PLATFORM = "linux/amd64"
 
 
 def slug(platform: str) -> str:
-    """linux/arm64 -> linux-arm64: the platform in a file or directory name."""
-    return platform.replace("/", "-")
+    """linux/arm64 -> linux-arm64: the platform in a file or directory name (``contract.platform_slug``)."""
+    return contract.platform_slug(platform)
 
 
 class BaseImage(Frozen):

@@ -13,7 +13,7 @@ import jinja2
 
 from builder.config import contract
 from builder.config.matrix import Target
-from builder.config.platforms import slug
+from builder.config.targetplatform import TargetPlatform
 from builder.dockerfile import compilecache
 from builder.errors import DriftError
 
@@ -116,13 +116,13 @@ def template_vars(target: Target) -> dict:
     labels[target.labels.lock_sha256] = "${K3_LOCK_SHA256}"
     standalone = target.python.provider == "standalone"
     tps = third_party(target)
+    own = target.platform_names()[0] if target.platforms else None  # this view's platform
     return {
         "name": target.name,
         # The platform this Dockerfile builds, for a target that names platforms (one per platform).
-        "platform": target.platform_names()[0] if target.platforms else None,
-        # BuildKit cache mount ids: one set per platform (an arm64 apt/pip/sccache cache is not amd64's);
-        # the first platform's stay k3-<kind>-<target>, the ids its caches had before platforms.
-        "cache_id": f"{target.name}-{slug(target.platform_names()[0])}" if target.later_platform else target.name,
+        "platform": own,
+        # BuildKit cache mount ids: one set per platform (config/targetplatform.py: cache_id).
+        "cache_id": TargetPlatform.of(target, own).cache_id,
         "bases": target.bases,
         "arch_list": " ".join(target.cuda.arch_list),
         "nvcc_threads": target.compile.nvcc_threads,
@@ -175,11 +175,10 @@ def output_path(matrix_path: Path, target: str) -> Path:
 def outputs(target: Target, matrix_path: Path) -> list[tuple[Path, str]]:
     """Every Dockerfile a target renders to, with its text: one per platform it names, the first
     at dockerfiles/<target>/Dockerfile, each further one under <os>-<arch>/ (as pipeline.plan's)."""
-    first = output_path(matrix_path, target.name)
-    names = target.platform_names()
-    out = [(first, render(target))]
-    for p in names[1:]:
-        out.append((first.parent / slug(p) / first.name, render(target.for_platform(p))))
+    root, out = matrix_path.resolve().parent, []
+    for p in target.platform_names():
+        where = TargetPlatform.of(target, p)
+        out.append((where.dockerfile(root), render(target if where.first else target.for_platform(p))))
     return out
 
 

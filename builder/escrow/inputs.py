@@ -14,6 +14,7 @@ from enum import Enum
 from pathlib import Path
 
 from builder.config import contract
+from builder.config.targetplatform import TargetPlatform
 from builder.deps import lock, oslock
 from builder.errors import RecordError
 from builder.fsutil import sha256_file
@@ -126,18 +127,12 @@ class PlatformFiles:
 
 
 def platform_files(root: Path, target) -> list[PlatformFiles]:
-    """Each platform's record directory, lock directory and Dockerfile, as verify reads them."""
-    if not target.platforms:
-        locks = contract.lock_path(root, target.name).parent
-        return [PlatformFiles(target.platform_names()[0], locks, locks, contract.dockerfile_path(root, target.name))]
+    """Each platform's record directory, lock directory and Dockerfile, as verify reads them
+    (builder/config/targetplatform.py: the first platform's files in place)."""
     out = []
-    for i, platform in enumerate(target.platform_names()):
-        sub = "" if i == 0 else platform.replace("/", "-")
-        locks = contract.lock_path(root, target.name).parent / sub
-        dockerfile = contract.dockerfile_path(root, target.name).parent / sub / contract.DOCKERFILE_NAME
-        out.append(
-            PlatformFiles(platform, contract.platform_record_dir(root, target.name, platform), locks, dockerfile)
-        )
+    for platform in target.platform_names():
+        where = TargetPlatform.of(target, platform if target.platforms else None)
+        out.append(PlatformFiles(platform, where.record_dir(root), where.lock_dir(root), where.dockerfile(root)))
     return out
 
 

@@ -20,7 +20,6 @@ from __future__ import annotations
 import datetime as dt
 import shutil
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
 from secrets import token_hex
 
@@ -36,7 +35,8 @@ from builder.errors import CheckFailed, RecordError
 from builder.fsutil import atomic_write, sha256_bytes
 from builder.pipeline import publish, publishindex
 from builder.pipeline.context import BuildContext, Prepared, prepare, run_engine
-from builder.pipeline.plan import LockSet, Plan
+from builder.pipeline.outcome import BuildOutcome
+from builder.pipeline.plan import LockSet, Offline, Plan
 from builder.pipeline.reproduce import Reproduction, reproduce, reproduce_all
 from builder.pipeline.targetlock import prune, target_lock
 from builder.records import index
@@ -56,23 +56,6 @@ __all__ = [
     "reproduce_all",
     "test",
 ]
-
-
-@dataclass
-class BuildOutcome:
-    target: str
-    image: str
-    digest: str
-    size: int | None
-    seconds: float
-    record: Path
-    log: Path | None
-    changed: bool = True
-    up_to_date: bool = False
-    cache: compilecache.Stats | None = None
-    gpu: dict | None = None  # the record's gpu (derived driver floor, coverage): the summary shows it
-    platform: str | None = None  # one platform of an image index
-    platforms: list[BuildOutcome] = field(default_factory=list)  # an image index's: each platform's build
 
 
 # --- render -------------------------------------------------------------------------------------
@@ -179,11 +162,13 @@ def rehearse_lock(plan: Plan):
 
 
 def build(plan: Plan, engine: Engine, options: BuildOptions) -> BuildOutcome:
+    # --platform (a value BuildOptions already took as a platform) that the target does not name,
+    # or on a one-image target: refused before the target's lock is taken, not ignored.
+    plan.chosen(options.platforms)
     with target_lock(plan):
         try:
             if plan.indexed:  # each platform built on its own, then one image index names them
                 return _index_outcome(plan, publishindex.build_index(plan, engine, options, _build))
-            plan.chosen(options.platforms)  # --platform on a one-image target: refused, not ignored
             return _build(plan, engine, options)
         finally:
             if not options.keep_context:
@@ -214,12 +199,13 @@ def _drop_inputs(plan: Plan) -> None:
             shutil.rmtree(build_dir / name, ignore_errors=True)
 
 
-def _build(plan: Plan, engine: Engine, options: BuildOptions) -> BuildOutcome:
+def _build(plan: Plan, engine: Engine, options: BuildOptions, *, offline: Offline | None = None) -> BuildOutcome:
+    """One image's build (``offline``: its offline checks, when the index assembly ran them already)."""
     target, started = plan.target, time.monotonic()
     record_path = plan.record_dir / contract.RECORD_NAME
     previous = records.read(record_path)  # a damaged record stops the build before anything runs
     _record_holds(plan, previous)
-    ctx = BuildContext.checked(plan, engine, options)
+    ctx = BuildContext.checked(plan, engine, options, offline=offline)
     if not options.force and not options.no_cache:
         with log.step(f"{target.name}: compare inputs with the record"):
             current = previous is not None and up_to_date(ctx, previous)

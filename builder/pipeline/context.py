@@ -22,7 +22,7 @@ from builder.deps.buildcontext import assemble
 from builder.dockerfile import compilecache
 from builder.engine.buildx import BuildRequest, BuildResult, Engine, EngineInfo
 from builder.errors import ConfigError, EngineUnavailable
-from builder.pipeline.plan import LockSet, Plan, input_key, offline_checks, parallelism
+from builder.pipeline.plan import LockSet, Offline, Plan, input_key, offline_checks, parallelism
 from builder.records import store as records
 from builder.source import fetches, kernelmap, kernelplan
 from builder.source import pinned as source
@@ -50,11 +50,19 @@ class BuildContext:
 
     @classmethod
     def checked(
-        cls, plan: Plan, engine: Engine, options: BuildOptions, *, tag: str | None = None, no_cache: bool | None = None
+        cls,
+        plan: Plan,
+        engine: Engine,
+        options: BuildOptions,
+        *,
+        tag: str | None = None,
+        no_cache: bool | None = None,
+        offline: Offline | None = None,
     ) -> BuildContext:
         """The offline checks (`plan.offline_checks`), then the context of a build of the bytes they
-        read. ``tag``: the target's unless given; ``no_cache``: --no-cache unless given."""
-        dockerfile_text, locks = offline_checks(plan)
+        read. ``tag``: the target's unless given; ``no_cache``: --no-cache unless given;
+        ``offline``: the offline checks' result when they already ran in this build (not run again)."""
+        dockerfile_text, locks = offline if offline is not None else offline_checks(plan)
         return cls(
             plan=plan,
             engine=engine,

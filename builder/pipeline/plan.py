@@ -8,11 +8,13 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TypeAlias
 
 from builder import __version__, log
 from builder.config import cascade, contract
 from builder.config.matrix import Matrix, Target
-from builder.config.platforms import flag, pinned_through_index, slug
+from builder.config.platforms import pinned_through_index
+from builder.config.targetplatform import LockPaths, TargetPlatform
 from builder.deps import lock, oslock
 from builder.deps.lock import LockEntry
 from builder.deps.oslock import DebEntry
@@ -66,20 +68,6 @@ def parallelism(target: Target, cpus: int, memory_bytes: int, override: int | No
 
 
 @dataclass(frozen=True)
-class LockPaths:
-    """Where a target's committed locks are: the runtime and build locks, and the OS package lock
-    for a target with os_packages (None otherwise)."""
-
-    runtime: Path
-    build: Path
-    os: Path | None = None
-
-    def named(self) -> list[tuple[str, Path]]:
-        """(kind, path) of each lock the target has, in the order `build plan` shows them."""
-        return [("runtime", self.runtime), ("build", self.build), *([("os", self.os)] if self.os else [])]
-
-
-@dataclass(frozen=True)
 class Plan:
     """What a build of one target will read and produce; computed without network."""
 
@@ -107,23 +95,12 @@ class Plan:
     @classmethod
     def at(cls, whole: Target, root: Path, platform: str | None, matrix_path: Path | None = None) -> Plan:
         target = whole.for_platform(platform) if platform else whole
-        name = whole.name
-        # The first platform's files are where a one-platform target keeps them (naming a second
-        # platform moves no committed lock); each further platform's sit in a directory of its own.
-        sub = slug(platform) if platform and platform != whole.platform_names()[0] else ""
-
-        def at(path: Path) -> Path:
-            return path.parent / sub / path.name if sub else path
-
+        where = TargetPlatform.of(whole, platform)  # where its files are: config/targetplatform.py
         return cls(
             target=target,
             root=root,
-            dockerfile=at(contract.dockerfile_path(root, name)),
-            lock_paths=LockPaths(
-                runtime=at(contract.lock_path(root, name)),
-                build=at(contract.build_lock_path(root, name)),
-                os=at(contract.os_lock_path(root, name)) if target.os_packages else None,
-            ),
+            dockerfile=where.dockerfile(root),
+            lock_paths=where.lock_paths(root),
             output=target.image.tagged,
             matrix_path=matrix_path,
             platform=platform,
@@ -131,12 +108,15 @@ class Plan:
         )
 
     @property
+    def where(self) -> TargetPlatform:
+        """This plan's platform (the target as a whole when ``platform`` is None)."""
+        return TargetPlatform.of(self.whole or self.target, self.platform)
+
+    @property
     def record_dir(self) -> Path:
         """Where this plan's record set is: locks/<target>/, or, for one platform of a target built
         into an image index, locks/<target>/<os>-<arch>/ (the index's record is locks/<target>/)."""
-        if self.platform is None:
-            return contract.record_path(self.root, self.target.name).parent
-        return contract.platform_record_dir(self.root, self.target.name, self.platform)
+        return self.where.record_dir(self.root)
 
     @property
     def indexed(self) -> bool:
@@ -146,8 +126,7 @@ class Plan:
     @property
     def tag(self) -> str:
         """The tag this plan's build pushes: the target's, or <tag>-<os>-<arch> for one platform."""
-        tag = self.target.image.tag
-        return contract.platform_tag(tag, self.platform) if self.platform else tag
+        return self.where.image_tag
 
     def compiled_targets(self) -> list[tuple[str | None, Target]]:
         """Each platform the target compiles for, as its compile sees it (its own ``cuda.arch_list``):
@@ -168,11 +147,11 @@ class Plan:
     def chosen(self, platforms: tuple[str, ...]) -> list[Plan]:
         """The platform plans --platform names (``platforms``), else all. A platform the target does
         not name, or --platform on a target built as one image (no index), is refused (exit 2): a
-        flag that would do nothing, or build something else, is no flag to ignore."""
+        flag that would do nothing, or build something else, is no flag to ignore. Whether each
+        value is a platform at all was read once, up front (``platforms.flag``: BuildOptions, and
+        `build test`'s own reading)."""
         from builder.config.patterns import did_you_mean
 
-        for p in platforms:
-            flag(p)  # a value no target can name: the same words for every command
         names = self.target.platform_names()
         if platforms and not self.target.platforms:
             raise ConfigError(
@@ -377,8 +356,13 @@ class LockSet:
         )
 
 
-def offline_checks(plan: Plan) -> tuple[str, LockSet]:
-    """Refusals that need nothing but the repo: drifted Dockerfile, missing/unhashed/wrong-CUDA lock."""
+# What the offline checks read and checked: the committed Dockerfile's text and the locks.
+Offline: TypeAlias = tuple[str, LockSet]
+
+
+def offline_checks(plan: Plan) -> Offline:
+    """Refusals that need nothing but the repo: drifted Dockerfile, missing/unhashed/wrong-CUDA lock.
+    Run once per platform per build: their result is handed on (``BuildContext.checked``)."""
     with log.step(f"{plan.target.name}: check the committed Dockerfile and locks"):
         dockerfile_text = render.check_committed(plan.target, plan.dockerfile)
         locks = LockSet.read(plan)

@@ -16,19 +16,20 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Protocol
 
 from builder import log
 from builder.config import contract
 from builder.config.options import BuildOptions
 from builder.config.platforms import slug
+from builder.config.targetplatform import index_manifests
 from builder.engine.seam import Engine
 from builder.errors import ConfigError, RecordError
 from builder.fsutil import sha256_file
 from builder.pipeline.context import emulated_refused
-from builder.pipeline.plan import Plan
+from builder.pipeline.outcome import BuildOutcome
+from builder.pipeline.plan import Offline, Plan
 from builder.records import artifacts, index
 from builder.records import store as records
 
@@ -38,24 +39,33 @@ class IndexResult:
     record: index.IndexRecord
     changed: bool  # a new index digest (or a new record of it)
     up_to_date: bool  # every platform up to date and the index as recorded, served under the tag
-    platforms: list[Any]  # each platform's build.BuildOutcome, in the matrix's order
+    platforms: list[BuildOutcome]  # each platform's, in the matrix's order
     seconds: float
 
 
-def build_index(plan: Plan, engine: Engine, options: BuildOptions, build_one: Callable[..., Any]) -> IndexResult:
+class BuildOne(Protocol):
+    """One platform's whole one-image build (pipeline.build._build, which imports this module).
+    ``offline``: its offline checks' results when they already ran for this build (run once)."""
+
+    def __call__(
+        self, plan: Plan, engine: Engine, options: BuildOptions, *, offline: Offline | None = None
+    ) -> BuildOutcome: ...
+
+
+def build_index(plan: Plan, engine: Engine, options: BuildOptions, build_one: BuildOne) -> IndexResult:
     """Every platform built (or up to date) with ``build_one`` (pipeline.build._build), then the index."""
     started, target = time.monotonic(), plan.target
     record_path = plan.record_dir / contract.RECORD_NAME
     previous = _previous(plan)  # a damaged index record stops the build before anything runs
     chosen = plan.chosen(options.platforms)  # --platform's (each one the target names), else all
-    _emulation_refused(plan, engine, options, chosen)
+    offline = _emulation_refused(plan, engine, options, chosen)  # each platform's offline checks, if run
     # A platform not built now joins the index only as recorded, unchanged and served (checked
     # before anything is built): never an edited, stale or missing manifest under the tag.
     kept = {str(pp.platform): _recorded(pp, engine) for pp in plan.platform_plans() if pp not in chosen}
-    outcomes: list[Any] = []
-    for pp in chosen:
+    outcomes: list[BuildOutcome] = []
+    for pp, checked in zip(chosen, offline, strict=True):
         log.info(f"{target.name}: platform {pp.platform} ({len(outcomes) + 1} of {len(chosen)})")
-        outcomes.append(build_one(pp, engine, options))
+        outcomes.append(build_one(pp, engine, options, offline=checked))
     built = {str(pp.platform): o.digest for pp, o in zip(chosen, outcomes, strict=True)}
     manifests = {p: built.get(p) or kept[p] for p in target.platform_names()}  # every platform, always
     with log.step(f"{target.name}: image index of {', '.join(manifests)} under {target.image.tagged}"):
@@ -70,19 +80,21 @@ def build_index(plan: Plan, engine: Engine, options: BuildOptions, build_one: Ca
     return dataclasses.replace(result, seconds=time.monotonic() - started)
 
 
-def _emulation_refused(plan: Plan, engine: Engine, options: BuildOptions, chosen: list[Plan]) -> None:
+def _emulation_refused(plan: Plan, engine: Engine, options: BuildOptions, chosen: list[Plan]) -> list[Offline | None]:
     """Every chosen platform's emulated-compile refusal (context.emulated_refused) before any is
     built: an arm64 compile refused after an hour of amd64 compile wastes the hour. One platform is
-    refused by its own build; the offline checks still come before the engine is asked."""
+    refused by its own build; the offline checks still come before the engine is asked. Returns
+    each chosen platform's offline checks (None where they did not run here), which its build then
+    uses rather than running them again: one read of the Dockerfile and locks per build."""
     if options.allow_emulated or len(chosen) < 2:
-        return
+        return [None] * len(chosen)
     from builder.pipeline.plan import offline_checks
 
-    for pp in chosen:
-        offline_checks(pp)
+    checked: list[Offline | None] = [offline_checks(pp) for pp in chosen]
     native = engine.preflight(options.builder).native
     for pp in chosen:
         emulated_refused(plan.target.name, pp.platform, native, False)
+    return checked
 
 
 def _recorded(pp: Plan, engine: Engine) -> str:
@@ -235,11 +247,7 @@ def platform_refs(plan: Plan, engine: Engine, image: str | None, only: str | Non
     served = engine.registry.raw_manifest(name, reference)
     if served is not None and "manifests" not in served.doc:
         return {_one_image_platform(plan, engine, image, f"{name}@{served.digest}", only): f"{name}@{served.digest}"}
-    entries = (served.doc.get("manifests") if served else None) or []
-    named = {
-        f"{(m.get('platform') or {}).get('os')}/{(m.get('platform') or {}).get('architecture')}": m["digest"]
-        for m in entries
-    }
+    named = index_manifests(served.doc) if served else {}
     missing = [p for p in wanted if p not in named]
     if missing:
         raise ConfigError(

@@ -20,6 +20,7 @@ from packageurl import PackageURL
 from builder import __version__
 from builder.config import cascade, contract
 from builder.config.matrix import Target
+from builder.config.targetplatform import TargetPlatform
 from builder.deps.lock import normalize
 from builder.deps.oslock import DebEntry
 from builder.fsutil import sha256_bytes, sha256_file
@@ -141,13 +142,6 @@ def _wheel_deps(prefix: str, wheels: Mapping[str, str]) -> list[dict]:
     return out
 
 
-def _platform_dir(first: Path, record: Record) -> Path:
-    """The directory of the files one platform's build read: ``first``'s (the target's own, and its
-    first platform's), or <os>-<arch>/ under it for a further platform of an image index."""
-    sub = first.parent / str(record.platform).replace("/", "-") if record.platform else None
-    return sub if sub is not None and (sub / first.name).is_file() else first.parent
-
-
 def resolved_dependencies(
     target: Target,
     record: Record,
@@ -174,10 +168,9 @@ def resolved_dependencies(
     )
     for ref, _, url, commit in third_party_trees(record):
         deps.append(_dep(ref, f"git+{url}@{commit}", {"gitCommit": commit}))
-    locks, dockerfiles = (
-        _platform_dir(contract.lock_path(root, target.name), record),
-        _platform_dir(contract.dockerfile_path(root, target.name), record),
-    )
+    # The files this platform's build read: its own (config/targetplatform.py says where).
+    where = TargetPlatform.of(target, record.platform)
+    locks, dockerfiles = where.lock_dir(root), where.dockerfile(root).parent
     for name, path, sha in (
         ("lock", locks / contract.LOCK_NAME, record.lock_sha256),
         ("build-lock", locks / contract.BUILD_LOCK_NAME, record.build_lock_sha256),
@@ -191,9 +184,7 @@ def resolved_dependencies(
     if record.wheel_records is not None:  # what installed_files holds each installed RECORD to
         # The record that holds them: the platform's own (locks/<target>/<os>-<arch>/image.json) for
         # one platform of an image index, whose locks/<target>/image.json is the index's (no wheel_records).
-        held = contract.record_path(root, target.name)
-        if record.platform:
-            held = contract.platform_record_dir(root, target.name, record.platform) / contract.RECORD_NAME
+        held = where.record_dir(root) / contract.RECORD_NAME
         uri, notes = _repo_uri(target, held)
         digest = {"sha256": wheel_records_sha256(record.wheel_records)}
         deps.append(_dep("wheel-records", uri, digest, {**notes, "field": contract.RECORD_WHEELS}))

@@ -17,6 +17,7 @@ from typing import TypeVar
 from builder.config import contract
 from builder.config.gpu import cell_runs
 from builder.config.matrix import Target
+from builder.config.targetplatform import TargetPlatform
 from builder.deps import lock, oslock
 from builder.deps.lock import normalize
 from builder.dockerfile import render
@@ -69,18 +70,16 @@ class Verifier:
         self.root = root
         self.t = target.for_platform(platform) if platform else target
         self.platform = platform
-        # The first platform's Dockerfile and locks are where a one-platform target keeps them.
-        sub = "" if platform in (None, target.platform_names()[0]) else str(platform).replace("/", "-")
-        files = contract.dockerfile_path(root, target.name).parent / sub
-        locks = contract.lock_path(root, target.name).parent / sub
-        self.dockerfile = files / contract.DOCKERFILE_NAME
-        self.lock = locks / contract.LOCK_NAME
-        self.build_lock = locks / contract.BUILD_LOCK_NAME
-        self.os_lock = locks / contract.OS_LOCK_NAME
-        self.record_dir = contract.platform_record_dir(root, target.name, platform) if platform else locks
+        where = TargetPlatform.of(target, platform)  # its files, record set and tag: config/targetplatform.py
+        locks = where.lock_paths(root)
+        self.dockerfile = where.dockerfile(root)
+        self.lock = locks.runtime
+        self.build_lock = locks.build
+        self.os_lock = where.lock_dir(root) / contract.OS_LOCK_NAME
+        self.record_dir = where.record_dir(root)
         self.sbom_path = self.record_dir / contract.SBOM_NAME
         self.prov_path = self.record_dir / contract.PROVENANCE_NAME
-        self.tag = contract.platform_tag(target.image.tag, platform) if platform else target.image.tag
+        self.tag = where.image_tag
         self._record: records.Record | None = None
 
     @property

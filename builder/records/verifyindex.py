@@ -12,6 +12,7 @@ from pathlib import Path
 
 from builder.config import contract
 from builder.config.matrix import Target
+from builder.config.targetplatform import index_manifests
 from builder.errors import BuilderError
 from builder.fsutil import sha256_file
 from builder.records import artifacts, index, provsign
@@ -144,10 +145,7 @@ class IndexVerifier:
         _need(served is not None and served.digest == r.digest, f"the registry does not serve {r.image}")
         now = engine.registry.resolve_digest(self.t.image.tagged)
         _need(now == r.digest, f"tag {self.t.image.tag} points at {now}, image.json says {r.digest}")
-        entries = {
-            f"{(m.get('platform') or {}).get('os')}/{(m.get('platform') or {}).get('architecture')}": m.get("digest")
-            for m in json.loads(served.raw).get("manifests", [])
-        }
+        entries = index_manifests(json.loads(served.raw))
         _need(entries == r.manifests(), f"the served index names {entries}, image.json {r.manifests()}")
         return f"serves {r.digest[:19]} under {self.t.image.tag}, naming {len(entries)} manifests as recorded"
 

@@ -63,7 +63,7 @@ def test_each_question_of_find_your_way_names_a_module_that_holds_what_it_says()
     assert len(rows) == 4, rows
     wanted = {
         "builder/host/verdicts.py": ("def evaluate(", "ORDER = "),
-        "builder/pipeline/plan.py": ("def at(",),
+        "builder/config/targetplatform.py": ("class TargetPlatform", "def of(", "def index_manifests("),
         "builder/checks/gpurules.py": ("def loads_on(", "def floor(", "def coverage("),
         "builder/source/export.py": ("def plan(", "def write("),
     }
