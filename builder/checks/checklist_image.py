@@ -222,6 +222,11 @@ def test_cpu_level(image_host, expect, report_warning):
     model = cpurun.load_all(image_host, cpurun.command(probes.PYTHON, env, plan.qemu, level.model), request)
     if model.unstarted and native.complete:  # a wrapper script, say: QEMU starts ELF programs only
         pytest.skip(f"NOT CHECKED: {level.name}: QEMU could not start the image's python (not an ELF program?)")
+    # Nothing loaded as the container runs it: no file was tried on the model, so the level is not shown.
+    assert native.results, (
+        f"expected files to load under {expect.app_prefix} as the container runs it (the baseline cpu_level holds "
+        f"{level.name} to), found none: {native.tail or 'no output'}"
+    )
     version = " ".join(image_host.run(f"{plan.qemu} -version").stdout.strip().splitlines()[:1]) or plan.qemu
     emulated = f" (the container runs {platform} emulated: the baseline is the binfmt handler's CPU)"
     report_warning(

@@ -227,3 +227,31 @@ def test_an_interpreter_qemu_cannot_start_is_said_unstarted_not_passed(tmp_path)
     # an interpreter that starts and dies on the model is a finding, not "unstarted"
     simd = _run(_tree(tmp_path / "b", simd=True), qemu, "Nehalem-v1")
     assert not simd.unstarted
+
+
+def test_a_prefix_with_nothing_to_load_fails_rather_than_passing_the_level(tmp_path):
+    """No file loaded as the container runs it: nothing was tried on the model, so the claim is not shown."""
+    from types import SimpleNamespace
+
+    from builder.checks.checklist_image import test_cpu_level
+
+    qemu = _qemu_x86()
+    (tmp_path / "bin").mkdir()
+    (tmp_path / "bin/python").symlink_to(Path(sys.executable).resolve())
+    (tmp_path / "prefix").mkdir()
+
+    class _PathShell(_Shell):  # the image's `python` is this machine's interpreter
+        def run(self, command: str, *args: object) -> Ran:
+            return super().run(f"PATH={tmp_path / 'bin'}:$PATH; " + command, *args)
+
+    expect = SimpleNamespace(
+        platform="linux/amd64",
+        cpu={"linux/amd64": "x86-64-v2"},
+        qemu=qemu,
+        app_prefix=str(tmp_path / "prefix"),
+        compat_dir=str(tmp_path),
+        waivers={},
+        emulated=False,
+    )
+    with pytest.raises(AssertionError, match="found none"):
+        test_cpu_level(_PathShell(), expect, lambda message: None)
