@@ -61,8 +61,6 @@ def test_gpu_code(gpu_found, expect, image, report_warning, record_fact, image_f
         report_warning(f"gpu_code: {line}")
     for reason, n in sorted(result.unknown.items()):
         report_warning(f"gpu_code: {n} cubin(s) with toolkit unknown ({reason}): their major is not checked")
-    for path, err in sorted(gpu_found.get("errors", {}).items()):
-        report_warning(f"gpu_code: {path} unreadable: {err}")
     record_fact(
         "gpu",
         {
@@ -76,6 +74,8 @@ def test_gpu_code(gpu_found, expect, image, report_warning, record_fact, image_f
         },
     )
     problems = list(result.problems) + list(gpu_found["mismatches"])
+    # GPU code the host could not read has no floor: never counted as none (that would pass it).
+    problems += [f"{path}: GPU code unread on the host: {err}" for path, err in sorted(gpu_found["errors"].items())]
     # Held to the host's reading: a shared object that is not a loadable ELF carries no GPU code any
     # driver runs (a required extension with no file at all is gpu_coverage's: it covers no family).
     problems += [f"{path}: {why}" for path, why in boundary.static_unloadable(image_files, expect)]

@@ -285,3 +285,16 @@ def test_every_record_hash_is_checked_again_on_the_host():
     e = _correct()[1]
     with pytest.raises(AssertionError, match=r"found 2: .*_c\.so: sha256 differs .*read on the host"):
         checklist_image.test_installed_files(Host(), e, lambda m: None, view)
+
+
+def test_gpu_code_the_host_could_not_read_fails_gpu_code_never_counts_as_none():
+    """A file whose GPU code the host could not read (a truncated fatbin, over the spool cap, a hard
+    link whose bytes were not read) has no derived floor: gpu_code names it and fails."""
+    f, e, image, host = _correct()
+    found = checklist_gpu.gpu_found.__wrapped__(host, image, e, host.files)
+    checklist_gpu.test_gpu_code(found, e, image, lambda m: None, lambda k, v: None, host.files)
+    host.files.gpu[_EXT] = "ValueError: fatbin entry runs past its section"
+    found = checklist_gpu.gpu_found.__wrapped__(host, image, e, host.files)
+    assert found["errors"] == {_EXT: "ValueError: fatbin entry runs past its section"}
+    with pytest.raises(AssertionError, match=f"{_EXT}: GPU code unread on the host: ValueError: fatbin entry"):
+        checklist_gpu.test_gpu_code(found, e, image, lambda m: None, lambda k, v: None, host.files)
