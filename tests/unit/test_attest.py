@@ -70,16 +70,17 @@ WHEELS = {  # the context's wheelhouse: two platform wheels of torch (only one w
 }
 
 
-@pytest.fixture()
-def inputs():
-    t = matrix.load(REPO / "matrix.yaml").target("cu129")
+def record_of(t, bases=None, **fields) -> Record:
+    """A passed build's record of target view ``t`` (its bases: ``bases``, default the target's own)
+    with made-up digests; ``fields`` override or add to it."""
     digest = "sha256:" + "d" * 64
-    record = Record(
-        target="cu129",
+    bases = bases or t.bases
+    base = dict(
+        target=t.name,
         image=f"{t.image.name}@{digest}",
         digest=digest,
         bases={
-            r: {"name": getattr(t.bases, r).display_name, "digest": getattr(t.bases, r).digest}
+            r: {"name": getattr(bases, r).display_name, "digest": getattr(bases, r).digest}
             for r in ("build", "runtime")
         },
         source={"url": t.source.url, "branch": t.source.branch, "commit": t.source.commit},
@@ -90,14 +91,16 @@ def inputs():
         input_key="k" * 64,
         tool_version="0.1.0",
         checks="passed",
-        build={
-            "id": "b1",
-            "finished": "2026-11-29T00:00:00Z",
-            "engine": "26.1.5",
-            "buildx": "0.13.1",
-            "driver": "docker",
-        },
+        build={},
     )
+    return Record(**{**base, **fields})
+
+
+@pytest.fixture()
+def inputs():
+    t = matrix.load(REPO / "matrix.yaml").target("cu129")
+    build = {"id": "b1", "finished": "2026-11-29T00:00:00Z", "engine": "26.1.5", "buildx": "0.13.1", "driver": "docker"}
+    record = record_of(t, build=build)
     debs = inventory.parse_dpkg_status(STATUS, {"libc6": inventory.dep5_licenses(DEP5), "bash": ("GPL-3+",)})
     inv = inventory.Inventory(
         "ubuntu",

@@ -16,9 +16,9 @@ from builder.dockerfile import render
 from builder.escrow.inputs import platform_files
 from builder.pipeline.plan import Plan
 from builder.records import slsa
-from builder.records.store import Record
 from builder.records.verify import Verifier
 from tests.conftest import REPO
+from tests.unit.test_attest import record_of
 
 PLATFORMS = ("linux/amd64", "linux/arm64")
 
@@ -85,26 +85,7 @@ def test_the_provenance_names_the_platform_s_own_files(loaded, tmp_path, platfor
     file is there (a missing file is the offline checks' to refuse, not a reason to name another's)."""
     t = loaded.target("cu129")
     view = t.for_platform(platform)
-    record = Record(
-        target="cu129",
-        image=f"{t.image.name}@sha256:{'d' * 64}",
-        digest="sha256:" + "d" * 64,
-        bases={
-            r: {"name": getattr(view.bases, r).display_name, "digest": getattr(view.bases, r).digest}
-            for r in ("build", "runtime")
-        },
-        source={"url": t.source.url, "branch": t.source.branch, "commit": t.source.commit},
-        lock_sha256="1" * 64,
-        build_lock_sha256="2" * 64,
-        dockerfile_sha256="3" * 64,
-        source_date_epoch=0,
-        input_key="k" * 64,
-        tool_version="0.1.0",
-        checks="passed",
-        build={},
-        platform=platform,
-        wheel_records={},
-    )
+    record = record_of(view, view.bases, source_date_epoch=0, platform=platform, wheel_records={})
     where = TargetPlatform.of(view, platform)
     deps = {d["name"]: d["uri"] for d in slsa.resolved_dependencies(view, record, tmp_path, {}, {})}
     assert deps["lock"] == where.lock_paths(tmp_path).runtime.resolve().as_uri()
