@@ -445,3 +445,31 @@ def _lock_all_one(plan: Plan) -> None:
     pinned = source.fetch(plan.target.source)
     _write_lock(plan, pinned, "runtime", RUNTIME)
     _write_lock(plan, pinned, "build", BUILD)
+
+
+def test_build_test_image_an_index_entry_without_a_digest_is_no_platform_s_manifest(both, checks, monkeypatch):
+    """An index from a registry is untrusted: an entry for a platform with no digest (or not a
+    sha256 digest), or an entry that is not an object, names no manifest: refused (exit 2) as an
+    index not naming that platform, never checked as `<name>@None` nor a crash."""
+    import hashlib
+    import json
+
+    engine = FakeEngine()
+    out = pipeline.build(both, engine, BuildOptions())
+    monkeypatch.setattr(runner, "run", lambda *a: pytest.fail(f"checked {a[1]}"))
+    name, amd = out.platforms[0].image.split("@")
+    for arm in ({}, {"digest": None}, {"digest": "latest"}, {"digest": ["sha256:" + "a" * 64]}):
+        doc = {
+            "schemaVersion": 2,
+            "manifests": [
+                "not an entry",
+                {"digest": amd, "platform": {"os": "linux", "architecture": "amd64"}},
+                {**arm, "platform": {"os": "linux", "architecture": "arm64"}},
+            ],
+        }
+        raw = json.dumps(doc).encode()
+        digest = "sha256:" + hashlib.sha256(raw).hexdigest()
+        engine.registry.manifests[(name, digest)] = raw
+        with pytest.raises(ConfigError, match=r"not an image index naming linux/arm64 \(target smoke") as info:
+            pipeline.test(both, engine, f"{name}@{digest}", "linux/arm64")
+        assert info.value.exit_code == 2
