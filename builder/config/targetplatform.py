@@ -114,5 +114,6 @@ def index_manifests(doc: Mapping[str, Any]) -> dict[str, str | None]:
         platform = platform if isinstance(platform, dict) else {}
         digest = entry.get("digest")
         ok = isinstance(digest, str) and re.fullmatch(r"sha256:[0-9a-f]{64}", digest)
-        named[f"{platform.get('os')}/{platform.get('architecture')}"] = digest if ok else None
+        # A platform named twice: the first entry, the one a pull picks (containerd and Docker alike).
+        named.setdefault(f"{platform.get('os')}/{platform.get('architecture')}", digest if ok else None)
     return named
