@@ -17,6 +17,7 @@ locks/<target>/image.json and the tag are then the index's.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -100,11 +101,19 @@ class TargetPlatform:
         return self.target if self.first or self.slug is None else f"{self.target}-{self.slug}"
 
 
-def index_manifests(doc: Mapping[str, Any]) -> dict[str, Any]:
+def index_manifests(doc: Mapping[str, Any]) -> dict[str, str | None]:
     """os/arch -> the manifest digest an image index names for it (each entry's ``platform``):
-    the manifest a platform selects, for `build test --image` and `build verify --registry` alike."""
-    named = {}
+    the manifest a platform selects, for `build test --image` and `build verify --registry` alike.
+    The index may come from anywhere: an entry that is no object, or names no platform, is still
+    named ("None/None"), so that a comparison with a record sees it; a digest that is not
+    sha256:<64 hex> is None, no manifest to check."""
+    named: dict[str, str | None] = {}
     for m in doc.get("manifests") or []:
-        platform = m.get("platform") or {}
-        named[f"{platform.get('os')}/{platform.get('architecture')}"] = m.get("digest")
+        entry = m if isinstance(m, dict) else {}
+        platform = entry.get("platform")
+        platform = platform if isinstance(platform, dict) else {}
+        digest = entry.get("digest")
+        ok = isinstance(digest, str) and re.fullmatch(r"sha256:[0-9a-f]{64}", digest)
+        # A platform named twice: the first entry, the one a pull picks (containerd and Docker alike).
+        named.setdefault(f"{platform.get('os')}/{platform.get('architecture')}", digest if ok else None)
     return named

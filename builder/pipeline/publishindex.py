@@ -248,7 +248,7 @@ def platform_refs(plan: Plan, engine: Engine, image: str | None, only: str | Non
     if served is not None and "manifests" not in served.doc:
         return {_one_image_platform(plan, engine, image, f"{name}@{served.digest}", only): f"{name}@{served.digest}"}
     named = index_manifests(served.doc) if served else {}
-    missing = [p for p in wanted if p not in named]
+    missing = [p for p in wanted if not named.get(p)]  # no entry, or no digest in it
     if missing:
         raise ConfigError(
             f"--image {image}: not an image index naming {', '.join(missing)} (target {plan.target.name} "

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import base64
 import datetime as dt
+import hashlib
 import json
 
 import pytest
@@ -445,3 +446,52 @@ def _lock_all_one(plan: Plan) -> None:
     pinned = source.fetch(plan.target.source)
     _write_lock(plan, pinned, "runtime", RUNTIME)
     _write_lock(plan, pinned, "build", BUILD)
+
+
+def test_build_test_image_an_index_entry_without_a_digest_is_no_platform_s_manifest(both, checks, monkeypatch):
+    """An index from a registry is untrusted: an entry for a platform with no digest (or not a
+    sha256 digest), or an entry that is not an object, names no manifest: refused (exit 2) as an
+    index not naming that platform, never checked as `<name>@None` nor a crash."""
+    engine = FakeEngine()
+    out = pipeline.build(both, engine, BuildOptions())
+    monkeypatch.setattr(runner, "run", lambda *a: pytest.fail(f"checked {a[1]}"))
+    name, amd = out.platforms[0].image.split("@")
+    for arm in ({}, {"digest": None}, {"digest": "latest"}, {"digest": ["sha256:" + "a" * 64]}):
+        doc = {
+            "schemaVersion": 2,
+            "manifests": [
+                "not an entry",
+                {"digest": amd, "platform": {"os": "linux", "architecture": "amd64"}},
+                {**arm, "platform": {"os": "linux", "architecture": "arm64"}},
+            ],
+        }
+        raw = json.dumps(doc).encode()
+        digest = "sha256:" + hashlib.sha256(raw).hexdigest()
+        engine.registry.manifests[(name, digest)] = raw
+        with pytest.raises(ConfigError, match=r"not an image index naming linux/arm64 \(target smoke") as info:
+            pipeline.test(both, engine, f"{name}@{digest}", "linux/arm64")
+        assert info.value.exit_code == 2
+
+
+def test_build_test_image_an_index_naming_a_platform_twice_is_checked_at_its_first_entry(both, checks, monkeypatch):
+    """A pull picks the first entry that matches its platform (containerd and Docker alike): the
+    manifest checked as an index's arm64 image is that one, not a later entry for the same platform."""
+    engine = FakeEngine()
+    out = pipeline.build(both, engine, BuildOptions())
+    seen = []
+
+    def run(engine, ref, expect, junit):
+        seen.append(ref)
+        junit.parent.mkdir(parents=True, exist_ok=True)
+        return checks.run(engine, ref, expect, junit)
+
+    monkeypatch.setattr(runner, "run", run)
+    monkeypatch.setattr(runner, "host_platform", lambda: "linux/amd64")
+    (name, amd), (_, arm) = (o.image.split("@") for o in out.platforms)
+    arm64 = {"os": "linux", "architecture": "arm64"}
+    doc = {"schemaVersion": 2, "manifests": [{"digest": arm, "platform": arm64}, {"digest": amd, "platform": arm64}]}
+    raw = json.dumps(doc).encode()
+    digest = "sha256:" + hashlib.sha256(raw).hexdigest()
+    engine.registry.manifests[(name, digest)] = raw
+    pipeline.test(both, engine, f"{name}@{digest}", "linux/arm64")
+    assert seen == [f"{name}@{arm}"]

@@ -95,15 +95,19 @@ def test_the_provenance_names_the_platform_s_own_files(loaded, tmp_path, platfor
 
 
 def test_an_index_s_manifest_for_each_platform():
+    a, b, c = ("sha256:" + x * 64 for x in "abc")
     doc = {
         "manifests": [
-            {"digest": "sha256:a", "platform": {"os": "linux", "architecture": "amd64"}},
-            {"digest": "sha256:b", "platform": {"os": "linux", "architecture": "arm64"}},
-            {"digest": "sha256:c"},  # no platform: named as such, never taken for one
+            {"digest": a, "platform": {"os": "linux", "architecture": "amd64"}},
+            {"digest": b, "platform": {"os": "linux", "architecture": "arm64"}},
+            {"digest": c},  # no platform: named as such, never taken for one
         ]
     }
-    assert index_manifests(doc) == {"linux/amd64": "sha256:a", "linux/arm64": "sha256:b", "None/None": "sha256:c"}
+    assert index_manifests(doc) == {"linux/amd64": a, "linux/arm64": b, "None/None": c}
     assert index_manifests({}) == {}
+    # Untrusted: an entry that is no object is still named; a digest that is none is None.
+    odd = {"manifests": ["x", {"digest": "sha256:a", "platform": {"os": "linux", "architecture": "arm64"}}]}
+    assert index_manifests(odd) == {"None/None": None, "linux/arm64": None}
 
 
 def test_no_module_but_the_contract_spells_a_platform_s_slug():
