@@ -17,7 +17,6 @@ from typing import Annotated, Any, Literal
 from pydantic import AfterValidator, BeforeValidator, Field, StrictStr
 from pydantic.json_schema import WithJsonSchema
 
-from builder.config import contract
 from builder.config.patterns import (
     IMAGE_RE,
     PINNED_IMAGE_JSON,
@@ -57,11 +56,6 @@ def flag(value: str, option: str = "--platform") -> str:
 
 PlatformName = Annotated[StrictStr, AfterValidator(_platform), WithJsonSchema({"enum": list(PLATFORM_ARCH)})]
 DEFAULT_PLATFORM = "linux/amd64"
-
-
-def slug(platform: str) -> str:
-    """linux/arm64 -> linux-arm64: the platform in a file or directory name (``contract.platform_slug``)."""
-    return contract.platform_slug(platform)
 
 
 class BaseImage(Frozen):

@@ -24,7 +24,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from builder.config import contract
-from builder.config.platforms import slug
 
 if TYPE_CHECKING:
     from builder.config.schema import Target
@@ -64,7 +63,7 @@ class TargetPlatform:
 
     @property
     def slug(self) -> str | None:
-        return slug(self.name) if self.name else None
+        return contract.platform_slug(self.name) if self.name else None
 
     def _placed(self, path: Path) -> Path:
         """``path`` (a one-platform target's) for this platform: in place for the first."""

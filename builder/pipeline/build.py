@@ -27,7 +27,6 @@ from builder import log
 from builder.config import contract
 from builder.config.matrix import Matrix
 from builder.config.options import BuildOptions
-from builder.config.platforms import slug
 from builder.deps import lock, oslock
 from builder.dockerfile import compilecache, render
 from builder.engine.seam import Engine
@@ -70,7 +69,7 @@ def render_all(matrix: Matrix, names: list[str], *, check: bool) -> dict[str, st
     for n in names:
         whole = Plan.of(matrix, n)
         for pp in whole.platform_plans()[1:]:
-            plans[f"{n}/{slug(str(pp.platform))}"] = pp
+            plans[f"{n}/{contract.platform_slug(str(pp.platform))}"] = pp
         plans[n] = whole
     rendered = {key: render.render(pp.target) for key, pp in plans.items()}
     status = {}

@@ -22,7 +22,6 @@ from typing import Protocol
 from builder import log
 from builder.config import contract
 from builder.config.options import BuildOptions
-from builder.config.platforms import slug
 from builder.config.targetplatform import index_manifests
 from builder.engine.seam import Engine
 from builder.errors import ConfigError, RecordError
@@ -165,8 +164,9 @@ def _edited(plan: Plan, previous: index.IndexRecord) -> list[str]:
     base = plan.record_dir
     named = index.provenance_deps(plan.root, previous)
     for p, entry in previous.platforms.items():
-        if entry.get("record") != f"{slug(p)}/{contract.RECORD_NAME}":
-            problems.append(f"{p}: names {entry.get('record')!r}, not {slug(p)}/{contract.RECORD_NAME}")
+        own = f"{contract.platform_slug(p)}/{contract.RECORD_NAME}"
+        if entry.get("record") != own:
+            problems.append(f"{p}: names {entry.get('record')!r}, not {own}")
             continue
         one_path = base / entry["record"]
         if one_path.is_file() and sha256_file(one_path) == entry["record_sha256"]:
