@@ -43,9 +43,11 @@ def host_qemu(platform: str) -> Path | None:
     return Path(found) if found else None
 
 
-def mounts(platform: str) -> tuple[tuple[Path, str], ...]:
-    """(host path, container path) of what the checks' container gets read-only: the QEMU binary."""
-    qemu = host_qemu(platform)
+def mounts(claims: dict[str, str], platform: str) -> tuple[tuple[Path, str], ...]:
+    """(host path, container path) of what the checks' container gets read-only: the QEMU binary,
+    only when the row will run it (``claims``, the target's ``cpu``, names a level QEMU models)."""
+    level = cpulevel.LEVELS.get(claims.get(platform, ""))
+    qemu = host_qemu(platform) if level is not None and level.model else None
     return ((qemu.resolve(), in_container(platform)),) if qemu else ()
 
 

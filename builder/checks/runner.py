@@ -402,7 +402,7 @@ def run(engine: Engine, ref: str, expect: Expectations, junit: Path, plugins: tu
     config = engine.image_config(ref)
     engine.containers.remove_stale()
     container = None
-    mounts = cpurun.mounts(expect.platform or host_platform())  # QEMU for cpu_level, read-only
+    mounts = cpurun.mounts(expect.cpu, expect.platform or host_platform())  # QEMU for cpu_level, read-only
     expect = dataclasses.replace(expect, qemu=mounts[0][1] if mounts else None)
     try:
         with interrupts.deferred():  # a signal now is raised once `container` names what to remove

@@ -255,3 +255,15 @@ def test_a_prefix_with_nothing_to_load_fails_rather_than_passing_the_level(tmp_p
     )
     with pytest.raises(AssertionError, match="found none"):
         test_cpu_level(_PathShell(), expect, lambda message: None)
+
+
+def test_the_host_s_qemu_is_mounted_only_where_the_row_runs_it(monkeypatch):
+    """No claim for the platform, or a level QEMU has no model of: nothing of the host's is mounted."""
+    monkeypatch.setattr(cpurun.shutil, "which", lambda name: f"/usr/bin/{name}")
+    monkeypatch.setattr(cpurun.Path, "resolve", lambda self: self)
+    assert cpurun.mounts({}, "linux/amd64") == ()
+    assert cpurun.mounts({"linux/arm64": "armv8.0"}, "linux/amd64") == ()
+    assert cpurun.mounts({"linux/amd64": "x86-64-v4"}, "linux/amd64") == ()
+    assert cpurun.mounts({"linux/amd64": "x86-64-v2"}, "linux/amd64") == (
+        (Path("/usr/bin/qemu-x86_64-static"), f"{cpurun.MOUNT_DIR}/qemu-x86_64-static"),
+    )
