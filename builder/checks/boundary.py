@@ -21,6 +21,7 @@ capped, so a check that never returns or prints without end fails instead of han
 from __future__ import annotations
 
 import enum
+import json
 import os
 import re
 import shlex
@@ -30,7 +31,9 @@ import pytest
 
 from builder.checks import elfdyn, gpuread, imagefiles, layers
 from builder.config import contract
+from builder.config.imageref import names_registry_host
 from builder.engine.containers import ContainerSeam, Ran
+from builder.errors import BuilderError
 
 TIMEOUT_ENV = "K3_CHECK_TIMEOUT"
 DEFAULT_TIMEOUT = 1800.0  # seconds per command: cu129's whole-image probes take minutes, not half an hour
@@ -115,6 +118,37 @@ def read_layers(engine, image_id: str) -> layers.Layers:
     """The image's layers (``docker save`` of ``image_id``), read on the host: whiteouts, file capabilities."""
     with engine.export_image(image_id) as stream:
         return layers.read(stream)
+
+
+def base_layers(engine, ref: str, platform: str) -> layers.PinnedBase:
+    """The pinned runtime base ``ref`` (name@digest)'s layers for ``platform`` (os/arch), bottom first:
+    its config's rootfs.diff_ids, from its registry when ``ref`` names one (an index followed to the
+    platform's image), else from the local engine's copy, never pulled (a multi-GB base is no part of
+    a check). When neither answers, the record says why (``unread``), never an empty "no layers"."""
+    arch = platform.partition("/")[2]
+    if not ref:
+        return layers.PinnedBase(ref, unread=f"the target pins no runtime base for {platform}")
+    try:
+        if names_registry_host(ref):
+            config = engine.registry.image_config(ref, arch)
+            where = "its registry"
+        else:
+            found = json.loads(engine.image_inspect(ref))
+            config = found[0] if isinstance(found, list) and found else None
+            where = "the local engine"
+    except (BuilderError, ValueError) as exc:
+        why = exc.message if isinstance(exc, BuilderError) else str(exc)
+        return layers.PinnedBase(ref, unread=f"{ref} not read: {why[:300]}")
+    if not isinstance(config, dict):
+        return layers.PinnedBase(ref, unread=f"{where} has no {ref} for {platform}")
+    rootfs = config.get("rootfs") or config.get("RootFS") or {}
+    diff_ids = rootfs.get("diff_ids") or rootfs.get("Layers") if isinstance(rootfs, dict) else None
+    have = config.get("architecture") or config.get("Architecture")
+    if not isinstance(diff_ids, list) or not all(isinstance(d, str) for d in diff_ids) or not diff_ids:
+        return layers.PinnedBase(ref, unread=f"{where} lists no layers of {ref} for {platform}")
+    if have != arch:
+        return layers.PinnedBase(ref, unread=f"{where}'s {ref} is for linux/{have}, not {platform}")
+    return layers.PinnedBase(ref, tuple(diff_ids))
 
 
 def static_unloadable(files: imagefiles.ImageFiles, expect) -> list[tuple[str, str]]:

@@ -4,7 +4,10 @@ Read from ``docker save`` (an OCI layout tar: blobs named by digest, index.json 
 manifest.json naming the layers in order), once, forward only, never written to disk; each layer is
 an untrusted tar like the exported file system (imagefiles.py): names normalised, never followed,
 members counted. What a layer keeps here is small: its paths, its whiteouts, its file capabilities
-and the base's dpkg file lists (to tell an OS package's file from any other).
+and the base's dpkg file lists (to tell an OS package's file from any other). Each layer is named by
+its diff_id as the saved config lists it (``rootfs.diff_ids``, which the engine checked against the
+layer's bytes when it stored the image), so the pinned base's layers (``PinnedBase``) can be told
+from the layers written after them.
 
 Whiteouts are the OCI image spec's (image-spec/layer.md "Whiteouts"): an entry ``.wh.NAME`` removes
 NAME (and what is under it) of the lower layers; ``.wh..wh..opq`` in a directory removes everything
@@ -30,9 +33,20 @@ _DPKG_LIST = re.compile(r"^/var/lib/dpkg/(?:info|status\.d)/([^/]+)\.(list|md5su
 MAX_JSON = 4 << 20
 
 
+@dataclass(frozen=True)
+class PinnedBase:
+    """The pinned runtime base's layers, bottom first, as its registry or the local engine lists
+    them (``rootfs.diff_ids`` of its config); ``unread`` says why they could not be read."""
+
+    ref: str  # name@digest, as the matrix pins it ("" when the target pins none for the platform)
+    diff_ids: tuple[str, ...] = ()
+    unread: str = ""  # "" when diff_ids holds the base's layers
+
+
 @dataclass
 class Layer:
     digest: str
+    diff_id: str = ""  # the saved config's rootfs.diff_ids entry for it ("" when the config names none)
     paths: set[str] = field(default_factory=set)
     removed: list[str] = field(default_factory=list)  # what its .wh. entries remove
     opaque: list[str] = field(default_factory=list)  # directories its opaque whiteouts empty
@@ -81,6 +95,21 @@ class Layers:
             packages.update(layer.packages)
             links.update(layer.links)
         return found
+
+    def last_writer(self, path: str) -> int | None:
+        """The index of the layer whose entry for ``path`` is the one in the merged file system (the
+        last layer that writes it; None: no layer does)."""
+        return next((i for i in range(len(self.ordered) - 1, -1, -1) if path in self.ordered[i].paths), None)
+
+    def base_count(self, base: PinnedBase) -> int | str:
+        """How many of the bottom layers are the pinned base's (their diff_ids, in order, are the
+        base's), or why that cannot be said: the base unread, or the image not built on it."""
+        if base.unread or not base.diff_ids:
+            return f"the pinned runtime base's layers were not read ({base.unread or 'it lists none'})"
+        mine = tuple(layer.diff_id or layer.digest for layer in self.ordered[: len(base.diff_ids)])
+        if mine != base.diff_ids:
+            return f"the image's bottom layers are not the pinned runtime base {base.ref}'s: it is not built on it"
+        return len(base.diff_ids)
 
 
 def _within(path: str, tops: set[str], strict: bool = False) -> bool:
@@ -182,26 +211,44 @@ def read(stream: IO[bytes]) -> Layers:
                     docs[name] = blob.read()
     except (tarfile.TarError, EOFError, OSError) as exc:
         raise UnreadableImage(f"the saved image is not a readable tar: {exc}") from None
-    order = _order(docs)
+    order, config = _order(docs)
+    diff_ids = _diff_ids(docs, config)
     missing = [n for n in order if n not in layers]
     if missing:
         raise UnreadableImage(f"the saved image's manifest names layers it does not carry: {', '.join(missing[:3])}")
-    return Layers([layers[n] for n in order])
+    ordered = [layers[n] for n in order]
+    if len(diff_ids) == len(ordered):
+        for layer, diff_id in zip(ordered, diff_ids, strict=True):
+            layer.diff_id = diff_id
+    return Layers(ordered)
 
 
-def _order(docs: dict[str, bytes]) -> list[str]:
-    """The layer blobs' names in image order: Docker's manifest.json, else index.json's manifest."""
+def _order(docs: dict[str, bytes]) -> tuple[list[str], str]:
+    """The layer blobs' names in image order and the config blob's name: Docker's manifest.json,
+    else index.json's manifest."""
     try:
         if "manifest.json" in docs:
-            order = list(json.loads(docs["manifest.json"])[0]["Layers"])
+            entry = json.loads(docs["manifest.json"])[0]
+            order, config = list(entry["Layers"]), entry.get("Config", "")
         else:
             index = json.loads(docs["index.json"])
             digest = index["manifests"][0]["digest"]
             manifest = json.loads(docs["blobs/sha256/" + digest.split(":", 1)[1]])
             order = ["blobs/sha256/" + layer["digest"].split(":", 1)[1] for layer in manifest["layers"]]
+            config = "blobs/sha256/" + str((manifest.get("config") or {}).get("digest", "")).partition(":")[2]
         if not all(isinstance(name, str) for name in order):
             raise TypeError("a layer named by something other than a string")
     except (KeyError, IndexError, TypeError, ValueError, AttributeError, RecursionError) as exc:
         # AttributeError: a digest that is no string; RecursionError: JSON nested past the parser's depth
         raise UnreadableImage(f"the saved image names no layer order (manifest.json, index.json): {exc}") from None
-    return order
+    return order, config if isinstance(config, str) else ""
+
+
+def _diff_ids(docs: dict[str, bytes], config: str) -> list[str]:
+    """The saved config's rootfs.diff_ids; [] when absent or malformed: the layers are then named by
+    their blob digest alone (a classic store's blob digest is the diff_id)."""
+    try:
+        found = json.loads(docs[config])["rootfs"]["diff_ids"]
+    except (KeyError, TypeError, ValueError, RecursionError):
+        return []
+    return found if isinstance(found, list) and all(isinstance(d, str) for d in found) else []

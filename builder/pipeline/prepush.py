@@ -19,7 +19,7 @@ import zlib
 from pathlib import Path
 
 from builder import log
-from builder.config.imageref import names_registry_host
+from builder.checks import boundary
 from builder.config.matrix import Target
 from builder.engine.seam import BuildRequest, BuildResult, Engine
 from builder.errors import BuilderError, BuildError
@@ -103,18 +103,10 @@ def _remove(engine: Engine, image_id: str) -> str:
 
 def base_layers(engine: Engine, target: Target) -> frozenset[str]:
     """The runtime base's layers by diff_id (pinned, not built by us; `docker save` names a layer
-    by its diff_id), when its registry answers; else nothing is skipped."""
+    by its diff_id) for the platform this build is for, as the checks read them
+    (boundary.base_layers); when they cannot be read, nothing is skipped."""
     base = target.bases.runtime
-    if not names_registry_host(base.name):
-        return frozenset()
-    try:
-        # Of a base pinned through its index: the image of the platform this build is for.
-        arch = target.platform_names()[0].partition("/")[2]
-        config = engine.registry.image_config(f"{base.name}@{base.digest}", arch)
-    except BuilderError:
-        return frozenset()
-    diff_ids = ((config or {}).get("rootfs") or {}).get("diff_ids") or []
-    return frozenset(d for d in diff_ids if isinstance(d, str))
+    return frozenset(boundary.base_layers(engine, f"{base.name}@{base.digest}", target.platform_names()[0]).diff_ids)
 
 
 def push(engine: Engine, target: Target, req: BuildRequest, image_id: str, log_path: Path) -> BuildResult:
