@@ -2,7 +2,8 @@
 the interpreter options of the Env, the start-up hooks, the runtime user, file capabilities and
 owners of the system directories, and whiteouts that remove base files. Same fixtures as
 builder/checks/checklist.py; every answer is read on the host (boundary.Basis.HOST): from the image
-config, the exported file system (``image_files``) or the saved layers (``image_layers``). A
+config, the exported file system (``image_files``), the saved layers (``image_layers``) or the
+pinned runtime base's layers as its registry or the engine lists them (``pinned_base``). A
 finding fails unless ``runtime.waivers`` names its path for the check (a variable of the config:
 ``/config/Env/NAME``), shown as a warning with its reason.
 """
@@ -50,16 +51,16 @@ def test_interpreter_options(image, expect, report_warning, image_files):
     )
 
 
-def test_startup_hooks(image, expect, report_warning, image_files):
+def test_startup_hooks(image, expect, report_warning, image_files, image_layers, pinned_base):
     found = startup.hooks(image_files, image.env.get("PYTHONPATH", ""))
     known = startup.dpkg_md5(image_files)
     findings = []
     for hook in found:
-        why = startup.from_os_package(image_files, hook, known)
-        if why:
-            report_warning(f"startup_hooks: {why}")
-        else:
-            findings.append((hook.path, hook.what + (f": {hook.code}" if hook.code else "")))
+        for judged in startup.judge(image_files, image_layers, pinned_base, hook, known):
+            if judged.passed:
+                report_warning(f"startup_hooks: {judged.why}")
+            else:
+                findings.append((judged.path, judged.why))
     assert len(image_files.texts) < startup.imagefiles.MAX_HOOK_TEXTS, (
         f"expected to read every .pth file of the image, found more than {startup.imagefiles.MAX_HOOK_TEXTS} texts"
     )

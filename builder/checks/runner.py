@@ -26,13 +26,13 @@ import pip
 import pytest
 
 from builder import log
-from builder.checks import boundary, cpurun
+from builder.checks import boundary, cpurun, layers
 from builder.checks.imagefiles import UnreadableImage
 from builder.config import contract
 from builder.config.cudamajor import major_minor
 from builder.config.gpu import GpuCode
 from builder.config.matrix import Target
-from builder.config.platforms import PLATFORM_ARCH
+from builder.config.platforms import PLATFORM_ARCH, base_for
 from builder.deps.lock import LockEntry, normalize
 from builder.deps.oslock import DebEntry
 from builder.dockerfile import render
@@ -114,6 +114,7 @@ class Expectations:
     emulated: bool = False
     cpu: dict[str, str] = field(default_factory=dict)  # platform -> the oldest CPU level its hosts have
     qemu: str | None = None  # the host's QEMU user-mode binary, mounted read-only in the container (cpurun)
+    runtime_bases: dict[str, str] = field(default_factory=dict)  # platform -> pinned runtime base (name@digest)
 
     def native_command(self, image: str) -> str:
         """Where and how to run natively what could not run emulated: `build test --platform P
@@ -222,6 +223,9 @@ def target_fields(target: Target) -> dict:
         "gpu": target.gpu,
         "waivers": {check: dict(paths) for check, paths in target.runtime.waivers.items()},
         "cpu": dict(target.cpu),
+        "runtime_bases": {
+            p: "{0.name}@{0.digest}".format(base_for(target, p).runtime) for p in target.platform_names()
+        },
     }
 
 
@@ -300,13 +304,14 @@ class _Plugin:
     """Hands the checklist its fixtures; collects warnings it raises for the report."""
 
     def __init__(
-        self, expect: Expectations, config: ImageConfig, host: boundary.ContainerHost, files, layers=None
+        self, expect: Expectations, config: ImageConfig, host: boundary.ContainerHost, files, layers=None, base=None
     ) -> None:
         self._expect = expect
         self._config = config
         self._host = host
         self._files = files  # () -> the static view (boundary.read_files), read once when a check asks
         self._layers = layers  # () -> the image's layers (boundary.read_layers), read once when a check asks
+        self._base = base  # () -> the pinned runtime base's layers (boundary.base_layers), likewise
         self.warnings: list[str] = []
         self.facts: dict = {}
 
@@ -337,6 +342,10 @@ class _Plugin:
             return self._layers()
         except UnreadableImage as exc:
             pytest.fail(f"expected to read the image's layers on the host, found {exc}")
+
+    @pytest.fixture(scope="session")
+    def pinned_base(self):
+        return self._base() if self._base else layers.PinnedBase("", unread="no pinned runtime base given")
 
     @pytest.fixture(scope="session")
     def pip_dir(self) -> str:
@@ -416,7 +425,9 @@ def run(engine: Engine, ref: str, expect: Expectations, junit: Path, plugins: tu
             host, cid, seam = boundary.ContainerHost(engine.containers, container), container, engine.containers
             major = expect.cuda_major if expect.gpu is not None else None  # GPU code read only when claimed
             files = lambda: boundary.read_files(seam, cid, expect.app_prefix, major)  # noqa: E731
-            plugin = _Plugin(expect, config, host, files, lambda: boundary.read_layers(engine, config.id))
+            plat = expect.platform or host_platform()
+            base = lambda: boundary.base_layers(engine, expect.runtime_bases.get(plat, ""), plat)  # noqa: E731
+            plugin = _Plugin(expect, config, host, files, lambda: boundary.read_layers(engine, config.id), base)
             code = _pytest(plugin, Path(tmp), junit, plugins)
     finally:
         if container:

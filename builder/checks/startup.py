@@ -9,11 +9,13 @@ enabled, ``import usercustomize``, found anywhere on sys.path: the standard libr
 included (Debian's python3.x ships /usr/lib/python3.x/sitecustomize.py, a link to
 /etc/python3.x/sitecustomize.py, its apport hook).
 
-A hook is reported always. It passes only when an OS package of the image installed it and its
-bytes still have that package's recorded md5 (dpkg's md5sums, or the conffile md5 in
-/var/lib/dpkg/status), or when ``runtime.waivers.startup_hooks`` names its path. The md5 is the
-image's own record (rewritable with the hook) and the hook's __pycache__ bytecode, which Python may
-run instead of the source, is not judged: the pass is evidence against an edit of the hook alone.
+A hook is reported always. It passes only when ``runtime.waivers.startup_hooks`` names its path,
+or when an OS package of the pinned runtime base installed it: its bytes have that package's
+recorded md5 (dpkg's md5sums, or the conffile md5 in /var/lib/dpkg/status) AND the layer that last
+wrote it (the link and the file it leads to) is one of the pinned base's layers (``layers.py``:
+``PinnedBase``, the bottom layers whose diff_ids are the base's). The md5 alone proves nothing: it
+is the image's own record, which a later layer can rewrite with the hook. The bytecode Python may
+run instead of a hook's source (``bytecode``) is held to the same rule, file by file.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ import re
 from dataclasses import dataclass
 
 from builder.checks import imagefiles
+from builder.checks.layers import Layers, PinnedBase
 
 SITE_DIRS = ("site-packages", "dist-packages")
 _STDLIB = re.compile(r"/lib/python3\.[0-9]+$")
@@ -118,3 +121,84 @@ def from_os_package(files: imagefiles.ImageFiles, hook: Hook, known: dict[str, s
         shown = hook.path if entry.path == hook.path else f"{hook.path} -> {entry.path}"
         return f"{shown}: an OS package's file, with dpkg's md5 (read on the host)"
     return None
+
+
+@dataclass(frozen=True)
+class Judged:
+    """One hook, or one file of its bytecode, judged: passed (shown) or a finding, and why."""
+
+    path: str
+    passed: bool
+    why: str
+
+
+def bytecode(files: imagefiles.ImageFiles, hook: Hook) -> list[str]:
+    """The files Python may run instead of ``hook``'s source: every ``__pycache__/NAME.*.pyc`` beside
+    the path it is found at (NAME: the module's, ``__init__`` for a package), the cache directory
+    when it is a link, and what a pyc that is a link leads to. CPython 3.11 loads such a pyc instead
+    of the source when its header names the source's mtime and size, when it is a checked hash-based
+    pyc with the source's hash (the code in it is not compared), always when it is an unchecked
+    hash-based pyc, and an ``.opt-N`` one under -O; a pyc of another interpreter's tag only by that
+    interpreter: all kept, as the host does not know every interpreter of the image."""
+    if not hook.path.endswith(".py"):
+        return []
+    directory, name = posixpath.split(hook.path)
+    cache = directory + "/__pycache__"
+    held = files.resolve(cache)
+    if held is None or held.kind != "dir":
+        return []
+    link = files.entries.get(cache)
+    found = [cache] if link is not None and link.kind == "link" else []
+    top, stem = held.path + "/", name[: -len(".py")] + "."
+    for path, entry in sorted(files.entries.items()):
+        rest = path[len(top) :] if path.startswith(top) else ""
+        if "/" in rest or not (rest.startswith(stem) and rest.endswith(".pyc")):
+            continue
+        found.append(path)
+        target = files.resolve(path) if entry.kind == "link" else None
+        if target is not None and target.path != path:
+            found.append(target.path)
+    return found
+
+
+def judge(
+    files: imagefiles.ImageFiles, layers: Layers, base: PinnedBase, hook: Hook, known: dict[str, str]
+) -> list[Judged]:
+    """``hook`` and each file of its bytecode, judged: the hook passes only as an OS package's file
+    with dpkg's md5 that the pinned base's layers wrote; its bytecode only when they wrote it."""
+    count = layers.base_count(base)
+    found = [_judge_hook(files, layers, count, hook, known)]
+    for path in bytecode(files, hook):
+        why = _not_the_base(layers, count, [path])
+        shown = f"bytecode Python may run instead of {hook.path}"
+        found.append(Judged(path, not why, f"{shown}: {why}" if why else f"{path}: {shown}, the pinned base's"))
+    return found
+
+
+def _judge_hook(files: imagefiles.ImageFiles, layers: Layers, count: int | str, hook: Hook, known) -> Judged:
+    what = hook.what + (f": {hook.code}" if hook.code else "")
+    package = from_os_package(files, hook, known)
+    if package is None:
+        return Judged(hook.path, False, what)
+    entry = files.resolve(hook.path)
+    why = _not_the_base(layers, count, sorted({hook.path, entry.path if entry else hook.path}))
+    if why:
+        return Judged(hook.path, False, f"{what}: dpkg's md5 matches (the image's own record), but {why}")
+    return Judged(hook.path, True, f"{package}, written by the pinned base's layers")
+
+
+def _not_the_base(layers: Layers, count: int | str, paths: list[str]) -> str:
+    """Why ``paths`` are not all the pinned base's files ("" when the base's layers last wrote each)."""
+    if isinstance(count, str):
+        return count
+    for path in paths:
+        index = layers.last_writer(path)
+        if index is None:
+            return f"no layer of the saved image writes {path}"
+        if index >= count:
+            layer = layers.ordered[index]
+            return (
+                f"{path} is written by layer {index + 1} of {len(layers.ordered)} "
+                f"({(layer.diff_id or layer.digest)[:19]}), after the pinned base's {count}"
+            )
+    return ""

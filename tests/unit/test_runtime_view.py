@@ -329,60 +329,7 @@ def test_a_hook_in_lib_dynload_counts_and_a_dangling_link_imports_nothing():
     assert [h.path for h in startup.hooks(files)] == ["/opt/k3/venv/lib/python3.12/lib-dynload/usercustomize.so"]
 
 
-DEBIAN_HOOK = b"# install the apport exception handler if available\ntry:\n    import apport_python_hook\nexcept ImportError:\n    pass\nelse:\n    apport_python_hook.install()\n"
-
-
-def _debian(hook: bytes) -> imagefiles.ImageFiles:
-    md5 = hashlib.md5(DEBIAN_HOOK).hexdigest()
-    status = f"Package: libpython3.11-minimal\nConffiles:\n /etc/python3.11/sitecustomize.py {md5}\n".encode()
-    return _files(
-        ("/usr/lib", "dir", 0o755, 0, 0, b""),
-        ("/usr/lib/python3.11", "dir", 0o755, 0, 0, b""),
-        ("/usr/lib/python3.11/sitecustomize.py", "link", 0o777, 0, 0, "/etc/python3.11/sitecustomize.py"),
-        ("/etc/python3.11", "dir", 0o755, 0, 0, b""),
-        ("/etc/python3.11/sitecustomize.py", "file", 0o644, 0, 0, hook),
-        ("/var/lib/dpkg/status", "file", 0o644, 0, 0, status),
-    )
-
-
-def test_an_os_package_s_own_hook_with_its_dpkg_md5_is_shown_and_a_changed_one_fails():
-    image = ImageConfig("r", "i", {}, {}, "1000", ())
-    shown: list[str] = []
-    checklist_runtime.test_startup_hooks(image, _expect(), shown.append, _debian(DEBIAN_HOOK))
-    assert shown == [
-        "startup_hooks: /usr/lib/python3.11/sitecustomize.py -> /etc/python3.11/sitecustomize.py: an OS "
-        "package's file, with dpkg's md5 (read on the host)"
-    ]
-    with pytest.raises(AssertionError, match=r"/usr/lib/python3.11/sitecustomize.py: sitecustomize"):
-        checklist_runtime.test_startup_hooks(image, _expect(), print, _debian(DEBIAN_HOOK + b"import k3replay\n"))
-    waived = {"startup_hooks": {"/usr/lib/python3.11/sitecustomize.py": "the base's apport hook, apport absent"}}
-    checklist_runtime.test_startup_hooks(image, _expect(waivers=waived), print, _debian(DEBIAN_HOOK + b"x\n"))
-
-
-def test_a_hook_linked_to_another_module_an_os_package_owns_is_not_that_package_s_hook():
-    """A sitecustomize that links to some other file dpkg lists with its md5 (a module with side effects
-    at import) runs that module at every start: the md5 says the file is the package's, not that the
-    package made it a hook. Only a link to a file of a hook's name passes (the host keeps only those
-    files' bytes: imagefiles.HOOK_TEXT), so this one fails (a review's guard, not a fix)."""
-    other = b"import os\nos.environ['LD_PRELOAD'] = '/tmp/x.so'\n"
-    sums = f"{hashlib.md5(other).hexdigest()}  usr/lib/python3/dist-packages/tool/setup_env.py\n".encode()
-    files = _files(
-        ("/usr/lib/python3.11/site-packages", "dir", 0o755, 0, 0, b""),
-        (
-            "/usr/lib/python3.11/site-packages/sitecustomize.py",
-            "link",
-            0o777,
-            0,
-            0,
-            "/usr/lib/python3/dist-packages/tool/setup_env.py",
-        ),
-        ("/usr/lib/python3/dist-packages/tool", "dir", 0o755, 0, 0, b""),
-        ("/usr/lib/python3/dist-packages/tool/setup_env.py", "file", 0o644, 0, 0, other),
-        ("/var/lib/dpkg/info/tool.md5sums", "file", 0o644, 0, 0, sums),
-    )
-    image = ImageConfig("r", "i", {}, {}, "1000", ())
-    with pytest.raises(AssertionError, match=r"site-packages/sitecustomize.py: sitecustomize"):
-        checklist_runtime.test_startup_hooks(image, _expect(), print, files)
+# An OS package's hook, held to the pinned base's layers: tests/unit/test_startup_hooks.py.
 
 
 # --- the runtime user ---------------------------------------------------------------------------------

@@ -1,0 +1,256 @@
+"""Start-up hooks held to the pinned base (issue 51; builder/checks/startup.py, the layer reading in
+layers.py, the base's layers in boundary.base_layers): an OS package's hook passes only when the
+pinned runtime base's layers wrote it (and its bytecode), whatever the image's dpkg record says.
+
+Each case is an image made here as the engine saves one: layer tars (bottom first), the saved
+stream of them with its config's diff_ids, and the merged file system an export gives."""
+
+from __future__ import annotations
+
+import gzip
+import hashlib
+import io
+import json
+import tarfile
+
+import pytest
+
+from builder.checks import boundary, checklist_runtime, imagefiles, layers, startup
+from builder.engine.buildx import ImageConfig
+from builder.errors import BuildError
+from tests.unit.fakeengine import FakeEngine
+from tests.unit.test_checks_image import _expect
+from tests.unit.test_runtime_view import _tar
+
+HOOK = "usr/lib/python3.11/sitecustomize.py"
+TARGET = "etc/python3.11/sitecustomize.py"
+PYC = "usr/lib/python3.11/__pycache__/sitecustomize.cpython-311.pyc"
+APPORT = (
+    b"try:\n    import apport_python_hook\nexcept ImportError:\n    pass\nelse:\n    apport_python_hook.install()\n"
+)
+EVIL = b"import k3replay\n"
+REGISTRY = "registry.test:5000"
+IMAGE = ImageConfig("r", "i", {}, {}, "1000", ())
+
+
+def _status(hook: bytes) -> bytes:
+    md5 = hashlib.md5(hook).hexdigest()
+    return f"Package: libpython3.11-minimal\nConffiles:\n /etc/python3.11/sitecustomize.py {md5}\n".encode()
+
+
+BASE_LAYER = [
+    ("etc", "dir", 0o755, 0, 0, b""),
+    ("etc/python3.11", "dir", 0o755, 0, 0, b""),
+    (TARGET, "file", 0o644, 0, 0, APPORT),
+    ("usr", "dir", 0o755, 0, 0, b""),
+    ("usr/lib", "dir", 0o755, 0, 0, b""),
+    ("usr/lib/python3.11", "dir", 0o755, 0, 0, b""),
+    (HOOK, "link", 0o777, 0, 0, "/etc/python3.11/sitecustomize.py"),
+    ("var/lib/dpkg/status", "file", 0o644, 0, 0, _status(APPORT)),
+]
+APP_LAYER = [("opt", "dir", 0o755, 0, 0, b""), ("opt/k3", "dir", 0o755, 0, 0, b"")]
+# What a later layer writes to plant a hook that dpkg's record vouches for: the hook and the md5.
+REWRITE = [
+    (TARGET, "file", 0o644, 0, 0, APPORT + EVIL),
+    ("var/lib/dpkg/status", "file", 0o644, 0, 0, _status(APPORT + EVIL)),
+]
+PYCACHE = [("usr/lib/python3.11/__pycache__", "dir", 0o755, 0, 0, b"")]
+PLANTED_PYC = [*PYCACHE, (PYC, "file", 0o644, 0, 0, b"\xa7\r\r\n\x01\0\0\0" + b"\0" * 8)]  # unchecked hash-based
+
+
+class Image:
+    """An image of ``stack`` (layer member lists, bottom first), the first ``base`` of them the pinned
+    base's: its saved layers (gzip blobs, as a containerd store saves them: named by the compressed
+    digest, the config's diff_ids naming the uncompressed), its exported files, the base record."""
+
+    def __init__(self, *stack: list[tuple], base: int = 1) -> None:
+        plain = [_tar(members).getvalue() for members in stack]
+        self.diff_ids = ["sha256:" + hashlib.sha256(b).hexdigest() for b in plain]
+        blobs = [gzip.compress(b, mtime=0) for b in plain]
+        names = ["blobs/sha256/" + hashlib.sha256(b).hexdigest() for b in blobs]
+        config = json.dumps({"architecture": "amd64", "rootfs": {"type": "layers", "diff_ids": self.diff_ids}})
+        docs = {"blobs/sha256/cfg": config.encode()}
+        docs["manifest.json"] = json.dumps([{"Config": "blobs/sha256/cfg", "Layers": names}]).encode()
+        out = io.BytesIO()
+        with tarfile.open(fileobj=out, mode="w") as tar:
+            for name, data in [*zip(names, blobs, strict=True), *docs.items()]:
+                info = tarfile.TarInfo(name)
+                info.size = len(data)
+                tar.addfile(info, io.BytesIO(data))
+        out.seek(0)
+        self.layers = layers.read(out)
+        merged = {m[0]: m for members in stack for m in members}  # a later layer's entry replaces a lower one's
+        self.files = imagefiles.read(_tar(list(merged.values())), ("/opt/k3",))
+        self.base = layers.PinnedBase("reg/base@sha256:b", tuple(self.diff_ids[:base]))
+
+    def check(self, waivers: dict | None = None, base: layers.PinnedBase | None = None) -> list[str]:
+        shown: list[str] = []
+        expect = _expect(waivers={"startup_hooks": waivers} if waivers else {})
+        checklist_runtime.test_startup_hooks(IMAGE, expect, shown.append, self.files, self.layers, base or self.base)
+        return shown
+
+
+def test_the_base_s_own_hook_with_dpkg_s_md5_is_shown_not_failed():
+    shown = Image(BASE_LAYER, APP_LAYER).check()
+    assert shown == [
+        "startup_hooks: /usr/lib/python3.11/sitecustomize.py -> /etc/python3.11/sitecustomize.py: an OS "
+        "package's file, with dpkg's md5 (read on the host), written by the pinned base's layers"
+    ]
+
+
+def test_a_hook_and_its_md5_rewritten_by_a_later_layer_fails():
+    """The review's gap: the md5 is the image's own record; the later layer rewrote both."""
+    image = Image(BASE_LAYER, APP_LAYER, REWRITE)
+    assert startup.from_os_package(image.files, startup.hooks(image.files)[0], startup.dpkg_md5(image.files))
+    with pytest.raises(AssertionError) as failed:
+        image.check()
+    assert "/usr/lib/python3.11/sitecustomize.py: sitecustomize: dpkg's md5 matches (the image's own record), but " in (
+        str(failed.value)
+    )
+    assert "/etc/python3.11/sitecustomize.py is written by layer 3 of 3 (" + image.diff_ids[2][:19] in str(failed.value)
+    image.check(waivers={"/usr/lib/python3.11/sitecustomize.py": "ours, reviewed"})  # named: shown, passes
+
+
+def test_the_link_to_the_hook_rewritten_by_a_later_layer_fails():
+    """Both files the base's, each with dpkg's md5, but the link a later layer's: it chose what runs."""
+    md5sums = hashlib.md5(APPORT).hexdigest().encode() + b"  opt/x/sitecustomize.py\n"
+    base = [*BASE_LAYER, ("opt/x/sitecustomize.py", "file", 0o644, 0, 0, APPORT)]
+    base.append(("var/lib/dpkg/info/x.md5sums", "file", 0o644, 0, 0, md5sums))
+    relinked = [(HOOK, "link", 0o777, 0, 0, "/opt/x/sitecustomize.py")]
+    with pytest.raises(AssertionError, match="/usr/lib/python3.11/sitecustomize.py is written by layer 2 of 2"):
+        Image(base, relinked).check()
+    assert Image(base, APP_LAYER).check()  # the same files, the link the base's: shown, passes
+
+
+def test_bytecode_a_later_layer_writes_beside_the_base_s_hook_fails_like_the_hook():
+    image = Image(BASE_LAYER, PLANTED_PYC)
+    with pytest.raises(AssertionError) as failed:
+        image.check()
+    assert (
+        f"/{PYC}: bytecode Python may run instead of /usr/lib/python3.11/sitecustomize.py: /{PYC} is written by layer 2 of 2"
+        in str(failed.value)
+    )
+    # waiving the hook does not waive the bytecode: the pyc runs, not the source that was waived
+    with pytest.raises(AssertionError, match="sitecustomize.cpython-311.pyc"):
+        image.check(waivers={"/usr/lib/python3.11/sitecustomize.py": "the base's"})
+    shown = Image([*BASE_LAYER, *PLANTED_PYC], APP_LAYER).check()  # the base's own bytecode: shown
+    assert f"startup_hooks: /{PYC}: bytecode Python may run instead of /{HOOK}, the pinned base's" in shown
+
+
+def test_bytecode_is_every_pyc_of_the_module_in_its_cache_and_through_a_cache_link():
+    cached = [
+        *PYCACHE,
+        *[
+            (f"usr/lib/python3.11/__pycache__/{n}", "file", 0o644, 0, 0, b"")
+            for n in (
+                "sitecustomize.cpython-311.pyc",
+                "sitecustomize.cpython-311.opt-1.pyc",
+                "sitecustomize.cpython-312.pyc",
+                "usercustomize.cpython-311.pyc",
+                "sitecustomize.py",
+            )
+        ],
+    ]
+    image = Image([*BASE_LAYER, *cached])
+    hook = startup.hooks(image.files)[0]
+    assert startup.bytecode(image.files, hook) == [
+        "/usr/lib/python3.11/__pycache__/sitecustomize.cpython-311.opt-1.pyc",
+        "/usr/lib/python3.11/__pycache__/sitecustomize.cpython-311.pyc",
+        "/usr/lib/python3.11/__pycache__/sitecustomize.cpython-312.pyc",
+    ]
+    linked = [("usr/lib/python3.11/__pycache__", "link", 0o777, 0, 0, "/tmp/c"), ("tmp", "dir", 0o1777, 0, 0, b"")]
+    linked += [("tmp/c", "dir", 0o777, 0, 0, b""), ("tmp/c/sitecustomize.cpython-311.pyc", "file", 0o644, 0, 0, b"")]
+    image = Image(BASE_LAYER, linked)
+    assert startup.bytecode(image.files, startup.hooks(image.files)[0]) == [
+        "/usr/lib/python3.11/__pycache__",
+        "/tmp/c/sitecustomize.cpython-311.pyc",
+    ]
+    with pytest.raises(AssertionError, match="/usr/lib/python3.11/__pycache__: bytecode"):
+        image.check()
+
+
+def test_an_unread_base_or_an_image_not_built_on_it_fails_the_os_package_s_hook_saying_why():
+    image = Image(BASE_LAYER, APP_LAYER)
+    unread = layers.PinnedBase("reg/base@sha256:b", unread="reg/base@sha256:b not read: registry out of reach")
+    with pytest.raises(
+        AssertionError, match=r"layers were not read \(reg/base@sha256:b not read: registry out of reach\)"
+    ):
+        image.check(base=unread)
+    other = layers.PinnedBase("reg/other@sha256:o", ("sha256:" + "0" * 64,))
+    with pytest.raises(
+        AssertionError, match="are not the pinned runtime base reg/other@sha256:o's: it is not built on it"
+    ):
+        image.check(base=other)
+    assert image.layers.base_count(image.base) == 1
+
+
+def test_the_saved_config_s_diff_ids_name_the_layers_whatever_the_blobs_are_named():
+    image = Image(BASE_LAYER, APP_LAYER)
+    assert [layer.diff_id for layer in image.layers.ordered] == image.diff_ids
+    assert all(layer.digest != layer.diff_id for layer in image.layers.ordered)  # gzip blobs
+    assert image.layers.last_writer("/etc/python3.11/sitecustomize.py") == 0
+    assert image.layers.last_writer("/opt/k3") == 1
+    assert image.layers.last_writer("/nowhere") is None
+
+
+def test_the_base_s_layers_come_from_its_registry_for_the_platform_or_say_why_not():
+    engine = FakeEngine()
+    name = f"{REGISTRY}/k3/base-index"
+    for arch in ("amd64", "arm64"):
+        config = {"architecture": arch, "os": "linux", "rootfs": {"type": "layers", "diff_ids": [f"sha256:{arch}"]}}
+        engine.registry.push(name, arch, config, [arch.encode()])
+    digest = engine.registry.push_index(
+        name, "multi", {f"linux/{a}": engine.registry.tags[(name, a)] for a in ("amd64", "arm64")}
+    )
+    assert boundary.base_layers(engine, f"{name}@{digest}", "linux/arm64").diff_ids == ("sha256:arm64",)
+    missing = boundary.base_layers(engine, f"{name}@sha256:{'0' * 64}", "linux/amd64")
+    assert missing.diff_ids == () and "its registry has no" in missing.unread
+    local = boundary.base_layers(engine, "nvidia/cuda@sha256:" + "1" * 64, "linux/amd64")
+    assert local.diff_ids == () and local.unread.startswith("nvidia/cuda@sha256:111")
+    assert "pins no runtime base" in boundary.base_layers(engine, "", "linux/amd64").unread
+
+
+def test_a_changed_hook_whose_md5_was_left_fails_even_when_the_base_wrote_it():
+    """dpkg's md5 stays a condition beside the layer: the base's own hook, edited, is no package's file."""
+    edited = [(TARGET, "file", 0o644, 0, 0, APPORT + EVIL) if m[0] == TARGET else m for m in BASE_LAYER]
+    with pytest.raises(AssertionError, match=r"/usr/lib/python3.11/sitecustomize.py: sitecustomize$"):
+        Image(edited, APP_LAYER).check()
+
+
+def test_a_hook_linked_to_another_module_an_os_package_owns_is_not_that_package_s_hook():
+    """A sitecustomize that links to some other file dpkg lists with its md5 (a module with side effects
+    at import) runs that module at every start: the md5 says the file is the package's, not that the
+    package made it a hook. Only a link to a file of a hook's name passes (the host keeps only those
+    files' bytes: imagefiles.HOOK_TEXT), so this one fails, even all in the base (a review's guard)."""
+    other = b"import os\nos.environ['LD_PRELOAD'] = '/tmp/x.so'\n"
+    sums = f"{hashlib.md5(other).hexdigest()}  usr/lib/python3/dist-packages/tool/setup_env.py\n".encode()
+    site = "usr/lib/python3.11/site-packages"
+    base = [("usr", "dir", 0o755, 0, 0, b""), ("usr/lib", "dir", 0o755, 0, 0, b""), (site, "dir", 0o755, 0, 0, b"")]
+    base.append((f"{site}/sitecustomize.py", "link", 0o777, 0, 0, "/usr/lib/python3/dist-packages/tool/setup_env.py"))
+    base.append(("usr/lib/python3/dist-packages/tool/setup_env.py", "file", 0o644, 0, 0, other))
+    base.append(("var/lib/dpkg/info/tool.md5sums", "file", 0o644, 0, 0, sums))
+    with pytest.raises(AssertionError, match=r"site-packages/sitecustomize.py: sitecustomize$"):
+        Image(base).check()
+
+
+class _Inspecting:
+    """An engine whose local store holds one image, answered as `docker image inspect` prints it."""
+
+    def __init__(self, arch: str) -> None:
+        self.arch = arch
+
+    def image_inspect(self, ref: str) -> str:
+        if not ref.startswith("nvidia/cuda@"):
+            raise BuildError(f"Error response from daemon: No such image: {ref}")
+        return json.dumps(
+            [{"Architecture": self.arch, "RootFS": {"Type": "layers", "Layers": ["sha256:a", "sha256:b"]}}]
+        )
+
+
+def test_a_base_named_without_a_registry_host_is_read_from_the_local_engine_never_pulled():
+    ref = "nvidia/cuda@sha256:" + "1" * 64
+    assert boundary.base_layers(_Inspecting("amd64"), ref, "linux/amd64").diff_ids == ("sha256:a", "sha256:b")
+    other = boundary.base_layers(_Inspecting("arm64"), ref, "linux/amd64")
+    assert other.diff_ids == () and other.unread == f"the local engine's {ref} is for linux/arm64, not linux/amd64"
+    absent = boundary.base_layers(_Inspecting("amd64"), "ubuntu@sha256:" + "2" * 64, "linux/amd64")
+    assert absent.diff_ids == () and "No such image" in absent.unread
