@@ -26,8 +26,8 @@ import pip
 import pytest
 
 from builder import log
-from builder.checks import boundary, cpurun, layers
-from builder.checks.imagefiles import UnreadableImage
+from builder.checks import boundary, cpurun
+from builder.checks.fixtures import PIP_DIR, Fixtures
 from builder.config import contract
 from builder.config.cudamajor import major_minor
 from builder.config.gpu import GpuCode
@@ -37,7 +37,7 @@ from builder.deps.lock import LockEntry, normalize
 from builder.deps.oslock import DebEntry
 from builder.dockerfile import render
 from builder.engine import interrupts
-from builder.engine.buildx import Engine, ImageConfig
+from builder.engine.buildx import Engine
 from builder.errors import BuildError, CheckFailed, Interrupted
 from builder.source import extensions
 from builder.source.pinned import PinnedSource
@@ -47,7 +47,6 @@ CHECKLIST_GPU = CHECKLIST.with_name("checklist_gpu.py")  # gpu_code, gpu_coverag
 CHECKLIST_RUNTIME = CHECKLIST.with_name("checklist_runtime.py")  # the runtime's view of the image (issue 51)
 CHECKLISTS = (CHECKLIST, CHECKLIST.with_name("checklist_image.py"), CHECKLIST_GPU, CHECKLIST_RUNTIME)  # contract.CHECKS
 CHECK_OUTPUT_NAME = "checks.txt"  # pytest's own output, beside the JUnit report
-PIP_DIR = "/tmp/k3-check-pip"  # pip's copy in the container (pip is not in the image)
 
 
 @dataclass(frozen=True)
@@ -300,67 +299,7 @@ class Report:
             raise CheckFailed(f"{self.image}: image checks failed: {names}; the image is kept; report: {self.junit}")
 
 
-class _Plugin:
-    """Hands the checklist its fixtures; collects warnings it raises for the report."""
-
-    def __init__(
-        self, expect: Expectations, config: ImageConfig, host: boundary.ContainerHost, files, layers=None, base=None
-    ) -> None:
-        self._expect = expect
-        self._config = config
-        self._host = host
-        self._files = files  # () -> the static view (boundary.read_files), read once when a check asks
-        self._layers = layers  # () -> the image's layers (boundary.read_layers), read once when a check asks
-        self._base = base  # () -> the pinned runtime base's layers (boundary.base_layers), likewise
-        self.warnings: list[str] = []
-        self.facts: dict = {}
-
-    @pytest.fixture(scope="session")
-    def expect(self) -> Expectations:
-        return self._expect
-
-    @pytest.fixture(scope="session")
-    def image(self) -> ImageConfig:
-        return self._config
-
-    @pytest.fixture(scope="session")
-    def image_host(self) -> boundary.ContainerHost:
-        return self._host
-
-    @pytest.fixture(scope="session")
-    def image_files(self):
-        try:
-            return self._files()
-        except UnreadableImage as exc:
-            pytest.fail(f"expected to read the image's files on the host, found {exc}")
-
-    @pytest.fixture(scope="session")
-    def image_layers(self):
-        if self._layers is None:
-            pytest.skip("the image's layers are not readable here (no saved image)")
-        try:
-            return self._layers()
-        except UnreadableImage as exc:
-            pytest.fail(f"expected to read the image's layers on the host, found {exc}")
-
-    @pytest.fixture(scope="session")
-    def pinned_base(self):
-        return self._base() if self._base else layers.PinnedBase("", unread="no pinned runtime base given")
-
-    @pytest.fixture(scope="session")
-    def pip_dir(self) -> str:
-        return PIP_DIR
-
-    @pytest.fixture(scope="session")
-    def report_warning(self):
-        return self.warnings.append
-
-    @pytest.fixture(scope="session")
-    def record_fact(self):
-        return self.facts.__setitem__
-
-
-def _pytest(plugin: _Plugin, tmp: Path, junit: Path, extra: tuple = ()) -> int:
+def _pytest(plugin: Fixtures, tmp: Path, junit: Path, extra: tuple = ()) -> int:
     """Run the checklist against the container; pytest's own output goes to a file beside the
     JUnit report (the terminal gets the check table)."""
     junit.parent.mkdir(parents=True, exist_ok=True)
@@ -427,7 +366,7 @@ def run(engine: Engine, ref: str, expect: Expectations, junit: Path, plugins: tu
             files = lambda: boundary.read_files(seam, cid, expect.app_prefix, major)  # noqa: E731
             plat = expect.platform or host_platform()
             base = lambda: boundary.base_layers(engine, expect.runtime_bases.get(plat, ""), plat)  # noqa: E731
-            plugin = _Plugin(expect, config, host, files, lambda: boundary.read_layers(engine, config.id), base)
+            plugin = Fixtures(expect, config, host, files, lambda: boundary.read_layers(engine, config.id), base)
             code = _pytest(plugin, Path(tmp), junit, plugins)
     finally:
         if container:
@@ -456,6 +395,9 @@ def _parse_junit(path: Path) -> list[CheckResult]:
         if problem is not None:
             message = (problem.get("message") or problem.text or "").strip()
             message = message.splitlines()[0] if message else "failed"
+            # pytest 9.2 cuts the attribute at 500 characters; the text holds the line whole
+            lines = (re.sub(r"^E\s+", "", line).strip() for line in (problem.text or "").splitlines())
+            message = next((line for line in lines if line.startswith(message.removesuffix("...")[:200])), message)
             message = re.sub(r"^(AssertionError|Failed): ", "", message)
         skip = case.find("skipped") if problem is None else None  # an error after a skip is a failure
         skipped = skip is not None

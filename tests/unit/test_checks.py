@@ -1005,6 +1005,28 @@ def _junit(tmp_path, cases: dict[str, str]) -> Path:
     return path
 
 
+def test_a_finding_past_pytest_s_message_budget_is_read_whole_from_the_report_s_text(tmp_path):
+    """pytest cuts a failure's message attribute (to 500 characters in 9.2: shorten_message); the
+    element's text, the report whole, gives the finding whole: the operator sees every path."""
+    import xml.etree.ElementTree as ET
+
+    from _pytest.junitxml import shorten_message
+
+    finding = "expected no start-up hook, found: " + "; ".join(f"/opt/k3/hook{i}.pth: import os" for i in range(40))
+    suite = ET.Element("testsuite")
+    for name in contract.CHECKS:
+        case = ET.SubElement(suite, "testcase", name=f"test_{name}")
+        if name == "startup_hooks":
+            whole = f"AssertionError: {finding}"
+            failure = ET.SubElement(case, "failure", message=shorten_message(f"{whole}\nassert False"))
+            failure.text = f"E   {whole}\n    assert False"
+    path = tmp_path / "checks.xml"
+    ET.ElementTree(suite).write(path)
+    assert len(ET.parse(path).find(".//failure").get("message")) < len(finding)  # this pytest does cut it
+    result = next(r for r in checks._parse_junit(path) if r.name == "startup_hooks")
+    assert result.message == finding and "/opt/k3/hook39.pth: import os" in result.message
+
+
 def test_a_skipped_check_is_reported_as_skipped_never_as_passed(tmp_path):
     cases = {n: "pass" for n in contract.CHECKS}
     cases["pinned_versions"] = "skip"
