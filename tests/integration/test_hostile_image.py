@@ -11,6 +11,7 @@ without end, no longer hang vet or fill its memory.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import re
@@ -258,6 +259,25 @@ def _broken_runtime_view(config: dict) -> None:
     config["config"]["Env"] = [f"{k}={v}" for k, v in env.items()]
 
 
+PYC = "/usr/lib/python3.11/__pycache__/sitecustomize.cpython-311.pyc"  # beside the base's apport hook
+
+
+def _planted_hooks() -> list[tuple]:
+    """Hooks a later layer plants with the image's own record vouching for them: a sitecustomize with
+    its md5 in a dpkg md5sums file of this layer's, and an unchecked hash-based pyc (CPython runs it
+    without reading the source) in place of the base's bytecode of Debian's sitecustomize."""
+    from importlib._bootstrap_external import _code_to_hash_pyc  # the stdlib's own pyc writer
+
+    hook = b"import os\n"
+    sums = f"{hashlib.md5(hook).hexdigest()}  {SITE.lstrip('/')}/sitecustomize.py\n"
+    pyc = bytes(_code_to_hash_pyc(compile("", "sitecustomize.py", "exec"), b"\0" * 8, checked=False))
+    return [
+        (SITE.lstrip("/") + "/sitecustomize.py", "file", 0o644, 0, hook, {}),
+        ("var/lib/dpkg/info/k3hook.md5sums", "file", 0o644, 0, sums, {}),
+        (PYC.lstrip("/"), "file", 0o644, 0, pyc, {}),
+    ]
+
+
 @pytest.fixture(scope="module")
 def runtime_view(built):
     from tests.integration import ocivariant
@@ -269,6 +289,7 @@ def runtime_view(built):
             ("usr/bin/k3cap", "file", 0o755, 0, "#!/bin/sh\n", {"SCHILY.xattr.security.capability": CAPABILITY}),
             ("usr/bin/k3own", "file", 0o755, 1000, "#!/bin/sh\n", {}),
             ("etc/.wh.debian_version", "file", 0o644, 0, b"", {}),  # base-files' file, removed
+            *_planted_hooks(),
         ]
     )
     repository, variant = ocivariant.push_variant(ref, _broken_runtime_view, (tar,))
@@ -281,7 +302,12 @@ def runtime_view(built):
 RUNTIME_ROWS = {
     "container_runtime": ("NVIDIA_REQUIRE_CUDA='cuda>=13.0' refuses the driver floor", "/usr/local/cuda/compat"),
     "interpreter_options": ("/config/Env/PYTHONWARNINGS",),
-    "startup_hooks": (f"{SITE}/k3hook.pth: a .pth file with 1 executable line(s): import os",),
+    "startup_hooks": (
+        f"{SITE}/k3hook.pth: a .pth file with 1 executable line(s): import os",
+        f"{SITE}/sitecustomize.py: sitecustomize: dpkg's md5 matches (the image's own record), but "
+        f"{SITE}/sitecustomize.py is written by layer ",
+        f"{PYC}: bytecode Python may run instead of /usr/lib/python3.11/sitecustomize.py: {PYC} is written by layer ",
+    ),
     "runtime_user": ("getpass.getuser() raises", "/: the home of uid 2000 is the root directory"),
     "system_files": ("/usr/bin/k3cap: carries a file capability", "/usr/bin/k3own: owned by uid 1000"),
     "base_whiteouts": ("/etc/debian_version: a file of the OS package base-files",),
