@@ -175,7 +175,9 @@ def judge(
     return found
 
 
-def _judge_hook(files: imagefiles.ImageFiles, layers: Layers, count: int | str, hook: Hook, known) -> Judged:
+def _judge_hook(
+    files: imagefiles.ImageFiles, layers: Layers, count: int | str, hook: Hook, known: dict[str, str]
+) -> Judged:
     what = hook.what + (f": {hook.code}" if hook.code else "")
     package = from_os_package(files, hook, known)
     if package is None:

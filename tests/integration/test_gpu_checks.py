@@ -7,7 +7,8 @@ extension lacking B300 (10.3), and Triton's bundled ptxas being CUDA 13's with n
 Two more are made at the OCI level, not by a Dockerfile (issue 51): files copied into a created
 container and the container committed, its labels set by ``docker commit --change``: CUDA 13 code,
 ZSTD-compressed, kept as data in a library the extension NEEDs outside the application prefix;
-a compressed entry that cannot be decoded; and a package whose import writes a library to /tmp and
+a compressed entry that cannot be decoded; a library whose .nv_fatbin section runs past the end of
+the file (the host cannot read its GPU code, and says so); and a package whose import writes a library to /tmp and
 loads it (found in what the import maps, in no layer of the image)."""
 
 from __future__ import annotations
@@ -116,6 +117,8 @@ def _context(context: Path) -> None:
 OCI_VARIANTS = {
     "needed-lib-cuda13-as-data": ("gpu_code", "SASS sm_100a built by CUDA 13.0 (tkinfo), not CUDA 12"),
     "unread-entry": ("gpu_code", "SASS sm_100a unread: "),
+    # a library's .nv_fatbin section stated past the end of the file: the host cannot read it
+    "unreadable-fatbin-section": ("gpu_code", f"{SITE}/k3gpu/libk3more.so: GPU code unread on the host: "),
     # not GPU code: a package whose import writes a library to /tmp and loads it (issue 51, dlopen)
     "loads-code-made-at-import": ("everything_loads", "/tmp/k3made/libk3made.so: mapped at import but not a file"),
 }
@@ -154,6 +157,22 @@ def _garbled(blob: bytes) -> bytes:
     usize = struct.unpack_from("<Q", out, 16 + 56)[0]
     struct.pack_into("<Q", out, 16 + 56, usize + 1)
     return bytes(out)
+
+
+def _section_past_end(elf: bytes, name: bytes = b".nv_fatbin") -> bytes:
+    """``elf`` (ELF64 little-endian) with section ``name``'s size stated 4 KiB past the end of the
+    file: its fatbin is truncated as the section table reads it (ld.so reads no section table)."""
+    out = bytearray(elf)
+    shoff = struct.unpack_from("<Q", out, 0x28)[0]
+    shentsize, shnum, shstrndx = struct.unpack_from("<HHH", out, 0x3A)
+    names = struct.unpack_from("<Q", out, shoff + shstrndx * shentsize + 24)[0]
+    for i in range(shnum):
+        at = shoff + i * shentsize
+        if out[names + struct.unpack_from("<I", out, at)[0] :].startswith(name + b"\0"):
+            offset = struct.unpack_from("<Q", out, at + 24)[0]
+            struct.pack_into("<Q", out, at + 32, len(out) - offset + 4096)
+            return bytes(out)
+    raise AssertionError(f"no {name!r} section")
 
 
 def _tar(files: dict[str, tuple[bytes, int]]) -> bytes:
@@ -205,6 +224,10 @@ def _oci_files(work: Path) -> dict[str, dict[str, tuple[bytes, int]]]:
         "unread-entry": {
             EXT: ((work / "good.so").read_bytes(), 0o755),
             f"{SITE}/k3gpu/kernels/k3.fatbin": (_garbled(blob), 0o644),
+        },
+        "unreadable-fatbin-section": {
+            EXT: ((work / "good.so").read_bytes(), 0o755),
+            f"{SITE}/k3gpu/libk3more.so": (_section_past_end((work / "good.so").read_bytes()), 0o755),
         },
         "loads-code-made-at-import": {
             EXT: ((work / "good.so").read_bytes(), 0o755),
