@@ -61,3 +61,33 @@ def test_a_bundle_is_unbundled_into_the_runs_own_mirror_held_to_its_commit(tmp_p
     bundle.write_bytes(b"# v2 git bundle\n" + b"0" * 40 + b" refs/heads/pinned\n\nnot a pack")
     with cache_scope(tmp_path / "run2", sealed=True), pytest.raises(SourceError, match="untrusted input"):
         bundles.unbundle(url, commit, bundle, shallow=False)
+
+
+def test_each_platforms_wheel_is_the_one_its_own_lock_installed(tmp_path, monkeypatch):
+    """A lock entry names every platform's wheel by sha256; the escrow keeps, for each platform's
+    lock, the file that platform's wheelhouse holds (not the first hash cached anywhere)."""
+    from types import SimpleNamespace
+
+    from builder.escrow import collect
+    from builder.escrow.inputs import PlatformFiles, WheelInput
+    from builder.fsutil import sha256_file
+
+    amd, arm = tmp_path / "locks" / "t", tmp_path / "locks" / "t" / "linux-arm64"
+    houses = {}
+    for where, data in ((amd, b"x86_64 wheel"), (arm, b"aarch64 wheel")):
+        where.mkdir(parents=True, exist_ok=True)
+        (where / "build-requirements.txt").write_text("# lock\n")
+        houses[where / "build-requirements.txt"] = tmp_path / f"house-{where.name}"
+        houses[where / "build-requirements.txt"].mkdir()
+        (houses[where / "build-requirements.txt"] / f"cmake-{where.name}.whl").write_bytes(data)
+    files = [
+        PlatformFiles(p, tmp_path, w, tmp_path / "Dockerfile") for p, w in (("linux/amd64", amd), ("linux/arm64", arm))
+    ]
+    monkeypatch.setattr(collect, "platform_files", lambda root, target: files)
+    monkeypatch.setattr(collect.buildcontext, "wheelhouse", lambda target, lock: houses[lock])
+    target = SimpleNamespace(for_platform=lambda platform: None)
+    wheels = collect._wheel_files(tmp_path, target)
+    hashes = tuple(sorted(sha256_file(next(h.iterdir())) for h in houses.values()))
+    for where, data in ((amd, b"x86_64 wheel"), (arm, b"aarch64 wheel")):
+        item = WheelInput(f"{where.relative_to(tmp_path)}/build-requirements.txt", "cmake", "4.4.5", hashes)
+        assert collect._local(tmp_path, target, item, wheels, tmp_path).path.read_bytes() == data
