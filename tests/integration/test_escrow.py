@@ -102,6 +102,7 @@ def test_reproduce_from_the_escrow_alone_offline(built, escrow_repo, tmp_path):
     bases = {b["name"].split("@")[0].rsplit(":", 1)[0] for b in record["bases"].values()}
     assert f"{escrow_repo}@" in log and not any(name in log for name in bases), log[-2000:]
     assert not [p for p in downloaded.parent.iterdir() if p.name.startswith(".cache.")]  # the run's cache: gone
+    assert not any((tmp_path / "fresh-cache").rglob("*.whl")) and not (tmp_path / "fresh-cache" / "git").exists()
 
 
 def _tampered_is_refused(matrix: Path, ref: str, downloaded: Path) -> None:
