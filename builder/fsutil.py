@@ -3,11 +3,13 @@ small files read as untrusted input; a write whose path fails reported as bad in
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import hashlib
 import os
 import stat
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TypeVar
 
@@ -76,10 +78,36 @@ def clamp_mtimes(root: Path, epoch: int) -> None:
     os.utime(root, (epoch, epoch))
 
 
+# A run that must not read the machine's cache (a rebuild from the escrow) names its own for the
+# code it calls: every cache_dir() inside ``cache_scope`` is that directory. A sealed one is
+# complete: what is not in it is never downloaded (``cache_sealed``, asked before each download).
+_SCOPED_CACHE: contextvars.ContextVar[tuple[Path, bool] | None] = contextvars.ContextVar("k3_cache", default=None)
+
+
+@contextlib.contextmanager
+def cache_scope(path: Path, sealed: bool = False) -> Iterator[Path]:
+    """``cache_dir()`` is ``path`` inside the block (this thread and what it calls), then as before."""
+    token = _SCOPED_CACHE.set((path, sealed))
+    try:
+        yield path
+    finally:
+        _SCOPED_CACHE.reset(token)
+
+
+def cache_sealed() -> bool:
+    """Inside a sealed ``cache_scope``: nothing may be downloaded into the cache."""
+    scoped = _SCOPED_CACHE.get()
+    return scoped is not None and scoped[1]
+
+
 def cache_dir() -> Path:
-    """Downloads and git mirrors shared by every checkout on this machine."""
-    base = os.environ.get("K3_CACHE_DIR") or os.path.join(
-        os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "k3-builder"
+    """Downloads and git mirrors shared by every checkout on this machine (or a run's own, see
+    ``cache_scope``)."""
+    scoped = _SCOPED_CACHE.get()
+    base = (
+        (scoped and scoped[0])
+        or os.environ.get("K3_CACHE_DIR")
+        or os.path.join(os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "k3-builder")
     )
     path = Path(base)
     path.mkdir(parents=True, exist_ok=True)

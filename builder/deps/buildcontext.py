@@ -32,7 +32,7 @@ from builder.config.names import normalize
 from builder.deps.hermetic import hermetic_env
 from builder.dockerfile import render
 from builder.errors import BuildError, LockError, Unreachable, failure_kind
-from builder.fsutil import atomic_write, cache_dir, clamp_mtimes, sha256_file
+from builder.fsutil import atomic_write, cache_dir, cache_sealed, clamp_mtimes, sha256_file
 
 # Splits the application layer and compiles each layer's bytecode inside the build (its docstring).
 LAYER_SCRIPT = Path(__file__).resolve().parents[1] / "dockerfile" / "templates" / "layer_files.py"
@@ -47,7 +47,14 @@ def _entry_lock(dest: Path) -> Iterator[None]:
         yield
 
 
+def _sealed(what: str) -> None:
+    """A rebuild from the escrow reads only its own cache: what is not there is not downloaded."""
+    if cache_sealed():
+        raise LockError(f"{what}: not in the escrow's files, and a rebuild from the escrow downloads nothing")
+
+
 def _download(target: Target, lock: Path, into: Path) -> None:
+    _sealed(f"{lock}: the locked wheels")
     py = target.python.version
     index, *extra = target.lock_indexes()
     cmd = [
@@ -158,7 +165,7 @@ def _standalone_python(target: Target) -> Path:
     assert spec is not None
     where = f"{target.name}: python.standalone.url"
     limit = (contract.STANDALONE_MAX_BYTES, f"the {contract.STANDALONE_MAX_BYTES} bytes a CPython tarball may have")
-    dest = cache_dir() / "python" / f"{spec.sha256}.tar.gz"
+    dest = _python_path(spec.sha256)
     return _fetch_pinned(spec.url, spec.sha256, dest, where, "the CPython tarball", limit, "the matrix")
 
 
@@ -178,7 +185,7 @@ def copy_capped(src, out, limit: int, chunk: int = 1 << 16) -> int:
 def _fetch_deb(entry) -> Path:
     """One locked .deb from the machine-wide cache (keyed by its sha256), downloaded once, no
     further than its locked size, and hash-checked."""
-    dest = cache_dir() / "debs" / f"{entry.sha256}.deb"
+    dest = _deb_path(entry.sha256)
     limit = (entry.size, f"the locked {entry.size} bytes")
     return _fetch_pinned(entry.url, entry.sha256, dest, contract.OS_LOCK_NAME, entry.filename, limit, "the lock")
 
@@ -193,6 +200,7 @@ def _fetch_pinned(url: str, sha256: str, dest: Path, where: str, what: str, limi
         if dest.exists() and sha256_file(dest) == sha256:
             return dest
         dest.unlink(missing_ok=True)  # damaged or swapped: fetched again below
+        _sealed(f"{where}: {what} (sha256 {sha256[:16]}...)")
         tmp = dest.with_name(dest.name + f".{os.getpid()}.partial")
         try:
             with urllib.request.urlopen(url, timeout=120) as resp, tmp.open("wb") as out:  # noqa: S310
@@ -371,3 +379,44 @@ def fetch_deb(entry) -> Path:
 def standalone_python(target: Target) -> Path:
     """The cached CPython tarball a standalone-Python target names, its sha256 checked."""
     return _standalone_python(target)
+
+
+def _deb_path(sha256: str) -> Path:
+    return cache_dir() / "debs" / f"{sha256}.deb"
+
+
+def _python_path(sha256: str) -> Path:
+    return cache_dir() / "python" / f"{sha256}.tar.gz"
+
+
+# What a rebuild from the escrow fills its own cache with (builder/escrow/offline.py): the entries a
+# download would have filled, so the context is copied from them and hash-checked as always.
+def seed_wheelhouse(lock: Path, wheels: Iterable[Path]) -> None:
+    """A complete cache entry for ``lock`` holding ``wheels`` (checked against the lock when the
+    context is copied from it, as a downloaded entry is)."""
+    key = sha256_file(lock)
+    dest = cache_dir() / "wheelhouse" / key
+    with _entry_lock(dest):
+        shutil.rmtree(dest, ignore_errors=True)
+        dest.mkdir()
+        for wheel in wheels:
+            _link(wheel, dest / wheel.name)
+        (dest / ".complete").write_text(key + "\n")
+
+
+def seed_deb(sha256: str, path: Path) -> None:
+    _link(path, _deb_path(sha256))
+
+
+def seed_python(sha256: str, path: Path) -> None:
+    _link(path, _python_path(sha256))
+
+
+def _link(src: Path, dest: Path) -> None:
+    """A hard link where it can (an escrow's wheels are large), else a copy."""
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    dest.unlink(missing_ok=True)
+    try:
+        os.link(src, dest)
+    except OSError:
+        shutil.copyfile(src, dest)

@@ -55,13 +55,14 @@ def collect(root: Path, target, inventory: Inventory, work: Path) -> dict[str, L
     return out
 
 
-def _local(root: Path, target, item: Input, wheels: dict[str, Path], work: Path) -> LocalBlob:
+def _local(root: Path, target, item: Input, wheels: dict[str, dict[str, Path]], work: Path) -> LocalBlob:
     if isinstance(item, SourceInput):
         made = bundle(item, work)
         blob = _blob(made, f"{item.name.replace('/', '_')}-{item.commit[:12]}.bundle")
         return LocalBlob(blob.path, blob.sha256, blob.size, blob.title, shallow=is_shallow(made))
     if isinstance(item, WheelInput):
-        path = next((wheels[h] for h in item.hashes if h in wheels), None)
+        own = wheels.get(item.lock, {})  # its own lock's wheelhouse: another platform's has another file
+        path = next((own[h] for h in item.hashes if h in own), None)
         if path is None:
             raise LockError(f"{item.lock}: {item.name}=={item.version}: no cached wheel has one of its sha256")
         return _blob(path, path.name)
@@ -82,18 +83,19 @@ def _blob(path: Path, title: str) -> LocalBlob:
     return LocalBlob(path, sha256_file(path), path.stat().st_size, title)
 
 
-def _wheel_files(root: Path, target) -> dict[str, Path]:
-    """sha256 (hex) -> cached wheel file, over every lock of every platform."""
-    found: dict[str, Path] = {}
+def _wheel_files(root: Path, target) -> dict[str, dict[str, Path]]:
+    """Lock path (as inputs.py names it) -> sha256 (hex) -> the wheel its build installed, for every
+    lock of every platform. Per lock: a lock entry names every platform's wheel by hash, and only
+    its own platform's wheelhouse says which one that platform's build read."""
+    found: dict[str, dict[str, Path]] = {}
     for files in platform_files(root, target):
         for name in (contract.LOCK_NAME, contract.BUILD_LOCK_NAME):
             lock_file = files.locks / name
             if not lock_file.exists():
                 continue
             house = buildcontext.wheelhouse(target.for_platform(files.platform), lock_file)
-            for wheel in sorted(house.iterdir()):
-                if not wheel.name.startswith("."):
-                    found[sha256_file(wheel)] = wheel
+            rel = lock_file.resolve().relative_to(root.resolve()).as_posix()
+            found[rel] = {sha256_file(w): w for w in sorted(house.iterdir()) if not w.name.startswith(".")}
     return found
 
 

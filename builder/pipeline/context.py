@@ -15,6 +15,7 @@ from secrets import token_hex
 
 from builder import __version__, log
 from builder.config import cascade, contract
+from builder.config.inputsource import UPSTREAM, InputSource
 from builder.config.matrix import Target
 from builder.config.options import BuildOptions
 from builder.deps import lock
@@ -24,7 +25,7 @@ from builder.engine.buildx import BuildRequest, BuildResult, Engine, EngineInfo
 from builder.errors import ConfigError, EngineUnavailable
 from builder.pipeline.plan import LockSet, Offline, Plan, input_key, offline_checks, parallelism
 from builder.records import store as records
-from builder.source import fetches, kernelmap, kernelplan
+from builder.source import bundles, fetches, kernelmap, kernelplan
 from builder.source import pinned as source
 from builder.source.kernelmap import SourcePlan
 from builder.source.kernelplan import Sandbox
@@ -47,6 +48,7 @@ class BuildContext:
     input_key: str
     tag: str
     no_cache: bool
+    inputs: InputSource = UPSTREAM  # where the sources, files and bases come from (the escrow: no network)
 
     @classmethod
     def checked(
@@ -58,6 +60,7 @@ class BuildContext:
         tag: str | None = None,
         no_cache: bool | None = None,
         offline: Offline | None = None,
+        inputs: InputSource = UPSTREAM,
     ) -> BuildContext:
         """The offline checks (`plan.offline_checks`), then the context of a build of the bytes they
         read. ``tag``: the target's unless given; ``no_cache``: --no-cache unless given;
@@ -72,6 +75,7 @@ class BuildContext:
             input_key=input_key(plan, dockerfile_text, locks),
             tag=plan.tag if tag is None else tag,
             no_cache=options.no_cache if no_cache is None else no_cache,
+            inputs=inputs,
         )
 
     @property
@@ -154,8 +158,12 @@ def _source_checked(ctx: BuildContext) -> PinnedSource:
     or compile: every fetch in its build files pinned or waived (exit 2), and each platform's kernel
     plan covering what ``kernels.required`` asks (exit 1, KernelPlanFailed)."""
     target = ctx.target
-    with log.step(f"{target.name}: fetch source {target.source.branch} @ {target.source.commit[:12]}", long=True):
-        pinned = source.fetch(target.source)
+    if ctx.inputs.escrowed:  # from the bundle in the escrow, not the source's host
+        with log.step(f"{target.name}: source @ {target.source.commit[:12]} from the escrow {ctx.inputs.reference}"):
+            pinned = bundles.from_mirror(target.source)
+    else:
+        with log.step(f"{target.name}: fetch source {target.source.branch} @ {target.source.commit[:12]}", long=True):
+            pinned = source.fetch(target.source)
         if pinned.branch_head != target.source.commit:
             log.warn(
                 f"{target.source.branch} has moved to {pinned.branch_head[:12]}; building the pin "
@@ -206,7 +214,7 @@ def _fetch_inputs(ctx: BuildContext, pinned: PinnedSource) -> dict:
     third = {}
     if target.source.third_party:
         with log.step(f"{target.name}: fetch {len(target.source.third_party)} pinned third-party source(s)", long=True):
-            third = source.fetch_all_third_party(target.source, pinned)
+            third = source.fetch_all_third_party(target.source, pinned, live=not ctx.inputs.escrowed)
             for tp in third.values():
                 log.info(
                     f"    {tp.name}: {tp.url} @ {tp.commit[:12]}"
@@ -268,6 +276,7 @@ def _request(
             "K3_LOCK_SHA256": ctx.locks.runtime_sha256,
             # The compile stage with the shared cache, only when there is a backend to reach.
             **({contract.COMPILE_MODE_ARG: contract.COMPILE_MODE_REMOTE} if secrets else {}),
+            **_base_args(ctx),
         },
         build_contexts=contexts,
         source_date_epoch=epoch,
@@ -280,6 +289,14 @@ def _request(
         secrets=options.secrets + secrets,
         platform=ctx.plan.platform,  # one platform of an image index: built for it (emulated if foreign)
     )
+
+
+def _base_args(ctx: BuildContext) -> dict[str, str]:
+    """From the escrow: each base by the same digest, from the escrow's repository (build args
+    over the Dockerfile's defaults: the Dockerfile, and the image, are the recorded ones)."""
+    bases = ctx.target.bases
+    pairs = (("BUILD_BASE_IMAGE", bases.build.digest), ("RUNTIME_BASE_IMAGE", bases.runtime.digest))
+    return {arg: ref for arg, digest in pairs if (ref := ctx.inputs.base_ref(digest))}
 
 
 def _cache_secret(target: Target, options: BuildOptions, secret_dir: Path | None) -> tuple[str, ...]:

@@ -5,15 +5,17 @@ in a report beside the rebuild's log.
 
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass
 from pathlib import Path
 
 from builder import log
 from builder.config import contract
+from builder.config.inputsource import UPSTREAM, InputSource
 from builder.config.options import BuildOptions
 from builder.engine.seam import Engine
 from builder.errors import NotReproduced, RecordError
-from builder.fsutil import sha256_file
+from builder.fsutil import cache_scope, sha256_file
 from builder.pipeline.context import BuildContext, prepare, run_engine
 from builder.pipeline.plan import Plan
 from builder.records import store as records
@@ -73,22 +75,26 @@ def _recorded_inputs(plan: Plan) -> records.Record:
     return record
 
 
-def reproduce_all(plan: Plan, engine: Engine, options: BuildOptions) -> list[Reproduction]:
+def reproduce_all(
+    plan: Plan, engine: Engine, options: BuildOptions, inputs: InputSource = UPSTREAM
+) -> list[Reproduction]:
     """A target built into an image index is reproduced platform by platform, each from its own
     record set (locks/<target>/<os>-<arch>/) with --platform; locks/<target>/image.json is the
-    index's record and names no inputs."""
+    index's record and names no inputs. ``inputs``: upstream, or the escrow's files (their own
+    cache, sealed: nothing downloaded) and its registry for the bases."""
     chosen = plan.chosen(options.platforms)  # a --platform the target does not name: refused (exit 2)
-    if not plan.indexed:
-        return [reproduce(plan, engine, options)]
-    return [reproduce(pp, engine, options) for pp in chosen]  # --platform: only those
+    plans = chosen if plan.indexed else [plan]  # --platform: only those
+    scope = cache_scope(inputs.cache, sealed=True) if inputs.cache else contextlib.nullcontext()
+    with scope:
+        return [reproduce(pp, engine, options, inputs) for pp in plans]
 
 
-def reproduce(plan: Plan, engine: Engine, options: BuildOptions) -> Reproduction:
+def reproduce(plan: Plan, engine: Engine, options: BuildOptions, inputs: InputSource = UPSTREAM) -> Reproduction:
     """Rebuild the recorded image with no cache and compare: same digest, or what differs."""
     target = plan.target
     record = _recorded_inputs(plan)
     # <tag>-reproduce, or <tag>-<os>-<arch>-reproduce for one platform of an index
-    ctx = BuildContext.checked(plan, engine, options, tag=f"{plan.tag}-reproduce", no_cache=True)
+    ctx = BuildContext.checked(plan, engine, options, tag=f"{plan.tag}-reproduce", no_cache=True, inputs=inputs)
     prep = prepare(ctx)
     result = run_engine(prep)
     recorded = engine.registry.platform_digest(target.image.name, record.digest)

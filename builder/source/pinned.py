@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, cast
 
 from builder.config.matrix import Source, ThirdParty
 from builder.errors import RESOURCE_ERRNOS, SourceError, failure_kind
-from builder.fsutil import cache_dir, clamp_mtimes
+from builder.fsutil import cache_dir, cache_sealed, clamp_mtimes
 from builder.source.export import Budget, Limits, export_tree, export_trees
 
 if TYPE_CHECKING:  # GitPython costs ~40 ms to import: only the commands that fetch pay it
@@ -323,6 +323,8 @@ def _commit_repo(url: str, commit: str) -> git.Repo:
     repo = _mirror(url)
     if _has_commit(repo, commit):
         return repo
+    if cache_sealed():  # a rebuild from the escrow: every commit came in a bundle, none is fetched
+        raise SourceError(f"{_shown(url, 200)}: commit {commit[:12]} is not in the escrow; nothing is fetched")
     # `--` first: a URL is never an option (git would run `--upload-pack=<command>` on the host).
     attempts = (
         ["--depth=1", "--", url, commit],
@@ -462,7 +464,7 @@ def _submodules(repo: git.Repo, url: str, commit: str, wanted, owner: str, prefi
     return found
 
 
-def fetch_third_party(name: str, spec: ThirdParty, pinned: PinnedSource) -> PinnedThirdParty:
+def fetch_third_party(name: str, spec: ThirdParty, pinned: PinnedSource, live: bool = True) -> PinnedThirdParty:
     """Fetch one pinned third-party source and check it is what the source's build names."""
     declared = pinned.read(spec.declared_in)
     if declared is None or spec.ref.encode() not in declared:
@@ -470,8 +472,7 @@ def fetch_third_party(name: str, spec: ThirdParty, pinned: PinnedSource) -> Pinn
             f"source at {pinned.commit[:12]}: {spec.declared_in} no longer names {spec.ref!r} for third-party "
             f"{name!r}; the source moved this dependency: re-pin source.third_party.{name} (ref and commit)"
         )
-    if not _HEX40.fullmatch(spec.ref):
-        # A tag or branch is mutable: it must still point at the pinned commit.
+    if not _HEX40.fullmatch(spec.ref) and live:  # a mutable tag must still be at the pin (live: not escrowed)
         now = _peeled_ref(spec.url, spec.ref)
         if now != spec.commit:
             raise SourceError(
@@ -494,5 +495,5 @@ def fetch_third_party(name: str, spec: ThirdParty, pinned: PinnedSource) -> Pinn
     return PinnedThirdParty(name, spec.url, spec.commit, epoch, tuple(subs), pinned.limits)
 
 
-def fetch_all_third_party(source: Source, pinned: PinnedSource) -> dict[str, PinnedThirdParty]:
-    return {name: fetch_third_party(name, spec, pinned) for name, spec in sorted(source.third_party.items())}
+def fetch_all_third_party(source: Source, pinned: PinnedSource, live: bool = True) -> dict[str, PinnedThirdParty]:
+    return {name: fetch_third_party(name, spec, pinned, live) for name, spec in sorted(source.third_party.items())}

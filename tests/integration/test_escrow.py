@@ -1,19 +1,36 @@
 """`build escrow` on the built smoke (the session's `built` image, a copy of its checkout so its
 record set is left alone): every input into a repository of this file's own on the local
 registry, `build verify --registry`'s escrow row, a deleted blob named, a second escrow run that
-pushes nothing. A few seconds on top of the build: the bases are mounted, not uploaded."""
+pushes nothing. A few seconds on top of the build: the bases are mounted, not uploaded.
+
+Then `build reproduce --from-escrow` with every upstream gone for the tool's process, the same
+digest: a fresh cache (K3_CACHE_DIR empty, and the run's own cache inside the checkout), the
+stand-in upstream repositories hidden (a mount namespace with an empty tmpfs over each: the shared
+session's repositories are untouched for every other process), no network but the loopback
+registry (HTTP(S)_PROXY to a closed port for everything else), the bases pulled from the escrow by
+digest (the build log names the escrow repository, never the bases' own). A tampered blob is
+refused first (exit 2, nothing written).
+"""
 
 from __future__ import annotations
 
 import json
+import os
 import secrets
+import shutil
+import subprocess
+import threading
 import time
+from http.server import ThreadingHTTPServer
+from pathlib import Path
 
 import pytest
 
 from builder.engine.blobcopy import BlobCopier
 from builder.engine.registry import RegistryClient
-from tests.integration.conftest import REGISTRY, cli, restore_registry
+from tests.integration.conftest import BUILD, REGISTRY, cli, restore_registry
+from tests.integration.enginelock import build_hold
+from tests.unit.test_escrow import _Tampering
 
 
 @pytest.fixture()
@@ -62,3 +79,89 @@ def test_escrow_verify_and_a_deleted_blob(built, escrow_repo, tmp_path):
     assert BlobCopier(RegistryClient()).delete_blob(escrow_repo, entries[key]["digest"])
     bad = cli("--matrix", str(smoke.matrix), "verify", "--registry", "--target", "smoke")
     assert bad.code == 1 and key in bad.err, bad.err[-3000:]
+
+
+def test_reproduce_from_the_escrow_alone_offline(built, escrow_repo, tmp_path):
+    smoke = built[0].copy(tmp_path / "checkout")
+    restore_registry(built[0])
+    made = cli("--matrix", str(smoke.matrix), "escrow", "--target", "smoke", "--to", escrow_repo, "--json")
+    assert made.code == 0, made.err[-3000:]
+    ref = json.loads(made.out)["escrow"]
+    downloaded = smoke.root / "artifacts" / "smoke" / "escrow"
+    _tampered_is_refused(smoke.matrix, ref, downloaded)
+    record = json.loads(smoke.record.read_text())
+    started = time.monotonic()
+    args = ("--matrix", str(smoke.matrix), "reproduce", "--target", "smoke", "--from-escrow", ref, "--json")
+    run = _offline(tmp_path, _remotes(record), args)
+    print(f"reproduce --from-escrow of the smoke (amd64, no cache, offline): {time.monotonic() - started:.1f} s")
+    assert run.returncode == 0, run.stderr[-3000:]
+    doc = json.loads(run.stdout)
+    assert doc["reproduced"] and doc["rebuilt"] == doc["recorded"] == record["digest"], doc
+    # The bases came from the escrow: BuildKit resolved them there, never under their own names.
+    log = max((smoke.root / "artifacts" / "smoke").glob("*/build.log"), key=lambda p: p.stat().st_mtime).read_text()
+    bases = {b["name"].split("@")[0].rsplit(":", 1)[0] for b in record["bases"].values()}
+    assert f"{escrow_repo}@" in log and not any(name in log for name in bases), log[-2000:]
+    assert not [p for p in downloaded.parent.iterdir() if p.name.startswith(".cache.")]  # the run's cache: gone
+    assert not any((tmp_path / "fresh-cache").rglob("*.whl")) and not (tmp_path / "fresh-cache" / "git").exists()
+
+
+def _tampered_is_refused(matrix: Path, ref: str, downloaded: Path) -> None:
+    """A registry in front of the escrow that serves other bytes for one wheel: exit 2, nothing written."""
+    name, digest = ref.split("@")
+    wheel = _an_input_blob(name, digest, "wheel ")
+    handler = type("Tampering", (_Tampering,), {"tampered": wheel})
+    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        front = f"127.0.0.1:{server.server_address[1]}/{name.split('/', 1)[1]}@{digest}"
+        bad = cli("--matrix", str(matrix), "reproduce", "--target", "smoke", "--from-escrow", front)
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert bad.code == 2 and "the escrow served bytes with digest" in bad.err, bad.err[-2000:]
+    assert not downloaded.exists() and not list(downloaded.parent.glob(".escrow.*"))
+
+
+def _an_input_blob(name: str, index: str, prefix: str) -> str:
+    """The blob of the first input whose key starts with ``prefix``, as the escrow's index names it."""
+    client = RegistryClient()
+    for child in client.raw_manifest(name, index).doc["manifests"]:
+        if child.get("annotations", {}).get("dev.k3-builder.escrow.input", "").startswith(prefix):
+            return client.raw_manifest(name, child["digest"]).doc["layers"][0]["digest"]
+    raise AssertionError(f"no {prefix!r} input in {name}@{index}")
+
+
+def _remotes(record: dict) -> list[Path]:
+    """The stand-in upstream repositories the recorded build read (file:// URLs): source, third party, submodules."""
+    source = record["source"]
+    urls = [source["url"]] + [t["url"] for t in source.get("third_party", {}).values()]
+    urls += [s["url"] for t in source.get("third_party", {}).values() for s in t.get("submodules", [])]
+    paths = [Path(u.removeprefix("file://")) for u in urls]
+    assert all(u.startswith("file://") for u in urls) and all(p.is_dir() for p in paths), urls
+    return paths
+
+
+def _offline(tmp_path: Path, hidden: list[Path], args: tuple[str, ...]) -> subprocess.CompletedProcess:
+    """The tool with every upstream gone, for its process alone: each of ``hidden`` under an empty
+    tmpfs in a mount namespace of its own, an empty K3_CACHE_DIR, and a proxy that refuses every
+    connection for HTTP(S) but to the loopback registry (pip, urllib and git's https honour it;
+    PIP_* is dropped by the tool's hermetic pip environment, so the proxy is what stops pip)."""
+    if os.geteuid() != 0 or not shutil.which("unshare"):
+        pytest.skip("hiding the upstream repositories needs root and unshare (a mount namespace)")
+    closed = "http://127.0.0.1:9"  # discard: nothing listens there
+    env = {
+        **os.environ,
+        "K3_CACHE_DIR": str(tmp_path / "fresh-cache"),
+        "no_proxy": "127.0.0.1",
+        "NO_PROXY": "127.0.0.1",
+    }
+    env |= {k: closed for k in ("http_proxy", "https_proxy", "HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "all_proxy")}
+    env["K3_GONE"] = " ".join(map(str, hidden))  # no spaces in pytest's temporary paths
+    script = 'for d in $K3_GONE; do mount -t tmpfs -o size=64k,mode=0555 k3-gone "$d" || exit 97; done; exec "$@"'
+    with build_hold(args):
+        return subprocess.run(
+            ["unshare", "--mount", "--propagation", "private", "sh", "-c", script, "sh", BUILD, *args],
+            capture_output=True,
+            text=True,
+            env=env,
+        )

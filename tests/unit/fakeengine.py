@@ -260,9 +260,11 @@ class FakeEngine:
         self.requests.append(req)
         self.events.append(("build", req.tags))
         epoch = req.source_date_epoch or 0
+        dockerfile = req.dockerfile.read_bytes()
         files = {
-            "k3/build-args.json": json.dumps(req.build_args, sort_keys=True).encode(),
-            "k3/Dockerfile": req.dockerfile.read_bytes(),  # its bases (FROM) and steps make the image
+            "k3/build-args.json": json.dumps(_without_bases(req.build_args), sort_keys=True).encode(),
+            "k3/Dockerfile": dockerfile,  # its bases (FROM) and steps make the image
+            "k3/bases": _base_digests(dockerfile.decode(), req.build_args).encode(),
         }
         files.update({f"k3/context/{p.relative_to(req.context)}": p.read_bytes() for p in _files(req.context)})
         files.update(self.extra_files)
@@ -341,6 +343,20 @@ class FakeEngine:
 
     def builds(self) -> int:
         return len(self.requests)
+
+
+_BASE_ARG = re.compile(r"ARG (\w+_BASE_IMAGE)=(\S+)")
+
+
+def _without_bases(args: dict[str, str]) -> dict[str, str]:
+    return {k: v for k, v in args.items() if not _BASE_ARG.fullmatch(f"ARG {k}=x")}
+
+
+def _base_digests(dockerfile: str, args: dict[str, str]) -> str:
+    """The digest each base is pulled by (a build arg over the Dockerfile's default): as BuildKit,
+    the image depends on the base's digest, not on the name it was pulled under."""
+    refs = {m[1]: args.get(m[1], m[2]) for m in _BASE_ARG.finditer(dockerfile)}
+    return "".join(f"{k} {v.rpartition('@')[2]}\n" for k, v in sorted(refs.items()))
 
 
 def _files(root: Path) -> list[Path]:

@@ -8,10 +8,12 @@ their bundles, the locks and the wheel cache of test_pipeline_ordering.py, the D
 from __future__ import annotations
 
 import base64
+import dataclasses
 import datetime as dt
 import hashlib
 import http.server
 import json
+import shutil
 import subprocess
 import threading
 import urllib.error
@@ -27,7 +29,7 @@ from builder.config.options import BuildOptions
 from builder.engine.blobcopy import BlobCopier
 from builder.engine.registry import OCI_INDEX, OCI_MANIFEST, RegistryClient
 from builder.errors import RecordError
-from builder.escrow import inputs
+from builder.escrow import inputs, offline
 from builder.escrow import manifest as em
 from builder.escrow.check import escrow_row
 from builder.escrow.fetch import download
@@ -66,6 +68,7 @@ class Made:
         self.blobs: list[tuple[str, str]] = []
         self.recorded = ""  # the recorded digest: the escrow's tag is escrow-<its hex>
         self.recorded_more: list[str] = []  # later builds escrowed into the same repository
+        self.engine: FakeEngine | None = None  # the engine the recorded build ran on
 
     def image(self, name: str, arch: str) -> tuple[str, int]:
         config = json.dumps({"architecture": arch, "os": "linux", "rootfs": {"type": "layers"}}).encode()
@@ -139,7 +142,8 @@ def escrowed(tmp_path, monkeypatch, smoke_repos):  # noqa: F811
     plan = Plan.of(loaded, "smoke")
     _lock_all(plan)
     Checks(monkeypatch)
-    made.recorded = pipeline.build(plan, FakeEngine(), BuildOptions()).digest
+    made.engine = FakeEngine()
+    made.recorded = pipeline.build(plan, made.engine, BuildOptions()).digest
     dest = f"{LOCAL}/{prefix}/escrow"
     yield loaded, dest, made
     _cleanup(made, dest)
@@ -293,14 +297,30 @@ def test_verify_row_fails_on_an_edited_escrow_manifest(escrowed):
     assert not row.ok and "does not verify over this payload" in row.detail
 
 
-def test_reproduce_from_escrow_downloads_every_input_digest_checked(escrowed, capsys):
+def test_reproduce_from_escrow_rebuilds_from_the_download_alone(escrowed, capsys, monkeypatch, tmp_path):
+    """Every input downloaded with its digest checked, then the normal reproduce on it: the machine's
+    cache emptied (and left unread), no source fetched, the bases pulled by digest from the escrow,
+    the same digests on both platforms."""
     loaded, dest, made = escrowed
     pushed = escrow_target(loaded, "smoke", dest)
     ref = f"{pushed.repository}@{pushed.index}"
+    machine_cache = tmp_path / "cache"  # the fixture's K3_CACHE_DIR: every wheel and mirror of the build
+    shutil.rmtree(machine_cache)
+    monkeypatch.setattr("builder.source.pinned.fetch", _no_fetch)
+    monkeypatch.setattr("builder.commands.reproduce.docker_engine", lambda: made.engine)
+    built = len(made.engine.requests)
     with pytest.raises(SystemExit) as info:
         main(["--matrix", str(loaded.path), "reproduce", "--target", "smoke", "--from-escrow", ref, "--json"])
     doc = json.loads(capsys.readouterr().out)
-    assert info.value.code == 0 and doc["rebuilt"] is None, doc
+    assert info.value.code == 0, doc
+    assert [(p["reproduced"], p["rebuilt"] == p["recorded"]) for p in doc["platforms"]] == [(True, True)] * 2
+    assert not any(machine_cache.rglob("*.whl")) and not (machine_cache / "git").exists()
+    for req, platform in zip(made.engine.requests[built:], PLATFORMS, strict=True):
+        bases = loaded.target("smoke").for_platform(platform).bases
+        assert req.build_args["BUILD_BASE_IMAGE"] == f"{dest}@{bases.build.digest}"
+        assert req.build_args["RUNTIME_BASE_IMAGE"] == f"{dest}@{bases.runtime.digest}"
+        assert any((req.context / "wheelhouse").rglob("*.whl"))
+        assert (Path(req.build_contexts["source"]) / "pyproject.toml").is_file()
     out = Path(doc["downloaded"])
     assert (out / em.ESCROW_NAME).read_text() == pushed.envelope
     for key, entry in pushed.manifest.entries.items():
@@ -311,6 +331,30 @@ def test_reproduce_from_escrow_downloads_every_input_digest_checked(escrowed, ca
         assert "sha256:" + hashlib.sha256(blob.read_bytes()).hexdigest() == entry.digest, key
     refs = json.loads((out / "bases" / "index.json").read_text())["manifests"]
     assert len(refs) == 6  # build and runtime: both platforms' manifests and the tag's index
+    assert not [p for p in out.parent.iterdir() if p.name.startswith(".cache.")]  # the run's own cache: removed
+
+
+def _no_fetch(*args, **kwargs):
+    raise AssertionError("a rebuild from the escrow fetched the source from its host")
+
+
+def test_an_escrow_of_another_build_is_refused_before_anything_is_built(escrowed, tmp_path):
+    loaded, dest, made = escrowed
+    pushed = escrow_target(loaded, "smoke", dest)
+    root, target = loaded.path.parent, loaded.target("smoke")
+    other = dataclasses.replace(pushed.manifest, digest="sha256:" + "1" * 64)
+    with pytest.raises(RecordError, match="escrows sha256:1111"):
+        offline.inputs(f"{dest}@{pushed.index}", tmp_path / "x", other, target, root, tmp_path / "c")
+    key = next(k for k in sorted(pushed.manifest.entries) if k.startswith("wheel "))
+    entries = dict(pushed.manifest.entries)
+    entries[key] = dataclasses.replace(entries[key], digest="sha256:" + "2" * 64)
+    wrong = dataclasses.replace(pushed.manifest, entries=entries)
+    with pytest.raises(RecordError, match=f"{key}: the escrow holds sha256:2222"):
+        offline.inputs(f"{dest}@{pushed.index}", tmp_path / "x", wrong, target, root, tmp_path / "c")
+    del entries[key]
+    lacking = dataclasses.replace(pushed.manifest, entries=entries)
+    with pytest.raises(RecordError, match=f"lacks 1 input.*{key}"):
+        offline.inputs(f"{dest}@{pushed.index}", tmp_path / "x", lacking, target, root, tmp_path / "c")
 
 
 def test_reproduce_from_escrow_names_a_missing_input_and_writes_nothing(escrowed, capsys):
