@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -27,3 +29,12 @@ def old_set(tmp_path) -> Path:
     for name in (contract.SBOM_NAME, contract.PROVENANCE_NAME, contract.RECORD_NAME):
         (directory / name).write_text(f"old {name}\n")
     return directory
+
+
+@pytest.fixture(scope="session")
+def bare_python(tmp_path_factory) -> str:
+    """The interpreter of an empty venv (no pip, no console scripts): what the `starts` probe sees
+    when a test runs it on the host, instead of the host venv's dozens of scripts, each imported."""
+    venv = tmp_path_factory.mktemp("bare-venv")
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True, capture_output=True)
+    return str(venv / "bin" / "python")
