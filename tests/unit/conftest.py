@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from builder import log
+from builder.checks import layercache
 from builder.config import contract
 
 
@@ -38,3 +39,13 @@ def bare_python(tmp_path_factory) -> str:
     venv = tmp_path_factory.mktemp("bare-venv")
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True, capture_output=True)
     return str(venv / "bin" / "python")
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _layer_cache(tmp_path_factory):
+    """The layer cache (builder/checks/layercache.py) of the unit tests' own: every test that reads a
+    made `docker save` stream would otherwise keep its readings in the machine's cache directory."""
+    directory = tmp_path_factory.mktemp("layer-cache")
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(layercache, "cache_dir", lambda: directory)
+        yield directory
