@@ -16,13 +16,15 @@ the lower layers have in it.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import posixpath
 import re
 import tarfile
 from dataclasses import dataclass, field
-from typing import IO
+from typing import IO, cast
 
+from builder.checks import layercache
 from builder.checks.imagefiles import MAX_MEMBERS, BoundedInfo, UnreadableImage, capability
 
 WHITEOUT = ".wh."
@@ -206,7 +208,7 @@ def read(stream: IO[bytes]) -> Layers:
                 name = member.name.removeprefix("./")
                 head = blob.peek(512)[:512] if hasattr(blob, "peek") else b""
                 if len(head) >= 512 and _is_tar(head) or head[:2] == b"\x1f\x8b":
-                    layers[name] = read_layer(blob, "sha256:" + name.rsplit("/", 1)[-1])
+                    layers[name] = _layer(blob, name.rsplit("/", 1)[-1])
                 elif member.size <= MAX_JSON:
                     docs[name] = blob.read()
     except (tarfile.TarError, EOFError, OSError) as exc:
@@ -221,6 +223,61 @@ def read(stream: IO[bytes]) -> Layers:
         for layer, diff_id in zip(ordered, diff_ids, strict=True):
             layer.diff_id = diff_id
     return Layers(ordered)
+
+
+class _Hashed:
+    """A blob read through sha256: what layers.py parsed (or skipped) is then held to its name."""
+
+    def __init__(self, raw: IO[bytes]) -> None:
+        self.raw, self.sha = raw, hashlib.sha256()
+
+    def read(self, size: int = -1) -> bytes:
+        data = self.raw.read(size)
+        self.sha.update(data)
+        return data
+
+    def drained(self) -> str:
+        while self.read(1 << 20):
+            pass
+        return self.sha.hexdigest()
+
+
+def _layer(blob: IO[bytes], hexdigest: str) -> Layer:
+    """One saved layer blob: its kept reading (layercache.py) when the bytes hash to the digest that
+    names them, else read here (and kept when they do)."""
+    hashed = _Hashed(blob)
+    kept = layercache.load(hexdigest)
+    if kept is not None:
+        if hashed.drained() != hexdigest:
+            raise UnreadableImage(f"the saved layer named sha256:{hexdigest[:12]} does not hash to its name")
+        return _from_fields(f"sha256:{hexdigest}", kept)
+    layer = read_layer(cast(IO[bytes], hashed), f"sha256:{hexdigest}")  # tarfile's stream mode calls read() only
+    if hashed.drained() == hexdigest:
+        layercache.store(hexdigest, _fields(layer))
+    return layer
+
+
+def _fields(layer: Layer) -> dict:
+    return {
+        "paths": sorted(layer.paths),
+        "removed": layer.removed,
+        "opaque": layer.opaque,
+        "capabilities": {p: c.hex() for p, c in layer.capabilities.items()},
+        "packages": layer.packages,
+        "links": layer.links,
+    }
+
+
+def _from_fields(digest: str, fields: dict) -> Layer:
+    return Layer(
+        digest,
+        paths=set(fields["paths"]),
+        removed=list(fields["removed"]),
+        opaque=list(fields["opaque"]),
+        capabilities={p: bytes.fromhex(c) for p, c in fields["capabilities"].items()},
+        packages=dict(fields["packages"]),
+        links=dict(fields["links"]),
+    )
 
 
 def _order(docs: dict[str, bytes]) -> tuple[list[str], str]:

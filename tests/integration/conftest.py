@@ -208,7 +208,9 @@ class Smoke:
 
 # Files by their measured time (CI's --durations), slowest first: handed to the processes in this
 # order, so no long file starts last and leaves the others idle. Files not named keep their place
-# after them; LAST goes last (it empties the build cache: what follows it builds cold).
+# after them; LAST goes last (it empties the build cache: what follows it builds cold), and the
+# files that never use the engine (marked engine_free: the real vLLM server's) after it, so the
+# processes the exclusive file leaves idle run them beside it instead of waiting.
 LAST = "test_rebuilds_pruned.py"
 SLOWEST_FIRST = [
     "test_demo.py",  # the longest chain on a fresh machine: the arm64 bases under QEMU
@@ -228,7 +230,13 @@ SLOWEST_FIRST = [
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     rank = {name: i for i, name in enumerate(SLOWEST_FIRST)} | {LAST: len(SLOWEST_FIRST) + 1}
-    items.sort(key=lambda item: rank.get(Path(str(item.fspath)).name, len(SLOWEST_FIRST)))  # stable sort
+
+    def place(item: pytest.Item) -> int:
+        if item.get_closest_marker("engine_free") is not None:
+            return len(SLOWEST_FIRST) + 2
+        return rank.get(Path(str(item.fspath)).name, len(SLOWEST_FIRST))
+
+    items.sort(key=place)  # stable sort
 
 
 @pytest.fixture(scope="session")
@@ -245,7 +253,11 @@ def _engine(request, engine_locks) -> Iterator[None]:
     """Each test file holds the engine shared from before its module fixtures are set up to after
     they are torn down, or alone when the file is marked engine_exclusive (module-wide, pytestmark).
     A file's later tests count on what its earlier ones left cached, and its module fixtures build
-    too."""
+    too. A file marked engine_free (module-wide) never uses the engine and holds nothing: it runs
+    beside the exclusive file."""
+    if request.node.get_closest_marker("engine_free") is not None:
+        yield
+        return
     with engine_hold(engine_locks, exclusive=request.node.get_closest_marker("engine_exclusive") is not None):
         yield
 

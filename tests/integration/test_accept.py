@@ -23,6 +23,8 @@ from tests.integration.conftest import BUILD, cli
 from tests.integration.vllm_server import Relay, free_port
 from tests.unit.test_accept_report import decode
 
+pytestmark = pytest.mark.engine_free  # a real vLLM server and the tool's HTTP client: no engine
+
 SECRET = "sk-accept-test-5a1f9e03c7"
 STEP_FILES = ("01-loaded-no-traffic", "02-short-request", "03-target-context", "04-prefix-caching")
 

@@ -1,6 +1,10 @@
 """The compile cache shared across builders: Debian's redis-server as sccache's remote backend.
-The first build fills it, a second build that reruns the compile step (--no-cache) hits it for
-every unit; the backend's password never leaves the BuildKit secret."""
+
+The backend (the `redis` fixture) and the opted-in target live here. That a first build fills it,
+that a build rerunning the compile step (--no-cache) hits it for every unit, and that the
+backend's password never leaves the BuildKit secret are shown by the builds of
+test_app_layers.py (one chain of builds for both claims); this file shows the fallback when the
+backend does not answer."""
 
 from __future__ import annotations
 
@@ -92,37 +96,6 @@ def _build(work, url: str) -> tuple[dict, str]:
     assert r.code == 0, r.err[-3000:]
     assert PASSWORD not in r.out + r.err
     return json.loads(r.out)["builds"][0], r.err
-
-
-def test_a_rerun_compile_hits_the_remote_cache_and_the_password_stays_secret(built, tmp_path, redis):
-    smoke, _ = built
-    host, port = redis
-    work = _remote_target(smoke, tmp_path / "ccache", "ccache")
-    url = f"redis://:{PASSWORD}@{host}:{port}/0"
-
-    cold, _ = _build(work, url)
-    log = Path(cold["log"]).read_text()
-    assert "[compile-remote-cache " in log and "[compile-offline " not in log  # the stage with the cache ran
-    assert cold["compile_cache"]["misses"] > 0 and _dbsize(host, port) > 0
-    warm, err = _build(work, url)
-    stats = warm["compile_cache"]
-    assert stats["misses"] == 0 and stats["hits"] == cold["compile_cache"]["misses"]
-    assert "compile cache" in err and f"{stats['hits']}/{stats['hits']} hits" in err
-
-    leaked = [
-        p
-        for p in Path(work.root / "artifacts").rglob("*")
-        if p.is_file() and p.stat().st_size < 50_000_000 and PASSWORD.encode() in p.read_bytes()
-    ]
-    assert not leaked
-    image = warm["image"]
-    config = subprocess.run(
-        ["docker", "buildx", "imagetools", "inspect", "--format", "{{json .Image}}", image],
-        capture_output=True,
-        text=True,
-        check=True,
-    ).stdout
-    assert PASSWORD not in config
 
 
 def test_an_unreachable_backend_falls_back_to_the_local_cache(built, tmp_path):

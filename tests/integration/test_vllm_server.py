@@ -17,6 +17,9 @@ import secrets
 import urllib.request
 
 import jsonschema
+import pytest
+
+pytestmark = pytest.mark.engine_free  # a real vLLM server and the tool's HTTP client: no engine
 
 WEATHER = {
     "type": "object",

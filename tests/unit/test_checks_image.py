@@ -178,27 +178,32 @@ def test_least_privilege_finds_set_id_files_and_paths_the_user_can_write(tmp_pat
     assert [str(site), oct(site.stat().st_mode & 0o7777), os.getuid(), os.getgid()] in found["writable"]
 
 
-def test_image_starts_resolves_the_entrypoint_and_runs_its_help(tmp_path):
-    ok = run("starts", {"argv": ["python3", "-c", "pass"], "help": ["-c", "pass", "--help"]})
+def test_image_starts_resolves_the_entrypoint_and_runs_its_help(tmp_path, bare_python):
+    ok = run("starts", {"argv": ["python3", "-c", "pass"], "help": ["-c", "pass", "--help"]}, python=bare_python)
     assert ok["entrypoint"]["error"] is None and ok["entrypoint"]["program"].endswith("python3")
-    bad = run("starts", {"argv": ["python3"], "help": ["-c", "raise SystemExit(3)", "--help"]})
+    bad = run("starts", {"argv": ["python3"], "help": ["-c", "raise SystemExit(3)", "--help"]}, python=bare_python)
     assert "exited 3" in bad["entrypoint"]["error"]
-    gone = run("starts", {"argv": ["k3-no-such-program"], "help": ["--help"]})
+    gone = run("starts", {"argv": ["k3-no-such-program"], "help": ["--help"]}, python=bare_python)
     assert "is not on PATH" in gone["entrypoint"]["error"]
     script = tmp_path / "tool"
     script.write_text("#!/opt/python/bin/python3.12\n")
     script.chmod(0o755)
     assert (
         "/opt/python/bin/python3.12, which is no executable"
-        in run("starts", {"argv": [str(script)], "help": ["--help"]})["entrypoint"]["error"]
+        in run("starts", {"argv": [str(script)], "help": ["--help"]}, python=bare_python)["entrypoint"]["error"]
     )
 
 
-def test_a_console_script_whose_entry_point_does_not_resolve_is_named(tmp_path):
+def test_a_console_script_whose_entry_point_does_not_resolve_is_named(tmp_path, bare_python):
     site = tmp_path / "site"
     info = _dist(site, "tool", {"tool/__init__.py": b""})
     (info / "entry_points.txt").write_text("[console_scripts]\nk3-tool-x = tool.cli:main\n")
-    found = run("starts", {"argv": ["python3", "-c", "pass"], "help": ["-c", "pass"]}, {"PYTHONPATH": str(site)})
+    found = run(
+        "starts",
+        {"argv": ["python3", "-c", "pass"], "help": ["-c", "pass"]},
+        {"PYTHONPATH": str(site)},
+        python=bare_python,
+    )
     (path, entry), *_ = [(p, s) for p, s in found["scripts"].items() if p.endswith("/k3-tool-x")]
     assert entry["dist"] == "tool 1.0" and "does not exist" in entry["error"]
 
@@ -211,7 +216,7 @@ def test_loaded_reports_search_paths_that_dangle_or_shadow(tmp_path):
     other.mkdir()
     (other / "libk3x.so.1").write_bytes(lib.read_bytes())
     env = {"LD_LIBRARY_PATH": f"{other}:/k3/nowhere", "LD_PRELOAD": "/k3/missing.so"}
-    found = run("loaded", {"argv": [], "package": "", "roots": [str(root)], "env": env})
+    found = run("loaded", {"argv": [], "package": "", "roots": [str(root)], "env": env}, scan_root=tmp_path)
     paths = found["paths"]
     assert paths["LD_LIBRARY_PATH"][str(other)]["shadows"] == [f"libk3x.so.1 ({lib})"]
     assert paths["LD_LIBRARY_PATH"]["/k3/nowhere"]["exists"] is False
@@ -376,7 +381,10 @@ def test_an_import_s_side_effects_are_reported_not_failed(tmp_path):
         f"import subprocess\nopen({str(out)!r}, 'w').write('x')\nsubprocess.run(['true'])\n"
     )
     found = run(
-        "loaded", {"argv": ["python", "-m", "noisy"], "package": "", "roots": [], "env": {}}, {"PYTHONPATH": str(site)}
+        "loaded",
+        {"argv": ["python", "-m", "noisy"], "package": "", "roots": [], "env": {}},
+        {"PYTHONPATH": str(site)},
+        scan_root=tmp_path,
     )
     assert found["imports"] == {"noisy": None}
     shutil.rmtree(outside)

@@ -18,6 +18,7 @@ import pytest
 from builder.checks import boundary, checklist, checklist_gpu, checklist_image, imagefiles, probes
 from builder.engine.containers import Ran
 from tests.unit.test_checks import _EXT, FakeHost, _correct, _facts, _image, _module
+from tests.unit.test_probes import probe_script
 
 RANDOM = bytes.fromhex("7ac26d8449f74b59") + os.urandom(56)  # a compiled module overwritten with random bytes
 
@@ -144,7 +145,7 @@ def test_a_probe_runs_isolated_no_pth_of_the_environment_runs(tmp_path):
     python = str(env / "bin" / "python")
     plain = subprocess.run([python, "-c", "print('plain')"], capture_output=True, text=True)
     assert plain.returncode != 0 and "sitecustomize ran" in plain.stderr  # the hooks are live without -I -S
-    script = probes.script("facts")
+    script = probe_script("facts", scan_root=tmp_path)
     request = {"modules": ["k3mod"], "ops": [], "absent": []}
     out = subprocess.run(
         [python, *probes.PYTHON.split()[1:], "-c", script, json.dumps(request)], capture_output=True, text=True

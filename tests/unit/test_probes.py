@@ -19,15 +19,30 @@ from builder.config import contract
 CC = shutil.which("cc") or shutil.which("gcc")
 
 
-def run(name: str, request: dict, env: dict | None = None) -> dict:
+def probe_script(name: str, scan_root: Path | None = None) -> str:
+    """The probe's script; with ``scan_root``, its search for CUDA runtimes (facts, loaded) starts
+    there instead of at / (on the host, / is the whole machine: tens of seconds per run)."""
+    script = probes.script(name)
+    if scan_root is not None:
+        assert '\nSCAN_ROOT = "/"\n' in script, "the probe no longer starts its search at SCAN_ROOT"
+        script = script.replace('\nSCAN_ROOT = "/"\n', f"\nSCAN_ROOT = {str(scan_root)!r}\n", 1)
+    return script
+
+
+def run(
+    name: str, request: dict, env: dict | None = None, *, python: str | None = None, scan_root: Path | None = None
+) -> dict:
+    """The probe ``name`` run on the host, as the checks run it in an image. ``python``: another
+    interpreter (an empty venv: the host's own venv has dozens of console scripts, each imported by
+    `starts`); ``scan_root``: where the CUDA-runtime search starts instead of the host's whole /."""
+    script = probe_script(name, scan_root)
     proc = subprocess.run(
-        [sys.executable, "-c", probes.script(name), json.dumps(request)],
+        [python or sys.executable, "-c", script, json.dumps(request)],
         capture_output=True,
         text=True,
         env={**os.environ, **(env or {})},
-        # A bound, not a speed target: the `loaded` probe walks the whole filesystem it runs on (an
-        # image's, here the host's: 50 s idle on the CI machine, over 120 s beside the integration
-        # suite with a fresh cache).
+        # A bound, not a speed target: without ``scan_root`` the `loaded` probe walks the whole
+        # file system it runs on (an image's; here the host's: 50 s idle on the CI machine).
         timeout=600,
     )
     found = probes.parse(proc.stdout)

@@ -4,11 +4,14 @@ import ctypes as _ctypes
 import os as _cos
 
 PSEUDO = ("/proc", "/sys", "/dev")  # kernel views, not the image's files
+# Where the search for CUDA runtimes starts: the container's whole file system. (The unit tests run
+# the probes on the host, whose / is a whole machine: they start it at a directory of their own.)
+SCAN_ROOT = "/"
 
 
 def image_files(prefixes):
     """Every path under / whose file name starts with one of ``prefixes``, links included."""
-    for top, dirs, files in _cos.walk("/"):
+    for top, dirs, files in _cos.walk(SCAN_ROOT):
         if top in PSEUDO:
             dirs[:] = []
             continue
