@@ -14,6 +14,7 @@ refused first (exit 2, nothing written).
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 import os
 import secrets
@@ -90,6 +91,12 @@ def test_reproduce_from_the_escrow_alone_offline(built, escrow_repo, tmp_path):
     downloaded = smoke.root / "artifacts" / "smoke" / "escrow"
     _tampered_is_refused(smoke.matrix, ref, downloaded)
     record = json.loads(smoke.record.read_text())
+    # Bit for bit at least a minute after the build (mtimes, created): the suite's one no-cache
+    # rebuild of the built smoke (test_app_layers.py reproduces its own bumped build, upstream).
+    finished = dt.datetime.fromisoformat(record["build"]["finished"].replace("Z", "+00:00"))
+    wait = 61 - (dt.datetime.now(dt.timezone.utc) - finished).total_seconds()
+    if wait > 0:
+        time.sleep(wait)
     started = time.monotonic()
     args = ("--matrix", str(smoke.matrix), "reproduce", "--target", "smoke", "--from-escrow", ref, "--json")
     run = _offline(tmp_path, _remotes(record), args)
