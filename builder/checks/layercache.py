@@ -74,7 +74,10 @@ def store(digest: str, fields: dict) -> None:
     """Keep ``fields`` for the blob ``digest``; a cache that cannot be written is skipped (it only saves time)."""
     if not SHA256.match(digest) or not _valid(fields):
         return
+    text = json.dumps({"reader": READER, "digest": digest, "layer": fields})
+    if len(text) > MAX_ENTRY:  # load() would never read it: a layer of untrusted names fills no disk
+        return
     try:
-        atomic_write(_path(digest), json.dumps({"reader": READER, "digest": digest, "layer": fields}), mode=0o600)
+        atomic_write(_path(digest), text, mode=0o600)
     except OSError:
         pass

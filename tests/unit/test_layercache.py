@@ -59,6 +59,14 @@ def test_a_new_layer_is_read_and_the_shared_one_is_not(cache, monkeypatch):
     assert "/etc/app/c.conf" in saved.ordered[1].paths
 
 
+def test_an_entry_larger_than_load_reads_is_not_written(cache, monkeypatch):
+    monkeypatch.setattr(layercache, "MAX_ENTRY", 1000)
+    many = [(f"usr/share/k3/{i:04d}-{'x' * 40}", "file", 0o644, 0, 0, b"") for i in range(40)]
+    found = layers.read(_saved(LOWER, many))
+    assert len(found.ordered[1].paths) == 40  # the layer was read
+    assert [p.name.split(".")[0] for p in cache.glob("*.json")] == [found.ordered[0].digest.split(":")[1]]
+
+
 def _renamed(stream: io.BytesIO, old: str, new: str) -> io.BytesIO:
     """The same save stream with the blob ``old`` (hex) named ``new``, and the manifests saying so."""
     out = io.BytesIO()
