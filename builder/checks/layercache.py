@@ -5,7 +5,8 @@ its layers with the one before it (a rebuild after a source bump, a variant, the
 run of the same target), and parsing a layer tar in Python costs seconds per hundred MB. The engine
 names each saved layer blob by the sha256 of its bytes; the reading of those bytes is kept under
 the tool's cache directory (``~/.cache/k3-builder/layers``), keyed by that digest and by the
-reader's own source (``READER``: an edit to layers.py reads every layer again).
+reader's own version (``READER``: an edit to layers.py or imagefiles.py, or another Python, reads
+every layer again).
 
 An entry is used only when the bytes just streamed past hash to the digest it names (layers.py
 hashes every blob, read or not), and it is untrusted input when read back: every field must have
@@ -19,13 +20,20 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+import sys
 from pathlib import Path
 
 from builder.fsutil import atomic_write, cache_dir, read_regular
 
 SHA256 = re.compile(r"^[0-9a-f]{64}$")
 MAX_ENTRY = 64 << 20  # bytes of one entry: cu129's torch layer lists about 30,000 paths
-READER = hashlib.sha256((Path(__file__).parent / "layers.py").read_bytes()).hexdigest()[:16]
+# What a reading depends on besides the blob's bytes: the reader (layers.py), what it takes from
+# imagefiles.py (the members' bounds, the forms a file capability takes) and the interpreter's
+# tarfile. An edit to either file, or another Python, reads every layer again.
+_SOURCES = ("layers.py", "imagefiles.py")
+READER = hashlib.sha256(
+    b"\0".join([sys.version.encode(), *((Path(__file__).parent / name).read_bytes() for name in _SOURCES)])
+).hexdigest()[:16]
 _LISTS = ("paths", "removed", "opaque")
 _MAPS = ("capabilities", "packages", "links")
 
@@ -66,7 +74,10 @@ def store(digest: str, fields: dict) -> None:
     """Keep ``fields`` for the blob ``digest``; a cache that cannot be written is skipped (it only saves time)."""
     if not SHA256.match(digest) or not _valid(fields):
         return
+    text = json.dumps({"reader": READER, "digest": digest, "layer": fields})
+    if len(text) > MAX_ENTRY:  # load() would never read it: a layer of untrusted names fills no disk
+        return
     try:
-        atomic_write(_path(digest), json.dumps({"reader": READER, "digest": digest, "layer": fields}), mode=0o600)
+        atomic_write(_path(digest), text, mode=0o600)
     except OSError:
         pass

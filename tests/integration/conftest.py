@@ -202,9 +202,10 @@ class Smoke:
 # --- several test processes (ci/check.sh runs pytest-xdist with --dist loadfile) ----------------
 # Each process makes its own smoke (its own registry repository, checkout and records), so tests
 # in different processes share only the engine, its build cache and the registry. One test empties
-# the engine's build cache (marked engine_exclusive): it runs while no other file is under way. The
-# rest hold the engine shared, a file at a time. A turnstile keeps the exclusive test from waiting behind an endless
-# stream of shared holders: once it queues, new shared holders queue behind it.
+# the engine's build cache (marked engine_exclusive): it runs while no other file that uses the
+# engine is under way. The rest hold the engine shared, a file at a time, but for the files marked
+# engine_free, which hold nothing. A turnstile keeps the exclusive test from waiting behind an
+# endless stream of shared holders: once it queues, new shared holders queue behind it.
 
 # Files by their measured time (CI's --durations), slowest first: handed to the processes in this
 # order, so no long file starts last and leaves the others idle. Files not named keep their place

@@ -26,7 +26,13 @@ from pathlib import Path
 
 from builder.config import contract
 from tests.integration.conftest import REGISTRY, cli
-from tests.integration.test_compile_cache import PASSWORD, _dbsize, _remote_target, redis  # noqa: F401 (fixture)
+from tests.integration.test_compile_cache import (  # noqa: F401 (redis: a fixture)
+    PASSWORD,
+    _build,
+    _dbsize,
+    _remote_target,
+    redis,
+)
 
 GIT_ENV = {
     "GIT_AUTHOR_NAME": "t",
@@ -55,24 +61,6 @@ def _pin(work, commit: str) -> None:
     work.matrix.write_text(text)
     for args in (("render",), ("lock", "--target", "smoke")):
         assert cli("--matrix", str(work.matrix), *args).code == 0
-
-
-def _build(work, url: str) -> tuple[dict, str]:
-    r = cli(
-        "--json",
-        "--matrix",
-        str(work.matrix),
-        "--target",
-        "smoke",
-        "--force",
-        "--no-cache",
-        "--no-checks",
-        "--compile-cache",
-        url,
-    )
-    assert r.code == 0, r.err[-3000:]
-    assert PASSWORD not in r.out + r.err
-    return json.loads(r.out)["builds"][0], r.err
 
 
 def _layers(work, image: str) -> dict[str, str]:

@@ -3,10 +3,15 @@ reading equals a fresh one, and nothing but a blob whose bytes hash to its name 
 
 from __future__ import annotations
 
-import hashlib
 import io
 import json
+import os
+import re
+import shutil
+import subprocess
+import sys
 import tarfile
+from pathlib import Path
 
 import pytest
 
@@ -52,6 +57,14 @@ def test_a_new_layer_is_read_and_the_shared_one_is_not(cache, monkeypatch):
     saved = layers.read(_saved(LOWER, other))
     assert parsed == [saved.ordered[1].digest]
     assert "/etc/app/c.conf" in saved.ordered[1].paths
+
+
+def test_an_entry_larger_than_load_reads_is_not_written(cache, monkeypatch):
+    monkeypatch.setattr(layercache, "MAX_ENTRY", 1000)
+    many = [(f"usr/share/k3/{i:04d}-{'x' * 40}", "file", 0o644, 0, 0, b"") for i in range(40)]
+    found = layers.read(_saved(LOWER, many))
+    assert len(found.ordered[1].paths) == 40  # the layer was read
+    assert [p.name.split(".")[0] for p in cache.glob("*.json")] == [found.ordered[0].digest.split(":")[1]]
 
 
 def _renamed(stream: io.BytesIO, old: str, new: str) -> io.BytesIO:
@@ -114,6 +127,20 @@ def test_an_entry_of_the_wrong_shape_is_a_miss_and_the_layer_is_read_again(cache
     assert parsed == [first.ordered[0].digest] and _reading(again) == _reading(first)
 
 
-def test_the_reader_version_follows_the_reader_s_source():
-    source = (layercache.Path(layercache.__file__).parent / "layers.py").read_bytes()
-    assert layercache.READER == hashlib.sha256(source).hexdigest()[:16]
+def _reader_of(tree) -> str:
+    """layercache.READER as a fresh interpreter computes it from the copy of builder/ at ``tree``."""
+    code = "from builder.checks import layercache; print(layercache.READER)"
+    env = {**os.environ, "PYTHONPATH": str(tree)}
+    return subprocess.run([sys.executable, "-c", code], cwd=tree, env=env, capture_output=True, text=True).stdout
+
+
+@pytest.mark.parametrize("source", ["layers.py", "imagefiles.py"])
+def test_an_edit_to_what_the_reading_depends_on_reads_every_layer_again(tmp_path, source):
+    """The reader is layers.py and what it takes from imagefiles.py (the members' bounds, the forms a
+    file capability takes): a reading kept before an edit to either is not used after it."""
+    shutil.copytree(Path(layercache.__file__).parents[1], tmp_path / "builder")
+    before = _reader_of(tmp_path)
+    assert re.fullmatch(r"[0-9a-f]{16}\n", before), before
+    with (tmp_path / "builder" / "checks" / source).open("a") as fh:
+        fh.write("# an edit\n")
+    assert _reader_of(tmp_path) != before

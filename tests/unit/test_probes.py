@@ -85,6 +85,18 @@ def test_marker_parsing_ignores_what_packages_print():
     assert probes.parse("K3-PROBE [1]") is None
 
 
+def test_the_cuda_runtime_search_starts_at_scan_root_and_finds_what_is_under_it(tmp_path):
+    """What the probe tests with ``scan_root`` rely on: the facts probe lists the CUDA runtimes under
+    SCAN_ROOT (a file that does not load is listed with its error) and nothing outside it."""
+    inside, outside = tmp_path / "image", tmp_path / "outside"
+    for top in (inside / "usr/lib", outside):
+        top.mkdir(parents=True)
+        (top / "libcudart.so.12").write_bytes(b"not an ELF file")
+    found = run("facts", {"modules": [], "ops": [], "absent": []}, scan_root=inside)
+    assert set(found["libs"]) == {str(inside / "usr/lib/libcudart.so.12")}, found["errors"]
+    assert "OSError" in found["libs"][str(inside / "usr/lib/libcudart.so.12")]["error"]
+
+
 def test_elf_resolves_runpath_origin_and_reports_what_nothing_provides(tmp_path):
     lib = tmp_path / "pkg" / "lib"
     lib.mkdir(parents=True)
