@@ -218,7 +218,6 @@ SLOWEST_FIRST = [
     "test_app_layers.py",
     "test_checks.py",
     "test_rebuilds.py",
-    "test_compile_cache.py",
     "test_secrets.py",
     "test_miniature.py",
     "test_faults.py",
