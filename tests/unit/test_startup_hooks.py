@@ -254,3 +254,18 @@ def test_a_base_named_without_a_registry_host_is_read_from_the_local_engine_neve
     assert other.diff_ids == () and other.unread == f"the local engine's {ref} is for linux/arm64, not linux/amd64"
     absent = boundary.base_layers(_Inspecting("amd64"), "ubuntu@sha256:" + "2" * 64, "linux/amd64")
     assert absent.diff_ids == () and "No such image" in absent.unread
+
+
+def test_bytecode_a_later_layer_names_through_a_directory_link_fails_like_one_written_in_place():
+    """A later layer's entry lib/python3.11/__pycache__/... of a merged-/usr base (/lib -> usr/lib)
+    lands, in an applier that follows the lower layers' directory links, on the base's pyc under
+    /usr/lib: the export shows the base's path, which no later entry names literally."""
+    base = [("lib", "link", 0o777, 0, 0, "usr/lib"), *BASE_LAYER, *PLANTED_PYC]
+    planted = [(PYC.replace("usr/lib/", "lib/", 1), "file", 0o644, 0, 0, PLANTED_PYC[-1][-1])]
+    image = Image(base, planted)
+    image.files = Image(base).files  # the merged file system: the pyc at /usr/lib/..., the link kept
+    with pytest.raises(
+        AssertionError, match=f"/{PYC}: bytecode Python may run instead of /{HOOK}: /{PYC} is written by layer 2 of 2"
+    ):
+        image.check()
+    assert image.layers.last_writer(f"/{PYC}") == 1 and image.layers.last_writer(f"/{HOOK}") == 0
