@@ -269,3 +269,29 @@ def test_bytecode_a_later_layer_names_through_a_directory_link_fails_like_one_wr
     ):
         image.check()
     assert image.layers.last_writer(f"/{PYC}") == 1 and image.layers.last_writer(f"/{HOOK}") == 0
+
+
+def test_a_hook_in_a_directory_reached_through_a_link_is_found_at_the_path_python_opens():
+    """site.py reads the .pth files of a site directory that is a link, and imports sitecustomize
+    from it or from a PYTHONPATH entry that is a link: the files sit where the link leads."""
+    site = "usr/lib/python3.11/site-packages"
+    members = [("usr", "dir", 0o755, 0, 0, b""), ("usr/lib", "dir", 0o755, 0, 0, b"")]
+    members += [("usr/lib/python3.11", "dir", 0o755, 0, 0, b""), (site, "link", 0o777, 0, 0, "/opt/other")]
+    members += [("opt", "dir", 0o755, 0, 0, b""), ("opt/other", "dir", 0o755, 0, 0, b"")]
+    members += [("opt/other/k3.pth", "file", 0o644, 0, 0, b"import os\n")]
+    members += [("opt/other/sitecustomize.py", "file", 0o644, 0, 0, b"import os\n")]
+    members += [("opt/pp", "link", 0o777, 0, 0, "other2"), ("opt/other2", "dir", 0o755, 0, 0, b"")]
+    members += [("opt/other2/usercustomize.py", "file", 0o644, 0, 0, b"import os\n")]
+    members += [("opt/k3", "dir", 0o755, 0, 0, b""), ("opt/k3/site-packages", "link", 0o777, 0, 0, "/opt/other")]
+    files = imagefiles.read(_tar(members), ("/opt/k3",))
+    assert [h.path for h in startup.hooks(files, "/opt/pp")] == [
+        "/opt/k3/site-packages/k3.pth",  # one directory under two names: searched once, by the first
+        "/opt/k3/site-packages/sitecustomize.py",
+        "/opt/pp/usercustomize.py",
+    ]
+    real = "usr/lib/python3.12/site-packages"  # a site directory of its own name, also reached by a link
+    members += [("usr/lib/python3.12", "dir", 0o755, 0, 0, b""), (real, "dir", 0o755, 0, 0, b"")]
+    members += [(f"{real}/d.pth", "file", 0o644, 0, 0, b"import d\n"), ("aa", "dir", 0o755, 0, 0, b"")]
+    members += [("aa/site-packages", "link", 0o777, 0, 0, f"/{real}")]
+    files = imagefiles.read(_tar(members), ("/opt/k3",))
+    assert f"/{real}/d.pth" in [h.path for h in startup.hooks(files)]  # by its own name: a waiver of it holds
