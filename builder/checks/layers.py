@@ -100,8 +100,15 @@ class Layers:
 
     def last_writer(self, path: str) -> int | None:
         """The index of the layer whose entry for ``path`` is the one in the merged file system (the
-        last layer that writes it; None: no layer does)."""
-        return next((i for i in range(len(self.ordered) - 1, -1, -1) if path in self.ordered[i].paths), None)
+        last layer that writes it; None: no layer does). An entry named through a directory link
+        (``lib/x`` over a base's ``/lib -> usr/lib``) counts where the link leads: an applier that
+        follows the links of the layers below it (or of its own) writes it there."""
+        name, links, found = "/" + posixpath.basename(path), {}, None
+        for i, layer in enumerate(self.ordered):
+            links.update(layer.links)
+            if path in layer.paths or any(_resolved(p, links) == path for p in layer.paths if p.endswith(name)):
+                found = i
+        return found
 
     def base_count(self, base: PinnedBase) -> int | str:
         """How many of the bottom layers are the pinned base's (their diff_ids, in order, are the

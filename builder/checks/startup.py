@@ -50,34 +50,48 @@ def _in_site_dir(path: str) -> bool:
     return posixpath.basename(posixpath.dirname(path)) in SITE_DIRS
 
 
-def _search_dirs(files: imagefiles.ImageFiles, pythonpath: str) -> list[str]:
-    """Directories sitecustomize/usercustomize can be imported from: every site directory, every
-    standard library directory (lib/python3.N) and its lib-dynload, and the config's PYTHONPATH."""
-    dirs = {e.path for e in files.entries.values() if e.kind == "dir" and posixpath.basename(e.path) in SITE_DIRS}
-    dirs |= {e.path for e in files.entries.values() if e.kind == "dir" and _STDLIB.search(e.path)}
-    dirs |= {d + "/lib-dynload" for d in list(dirs) if _STDLIB.search(d)}
-    dirs |= {posixpath.normpath(d) for d in pythonpath.split(":") if d.startswith("/")}
-    return sorted(dirs)
+def _search_dirs(files: imagefiles.ImageFiles, pythonpath: str) -> list[tuple[str, str]]:
+    """(directory as Python names it, the directory its links lead to) of every directory
+    sitecustomize/usercustomize can be imported from: every site directory, every standard library
+    directory (lib/python3.N) and its lib-dynload, and the config's PYTHONPATH; one that is a link
+    is searched where it leads (Python opens through it). A directory reached twice is searched once,
+    under its own name first."""
+    named = {e.path for e in files.entries.values() if e.kind in ("dir", "link") and _searched(e.path)}
+    named |= {d + "/lib-dynload" for d in list(named) if _STDLIB.search(d)}
+    named |= {posixpath.normpath(d) for d in pythonpath.split(":") if d.startswith("/")}
+    resolved = {seen: files.resolve(seen) for seen in named}
+    found: dict[str, str] = {}  # the directory searched -> the name it is shown by
+    for seen, real in sorted(resolved.items(), key=lambda d: (d[1] is None or d[1].path != d[0], d[0])):
+        if real is not None and real.kind == "dir":
+            found.setdefault(real.path, seen)
+    return sorted(((seen, real) for real, seen in found.items()), key=lambda d: d[0])
+
+
+def _searched(path: str) -> bool:
+    return posixpath.basename(path) in SITE_DIRS or _STDLIB.search(path) is not None
 
 
 def hooks(files: imagefiles.ImageFiles, pythonpath: str = "") -> list[Hook]:
-    """Every start-up hook in the image's files."""
+    """Every start-up hook in the image's files, each at the path Python finds it by."""
     found = []
+    sites = {real: seen for seen, real in _search_dirs(files, "") if posixpath.basename(seen) in SITE_DIRS}
     for path, text in sorted(files.texts.items()):
-        if path.endswith(".pth") and _in_site_dir(path):
+        seen = sites.get(posixpath.dirname(path))
+        if path.endswith(".pth") and (seen or _in_site_dir(path)):
             lines = executable_lines(text)
             if lines:
-                found.append(Hook(path, f"a .pth file with {len(lines)} executable line(s)", lines[0][:200]))
+                shown = f"{seen}/{posixpath.basename(path)}" if seen else path
+                found.append(Hook(shown, f"a .pth file with {len(lines)} executable line(s)", lines[0][:200]))
     found += _linked_pth(files)
-    for directory in _search_dirs(files, pythonpath):
-        top = directory.rstrip("/") + "/"
+    for directory, real in _search_dirs(files, pythonpath):
+        top = real.rstrip("/") + "/"
         for path in sorted(p for p in files.entries if p.startswith(top)):
             rest = path[len(top) :]
             if "/" in rest.replace("/__init__.py", "", 1) or not _HOOK_NAME.fullmatch(rest):
                 continue
             if files.resolve(path) is None:
                 continue  # a dangling link imports nothing
-            found.append(Hook(path, rest.split(".")[0].split("/")[0], ""))
+            found.append(Hook(f"{directory.rstrip('/')}/{rest}", rest.split(".")[0].split("/")[0], ""))
     return found
 
 

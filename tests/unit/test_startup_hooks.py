@@ -254,3 +254,44 @@ def test_a_base_named_without_a_registry_host_is_read_from_the_local_engine_neve
     assert other.diff_ids == () and other.unread == f"the local engine's {ref} is for linux/arm64, not linux/amd64"
     absent = boundary.base_layers(_Inspecting("amd64"), "ubuntu@sha256:" + "2" * 64, "linux/amd64")
     assert absent.diff_ids == () and "No such image" in absent.unread
+
+
+def test_bytecode_a_later_layer_names_through_a_directory_link_fails_like_one_written_in_place():
+    """A later layer's entry lib/python3.11/__pycache__/... of a merged-/usr base (/lib -> usr/lib)
+    lands, in an applier that follows the lower layers' directory links, on the base's pyc under
+    /usr/lib: the export shows the base's path, which no later entry names literally."""
+    base = [("lib", "link", 0o777, 0, 0, "usr/lib"), *BASE_LAYER, *PLANTED_PYC]
+    planted = [(PYC.replace("usr/lib/", "lib/", 1), "file", 0o644, 0, 0, PLANTED_PYC[-1][-1])]
+    image = Image(base, planted)
+    image.files = Image(base).files  # the merged file system: the pyc at /usr/lib/..., the link kept
+    with pytest.raises(
+        AssertionError, match=f"/{PYC}: bytecode Python may run instead of /{HOOK}: /{PYC} is written by layer 2 of 2"
+    ):
+        image.check()
+    assert image.layers.last_writer(f"/{PYC}") == 1 and image.layers.last_writer(f"/{HOOK}") == 0
+
+
+def test_a_hook_in_a_directory_reached_through_a_link_is_found_at_the_path_python_opens():
+    """site.py reads the .pth files of a site directory that is a link, and imports sitecustomize
+    from it or from a PYTHONPATH entry that is a link: the files sit where the link leads."""
+    site = "usr/lib/python3.11/site-packages"
+    members = [("usr", "dir", 0o755, 0, 0, b""), ("usr/lib", "dir", 0o755, 0, 0, b"")]
+    members += [("usr/lib/python3.11", "dir", 0o755, 0, 0, b""), (site, "link", 0o777, 0, 0, "/opt/other")]
+    members += [("opt", "dir", 0o755, 0, 0, b""), ("opt/other", "dir", 0o755, 0, 0, b"")]
+    members += [("opt/other/k3.pth", "file", 0o644, 0, 0, b"import os\n")]
+    members += [("opt/other/sitecustomize.py", "file", 0o644, 0, 0, b"import os\n")]
+    members += [("opt/pp", "link", 0o777, 0, 0, "other2"), ("opt/other2", "dir", 0o755, 0, 0, b"")]
+    members += [("opt/other2/usercustomize.py", "file", 0o644, 0, 0, b"import os\n")]
+    members += [("opt/k3", "dir", 0o755, 0, 0, b""), ("opt/k3/site-packages", "link", 0o777, 0, 0, "/opt/other")]
+    files = imagefiles.read(_tar(members), ("/opt/k3",))
+    assert [h.path for h in startup.hooks(files, "/opt/pp")] == [
+        "/opt/k3/site-packages/k3.pth",  # one directory under two names: searched once, by the first
+        "/opt/k3/site-packages/sitecustomize.py",
+        "/opt/pp/usercustomize.py",
+    ]
+    real = "usr/lib/python3.12/site-packages"  # a site directory of its own name, also reached by a link
+    members += [("usr/lib/python3.12", "dir", 0o755, 0, 0, b""), (real, "dir", 0o755, 0, 0, b"")]
+    members += [(f"{real}/d.pth", "file", 0o644, 0, 0, b"import d\n"), ("aa", "dir", 0o755, 0, 0, b"")]
+    members += [("aa/site-packages", "link", 0o777, 0, 0, f"/{real}")]
+    files = imagefiles.read(_tar(members), ("/opt/k3",))
+    assert f"/{real}/d.pth" in [h.path for h in startup.hooks(files)]  # by its own name: a waiver of it holds
