@@ -174,6 +174,17 @@ class FakeRegistry:
         return json.loads(self.blobs[manifest.doc["config"]["digest"]]) if manifest else None
 
 
+def two_platform_base(engine: FakeEngine, name: str) -> str:
+    """A base image index under ``name`` whose linux/amd64 and linux/arm64 images each have one layer
+    of their own (diff_id ``sha256:<arch>``); its digest."""
+    for arch in ("amd64", "arm64"):
+        config = {"architecture": arch, "os": "linux", "rootfs": {"type": "layers", "diff_ids": [f"sha256:{arch}"]}}
+        engine.registry.push(name, arch, config, [arch.encode()])
+    return engine.registry.push_index(
+        name, "multi", {f"linux/{a}": engine.registry.tags[(name, a)] for a in ("amd64", "arm64")}
+    )
+
+
 class FakeContainers:
     """ContainerSeam: only the inventory probe runs (builder/records/inventory.py); anything else
     needs a real container and fails loudly."""

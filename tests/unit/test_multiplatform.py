@@ -32,7 +32,7 @@ from builder.records.verify import verify_targets
 from builder.smoke import smoke, smokearm64
 from builder.source import pinned as source
 from tests.conftest import REPO
-from tests.unit.fakeengine import FakeEngine
+from tests.unit.fakeengine import FakeEngine, two_platform_base
 from tests.unit.test_pipeline_ordering import BUILD, REGISTRY, RUNTIME, Checks, _write_lock, smoke_repos  # noqa: F401
 from tests.unit.test_verify_rows import _checks_passed
 
@@ -371,12 +371,7 @@ def test_the_secret_scan_skips_the_layers_of_its_own_platform_s_base(both):
 
     engine = FakeEngine()
     name = f"{REGISTRY}/k3/base-index"
-    for arch in ("amd64", "arm64"):
-        config = {"architecture": arch, "os": "linux", "rootfs": {"type": "layers", "diff_ids": [f"sha256:{arch}"]}}
-        engine.registry.push(name, arch, config, [arch.encode()])
-    digest = engine.registry.push_index(
-        name, "multi", {f"linux/{a}": engine.registry.tags[(name, a)] for a in ("amd64", "arm64")}
-    )
+    digest = two_platform_base(engine, name)
     for pp, arch in zip(both.platform_plans(), ("amd64", "arm64"), strict=True):
         t = pp.target
         pinned = t.model_copy(update={"bases": Bases(build=t.bases.build, runtime=BaseImage(name=name, digest=digest))})

@@ -18,7 +18,7 @@ import pytest
 from builder.checks import boundary, checklist_runtime, imagefiles, layers, startup
 from builder.engine.buildx import ImageConfig
 from builder.errors import BuildError
-from tests.unit.fakeengine import FakeEngine
+from tests.unit.fakeengine import FakeEngine, two_platform_base
 from tests.unit.test_checks_image import _expect
 from tests.unit.test_runtime_view import _tar
 
@@ -196,12 +196,7 @@ def test_the_saved_config_s_diff_ids_name_the_layers_whatever_the_blobs_are_name
 def test_the_base_s_layers_come_from_its_registry_for_the_platform_or_say_why_not():
     engine = FakeEngine()
     name = f"{REGISTRY}/k3/base-index"
-    for arch in ("amd64", "arm64"):
-        config = {"architecture": arch, "os": "linux", "rootfs": {"type": "layers", "diff_ids": [f"sha256:{arch}"]}}
-        engine.registry.push(name, arch, config, [arch.encode()])
-    digest = engine.registry.push_index(
-        name, "multi", {f"linux/{a}": engine.registry.tags[(name, a)] for a in ("amd64", "arm64")}
-    )
+    digest = two_platform_base(engine, name)
     assert boundary.base_layers(engine, f"{name}@{digest}", "linux/arm64").diff_ids == ("sha256:arm64",)
     missing = boundary.base_layers(engine, f"{name}@sha256:{'0' * 64}", "linux/amd64")
     assert missing.diff_ids == () and "its registry has no" in missing.unread
