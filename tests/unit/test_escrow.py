@@ -369,6 +369,21 @@ def test_reproduce_from_escrow_names_a_missing_input_and_writes_nothing(escrowed
     assert not (loaded.path.parent / "artifacts" / "smoke" / "escrow").exists()
 
 
+def test_an_escrow_of_another_build_is_refused_before_its_inputs_are_downloaded(escrowed, capsys):
+    """The checkout records another build than the escrow's: refused from the signed manifest, exit 2,
+    no input downloaded and nothing written (not a download of every input, then the refusal)."""
+    loaded, dest, made = escrowed
+    pushed = escrow_target(loaded, "smoke", dest)
+    record = loaded.path.parent / "locks" / "smoke" / "image.json"
+    doc = json.loads(record.read_text())
+    record.write_text(json.dumps({**doc, "digest": "sha256:" + "3" * 64}))
+    with pytest.raises(SystemExit) as info:
+        main(["--matrix", str(loaded.path), "reproduce", "--target", "smoke", "--from-escrow", f"{dest}:{pushed.tag}"])
+    assert info.value.code == 2
+    assert "the record set names sha256:3333" in capsys.readouterr().err
+    assert not (loaded.path.parent / "artifacts" / "smoke" / "escrow").exists()
+
+
 class _Tampering(http.server.BaseHTTPRequestHandler):
     """A registry in front of the real one that serves other bytes for one blob (its storage
     changed behind its back); everything else is passed through as it is."""
