@@ -20,6 +20,7 @@ from __future__ import annotations
 from collections import defaultdict
 from pathlib import Path
 
+from builder import log
 from builder.config.inputsource import InputSource, Origin
 from builder.deps import buildcontext
 from builder.engine.registry import split_reference
@@ -65,7 +66,8 @@ def inputs(ref: str, download: Path, escrowed: em.EscrowManifest, target, root: 
 def held(ref: str, escrowed: em.EscrowManifest, target, root: Path) -> Inventory:
     """The checkout's inventory, refused (RecordError) unless ``escrowed`` escrows that build and
     pins each of its inputs as the record does: asked of the signed escrow manifest alone, before
-    any input is downloaded (builder/escrow/fetch.py ``download``'s ``check``)."""
+    any input is downloaded (builder/escrow/fetch.py ``download``'s ``check``). A target whose
+    build stage installs apt packages is warned that the rebuild still fetches those."""
     inv = inventory(root, target)
     if escrowed.digest != inv.digest:
         raise RecordError(
@@ -79,6 +81,11 @@ def held(ref: str, escrowed: em.EscrowManifest, target, root: Path) -> Inventory
         )
     for item in inv.inputs:
         _pinned(item, escrowed.entries[item.key])
+    if target.compile.apt_packages:  # said, not hidden: the one input such a rebuild still fetches
+        log.warn(
+            f"{target.name}: compile.apt_packages ({', '.join(target.compile.apt_packages)}) are not locked, so "
+            "not escrowed: the build stage installs them from the build base's archive, over the network"
+        )
     return inv
 
 

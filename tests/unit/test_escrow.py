@@ -384,6 +384,18 @@ def test_an_escrow_of_another_build_is_refused_before_its_inputs_are_downloaded(
     assert not (loaded.path.parent / "artifacts" / "smoke" / "escrow").exists()
 
 
+def test_a_target_with_build_stage_apt_packages_is_told_they_are_fetched(escrowed, capsys):
+    """cu129's compile.apt_packages are not locked, so not escrowed: the rebuild says it still fetches them."""
+    loaded, dest, made = escrowed
+    pushed = escrow_target(loaded, "smoke", dest)
+    target = loaded.target("smoke")
+    offline.held(f"{dest}@{pushed.index}", pushed.manifest, target, loaded.path.parent)
+    assert "apt_packages" not in capsys.readouterr().err
+    apt = target.model_copy(update={"compile": target.compile.model_copy(update={"apt_packages": ("git", "patch")})})
+    offline.held(f"{dest}@{pushed.index}", pushed.manifest, apt, loaded.path.parent)
+    assert "compile.apt_packages (git, patch) are not locked, so not escrowed" in capsys.readouterr().err
+
+
 class _Tampering(http.server.BaseHTTPRequestHandler):
     """A registry in front of the real one that serves other bytes for one blob (its storage
     changed behind its back); everything else is passed through as it is."""
