@@ -80,7 +80,9 @@ def _from_escrow(args: argparse.Namespace, out: Output, one) -> int:
     target = matrix.target(args.target[0])
     root = matrix.path.resolve().parent
     dest = root / contract.ARTIFACTS_DIR / target.name / "escrow"
-    escrowed = download(args.from_escrow, target, root, dest)
+    ref = args.from_escrow
+    # The escrow held to the checkout's record before its inputs are downloaded: another build's is refused.
+    escrowed = download(ref, target, root, dest, check=lambda e: offline.held(ref, e, target, root))
     log.info(f"downloaded {len(escrowed.entries)} inputs of {escrowed.digest[:19]}, each digest checked, into {dest}")
     out.data.update({"escrow": args.from_escrow, "downloaded": str(dest), "inputs": len(escrowed.entries)})
     # The run's own cache, empty: nothing this machine cached or mirrored before is read.

@@ -20,6 +20,7 @@ import json
 import re
 import shutil
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 
 from builder.engine.blobcopy import BlobCopier
@@ -36,8 +37,17 @@ class _Missing(Exception):
     pass
 
 
-def download(ref: str, target, root: Path, dest: Path, client: RegistryClient | None = None) -> em.EscrowManifest:
-    """Every input of the escrow ``ref`` ("registry/repo@sha256:..." or ":tag") into ``dest``."""
+def download(
+    ref: str,
+    target,
+    root: Path,
+    dest: Path,
+    client: RegistryClient | None = None,
+    check: Callable[[em.EscrowManifest], object] | None = None,
+) -> em.EscrowManifest:
+    """Every input of the escrow ``ref`` ("registry/repo@sha256:..." or ":tag") into ``dest``.
+    ``check``: asked of the signed escrow manifest before any input is downloaded (its refusal, like
+    any other, leaves nothing written)."""
     if not em.REFERENCE.fullmatch(ref):  # asked of no registry (a bare name would be Docker Hub's)
         raise ConfigError(
             f"--from-escrow {ref[:100]!r}: not REGISTRY/REPO@sha256:<digest> or REGISTRY/REPO:<tag> "
@@ -52,6 +62,8 @@ def download(ref: str, target, root: Path, dest: Path, client: RegistryClient | 
             staging = Path(tmp) / "escrow"
             staging.mkdir()
             escrowed = _signed(copier, name, reference, ref, staging / em.ESCROW_NAME, target, root)
+            if check is not None:
+                check(escrowed)
             _inputs(copier, name, escrowed, staging)
             if dest.exists():
                 shutil.rmtree(dest)

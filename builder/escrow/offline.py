@@ -8,10 +8,11 @@ digest from the escrow's repository (builder/config/inputsource.py).
 
 Every input is taken from the checkout's record set (builder/escrow/inputs.py: the recorded build),
 not from the escrow manifest alone: an escrow of another build, or one lacking an input the
-record names, is refused (RecordError, exit 2) before anything is built, and each escrowed file
-must be the record's pin (a wheel one of its lock entry's sha256, a .deb and the CPython tarball
-their sha256, the Dockerfile and locks the checkout's, each base the recorded digest). The
-build's own hash checks then run on the files as they do on downloaded ones.
+record names, is refused (RecordError, exit 2) from the signed escrow manifest alone, before any
+input is downloaded and with nothing written (``held``), and each escrowed file must be the
+record's pin (a wheel one of its lock entry's sha256, a .deb and the CPython tarball their sha256,
+the Dockerfile and locks the checkout's, each base the recorded digest). The build's own hash
+checks then run on the files as they do on downloaded ones.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from __future__ import annotations
 from collections import defaultdict
 from pathlib import Path
 
+from builder import log
 from builder.config.inputsource import InputSource, Origin
 from builder.deps import buildcontext
 from builder.engine.registry import split_reference
@@ -28,6 +30,7 @@ from builder.escrow.inputs import (
     BaseInput,
     DebInput,
     Input,
+    Inventory,
     PythonInput,
     RecipeInput,
     SourceInput,
@@ -41,19 +44,7 @@ from builder.source import bundles
 def inputs(ref: str, download: Path, escrowed: em.EscrowManifest, target, root: Path, cache: Path) -> InputSource:
     """Fill ``cache`` (an empty directory of the run's own) from ``download``, the escrow ``ref``
     downloaded and checked; the InputSource a rebuild from it reads."""
-    inv = inventory(root, target)
-    if escrowed.digest != inv.digest:
-        raise RecordError(
-            f"{ref}: escrows {escrowed.digest[:19]}, the record set names {inv.digest[:19]}; "
-            "check out the commit that recorded the escrowed build"
-        )
-    missing = [key for key in inv.by_key() if key not in escrowed.entries]
-    if missing:
-        raise RecordError(
-            f"{ref}: the escrow lacks {len(missing)} input(s) the record names: " + "; ".join(missing[:10])
-        )
-    for item in inv.inputs:  # every pin held before anything is written
-        _pinned(item, escrowed.entries[item.key])
+    inv = held(ref, escrowed, target, root)
     wheels: dict[str, list[Path]] = defaultdict(list)
     with cache_scope(cache, sealed=True):
         for item in inv.inputs:
@@ -70,6 +61,32 @@ def inputs(ref: str, download: Path, escrowed: em.EscrowManifest, target, root: 
         for lock, files in sorted(wheels.items()):
             buildcontext.seed_wheelhouse(root / lock, sorted(set(files)))
     return InputSource(Origin.ESCROW, cache=cache, bases=split_reference(ref)[0], reference=ref)
+
+
+def held(ref: str, escrowed: em.EscrowManifest, target, root: Path) -> Inventory:
+    """The checkout's inventory, refused (RecordError) unless ``escrowed`` escrows that build and
+    pins each of its inputs as the record does: asked of the signed escrow manifest alone, before
+    any input is downloaded (builder/escrow/fetch.py ``download``'s ``check``). A target whose
+    build stage installs apt packages is warned that the rebuild still fetches those."""
+    inv = inventory(root, target)
+    if escrowed.digest != inv.digest:
+        raise RecordError(
+            f"{ref}: escrows {escrowed.digest[:19]}, the record set names {inv.digest[:19]}; "
+            "check out the commit that recorded the escrowed build"
+        )
+    missing = [key for key in inv.by_key() if key not in escrowed.entries]
+    if missing:
+        raise RecordError(
+            f"{ref}: the escrow lacks {len(missing)} input(s) the record names: " + "; ".join(missing[:10])
+        )
+    for item in inv.inputs:
+        _pinned(item, escrowed.entries[item.key])
+    if target.compile.apt_packages:  # said, not hidden: the one input such a rebuild still fetches
+        log.warn(
+            f"{target.name}: compile.apt_packages ({', '.join(target.compile.apt_packages)}) are not locked, so "
+            "not escrowed: the build stage installs them from the build base's archive, over the network"
+        )
+    return inv
 
 
 def _pinned(item: Input, entry: em.Entry) -> None:

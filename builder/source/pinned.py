@@ -472,6 +472,8 @@ def fetch_third_party(name: str, spec: ThirdParty, pinned: PinnedSource, live: b
             f"source at {pinned.commit[:12]}: {spec.declared_in} no longer names {spec.ref!r} for third-party "
             f"{name!r}; the source moved this dependency: re-pin source.third_party.{name} (ref and commit)"
         )
+    if _HEX40.fullmatch(spec.ref) and spec.ref != spec.commit:
+        raise SourceError(f"source.third_party.{name}: ref {spec.ref} is a commit, so commit must equal it")
     if not _HEX40.fullmatch(spec.ref) and live:  # a mutable tag must still be at the pin (live: not escrowed)
         now = _peeled_ref(spec.url, spec.ref)
         if now != spec.commit:
@@ -479,8 +481,6 @@ def fetch_third_party(name: str, spec: ThirdParty, pinned: PinnedSource, live: b
                 f"third-party source {spec.url}: {spec.ref!r} points at {now or 'nothing'}, the matrix pins "
                 f"{spec.commit} (source.third_party.{name}.commit); a moved tag is a new input: review and re-pin"
             )
-    elif spec.ref != spec.commit:
-        raise SourceError(f"source.third_party.{name}: ref {spec.ref} is a commit, so commit must equal it")
     repo = _commit_repo(spec.url, spec.commit)
     commit = repo.commit(spec.commit)
     subs = _submodules(repo, spec.url, spec.commit, spec.submodules, name)

@@ -369,6 +369,33 @@ def test_reproduce_from_escrow_names_a_missing_input_and_writes_nothing(escrowed
     assert not (loaded.path.parent / "artifacts" / "smoke" / "escrow").exists()
 
 
+def test_an_escrow_of_another_build_is_refused_before_its_inputs_are_downloaded(escrowed, capsys):
+    """The checkout records another build than the escrow's: refused from the signed manifest, exit 2,
+    no input downloaded and nothing written (not a download of every input, then the refusal)."""
+    loaded, dest, made = escrowed
+    pushed = escrow_target(loaded, "smoke", dest)
+    record = loaded.path.parent / "locks" / "smoke" / "image.json"
+    doc = json.loads(record.read_text())
+    record.write_text(json.dumps({**doc, "digest": "sha256:" + "3" * 64}))
+    with pytest.raises(SystemExit) as info:
+        main(["--matrix", str(loaded.path), "reproduce", "--target", "smoke", "--from-escrow", f"{dest}:{pushed.tag}"])
+    assert info.value.code == 2
+    assert "the record set names sha256:3333" in capsys.readouterr().err
+    assert not (loaded.path.parent / "artifacts" / "smoke" / "escrow").exists()
+
+
+def test_a_target_with_build_stage_apt_packages_is_told_they_are_fetched(escrowed, capsys):
+    """cu129's compile.apt_packages are not locked, so not escrowed: the rebuild says it still fetches them."""
+    loaded, dest, made = escrowed
+    pushed = escrow_target(loaded, "smoke", dest)
+    target = loaded.target("smoke")
+    offline.held(f"{dest}@{pushed.index}", pushed.manifest, target, loaded.path.parent)
+    assert "apt_packages" not in capsys.readouterr().err
+    apt = target.model_copy(update={"compile": target.compile.model_copy(update={"apt_packages": ("git", "patch")})})
+    offline.held(f"{dest}@{pushed.index}", pushed.manifest, apt, loaded.path.parent)
+    assert "compile.apt_packages (git, patch) are not locked, so not escrowed" in capsys.readouterr().err
+
+
 class _Tampering(http.server.BaseHTTPRequestHandler):
     """A registry in front of the real one that serves other bytes for one blob (its storage
     changed behind its back); everything else is passed through as it is."""

@@ -15,6 +15,7 @@ from builder.deps.oslock import DebEntry
 from builder.errors import LockError, SourceError, Unreachable
 from builder.fsutil import cache_dir, cache_scope
 from builder.source import bundles
+from tests.unit.test_source import _src, _tp, third, upstream  # noqa: F401 (fixtures)
 
 GIT = {**os.environ, "GIT_CONFIG_NOSYSTEM": "1", "GIT_CONFIG_GLOBAL": os.devnull}
 
@@ -91,3 +92,20 @@ def test_each_platforms_wheel_is_the_one_its_own_lock_installed(tmp_path, monkey
     for where, data in ((amd, b"x86_64 wheel"), (arm, b"aarch64 wheel")):
         item = WheelInput(f"{where.relative_to(tmp_path)}/build-requirements.txt", "cmake", "4.4.5", hashes)
         assert collect._local(tmp_path, target, item, wheels, tmp_path).path.read_bytes() == data
+
+
+def test_an_escrowed_third_party_tag_is_not_asked_of_its_host(third, upstream):  # noqa: F811
+    """cu129 pins some third-party trees by tag: the normal path asks the host where the tag is now
+    (ls-remote), a rebuild from the escrow (``live=False``) asks nothing: the host may be gone."""
+    import shutil
+
+    from builder.source import pinned as source
+
+    lib, _ = third
+    pinned = source.fetch(_src(upstream))
+    spec = _tp(lib, ref="v1.0")
+    source.fetch_third_party("lib", spec, pinned)  # the mirror now holds the pinned commit
+    shutil.rmtree(lib.working_dir)  # the host is gone
+    with pytest.raises((SourceError, Unreachable), match="cannot resolve 'v1.0'"):
+        source.fetch_third_party("lib", spec, pinned)
+    assert source.fetch_third_party("lib", spec, pinned, live=False).commit == spec.commit
