@@ -110,6 +110,18 @@ class Layers:
                 found = i
         return found
 
+    def written(self, start: int, stop: int | None = None) -> set[str]:
+        """Every path the layers ``start`` to ``stop`` (exclusive; None: the top) write, named where
+        it lands (through the directory links of the layers up to it, as ``last_writer`` names them)."""
+        links: dict[str, str] = {}
+        for layer in self.ordered[:start]:
+            links.update(layer.links)
+        found: set[str] = set()
+        for layer in self.ordered[start:stop]:
+            links.update(layer.links)
+            found |= {_resolved(p, links) for p in layer.paths}
+        return found
+
     def base_count(self, base: PinnedBase) -> int | str:
         """How many of the bottom layers are the pinned base's (their diff_ids, in order, are the
         base's), or why that cannot be said: the base unread, or the image not built on it."""

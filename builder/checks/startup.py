@@ -218,3 +218,38 @@ def _not_the_base(layers: Layers, count: int | str, paths: list[str]) -> str:
                 f"({(layer.diff_id or layer.digest)[:19]}), after the pinned base's {count}"
             )
     return ""
+
+
+def imported_at_start(
+    files: imagefiles.ImageFiles, layers: Layers, base: PinnedBase, pythonpath: str = ""
+) -> list[Judged]:
+    """What the pinned base's own hooks can import before the program where no check of installed
+    files looks: every file, at the path Python opens it by, under a standard library directory
+    (lib/python3.N, its lib-dynload) or a Debian dist-packages directory that the pinned base's
+    layers made, which a layer above the base writes. Debian's sitecustomize (the base's, unchanged)
+    imports ``apport_python_hook`` from there when it exists: a later layer that adds one runs it in
+    every process of that interpreter. site-packages are held to their RECORDs (installed_files);
+    a directory a later layer makes (a standalone CPython of the build's) is no base hook's."""
+    count = layers.base_count(base)
+    if isinstance(count, str):
+        return []  # every OS package's hook already fails, saying why
+    made, written = layers.written(0, count), layers.written(count)
+    found = []
+    for directory, real in _search_dirs(files, pythonpath):
+        if real not in made or not _unguarded(real):
+            continue
+        top = real.rstrip("/") + "/"
+        for path in sorted(p for p, e in files.entries.items() if p.startswith(top) and e.kind != "dir"):
+            if path in written and "/site-packages/" not in path[len(top) - 1 :]:
+                why = f"a file the base's start-up hooks can import, written by a layer after the pinned base's {count}"
+                found.append(Judged(f"{directory.rstrip('/')}/{path[len(top) :]}", False, why))
+    return found
+
+
+def _unguarded(directory: str) -> bool:
+    """A standard library directory, its lib-dynload, or Debian's dist-packages."""
+    return (
+        posixpath.basename(directory) == "dist-packages"
+        or _STDLIB.search(directory) is not None
+        or (directory.endswith("/lib-dynload") and _STDLIB.search(posixpath.dirname(directory)) is not None)
+    )

@@ -260,6 +260,7 @@ def _broken_runtime_view(config: dict) -> None:
 
 
 PYC = "/usr/lib/python3.11/__pycache__/sitecustomize.cpython-311.pyc"  # beside the base's apport hook
+APPORT = "/usr/lib/python3.11/apport_python_hook.py"
 
 
 def _planted_hooks() -> list[tuple]:
@@ -275,6 +276,8 @@ def _planted_hooks() -> list[tuple]:
         (SITE.lstrip("/") + "/sitecustomize.py", "file", 0o644, 0, hook, {}),
         ("var/lib/dpkg/info/k3hook.md5sums", "file", 0o644, 0, sums, {}),
         (PYC.lstrip("/"), "file", 0o644, 0, pyc, {}),
+        # what Debian's sitecustomize (the base's, unchanged) imports when it exists
+        (APPORT.lstrip("/"), "file", 0o644, 0, "import os\n", {}),
     ]
 
 
@@ -307,6 +310,7 @@ RUNTIME_ROWS = {
         f"{SITE}/sitecustomize.py: sitecustomize: dpkg's md5 matches (the image's own record), but "
         f"{SITE}/sitecustomize.py is written by layer ",
         f"{PYC}: bytecode Python may run instead of /usr/lib/python3.11/sitecustomize.py: {PYC} is written by layer ",
+        f"{APPORT}: a file the base's start-up hooks can import, written by a layer after the pinned base's ",
     ),
     "runtime_user": ("getpass.getuser() raises", "/: the home of uid 2000 is the root directory"),
     "system_files": ("/usr/bin/k3cap: carries a file capability", "/usr/bin/k3own: owned by uid 1000"),

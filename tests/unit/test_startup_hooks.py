@@ -290,3 +290,48 @@ def test_a_hook_in_a_directory_reached_through_a_link_is_found_at_the_path_pytho
     members += [("aa/site-packages", "link", 0o777, 0, 0, f"/{real}")]
     files = imagefiles.read(_tar(members), ("/opt/k3",))
     assert f"/{real}/d.pth" in [h.path for h in startup.hooks(files)]  # by its own name: a waiver of it holds
+
+
+# --- what the base's own hooks import (issue 51, review): the hook unchanged, its import planted ---
+STDLIB_DIRS = [
+    ("usr/lib/python3.11/lib-dynload", "dir", 0o755, 0, 0, b""),
+    ("usr/lib/python3", "dir", 0o755, 0, 0, b""),
+    ("usr/lib/python3/dist-packages", "dir", 0o755, 0, 0, b""),
+]
+
+
+@pytest.mark.parametrize(
+    "planted",
+    [
+        "usr/lib/python3.11/apport_python_hook.py",  # the standard library directory
+        "usr/lib/python3.11/lib-dynload/apport_python_hook.cpython-311-x86_64-linux-gnu.so",
+        "usr/lib/python3/dist-packages/apport_python_hook.py",  # Debian's, on the system python's path
+        "usr/lib/python3.11/encodings/k3.py",  # a package's module: imported by whoever imports it
+    ],
+)
+def test_a_module_the_base_s_hook_imports_planted_by_a_later_layer_fails(planted):
+    """Debian's sitecustomize, unchanged and the base's, imports apport_python_hook when it exists:
+    a later layer that adds one runs it before every program of that interpreter."""
+    extra = [("usr/lib/python3.11/encodings", "dir", 0o755, 0, 0, b"")] if "encodings" in planted else []
+    image = Image([*BASE_LAYER, *STDLIB_DIRS, *extra], APP_LAYER, [(planted, "file", 0o644, 0, 0, EVIL)])
+    with pytest.raises(AssertionError) as failed:
+        image.check()
+    assert f"/{planted}: a file the base's start-up hooks can import, written by a layer after the pinned base's 1" in (
+        str(failed.value)
+    )
+    image.check(waivers={f"/{planted}": "ours, reviewed"})  # named: passes
+
+
+def test_files_a_later_layer_writes_where_no_base_hook_imports_are_not_findings():
+    """The build's own interpreter (a directory a later layer makes), its site-packages (held to
+    RECORDs elsewhere), and an image whose base has no hook at all."""
+    own = [
+        ("opt/k3/python/lib/python3.11", "dir", 0o755, 0, 0, b""),
+        ("opt/k3/python/lib/python3.11/os.py", "file", 0o644, 0, 0, b"# the build's CPython\n"),
+        ("usr/lib/python3.11/site-packages", "dir", 0o755, 0, 0, b""),
+        ("usr/lib/python3.11/site-packages/k3.py", "file", 0o644, 0, 0, b""),
+    ]
+    assert len(Image([*BASE_LAYER, *STDLIB_DIRS], APP_LAYER, own).check()) == 1  # the hook, shown
+    no_hook = [m for m in BASE_LAYER if m[0] not in (HOOK, TARGET)]
+    planted = [("usr/lib/python3.11/apport_python_hook.py", "file", 0o644, 0, 0, EVIL)]
+    assert Image([*no_hook, *STDLIB_DIRS], APP_LAYER, planted).check() == []
