@@ -224,32 +224,48 @@ def imported_at_start(
     files: imagefiles.ImageFiles, layers: Layers, base: PinnedBase, pythonpath: str = ""
 ) -> list[Judged]:
     """What the pinned base's own hooks can import before the program where no check of installed
-    files looks: every file, at the path Python opens it by, under a standard library directory
-    (lib/python3.N, its lib-dynload) or a Debian dist-packages directory that the pinned base's
-    layers made, which a layer above the base writes. Debian's sitecustomize (the base's, unchanged)
-    imports ``apport_python_hook`` from there when it exists: a later layer that adds one runs it in
-    every process of that interpreter. site-packages are held to their RECORDs (installed_files);
-    a directory a later layer makes (a standalone CPython of the build's) is no base hook's."""
+    files looks: every file, at the path Python opens it by, that a layer above the base writes on
+    the sys.path of an interpreter whose standard library directory (lib/python3.N, by the name
+    Python opens it at) the base made (``_base_paths``), or under a Debian dist-packages directory
+    the base made. Debian's sitecustomize (the base's, unchanged) imports ``apport_python_hook``
+    from there when it exists: a later layer that adds one runs it in every process of that
+    interpreter. site-packages are held to their RECORDs (installed_files); a directory a later
+    layer makes under a name of its own (a standalone CPython of the build's) is no base hook's."""
     count = layers.base_count(base)
     if isinstance(count, str):
         return []  # every OS package's hook already fails, saying why
     made, written = layers.written(0, count), layers.written(count)
-    found = []
-    for directory, real in _search_dirs(files, pythonpath):
-        if real not in made or not _unguarded(real):
+    found, walked = [], set()
+    for name in _base_paths(files, pythonpath, made):
+        entry, real = files.entries.get(name), files.resolve(name)
+        if entry is not None and entry.kind != "dir" and name in written:
+            found.append(name)  # the directory (or the zip) itself put there by a later layer
+        if real is None or real.kind != "dir" or real.path in walked:
             continue
-        top = real.rstrip("/") + "/"
+        walked.add(real.path)
+        top = real.path.rstrip("/") + "/"
         for path in sorted(p for p, e in files.entries.items() if p.startswith(top) and e.kind != "dir"):
             if path in written and "/site-packages/" not in path[len(top) - 1 :]:
-                why = f"a file the base's start-up hooks can import, written by a layer after the pinned base's {count}"
-                found.append(Judged(f"{directory.rstrip('/')}/{path[len(top) :]}", False, why))
-    return found
+                found.append(f"{name.rstrip('/')}/{path[len(top) :]}")
+    why = f"a file the base's start-up hooks can import, written by a layer after the pinned base's {count}"
+    return [Judged(path, False, why) for path in dict.fromkeys(found)]
 
 
-def _unguarded(directory: str) -> bool:
-    """A standard library directory, its lib-dynload, or Debian's dist-packages."""
-    return (
-        posixpath.basename(directory) == "dist-packages"
-        or _STDLIB.search(directory) is not None
-        or (directory.endswith("/lib-dynload") and _STDLIB.search(posixpath.dirname(directory)) is not None)
-    )
+def _base_paths(files: imagefiles.ImageFiles, pythonpath: str, made: set[str]) -> list[str]:
+    """The sys.path entries of the base's interpreters, by the names Python opens them at: for each
+    standard library directory the base made (PREFIX/lib/python3.N), the directory, its lib-dynload,
+    PREFIX/lib/python3N.zip (first on sys.path) and Debian's site directories
+    (PREFIX/local/lib/python3.N/dist-packages, PREFIX/lib/python3/dist-packages,
+    PREFIX/lib/python3.N/dist-packages: site.py adds each that exists, whoever made it); and every
+    other dist-packages directory the base made. Checked on Debian 12's python3.11."""
+    found: list[str] = []
+    for seen, _real in _search_dirs(files, pythonpath):
+        stdlib = _STDLIB.search(seen)
+        if stdlib is not None and seen in made:
+            prefix, version = seen[: stdlib.start()], stdlib.group(0).rsplit("/", 1)[1]
+            found += [seen, f"{seen}/lib-dynload", f"{prefix}/lib/{version.replace('.', '')}.zip"]
+            found += [f"{prefix}/local/lib/{version}/dist-packages", f"{prefix}/lib/python3/dist-packages"]
+            found.append(f"{seen}/dist-packages")
+        elif posixpath.basename(seen) == "dist-packages" and seen in made:
+            found.append(seen)
+    return list(dict.fromkeys(found))

@@ -335,3 +335,44 @@ def test_files_a_later_layer_writes_where_no_base_hook_imports_are_not_findings(
     no_hook = [m for m in BASE_LAYER if m[0] not in (HOOK, TARGET)]
     planted = [("usr/lib/python3.11/apport_python_hook.py", "file", 0o644, 0, 0, EVIL)]
     assert Image([*no_hook, *STDLIB_DIRS], APP_LAYER, planted).check() == []
+
+
+LOCAL_DP = "usr/local/lib/python3.11/dist-packages"
+
+
+@pytest.mark.parametrize(
+    ("later", "named"),
+    [
+        # first on the base interpreter's sys.path, beside its standard library directory
+        ([("usr/lib/python311.zip", "file", 0o644, 0, 0, b"PK\x05\x06" + b"\0" * 18)], ["/usr/lib/python311.zip"]),
+        # a site directory Debian's site.py adds when it exists, whoever made it
+        (
+            [
+                *[(d, "dir", 0o755, 0, 0, b"") for d in ("usr/local", "usr/local/lib", "usr/local/lib/python3.11")],
+                (LOCAL_DP, "dir", 0o755, 0, 0, b""),
+                (f"{LOCAL_DP}/apport_python_hook.py", "file", 0o644, 0, 0, EVIL),
+            ],
+            [f"/{LOCAL_DP}/apport_python_hook.py"],
+        ),
+        # the base's dist-packages replaced by a link to a directory of the later layer's own
+        (
+            [
+                ("opt/dp", "dir", 0o755, 0, 0, b""),
+                ("opt/dp/apport_python_hook.py", "file", 0o644, 0, 0, EVIL),
+                ("usr/lib/python3/dist-packages", "link", 0o777, 0, 0, "/opt/dp"),
+            ],
+            ["/usr/lib/python3/dist-packages", "/usr/lib/python3/dist-packages/apport_python_hook.py"],
+        ),
+    ],
+)
+def test_the_base_interpreter_s_path_is_held_by_its_names_not_by_what_the_base_made(later, named):
+    """The base's sys.path (Debian 12's python3.11: /usr/lib/python311.zip, /usr/lib/python3.11,
+    lib-dynload, /usr/local/lib/python3.11/dist-packages, /usr/lib/python3/dist-packages) wherever
+    what is there came from: a later layer that makes an entry of it, or links one elsewhere, plants
+    what the base's sitecustomize imports."""
+    image = Image([*BASE_LAYER, *STDLIB_DIRS], APP_LAYER, later)
+    with pytest.raises(AssertionError) as failed:
+        image.check()
+    for path in named:
+        assert f"{path}: a file the base's start-up hooks can import, written by a layer after" in str(failed.value)
+    image.check(waivers=dict.fromkeys(named, "ours, reviewed"))  # named: passes
