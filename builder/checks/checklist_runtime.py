@@ -54,10 +54,11 @@ def test_interpreter_options(image, expect, report_warning, image_files):
 def test_startup_hooks(image, expect, report_warning, image_files, image_layers, pinned_base):
     found = startup.hooks(image_files, image.env.get("PYTHONPATH", ""))
     known = startup.dpkg_md5(image_files)
-    findings, base_hooks = [], False
+    findings, base_hooks = [], []
     for hook in found:
         judged_all = startup.judge(image_files, image_layers, pinned_base, hook, known)
-        base_hooks |= judged_all[0].passed  # the hook itself passed: an OS package's, the base's
+        if judged_all[0].passed:  # the hook itself passed: an OS package's, the base's
+            base_hooks.append(hook)
         for judged in judged_all:
             if judged.passed:
                 report_warning(f"startup_hooks: {judged.why}")
@@ -65,7 +66,8 @@ def test_startup_hooks(image, expect, report_warning, image_files, image_layers,
                 findings.append((judged.path, judged.why))
     if base_hooks:  # what the base's hooks can import before the program, where no RECORD holds it
         pythonpath = image.env.get("PYTHONPATH", "")
-        imported = startup.imported_at_start(image_files, image_layers, pinned_base, pythonpath)
+        imports = startup.hook_imports(image_files, base_hooks)
+        imported = startup.imported_at_start(image_files, image_layers, pinned_base, pythonpath, imports)
         findings += [(j.path, j.why) for j in imported]
     assert len(image_files.texts) < startup.imagefiles.MAX_HOOK_TEXTS, (
         f"expected to read every .pth file of the image, found more than {startup.imagefiles.MAX_HOOK_TEXTS} texts"

@@ -20,6 +20,7 @@ run instead of a hook's source (``bytecode``) is held to the same rule, file by 
 
 from __future__ import annotations
 
+import ast
 import hashlib
 import posixpath
 import re
@@ -221,7 +222,11 @@ def _not_the_base(layers: Layers, count: int | str, paths: list[str]) -> str:
 
 
 def imported_at_start(
-    files: imagefiles.ImageFiles, layers: Layers, base: PinnedBase, pythonpath: str = ""
+    files: imagefiles.ImageFiles,
+    layers: Layers,
+    base: PinnedBase,
+    pythonpath: str = "",
+    imports: set[str] | None = None,
 ) -> list[Judged]:
     """What the pinned base's own hooks can import before the program where no check of installed
     files looks: every file, at the path Python opens it by, that a layer above the base writes on
@@ -230,7 +235,10 @@ def imported_at_start(
     the base made. Debian's sitecustomize (the base's, unchanged) imports ``apport_python_hook``
     from there when it exists: a later layer that adds one runs it in every process of that
     interpreter. site-packages are held to their RECORDs (installed_files); a directory a later
-    layer makes under a name of its own (a standalone CPython of the build's) is no base hook's."""
+    layer makes under a name of its own (a standalone CPython of the build's) is no base hook's.
+    The config's PYTHONPATH comes first on every interpreter's sys.path: there, an entry named as
+    a module the hooks import (``imports``, from ``hook_imports``; None: any) that a later layer
+    writes is one too."""
     count = layers.base_count(base)
     if isinstance(count, str):
         return []  # every OS package's hook already fails, saying why
@@ -247,6 +255,7 @@ def imported_at_start(
         for path in sorted(p for p, e in files.entries.items() if p.startswith(top) and e.kind != "dir"):
             if path in written and "/site-packages/" not in path[len(top) - 1 :]:
                 found.append(f"{name.rstrip('/')}/{path[len(top) :]}")
+    found += _on_pythonpath(files, pythonpath, written, imports)
     why = f"a file the base's start-up hooks can import, written by a layer after the pinned base's {count}"
     return [Judged(path, False, why) for path in dict.fromkeys(found)]
 
@@ -269,3 +278,49 @@ def _base_paths(files: imagefiles.ImageFiles, pythonpath: str, made: set[str]) -
         elif posixpath.basename(seen) == "dist-packages" and seen in made:
             found.append(seen)
     return list(dict.fromkeys(found))
+
+
+def _on_pythonpath(
+    files: imagefiles.ImageFiles, pythonpath: str, written: set[str], imports: set[str] | None
+) -> list[str]:
+    """The entries of the PYTHONPATH directories, by the names Python opens, whose module name (a
+    file's name up to its first dot, a package's directory) is one the hooks import, written by a
+    layer after the base."""
+    found = []
+    for name in dict.fromkeys(posixpath.normpath(d) for d in pythonpath.split(":") if d.startswith("/")):
+        real = files.resolve(name)
+        if real is None or real.kind != "dir":
+            continue
+        top = real.path.rstrip("/") + "/"
+        for path in sorted(p for p in files.entries if p.startswith(top) and "/" not in p[len(top) :]):
+            module = path[len(top) :].split(".")[0]
+            if (imports is None or module in imports) and path in written:
+                found.append(f"{name.rstrip('/')}/{path[len(top) :]}")
+    return found
+
+
+def hook_imports(files: imagefiles.ImageFiles, hooks: list[Hook]) -> set[str] | None:
+    """The top-level modules ``hooks`` import, read from their source on the host (parsed, never
+    run); None when one is not Python source this can read or imports by a name made at run time."""
+    names: set[str] = set()
+    for hook in hooks:
+        entry = files.resolve(hook.path)
+        text = files.texts.get(entry.path) if entry is not None else None
+        try:
+            tree = ast.parse(text or b"") if text is not None and hook.path.endswith(".py") else None
+        except (SyntaxError, ValueError, RecursionError, MemoryError):
+            tree = None
+        if tree is None:
+            return None
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Import):
+                names |= {alias.name.split(".")[0] for alias in node.names}
+            elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+                names.add(node.module.split(".")[0])
+            elif isinstance(node, ast.Name | ast.Attribute) and _name_of(node) in ("__import__", "import_module"):
+                return None
+    return names
+
+
+def _name_of(node: ast.Name | ast.Attribute) -> str:
+    return node.id if isinstance(node, ast.Name) else node.attr

@@ -376,3 +376,32 @@ def test_the_base_interpreter_s_path_is_held_by_its_names_not_by_what_the_base_m
     for path in named:
         assert f"{path}: a file the base's start-up hooks can import, written by a layer after" in str(failed.value)
     image.check(waivers=dict.fromkeys(named, "ours, reviewed"))  # named: passes
+
+
+def _check_with_pythonpath(image: Image, pythonpath: str) -> list[str]:
+    shown: list[str] = []
+    config = ImageConfig("r", "i", {}, {"PYTHONPATH": pythonpath}, "1000", ())
+    checklist_runtime.test_startup_hooks(config, _expect(), shown.append, image.files, image.layers, image.base)
+    return shown
+
+
+def test_a_module_the_base_s_hook_imports_planted_on_the_config_s_pythonpath_fails():
+    """PYTHONPATH comes first on sys.path, the base's interpreter's too: the name its sitecustomize
+    imports (read from the hook's source) fails there; the app's own modules beside it do not."""
+    app = [("opt/k3/app", "dir", 0o755, 0, 0, b""), ("opt/k3/app/k3app.py", "file", 0o644, 0, 0, b"")]
+    assert len(_check_with_pythonpath(Image([*BASE_LAYER, *STDLIB_DIRS], APP_LAYER, app), "/opt/k3/app")) == 1
+    planted = [*app, ("opt/k3/app/apport_python_hook.py", "file", 0o644, 0, 0, EVIL)]
+    with pytest.raises(AssertionError) as failed:
+        _check_with_pythonpath(Image([*BASE_LAYER, *STDLIB_DIRS], APP_LAYER, planted), "/opt/k3/app")
+    assert "/opt/k3/app/apport_python_hook.py: a file the base's start-up hooks can import" in str(failed.value)
+    assert "k3app" not in str(failed.value)
+
+
+def test_a_hook_that_imports_by_a_name_made_at_run_time_holds_every_pythonpath_module():
+    dynamic = b"import importlib\nimportlib.import_module('apport' + '_python_hook')\n"
+    base = [m if m[0] != TARGET else (TARGET, "file", 0o644, 0, 0, dynamic) for m in BASE_LAYER]
+    base = [m if m[0] != "var/lib/dpkg/status" else (m[0], "file", 0o644, 0, 0, _status(dynamic)) for m in base]
+    app = [("opt/k3/app", "dir", 0o755, 0, 0, b""), ("opt/k3/app/k3app.py", "file", 0o644, 0, 0, b"")]
+    with pytest.raises(AssertionError) as failed:
+        _check_with_pythonpath(Image([*base, *STDLIB_DIRS], APP_LAYER, app), "/opt/k3/app")
+    assert "/opt/k3/app/k3app.py: a file the base's start-up hooks can import" in str(failed.value)
