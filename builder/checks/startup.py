@@ -252,7 +252,7 @@ def imported_at_start(
             continue
         walked.add(real.path)
         top = real.path.rstrip("/") + "/"
-        for path in sorted(p for p, e in files.entries.items() if p.startswith(top) and e.kind != "dir"):
+        for path in (e.path for e in files.under(real.path) if e.kind != "dir"):
             if path in written and "/site-packages/" not in path[len(top) - 1 :]:
                 found.append(f"{name.rstrip('/')}/{path[len(top) :]}")
     found += _on_pythonpath(files, pythonpath, written, imports)
@@ -292,7 +292,7 @@ def _on_pythonpath(
         if real is None or real.kind != "dir":
             continue
         top = real.path.rstrip("/") + "/"
-        for path in sorted(p for p in files.entries if p.startswith(top) and "/" not in p[len(top) :]):
+        for path in (e.path for e in files.under(real.path) if "/" not in e.path[len(top) :]):
             module = path[len(top) :].split(".")[0]
             if (imports is None or module in imports) and path in written:
                 found.append(f"{name.rstrip('/')}/{path[len(top) :]}")
