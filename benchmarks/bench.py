@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Benchmarks on the smoke target, printed side by side from one run (a script, not a timed test).
 
-    .venv/bin/python benchmarks/bench.py [--rounds 3] [--only NAME ...]
+    .venv/bin/python benchmarks/bench.py [--rounds 3] [--only NAME] [--only NAME ...]
 
 Measures (NAME):
   tool-vs-raw    cold build through the tool vs the same Dockerfile and contexts with raw
