@@ -145,11 +145,26 @@ def nvrtc(arch: str, ptx: bool = False) -> bytes:
     return buf.raw.rstrip(b"\0") if ptx else buf.raw
 
 
+# nvcc's -fatbin output, by file name and arguments: the same bytes whatever the directory (checked:
+# two compiles in two directories are byte-equal), and a compile costs a second or more of CPU; five
+# tests ask for one fatbin and seven for another. A host object (-shared) is not the same bytes twice.
+_FATBINS: dict[tuple[str, ...], tuple[bytes, int]] = {}
+
+
 def nvcc13(out: Path, *args: str) -> Path:
-    """Run nvcc 13 on KERNEL (plus a host launcher) into ``out``; skip where the toolkit is absent."""
+    """Run nvcc 13 on KERNEL (plus a host launcher) into ``out``; skip where the toolkit is absent.
+    A fatbin compiled before in this session is written again from its bytes, not compiled again."""
     if not NVCC13.exists():
         pytest.skip(f"no CUDA 13 toolkit at {NVCC13.parent.parent}")
     src = out.with_suffix(".cu")
     src.write_text(KERNEL + "void k3_launch(float *x) { k3<<<1, 32>>>(x); }\n")
+    key = (out.name, *args)
+    if key in _FATBINS:
+        data, mode = _FATBINS[key]
+        out.write_bytes(data)
+        out.chmod(mode)
+        return out
     subprocess.run([str(NVCC13), *args, str(src), "-o", str(out)], check=True, capture_output=True, timeout=600)
+    if "-fatbin" in args:
+        _FATBINS[key] = (out.read_bytes(), out.stat().st_mode & 0o7777)
     return out

@@ -172,7 +172,7 @@ def test_least_privilege_finds_set_id_files_and_paths_the_user_can_write(tmp_pat
     tool.chmod(0o4755)
     site = tmp_path / "site"
     site.mkdir()
-    found = run("privilege", {"roots": [str(root)]}, {"PYTHONPATH": str(site)})
+    found = run("privilege", {"roots": [str(root)]}, {"PYTHONPATH": str(site)}, sys_path_under=tmp_path)
     assert found["setid"] == [[str(tool), "0o4755"]]
     # owned by the user running the probe (as the image's user runs it): it can chmod, so it can write
     assert [str(site), oct(site.stat().st_mode & 0o7777), os.getuid(), os.getgid()] in found["writable"]

@@ -15,6 +15,7 @@ import pytest
 
 from builder.checks import probes
 from builder.config import contract
+from tests.unit.test_probes import probe_script
 
 
 def _prelude_names(part: str) -> set[str]:
@@ -101,10 +102,11 @@ def test_a_quiet_child_prints_nothing_and_a_timed_one_is_ended_by_sigalrm():
 
 def _privilege(tmp_path: Path, env: dict[str, str]) -> dict:
     """The privilege probe with only ``env`` besides PATH and PYTHONPATH (the machine's own
-    XDG_CACHE_HOME, say, must not count)."""
+    XDG_CACHE_HOME, say, must not count), sys.path held to that PYTHONPATH (probe_script: why)."""
     base = {"PATH": os.environ["PATH"], "PYTHONPATH": str(tmp_path / "site")}
+    script = probe_script("privilege", sys_path_under=tmp_path)
     proc = subprocess.run(
-        [sys.executable, "-c", probes.script("privilege"), json.dumps({"roots": [], "caches": contract.CACHE_ENV})],
+        [sys.executable, "-c", script, json.dumps({"roots": [], "caches": contract.CACHE_ENV})],
         capture_output=True,
         text=True,
         env={**base, **env},

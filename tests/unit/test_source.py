@@ -530,12 +530,14 @@ def test_a_full_cache_disk_is_resource_exhaustion_not_bad_input(upstream, tmp_pa
 
 def test_the_archive_is_streamed_not_held_in_memory(upstream, tmp_path):
     """A 200 MB file made `git archive` cost about twice its size in RAM (MemoryError under a
-    limit, issue 21): the export's peak memory now stays far below the file's size."""
+    limit, issue 21): the export's peak memory now stays far below the file's size. 64 MiB is
+    enough to tell: an export that held the blob grew this process by 52 MiB, a streamed one by 0."""
     import subprocess
     import sys
 
+    large = 64 << 20
     with (Path(upstream.working_dir) / "large.bin").open("wb") as fh:
-        fh.truncate(200 << 20)  # zeros: tiny in git, 200 MB in the archive
+        fh.truncate(large)  # zeros: tiny in git, 64 MiB in the export
     upstream.git.add(A=True)
     with upstream.git.custom_environment(**_ENV):
         upstream.git.commit("-q", "-m", "large")
@@ -559,9 +561,9 @@ def test_the_archive_is_streamed_not_held_in_memory(upstream, tmp_path):
         ).stdout.split()[-1]
     )
     size = (tmp_path / "out" / "large.bin").stat().st_size
-    (tmp_path / "out" / "large.bin").unlink()  # 200 MB: not kept among pytest's last runs
-    assert size == 200 << 20
-    assert grown_kib < 50 * 1024, f"the export grew the process by {grown_kib // 1024} MiB"
+    (tmp_path / "out" / "large.bin").unlink()  # not kept among pytest's last runs
+    assert size == large
+    assert grown_kib < large // 4 // 1024, f"the export grew the process by {grown_kib // 1024} MiB"
 
 
 def test_the_export_names_its_commit_for_setuptools_scm_and_replaces_any_archival_file(upstream, tmp_path):
