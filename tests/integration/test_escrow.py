@@ -122,7 +122,10 @@ def test_reproduce_from_the_escrow_alone_offline(built, escrow_repo, tmp_path):
     # The auditor's rebuild by hand from the same escrow: the recorded digest, the bases from the escrow.
     started = time.monotonic()
     to = f"{REGISTRY}/{smoke.repository}:hand-rebuild-{secrets.token_hex(3)}"
-    hand = _hand_rebuild(smoke, tmp_path / "hand-rebuild", TO=to)
+    try:
+        hand = _hand_rebuild(smoke, tmp_path / "hand-rebuild", TO=to)
+    finally:  # the block's --load left this tag on the shared engine: the test's own, removed
+        subprocess.run(["docker", "image", "rm", "-f", to], capture_output=True)
     print(f"the hand rebuild from the escrow (amd64, the engine's cache): {time.monotonic() - started:.1f} s")
     assert hand.returncode == 0, hand.stdout[-2000:] + hand.stderr[-3000:]
     assert hand.stdout.splitlines()[-2:] == [
