@@ -10,6 +10,10 @@ session's repositories are untouched for every other process), no network but th
 registry (HTTP(S)_PROXY to a closed port for everything else), the bases pulled from the escrow by
 digest (the build resolves both in the escrow repository, never under their own names). A tampered blob is
 refused first (exit 2, nothing written).
+
+Then docs/auditor.md's hand rebuild, verbatim, against the same escrow: the context assembled with
+curl, jq, git and tar alone, built by buildx, the recorded digest; and with the tampered blob, it
+stops at that blob's sha256, before anything is built.
 """
 
 from __future__ import annotations
@@ -30,7 +34,8 @@ import pytest
 
 from builder.engine.blobcopy import BlobCopier
 from builder.engine.registry import RegistryClient
-from tests.integration.conftest import BUILD, REGISTRY, cli, restore_registry
+from tests.conftest import REPO
+from tests.integration.conftest import BUILD, REGISTRY, Smoke, cli, restore_registry
 from tests.integration.enginelock import build_hold
 from tests.unit.test_escrow import _Tampering
 
@@ -90,7 +95,7 @@ def test_reproduce_from_the_escrow_alone_offline(built, escrow_repo, tmp_path):
     assert made.code == 0, made.err[-3000:]
     ref = json.loads(made.out)["escrow"]
     downloaded = smoke.root / "artifacts" / "smoke" / "escrow"
-    _tampered_is_refused(smoke.matrix, ref, downloaded)
+    _tampered_is_refused(smoke, ref, downloaded, tmp_path / "hand-rebuild-tampered")
     record = json.loads(smoke.record.read_text())
     # Bit for bit at least a minute after the build (mtimes, created): the suite's one no-cache
     # rebuild of the built smoke (test_app_layers.py reproduces its own bumped build, upstream).
@@ -114,23 +119,64 @@ def test_reproduce_from_the_escrow_alone_offline(built, escrow_repo, tmp_path):
     assert resolved == {f"{escrow_repo}@{b['digest']}" for b in record["bases"].values()}, resolved
     assert not [p for p in downloaded.parent.iterdir() if p.name.startswith(".cache.")]  # the run's cache: gone
     assert not any((tmp_path / "fresh-cache").rglob("*.whl")) and not (tmp_path / "fresh-cache" / "git").exists()
+    # The auditor's rebuild by hand from the same escrow: the recorded digest, the bases from the escrow.
+    started = time.monotonic()
+    to = f"{REGISTRY}/{smoke.repository}:hand-rebuild-{secrets.token_hex(3)}"
+    try:
+        hand = _hand_rebuild(smoke, tmp_path / "hand-rebuild", TO=to)
+    finally:  # the block's --load left this tag on the shared engine: the test's own, removed
+        subprocess.run(["docker", "image", "rm", "-f", to], capture_output=True)
+    print(f"the hand rebuild from the escrow (amd64, the engine's cache): {time.monotonic() - started:.1f} s")
+    assert hand.returncode == 0, hand.stdout[-2000:] + hand.stderr[-3000:]
+    assert hand.stdout.splitlines()[-2:] == [
+        f"pushed {to}@{record['digest']}",
+        "hand rebuild: the recorded digest",
+    ], hand.stdout[-2000:]
+    resolved = set(re.findall(r"\[internal\] load metadata for (\S+)", hand.stderr))
+    assert resolved == {f"{escrow_repo}@{b['digest']}" for b in record["bases"].values()}, resolved
 
 
-def _tampered_is_refused(matrix: Path, ref: str, downloaded: Path) -> None:
-    """A registry in front of the escrow that serves other bytes for one wheel: exit 2, nothing written."""
+def _tampered_is_refused(smoke: Smoke, ref: str, downloaded: Path, work: Path) -> None:
+    """A registry in front of the escrow that serves other bytes for one wheel: the tool refuses it
+    (exit 2, nothing written), and the hand rebuild stops at its sha256, before any build."""
     name, digest = ref.split("@")
     wheel = _an_input_blob(name, digest, "wheel ")
     handler = type("Tampering", (_Tampering,), {"tampered": wheel})
     server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
     threading.Thread(target=server.serve_forever, daemon=True).start()
     try:
-        front = f"127.0.0.1:{server.server_address[1]}/{name.split('/', 1)[1]}@{digest}"
-        bad = cli("--matrix", str(matrix), "reproduce", "--target", "smoke", "--from-escrow", front)
+        front = f"127.0.0.1:{server.server_address[1]}/{name.split('/', 1)[1]}"
+        bad = cli("--matrix", str(smoke.matrix), "reproduce", "--target", "smoke", "--from-escrow", f"{front}@{digest}")
+        hand = _hand_rebuild(smoke, work, E=front, TO=f"{REGISTRY}/{smoke.repository}:hand-rebuild-tampered")
     finally:
         server.shutdown()
         server.server_close()
     assert bad.code == 2 and "the escrow served bytes with digest" in bad.err, bad.err[-2000:]
     assert not downloaded.exists() and not list(downloaded.parent.glob(".escrow.*"))
+    assert hand.returncode != 0 and f": not {wheel}; stopped" in hand.stderr, hand.stdout[-2000:] + hand.stderr[-2000:]
+    assert "pushed" not in hand.stdout and not (work / "metadata.json").exists()  # nothing was built
+
+
+def _hand_rebuild(smoke: Smoke, work: Path, **env: str) -> subprocess.CompletedProcess:
+    """The hand rebuild block of docs/auditor.md, verbatim, under bash -euo pipefail in the smoke's
+    checkout; ``env`` names TO (a tag of the smoke's repository: its blobs are there already).
+    It may use the engine's cache (CACHE empty): the context is what is tested, and an identical one
+    gives the recorded digest (a wheel in another layer, tried by hand, does not)."""
+    page = (REPO / "docs" / "auditor.md").read_text()
+    block = page.split("<!-- hand-rebuild:begin -->", 1)[1].split("<!-- hand-rebuild:end -->", 1)[0]
+    script = block.split("```bash\n", 1)[1].rsplit("```", 1)[0]
+    full = {k: v for k, v in os.environ.items() if k not in ("E", "P", "TOKEN", "BUILDER")}
+    full |= {
+        "T": "smoke",
+        "SCHEME": "http",
+        "CACHE": "",
+        "W": str(work),
+        "TEMPLATES": str(REPO / "builder" / "dockerfile" / "templates"),
+        **env,
+    }
+    return subprocess.run(
+        ["bash", "-euo", "pipefail", "-c", script], cwd=smoke.root, env=full, capture_output=True, text=True
+    )
 
 
 def _an_input_blob(name: str, index: str, prefix: str) -> str:
