@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import IO, TYPE_CHECKING, cast
 
 from builder.config import contract, platforms
-from builder.engine import buildlog
+from builder.engine import buildlog, localsync
 from builder.engine.containers import ContainerSeam, DockerContainers, docker_errors
 from builder.engine.registry import RegistryClient, RegistrySeam
 from builder.engine.seam import BuildRequest, BuildResult, EngineInfo, ImageConfig
@@ -150,9 +150,9 @@ class DockerEngine:
         metadata_file = log_path.parent / contract.METADATA_NAME
         env = {"SOURCE_DATE_EPOCH": str(req.source_date_epoch)} if req.source_date_epoch is not None else {}
         log_path.parent.mkdir(parents=True, exist_ok=True)
-        with log_path.open("a", encoding="utf-8") as log:
+        with log_path.open("a", encoding="utf-8") as log, localsync.keyed_context(req) as context:
             try:
-                first, stream = _start_stream(lambda: self._buildx_lines(req, metadata_file), env)
+                first, stream = _start_stream(lambda: self._buildx_lines(req, context, metadata_file), env)
                 relay = buildlog.Relay(echo, plain=plain())  # as the operator reads it; the file keeps every line
                 for line in itertools.chain([first] if first is not None else [], stream):
                     line = redact(line)
@@ -181,11 +181,12 @@ class DockerEngine:
             raise BuildError(f"buildx metadata has no image digest: {sorted(metadata)}", str(log_path))
         return BuildResult(digest=digest)
 
-    def _buildx_lines(self, req: BuildRequest, metadata_file: Path) -> Iterator[str]:
-        """`docker buildx build` of ``req``, its plain progress log line by line (lazily: the first
-        line read spawns the child)."""
+    def _buildx_lines(self, req: BuildRequest, context: Path, metadata_file: Path) -> Iterator[str]:
+        """`docker buildx build` of ``req`` with ``context`` as its default context (``req.context``
+        through localsync's link), its plain progress log line by line (lazily: the first line read
+        spawns the child)."""
         lines = self.docker.buildx.build(
-            req.context,
+            context,
             file=req.dockerfile,
             tags=list(req.tags),
             build_args=dict(req.build_args),
