@@ -185,3 +185,56 @@ def test_an_os_package_version_change_changes_exactly_the_os_layer(built, tmp_pa
     assert len(before) == len(after) >= 4
     changed = [i for i, (a, b) in enumerate(zip(before, after, strict=False)) if a["digest"] != b["digest"]]
     assert changed == [0]  # the OS layer, first above the base: least changeable at the bottom
+
+
+def _same_date_commit(clone, text: str, when: str) -> str:
+    """A commit of ``k3smoke/__main__.py`` ending in ``text`` (fixed length), at ``when``."""
+    main = clone / "k3smoke" / "__main__.py"
+    main.write_text(main.read_text().split("# sync-", 1)[0] + text)
+    env = {"GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@example.org", "GIT_COMMITTER_NAME": "t"}
+    env |= {"GIT_COMMITTER_EMAIL": "t@example.org", "PATH": "/usr/bin:/bin"}
+    env |= {"GIT_AUTHOR_DATE": when, "GIT_COMMITTER_DATE": when}
+    subprocess.run(["git", "-C", str(clone), "commit", "-qam", text.strip()], check=True, env=env)
+    git = ["git", "-C", str(clone), "rev-parse", "HEAD"]
+    return subprocess.run(git, capture_output=True, text=True, check=True).stdout.strip()
+
+
+def test_two_commits_of_one_date_differing_by_a_same_size_edit_each_build_their_own_bytes(built, tmp_path):
+    """BuildKit keeps a synced copy of each local input and sends only the files whose size, mtime,
+    mode or owner differ; every input of the tool carries SOURCE_DATE_EPOCH as its mtime, and two
+    commits of one date differ here only by same-size edits (this file, .git_archival.txt). Each
+    build must still compile and ship its own commit's bytes (builder/engine/localsync.py)."""
+    smoke, _ = built
+    work = smoke.variant(tmp_path / "samesize", "samesize")
+    url = re.search(r"\n      url: file://(\S+)\n", work.matrix.read_text()).group(1)
+    clone = tmp_path / "src"
+    subprocess.run(["git", "clone", "-q", url, str(clone)], check=True)
+    work.matrix.write_text(work.matrix.read_text().replace(f"url: file://{url}\n", f"url: file://{clone}\n", 1))
+    when = "2026-11-05T00:00:00+00:00"
+    pins = {side: _same_date_commit(clone, f"# sync-{side}\n", when) for side in "AB"}
+    shipped = {}
+    for side, commit in pins.items():  # A, then B right after it: B's sync would find A's tree
+        text = re.sub(r"(\n      commit: )[0-9a-f]{40}", rf"\g<1>{commit}", work.matrix.read_text(), count=1)
+        work.matrix.write_text(text)
+        for args in (("render",), ("lock", "--target", "smoke"), ("--target", "smoke", "--no-checks")):
+            r = cli("--matrix", str(work.matrix), *args)
+            assert r.code == 0, r.err[-2000:]
+        image = r.out.strip().splitlines()[-1]
+        shipped[side] = subprocess.run(
+            [
+                "docker",
+                "run",
+                "--rm",
+                "--network",
+                "none",
+                "--entrypoint",
+                "sh",
+                image,
+                "-c",
+                "tail -n 1 /opt/k3/venv/lib/python3*/site-packages/k3smoke/__main__.py",
+            ],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout
+    assert shipped == {"A": "# sync-A\n", "B": "# sync-B\n"}
