@@ -66,7 +66,9 @@ def test_each_platform_of_an_index_reaches_the_build_and_what_the_manifest_canno
         args = (work / "docker-args").read_text().splitlines()
         assert args[args.index("-f") + 1] == dockerfile and args[args.index("--platform") + 1] == platform
         lock = root / "locks" / "smoke" / ("" if platform == "linux/amd64" else "linux-arm64") / "requirements.txt"
-        assert (work / "context" / "requirements.txt").read_bytes() == lock.read_bytes()
+        (context,) = work.glob("context-*")  # named for the platform's recorded digest (BuildKit's synced copies)
+        assert args[-1] == str(context) and len(context.name) == len("context-") + 32
+        assert (context / "requirements.txt").read_bytes() == lock.read_bytes()
     signed = (root / "locks" / "smoke" / "escrow.json").read_text()
     key = _edit_escrow(root, "wheel ", title="../../../../escaped.whl")
     run = _run(root, tmp_path / "title" / "work", "linux/amd64")

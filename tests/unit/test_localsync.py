@@ -83,3 +83,35 @@ def test_keyed_context_is_a_link_named_by_the_digest_removed_after(tmp_path):
     req.dockerfile.write_text("FROM scratch\n".replace("scratch", "scratcH"))
     with localsync.keyed_context(req) as again:
         assert again.name != link.name
+
+
+class _Buildx:
+    """python-on-whales' buildx as the engine calls it: records the default context it was given
+    (and what it resolved to while the build ran), writes buildx's metadata file, logs one line."""
+
+    def __init__(self) -> None:
+        self.seen: list[tuple[Path, Path]] = []
+
+    def build(self, context, **kw):
+        self.seen.append((Path(context), Path(context).resolve()))
+        Path(kw["metadata_file"]).write_text('{"containerimage.config.digest": "sha256:' + "0" * 64 + '"}')
+        return iter(["#1 DONE 0.0s\n"])
+
+
+def test_the_engine_hands_buildx_the_keyed_link_and_removes_it(tmp_path):
+    from types import SimpleNamespace
+
+    from builder.engine.buildx import DockerEngine
+
+    fake = _Buildx()
+    engine = DockerEngine(docker=SimpleNamespace(buildx=fake))  # type: ignore[arg-type]
+    build = tmp_path / "build"
+    req = _request(build, _tree(build / "context", {"a.txt": "1"}), _tree(build / "source", {"m.py": "x"}))
+    for text in ("1", "2"):  # a same-size edit at the same mtime: another name
+        (req.context / "a.txt").write_text(text)
+        os.utime(req.context / "a.txt", (EPOCH, EPOCH))
+        assert engine.build(req, build / "build.log", lambda line: None).digest == "sha256:" + "0" * 64
+    (first, first_target), (second, second_target) = fake.seen
+    assert first.name.startswith(localsync.PREFIX) and second.name.startswith(localsync.PREFIX)
+    assert first.name != second.name and first_target == second_target == req.context.resolve()
+    assert not first.exists() and not first.parent.exists() and (req.context / "a.txt").read_text() == "2"
