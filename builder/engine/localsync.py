@@ -29,6 +29,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from builder.engine.seam import BuildRequest
+from builder.errors import BuildError
 
 PREFIX = "context-"  # the link's name: PREFIX + the digest's first 32 hex digits
 
@@ -51,20 +52,33 @@ def _entry(h, path: Path, rel: str) -> None:
         _field(h, content.digest())
 
 
+def _input_digest(root: Path) -> bytes:
+    """sha256 over one input (a file, or a directory walked without following links): every entry's
+    relative path, type, mode, link target and bytes, in a fixed order. An entry that cannot be read
+    raises OSError (the sync could not send it either)."""
+    h = hashlib.sha256()
+    if not root.is_dir():
+        _entry(h, root, ".")
+        return h.digest()
+
+    def unreadable(exc: OSError) -> None:
+        raise exc
+
+    for dirpath, dirnames, filenames in os.walk(root, onerror=unreadable):
+        dirnames.sort()
+        for entry in sorted([*dirnames, *filenames]):
+            path = Path(dirpath, entry)
+            _entry(h, path, path.relative_to(root).as_posix())
+    return h.digest()
+
+
 def inputs_digest(inputs: Iterable[tuple[str, Path]]) -> str:
-    """sha256 over each named input (a file, or a directory walked without following links): every
-    entry's relative path, type, mode, link target and bytes, in a fixed order."""
+    """sha256 over each named input's own digest (``_input_digest``), by name: one input's entries
+    cannot run on into the next input's name."""
     h = hashlib.sha256()
     for name, root in sorted(inputs):
         _field(h, name.encode())
-        if not root.is_dir():
-            _entry(h, root, ".")
-            continue
-        for dirpath, dirnames, filenames in os.walk(root):
-            dirnames.sort()
-            for entry in sorted([*dirnames, *filenames]):
-                path = Path(dirpath, entry)
-                _entry(h, path, path.relative_to(root).as_posix())
+        _field(h, _input_digest(root))
     return h.hexdigest()
 
 
@@ -73,8 +87,11 @@ def keyed_context(req: BuildRequest) -> Iterator[Path]:
     """The path to give buildx as the default context: a link to ``req.context`` whose name carries
     the digest of every local input of ``req`` (the Dockerfile, the default and the named contexts),
     in a directory of its own beside the context, removed afterwards (the link, never its target)."""
-    digest = inputs_digest([("context", req.context), ("dockerfile", req.dockerfile), *req.build_contexts.items()])
-    holder = Path(tempfile.mkdtemp(prefix=".k3-session-", dir=req.context.parent))
+    try:
+        digest = inputs_digest([("context", req.context), ("dockerfile", req.dockerfile), *req.build_contexts.items()])
+    except OSError as exc:
+        raise BuildError(f"cannot read the build's inputs to key them: {exc}") from None
+    holder = Path(tempfile.mkdtemp(prefix=".k3-session-", dir=req.context.resolve().parent))
     try:
         link = holder / f"{PREFIX}{digest[:32]}"
         link.symlink_to(req.context.resolve(), target_is_directory=True)

@@ -115,3 +115,16 @@ def test_the_engine_hands_buildx_the_keyed_link_and_removes_it(tmp_path):
     assert first.name.startswith(localsync.PREFIX) and second.name.startswith(localsync.PREFIX)
     assert first.name != second.name and first_target == second_target == req.context.resolve()
     assert not first.exists() and not first.parent.exists() and (req.context / "a.txt").read_text() == "2"
+
+
+def test_one_input_cannot_run_on_into_the_next_input_s_name(tmp_path):
+    """The reviewer's pair: a file and a directory named like the mode line of a link, against the
+    same file with that link beside it; one flat hash of every entry gave both the same digest."""
+    one, two = tmp_path / "one", tmp_path / "two"
+    _tree(one / "source", {"f": "1"})
+    (one / "tp-a").mkdir()
+    (one / "tp-a" / "120000 777").mkdir()
+    _tree(two / "source", {"f": "1"})
+    (two / "source" / "tp-a").symlink_to("40000 755")
+    first = localsync.inputs_digest([("source", one / "source"), ("tp-a", one / "tp-a")])
+    assert first != localsync.inputs_digest([("source", two / "source")])
