@@ -4,6 +4,7 @@ pushed manifests are deleted from the registry and local tags from the engine at
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 import os
 import secrets
@@ -26,7 +27,10 @@ from builder.engine.buildx import DockerEngine
 from builder.engine.registry import Registry, split_ref
 from builder.records import attest
 from tests.conftest import REPO, in_ci
-from tests.integration import survivors  # the user's demo survives the suite
+from tests.integration import (
+    localcopies,
+    survivors,  # the user's demo survives the suite
+)
 from tests.integration import vllm_server as vllm_server_mod
 from tests.integration.enginelock import build_hold, engine_hold, share_root
 
@@ -239,6 +243,9 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     items.sort(key=place)  # stable sort
 
 
+_SESSION_STARTED = dt.datetime.now(dt.timezone.utc)  # this process's: what the engine made after it is the run's
+
+
 @pytest.fixture(scope="session")
 def engine_locks(tmp_path_factory) -> Path:
     """The directory every process of this run shares (xdist gives each its own basetemp below it)."""
@@ -260,6 +267,7 @@ def _engine(request, engine_locks) -> Iterator[None]:
         return
     with engine_hold(engine_locks, exclusive=request.node.get_closest_marker("engine_exclusive") is not None):
         yield
+        localcopies.drop_made_since(_SESSION_STARTED)  # the run's copies of build inputs (~190 MB each)
 
 
 @pytest.fixture(scope="session")
