@@ -15,6 +15,7 @@ import hashlib
 import posixpath
 import re
 import shutil
+import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -137,12 +138,35 @@ MIRROR_CONFIG = {
 }
 
 
+def _init_mirror(path: Path) -> None:
+    """An empty bare mirror at ``path``, made whole beside it and renamed into place: a build sharing
+    the cache sees no mirror or a whole one. Made in place, it was a directory without HEAD for a
+    moment, and another build's GitPython refused it as not a repository (seen in the suite's two
+    checkouts sharing an empty cache, 2026-12-07). A rename onto a mirror another build finished
+    first fails, and theirs is kept."""
+    import git
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    made = Path(tempfile.mkdtemp(prefix=f".{path.name}.", dir=path.parent))
+    try:
+        git.Repo.init(made, bare=True)
+        try:
+            made.rename(path)
+        except OSError:
+            if not path.exists():
+                raise
+    finally:
+        shutil.rmtree(made, ignore_errors=True)  # gone already once renamed
+
+
 def _mirror(url: str) -> git.Repo:
     """The local bare mirror of ``url``, made on first use, with MIRROR_CONFIG set."""
     import git
 
     path = _mirror_path(url)
-    repo = git.Repo(path) if path.exists() else git.Repo.init(path, bare=True, mkdir=True)
+    if not path.exists():
+        _init_mirror(path)
+    repo = git.Repo(path)
     for attempt in range(20):  # written only when needed; another build may hold config.lock a moment
         reader = repo.config_reader("repository")
         missing = {}

@@ -61,7 +61,7 @@ def test_the_platform_builds_turn_buildx_attestations_off(tmp_path: Path):
     docker = SimpleNamespace(buildx=SimpleNamespace(build=build))
     engine = DockerEngine(docker)  # type: ignore[arg-type]
     req = BuildRequest(tmp_path, tmp_path / "Dockerfile", ("x:t",), {}, platform="linux/arm64")
-    list(engine._buildx_lines(req, tmp_path / "meta.json"))
+    list(engine._buildx_lines(req, tmp_path, tmp_path / "meta.json"))
     assert (seen["provenance"], seen["sbom"], seen["platforms"]) == (False, False, ["linux/arm64"])
 
 
