@@ -15,7 +15,6 @@ import hashlib
 import posixpath
 import re
 import shutil
-import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,6 +24,7 @@ from builder.config.matrix import Source, ThirdParty
 from builder.errors import RESOURCE_ERRNOS, SourceError, failure_kind
 from builder.fsutil import cache_dir, cache_sealed, clamp_mtimes
 from builder.source.export import Budget, Limits, export_tree, export_trees
+from builder.source.newmirror import mirror_at
 
 if TYPE_CHECKING:  # GitPython costs ~40 ms to import: only the commands that fetch pay it
     import git
@@ -138,35 +138,12 @@ MIRROR_CONFIG = {
 }
 
 
-def _init_mirror(path: Path) -> None:
-    """An empty bare mirror at ``path``, made whole beside it and renamed into place: a build sharing
-    the cache sees no mirror or a whole one. Made in place, it was a directory without HEAD for a
-    moment, and another build's GitPython refused it as not a repository (seen in the suite's two
-    checkouts sharing an empty cache, 2026-12-07). A rename onto a mirror another build finished
-    first fails, and theirs is kept."""
-    import git
-
-    path.parent.mkdir(parents=True, exist_ok=True)
-    made = Path(tempfile.mkdtemp(prefix=f".{path.name}.", dir=path.parent))
-    try:
-        git.Repo.init(made, bare=True)
-        try:
-            made.rename(path)
-        except OSError:
-            if not path.exists():
-                raise
-    finally:
-        shutil.rmtree(made, ignore_errors=True)  # gone already once renamed
-
-
 def _mirror(url: str) -> git.Repo:
     """The local bare mirror of ``url``, made on first use, with MIRROR_CONFIG set."""
     import git
 
     path = _mirror_path(url)
-    if not path.exists():
-        _init_mirror(path)
-    repo = git.Repo(path)
+    repo = git.Repo(mirror_at(path))
     for attempt in range(20):  # written only when needed; another build may hold config.lock a moment
         reader = repo.config_reader("repository")
         missing = {}

@@ -1,12 +1,12 @@
-"""A git mirror appears in the shared cache whole or not at all (builder/source/pinned.py,
-``_init_mirror``): two builds sharing an empty cache, one made it in place and the other opened the
+"""A git mirror appears in the shared cache whole or not at all (builder/source/newmirror.py,
+``newmirror.init_mirror``): two builds sharing an empty cache, one made it in place and the other opened the
 directory before its HEAD existed (InvalidGitRepositoryError, seen in the suite on 2026-12-07)."""
 
 from __future__ import annotations
 
 import git
 
-from builder.source import pinned
+from builder.source import newmirror, pinned
 
 
 def test_a_mirror_is_never_initialised_in_place(tmp_path, monkeypatch):
@@ -33,6 +33,6 @@ def test_a_mirror_another_build_finished_first_is_kept(tmp_path, monkeypatch):
     final = pinned._mirror_path(url)
     theirs = pinned._mirror(url)
     (final / "theirs").write_text("1")
-    pinned._init_mirror(final)  # lost the race: the rename fails, theirs stays
+    newmirror.init_mirror(final)  # lost the race: the rename fails, theirs stays
     assert (final / "theirs").exists() and pinned._mirror(url).git_dir == theirs.git_dir
     assert [p.name for p in final.parent.iterdir()] == [final.name]
