@@ -16,7 +16,7 @@ import datetime as dt
 import re
 import subprocess
 
-BATCH = 8  # fewer than this many dropped at a time: the listing is not worth a prune yet
+WORTH_DROPPING = 8  # fewer copies than this made since the last drop: left for the next file's teardown
 
 
 def _created(block: str) -> dt.datetime | None:
@@ -39,7 +39,7 @@ def made_since(since: dt.datetime) -> list[str]:
 
 def drop_made_since(since: dt.datetime) -> None:
     ids = made_since(since)
-    if len(ids) < BATCH:
+    if len(ids) < WORTH_DROPPING:
         return
     for record in ids:  # one prune each: buildx refuses a second value for one filter key
         subprocess.run(["docker", "buildx", "prune", "-af", "--filter", f"id={record}"], capture_output=True)

@@ -13,6 +13,7 @@ from builder.config import contract
 from builder.engine import buildlog
 from tests.integration.conftest import cli
 from tests.integration.enginelock import ignore_cache_hold
+from tests.integration.test_app_layers import _commit, _pin
 
 
 def _builds(root):
@@ -187,18 +188,6 @@ def test_an_os_package_version_change_changes_exactly_the_os_layer(built, tmp_pa
     assert changed == [0]  # the OS layer, first above the base: least changeable at the bottom
 
 
-def _same_date_commit(clone, text: str, when: str) -> str:
-    """A commit of ``k3smoke/__main__.py`` ending in ``text`` (fixed length), at ``when``."""
-    main = clone / "k3smoke" / "__main__.py"
-    main.write_text(main.read_text().split("# sync-", 1)[0] + text)
-    env = {"GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@example.org", "GIT_COMMITTER_NAME": "t"}
-    env |= {"GIT_COMMITTER_EMAIL": "t@example.org", "PATH": "/usr/bin:/bin"}
-    env |= {"GIT_AUTHOR_DATE": when, "GIT_COMMITTER_DATE": when}
-    subprocess.run(["git", "-C", str(clone), "commit", "-qam", text.strip()], check=True, env=env)
-    git = ["git", "-C", str(clone), "rev-parse", "HEAD"]
-    return subprocess.run(git, capture_output=True, text=True, check=True).stdout.strip()
-
-
 def test_two_commits_of_one_date_differing_by_a_same_size_edit_each_build_their_own_bytes(built, tmp_path):
     """BuildKit keeps a synced copy of each local input and sends only the files whose size, mtime,
     mode or owner differ; every input of the tool carries SOURCE_DATE_EPOCH as its mtime, and two
@@ -210,15 +199,17 @@ def test_two_commits_of_one_date_differing_by_a_same_size_edit_each_build_their_
     clone = tmp_path / "src"
     subprocess.run(["git", "clone", "-q", url, str(clone)], check=True)
     work.matrix.write_text(work.matrix.read_text().replace(f"url: file://{url}\n", f"url: file://{clone}\n", 1))
-    when = "2026-11-05T00:00:00+00:00"
-    pins = {side: _same_date_commit(clone, f"# sync-{side}\n", when) for side in "AB"}
+    main = clone / "k3smoke" / "__main__.py"
+    original = main.read_text()
+    pins = {}
+    for side in "AB":  # each the original file plus one line of one length, committed at one date
+        main.write_text(original)
+        pins[side] = _commit(clone, "k3smoke/__main__.py", f"# sync-{side}\n", "2026-11-05T00:00:00+00:00")
     shipped = {}
     for side, commit in pins.items():  # A, then B right after it: B's sync would find A's tree
-        text = re.sub(r"(\n      commit: )[0-9a-f]{40}", rf"\g<1>{commit}", work.matrix.read_text(), count=1)
-        work.matrix.write_text(text)
-        for args in (("render",), ("lock", "--target", "smoke"), ("--target", "smoke", "--no-checks")):
-            r = cli("--matrix", str(work.matrix), *args)
-            assert r.code == 0, r.err[-2000:]
+        _pin(work, commit)
+        r = cli("--matrix", str(work.matrix), "--target", "smoke", "--no-checks")
+        assert r.code == 0, r.err[-2000:]
         image = r.out.strip().splitlines()[-1]
         shipped[side] = subprocess.run(
             [
