@@ -276,6 +276,28 @@ def _layer(blob: IO[bytes], hexdigest: str) -> Layer:
     return layer
 
 
+def kept(diff_ids: list[str]) -> Layers | None:
+    """The layers ``diff_ids`` name (bottom first: the engine's ``rootfs.diff_ids`` of the image),
+    from their kept readings alone, or None when one is not kept (the image is then streamed).
+
+    A reading is kept under the sha256 of the bytes it was read from (``_layer``) and a diff_id is
+    the sha256 of the layer's uncompressed tar, which the engine holds each layer to (checked when
+    it stores the layer, and again on every stream of it): a kept reading of every diff_id is what
+    streaming the image would read. The engine's store names a saved layer blob by its diff_id, so
+    these are the names a stream's readings were kept under; a store that names blobs otherwise
+    (compressed) finds none kept here and streams."""
+    found = []
+    for diff_id in diff_ids:
+        algorithm, _, hexdigest = diff_id.partition(":")
+        fields = layercache.load(hexdigest) if algorithm == "sha256" else None
+        if fields is None:
+            return None
+        layer = _from_fields(diff_id, fields)
+        layer.diff_id = diff_id
+        found.append(layer)
+    return Layers(found) if found else None
+
+
 def _fields(layer: Layer) -> dict:
     return {
         "paths": sorted(layer.paths),

@@ -3,6 +3,7 @@ reading equals a fresh one, and nothing but a blob whose bytes hash to its name 
 
 from __future__ import annotations
 
+import contextlib
 import io
 import json
 import os
@@ -15,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from builder.checks import imagefiles, layercache, layers
+from builder.checks import boundary, imagefiles, layercache, layers
 from tests.unit.test_runtime_view import LOWER, _saved
 
 UPPER = [
@@ -144,3 +145,94 @@ def test_an_edit_to_what_the_reading_depends_on_reads_every_layer_again(tmp_path
     with (tmp_path / "builder" / "checks" / source).open("a") as fh:
         fh.write("# an edit\n")
     assert _reader_of(tmp_path) != before
+
+
+def _with_diff_ids(stream: io.BytesIO) -> tuple[io.BytesIO, list[str]]:
+    """The save stream with its config listing its layers' diff_ids (what the engine's own save
+    writes: uncompressed layer blobs named by their diff_id), and those diff_ids."""
+    with tarfile.open(fileobj=stream) as src:
+        members = [(m, src.extractfile(m).read()) for m in src.getmembers()]
+    manifest = json.loads(next(data for m, data in members if m.name == "manifest.json"))
+    diff_ids = ["sha256:" + name.rsplit("/", 1)[1] for name in manifest[0]["Layers"]]
+    out = io.BytesIO()
+    with tarfile.open(fileobj=out, mode="w") as dst:
+        for member, data in members:
+            if member.name == "blobs/sha256/cfg":
+                data = json.dumps({"rootfs": {"diff_ids": diff_ids}}).encode()
+            info = tarfile.TarInfo(member.name)
+            info.size = len(data)
+            dst.addfile(info, io.BytesIO(data))
+    out.seek(0)
+    return out, diff_ids
+
+
+class _Engine:
+    """What boundary.read_layers asks of the engine: the image's inspect JSON and its save stream."""
+
+    def __init__(self, *layer_members: list[tuple], inspect: str | None = None) -> None:
+        self.saved, self.diff_ids = _with_diff_ids(_saved(*layer_members))
+        self.inspect = inspect
+        self.streamed = 0
+
+    def image_inspect(self, ref: str) -> str:
+        if self.inspect is not None:
+            return self.inspect
+        return json.dumps([{"Id": ref, "RootFS": {"Type": "layers", "Layers": self.diff_ids}}])
+
+    @contextlib.contextmanager
+    def export_image(self, image_id: str):
+        self.streamed += 1
+        self.saved.seek(0)
+        yield self.saved
+
+
+def test_an_image_whose_every_layer_is_kept_is_not_streamed_again_and_reads_the_same(cache, monkeypatch):
+    engine = _Engine(LOWER, UPPER)
+    first = boundary.read_layers(engine, "sha256:img")
+    assert engine.streamed == 1 and [layer.diff_id for layer in first.ordered] == engine.diff_ids
+    monkeypatch.setattr(layers, "read_layer", lambda *a: pytest.fail("a kept layer was parsed again"))
+    second = boundary.read_layers(engine, "sha256:img")
+    assert engine.streamed == 1  # the engine's diff_ids named kept readings: no second save
+    assert _reading(second) == _reading(first)
+    assert second.removed_base_files() == first.removed_base_files()
+    assert second.capabilities() == first.capabilities()
+    assert second.base_count(layers.PinnedBase("base@sha256:x", (engine.diff_ids[0],))) == 1
+
+
+def test_a_layer_that_is_not_kept_streams_the_image(cache):
+    boundary.read_layers(_Engine(LOWER, UPPER), "sha256:img")
+    changed = _Engine(LOWER, [*UPPER, ("etc/app/c.conf", "file", 0o644, 0, 0, b"c")])
+    found = boundary.read_layers(changed, "sha256:other")
+    assert changed.streamed == 1  # its top layer's digest names no kept reading
+    assert "/etc/app/c.conf" in found.ordered[1].paths
+
+
+@pytest.mark.parametrize(
+    "inspect",
+    ["not json", "[]", json.dumps([{"RootFS": {"Layers": "sha256:ab"}}]), json.dumps([{"RootFS": {}}])],
+)
+def test_an_image_the_engine_lists_no_layers_of_is_streamed(cache, inspect):
+    boundary.read_layers(_Engine(LOWER), "sha256:img")
+    engine = _Engine(LOWER, inspect=inspect)
+    assert "/bin/ls" in boundary.read_layers(engine, "sha256:img").ordered[0].paths
+    assert engine.streamed == 1
+
+
+def test_a_kept_entry_of_the_wrong_shape_streams_the_image(cache):
+    engine = _Engine(LOWER)
+    boundary.read_layers(engine, "sha256:img")
+    (entry,) = cache.glob("*.json")
+    doc = json.loads(entry.read_text())
+    doc["layer"]["paths"] = "/bin/ls"
+    entry.write_text(json.dumps(doc))
+    assert "/bin/ls" in boundary.read_layers(engine, "sha256:img").ordered[0].paths
+    assert engine.streamed == 2
+
+
+def test_kept_needs_every_layer_and_a_sha256_name(cache):
+    saved = layers.read(_saved(LOWER, UPPER))
+    names = [layer.digest for layer in saved.ordered]
+    assert layers.kept(names) is not None
+    assert layers.kept([*names, "sha256:" + "ef" * 32]) is None
+    assert layers.kept(["sha512:" + names[0].split(":")[1]]) is None
+    assert layers.kept([]) is None
