@@ -9,7 +9,9 @@ reader's own version (``READER``: an edit to layers.py or imagefiles.py, or anot
 every layer again).
 
 An entry is used only when the bytes just streamed past hash to the digest it names (layers.py
-hashes every blob, read or not), and it is untrusted input when read back: every field must have
+hashes every blob, read or not), or, with no stream at all, when the engine lists the image's layer
+by that digest (its diff_id, which the engine holds the layer's bytes to: layers.kept), and it is
+untrusted input when read back: every field must have
 the shape layers.py writes, else the entry is ignored (a miss). Like the GPU-code cache it binds
 the answer to the bytes, not to a writer: someone who can write the operator's cache can write a
 false answer for given bytes (docs/checks.md says so).
