@@ -209,7 +209,14 @@ def test_a_layer_that_is_not_kept_streams_the_image(cache):
 
 @pytest.mark.parametrize(
     "inspect",
-    ["not json", "[]", json.dumps([{"RootFS": {"Layers": "sha256:ab"}}]), json.dumps([{"RootFS": {}}])],
+    [
+        "not json",
+        "[]",
+        "{}",
+        json.dumps([{"RootFS": {"Layers": "sha256:ab"}}]),
+        json.dumps([{"RootFS": {"Layers": [7]}}]),
+        json.dumps([{"RootFS": {}}]),
+    ],
 )
 def test_an_image_the_engine_lists_no_layers_of_is_streamed(cache, inspect):
     boundary.read_layers(_Engine(LOWER), "sha256:img")
