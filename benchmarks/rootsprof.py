@@ -19,6 +19,7 @@ import argparse
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -60,13 +61,33 @@ def charge(stamped: Iterable[tuple[float, float, str]]) -> dict[Key, list[float]
 
 
 class CpuCounter:
-    """A cgroup of our own and its CPU counter in seconds (cgroup v2 or v1's cpuacct)."""
+    """A cgroup of our own and its CPU counter in seconds (cgroup v2 or v1's cpuacct); on leaving
+    the ``with``, what still runs in it is killed (a run cut short by Ctrl-C or an error) and the
+    cgroup removed: a cgroup with processes in it cannot be."""
 
     def __init__(self, name: str) -> None:
         v2 = Path("/sys/fs/cgroup/cgroup.controllers").exists()
         self.dir = Path("/sys/fs/cgroup" if v2 else "/sys/fs/cgroup/cpuacct") / name
         self.dir.mkdir()
         self._v2 = v2
+        self._procs = self.dir / ("cgroup.procs" if v2 else "tasks")
+
+    def __enter__(self) -> CpuCounter:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        # The run's mounts live in its own mount namespace (smokeroots' unshare): they go with it.
+        for _ in range(300):  # killed processes leave the cgroup at once; a fork may race the kill
+            pids = [int(p) for p in self._procs.read_text().split()]
+            if not pids:
+                break
+            for pid in pids:
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+            time.sleep(0.1)
+        self.dir.rmdir()
 
     def seconds(self) -> float:
         if self._v2:
@@ -76,8 +97,7 @@ class CpuCounter:
 
     def wrap(self, cmd: list[str]) -> list[str]:
         """``cmd`` moved into the cgroup before it starts (its children follow)."""
-        procs = self.dir / ("cgroup.procs" if self._v2 else "tasks")
-        return ["sh", "-c", f'echo $$ > {procs} && exec "$@"', "sh", *cmd]
+        return ["sh", "-c", f'echo $$ > {self._procs} && exec "$@"', "sh", *cmd]
 
 
 def command(arch: str, dpkgopts: list[str], tmp: Path, debs: Path) -> list[str]:
@@ -96,19 +116,24 @@ def run(arch: str, dpkgopts: list[str], tmp: Path) -> tuple[list[tuple[float, fl
     shutil.copytree(cache_dir() / "mmdebstrap" / arch, debs)  # a copy: the shared cache is only read
     for role in ("runtime", "devel"):
         (tmp / role).mkdir()
-    cmd = command(arch, dpkgopts, tmp, debs)
-    counter = CpuCounter(f"k3-rootsprof-{os.getpid()}")
+    with CpuCounter(f"k3-rootsprof-{os.getpid()}") as counter:
+        return stamp(command(arch, dpkgopts, tmp, debs), counter)
+
+
+def stamp(cmd: list[str], counter: CpuCounter) -> tuple[list[tuple[float, float, str]], int]:
+    """``cmd`` run in ``counter``'s cgroup: each output line (stdout and stderr, undecodable bytes
+    replaced) with the wall seconds since the start and the cgroup's CPU seconds as it came, then
+    an "end" line; and the exit code."""
     stamped = []
-    try:
-        start = time.monotonic()
-        proc = subprocess.Popen(counter.wrap(cmd), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-        assert proc.stdout is not None
-        for line in proc.stdout:
-            stamped.append((time.monotonic() - start, counter.seconds(), line.rstrip("\n")))
-        code = proc.wait()
-        stamped.append((time.monotonic() - start, counter.seconds(), "end"))
-    finally:
-        counter.dir.rmdir()
+    start = time.monotonic()
+    proc = subprocess.Popen(
+        counter.wrap(cmd), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, errors="replace"
+    )
+    assert proc.stdout is not None
+    for line in proc.stdout:
+        stamped.append((time.monotonic() - start, counter.seconds(), line.rstrip("\n")))
+    code = proc.wait()
+    stamped.append((time.monotonic() - start, counter.seconds(), "end"))
     return stamped, code
 
 

@@ -4,6 +4,10 @@ its output names, and runs the command smoke-init runs."""
 from __future__ import annotations
 
 import importlib.util
+import os
+import signal
+import subprocess
+import time
 from pathlib import Path
 
 import pytest
@@ -59,3 +63,33 @@ def test_the_profiled_command_is_smoke_inits_with_verbose_and_the_options_weighe
     at = made.index("mmdebstrap") + 1
     assert cmd[at : at + 2] == ["--verbose", "--dpkgopt=path-exclude=/usr/share/man/*"]
     assert cmd[:at] + cmd[at + 2 :] == made
+
+
+_V2 = Path("/sys/fs/cgroup/cgroup.controllers").exists()
+_ROOT = pytest.mark.skipif(
+    os.geteuid() != 0 or not os.access("/sys/fs/cgroup" if _V2 else "/sys/fs/cgroup/cpuacct", os.W_OK),
+    reason="a cgroup of its own needs root and a writable cgroup tree",
+)
+
+
+@_ROOT
+def test_each_output_line_is_stamped_with_the_cgroups_cpu_even_undecodable_ones():
+    with rootsprof.CpuCounter(f"k3-rootsprof-test-{os.getpid()}") as counter:
+        stamped, code = rootsprof.stamp(["sh", "-c", r"printf 'one\n\377two\n'; exit 3"], counter)
+    assert code == 3
+    assert [text for _, _, text in stamped] == ["one", "\ufffdtwo", "end"]
+    assert [cpu for _, cpu, _ in stamped] == sorted(cpu for _, cpu, _ in stamped)
+
+
+@_ROOT
+def test_a_run_cut_short_leaves_no_process_and_no_cgroup_behind():
+    with pytest.raises(KeyboardInterrupt):
+        with rootsprof.CpuCounter(f"k3-rootsprof-test-{os.getpid()}") as counter:
+            proc = subprocess.Popen(counter.wrap(["sh", "-c", "sleep 60 & exec sleep 60"]))
+            for _ in range(1000):  # until the shell has moved itself in and forked
+                if len((counter.dir / "cgroup.procs").read_text().split()) == 2:
+                    break
+                time.sleep(0.01)
+            raise KeyboardInterrupt  # Ctrl-C while mmdebstrap runs
+    assert proc.wait(timeout=10) == -signal.SIGKILL
+    assert not counter.dir.exists()
