@@ -112,8 +112,10 @@ def command(arch: str, dpkgopts: list[str], tmp: Path, debs: Path) -> list[str]:
 
 
 def run(arch: str, dpkgopts: list[str], tmp: Path) -> tuple[list[tuple[float, float, str]], int]:
-    debs = tmp / "debs"
-    shutil.copytree(cache_dir() / "mmdebstrap" / arch, debs)  # a copy: the shared cache is only read
+    debs, shared = tmp / "debs", cache_dir() / "mmdebstrap" / arch
+    if not shared.is_dir():  # the profile is of the packages' work, not of a download
+        sys.exit(f"no {arch} download cache at {shared}: run `build smoke-init` first, as the same user")
+    shutil.copytree(shared, debs)  # a copy: the shared cache is only read
     for role in ("runtime", "devel"):
         (tmp / role).mkdir()
     with CpuCounter(f"k3-rootsprof-{os.getpid()}") as counter:

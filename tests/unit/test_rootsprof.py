@@ -93,3 +93,10 @@ def test_a_run_cut_short_leaves_no_process_and_no_cgroup_behind():
             raise KeyboardInterrupt  # Ctrl-C while mmdebstrap runs
     assert proc.wait(timeout=10) == -signal.SIGKILL
     assert not counter.dir.exists()
+
+
+def test_without_a_download_cache_it_says_so_and_runs_nothing(tmp_path, monkeypatch):
+    monkeypatch.setenv("K3_CACHE_DIR", str(tmp_path / "cache"))
+    with pytest.raises(SystemExit, match=r"no arm64 download cache at .*/cache/mmdebstrap/arm64"):
+        rootsprof.run("arm64", [], tmp_path / "work")
+    assert not (tmp_path / "work").exists()
