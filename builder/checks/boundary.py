@@ -130,10 +130,17 @@ def _diff_ids(engine, image_id: str) -> list[str]:
     image is then streamed, and the stream says what is wrong)."""
     try:
         found = json.loads(engine.image_inspect(image_id))
-        diff_ids = found[0]["RootFS"]["Layers"]
+        return _listed_diff_ids(found[0]) or []
     except (BuilderError, ValueError, LookupError, TypeError, RecursionError):
         return []
-    return diff_ids if isinstance(diff_ids, list) and all(isinstance(d, str) for d in diff_ids) else []
+
+
+def _listed_diff_ids(config) -> list[str] | None:
+    """A config's diff_ids, as an OCI config (``rootfs.diff_ids``) or the engine's inspect
+    (``RootFS.Layers``) lists them; None unless they are a list of strings."""
+    rootfs = (config.get("rootfs") or config.get("RootFS")) if isinstance(config, dict) else None
+    diff_ids = (rootfs.get("diff_ids") or rootfs.get("Layers")) if isinstance(rootfs, dict) else None
+    return diff_ids if isinstance(diff_ids, list) and all(isinstance(d, str) for d in diff_ids) else None
 
 
 def base_layers(engine, ref: str, platform: str) -> layers.PinnedBase:
@@ -157,10 +164,9 @@ def base_layers(engine, ref: str, platform: str) -> layers.PinnedBase:
         return layers.PinnedBase(ref, unread=f"{ref} not read: {why[:300]}")
     if not isinstance(config, dict):
         return layers.PinnedBase(ref, unread=f"{where} has no {ref} for {platform}")
-    rootfs = config.get("rootfs") or config.get("RootFS") or {}
-    diff_ids = rootfs.get("diff_ids") or rootfs.get("Layers") if isinstance(rootfs, dict) else None
+    diff_ids = _listed_diff_ids(config)
     have = config.get("architecture") or config.get("Architecture")
-    if not isinstance(diff_ids, list) or not all(isinstance(d, str) for d in diff_ids) or not diff_ids:
+    if not diff_ids:
         return layers.PinnedBase(ref, unread=f"{where} lists no layers of {ref} for {platform}")
     if have != arch:
         return layers.PinnedBase(ref, unread=f"{where}'s {ref} is for linux/{have}, not {platform}")
